@@ -1,0 +1,136 @@
+"""The user-level variables, their defaults and the normalization rules of SPEC §2.
+
+Only the variables in :data:`USER_VARIABLES` enter the canonical config; everything else is
+platform-level (see :mod:`ml8s.settings`) and never reaches a hash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+
+from ml8s.errors import ConfigError
+
+CANONICALIZATION_VERSION = "1.0.0"
+
+JsonScalar = str | int | float | bool | None
+JsonValue = JsonScalar | list[str]
+CanonicalConfig = dict[str, JsonValue]
+
+# name -> default string (None = required). Order here is documentation order only; the canonical
+# JSON sorts keys.
+USER_VARIABLES: dict[str, str | None] = {
+    "DATA_ROOT": None,
+    "TARGET_COLUMN": None,
+    "MODEL_FORMAT": "onnx",
+    "MODEL_TYPE": "mlp",
+    "TEST_SIZE": "0.2",
+    "RANDOM_SEED": "42",
+    "SAMPLE_ROWS": "",
+    "MAX_FEATURES": "",
+    "EXCLUDE_COLUMNS": "",
+    "STANDARDIZE": "true",
+    "HIDDEN_UNITS": "64",
+    "HIDDEN_LAYERS": "2",
+    "EPOCHS": "10",
+    "BATCH_SIZE": "256",
+    "LEARNING_RATE": "0.001",
+    "TRAIN_DEVICE": "cpu",
+}
+
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def normalize_value(raw: str, *, name: str = "") -> JsonValue:
+    """Normalize one variable's string value to its canonical JSON value (SPEC §2, in order).
+
+    Args:
+        raw: the string as the user set it.
+        name: the variable name; ``DATA_ROOT`` gets the path rule.
+
+    Example:
+        >>> normalize_value(" b, a,,a ")
+        ['a', 'b']
+    """
+    value = raw.strip()
+    if name == "DATA_ROOT" and value:
+        value = normalize_uri(value)
+    if value == "":
+        return None
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if _NUMBER.fullmatch(value):
+        return _number(value, name)
+    if "," in value:
+        items = sorted({item.strip() for item in value.split(",") if item.strip()})
+        return items or None
+    return value
+
+
+def normalize_uri(value: str) -> str:
+    """A local path (bare or ``file://``) becomes ``file://`` + its absolute normalized path;
+    any other URI loses its trailing slashes. Symlinks are not resolved."""
+    value = value.strip()
+    if value.startswith("file://"):
+        value = value[len("file://") :]
+    elif _SCHEME.match(value):
+        stripped = value.rstrip("/")
+        return stripped if not stripped.endswith(":") else value
+    if value == "":
+        return ""
+    return "file://" + os.path.normpath(os.path.abspath(value))
+
+
+def canonical_config(values: Mapping[str, str | None]) -> CanonicalConfig:
+    """Build the canonical config from raw strings keyed by upper-case variable name.
+
+    A missing or ``None`` value takes the variable's default string; a required variable left
+    empty raises :class:`ConfigError` naming it. Unknown names raise too.
+    """
+    unknown = sorted(set(values) - set(USER_VARIABLES))
+    if unknown:
+        raise ConfigError(f"unknown user-level variable(s) {unknown}; expected one of {sorted(USER_VARIABLES)}")
+    config: CanonicalConfig = {}
+    for name in sorted(USER_VARIABLES):
+        raw = values.get(name)
+        if raw is None:
+            raw = USER_VARIABLES[name] or ""
+        normalized = normalize_value(raw, name=name)
+        if normalized is None and USER_VARIABLES[name] is None:
+            raise ConfigError(
+                f"{name} is required and was empty or unset; set it in the environment or as a workflow input"
+            )
+        config[name.lower()] = normalized
+    return config
+
+
+def canonical_json(config: CanonicalConfig) -> str:
+    """The exact serialization of SPEC §2 (sorted keys, no whitespace, UTF-8 kept)."""
+    return json.dumps(config, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def raw_values_from_env(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """Raw strings for every user variable: a non-empty override wins, then the environment.
+
+    Overrides are keyed by lower-case name (the workflow inputs); ``""`` means "take the environment".
+    """
+    raw: dict[str, str | None] = {}
+    for name in USER_VARIABLES:
+        override = (overrides or {}).get(name.lower(), "")
+        if override != "":
+            raw[name] = override
+        else:
+            raw[name] = env.get(name)
+    return raw
+
+
+def _number(value: str, name: str) -> int | float:
+    if re.fullmatch(r"-?(0|[1-9][0-9]*)", value):
+        return int(value)
+    number = float(value)
+    if number in (float("inf"), float("-inf")):
+        raise ConfigError(f"{name or 'value'}={value!r} is a number out of the float range; expected a finite number")
+    return number

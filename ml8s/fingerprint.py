@@ -1,0 +1,155 @@
+"""DATA_FINGERPRINT (SPEC §2): one token per file, sorted, joined with ``|``, sha256.
+
+Local files are hashed by content (streamed, in parallel threads: hashlib releases the GIL);
+object stores are fingerprinted from a listing of ``(key, etag, size)`` so a backend only has to list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.errors import DataError
+
+_PROGRESS_BYTES = 256 * 1024 * 1024  # show progress only when there is that much to hash
+
+
+class FileEntry(BaseModel):
+    """One fingerprinted file: path relative to DATA_ROOT with ``/``, checksum, size in bytes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    relative_path: str
+    checksum: str
+    size: int
+
+    @property
+    def token(self) -> str:
+        return f"{self.relative_path}:{self.checksum}:{self.size}"
+
+
+class ObjectEntry(BaseModel):
+    """One listed object of an object store."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    etag: str
+    size: int
+
+
+class Fingerprint(BaseModel):
+    """The fingerprint and the entries it was computed from (in fingerprint order)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_root: str
+    fingerprint: str
+    entries: tuple[FileEntry, ...]
+
+
+def fingerprint_entries(entries: Iterable[FileEntry]) -> str:
+    """sha256 of the sorted tokens joined with ``|`` (no trailing newline)."""
+    ordered = sorted(entries, key=lambda e: e.relative_path)
+    payload = "|".join(e.token for e in ordered)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def fingerprint_local(root: str, *, workers: int | None = None, progress: bool = True) -> Fingerprint:
+    """Fingerprint a local file or directory tree by content.
+
+    Args:
+        root: absolute path (no ``file://``).
+        workers: hashing threads (default: the CPU count).
+        progress: print progress to stderr when the data is large.
+    """
+    files = list_local_files(root)
+    total = sum(size for _, _, size in files)
+    show = progress and total >= _PROGRESS_BYTES
+    done = 0
+    started = time.monotonic()
+    entries: list[FileEntry] = []
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        digests = pool.map(lambda f: sha256_file(f[1]), files)
+        for (rel, _path, size), digest in zip(files, digests, strict=True):
+            entries.append(FileEntry(relative_path=rel, checksum=digest, size=size))
+            done += size
+            if show:
+                _progress(done, total, started)
+    if show:
+        print(file=sys.stderr)
+    root_uri = "file://" + root
+    return Fingerprint(data_root=root_uri, fingerprint=fingerprint_entries(entries), entries=tuple(entries))
+
+
+def fingerprint_listing(data_root: str, prefix: str, objects: Iterable[ObjectEntry]) -> Fingerprint:
+    """Fingerprint an object-store prefix from its listing: checksum = ETag without quotes."""
+    base = prefix if prefix == "" or prefix.endswith("/") else prefix + "/"
+    entries = [
+        FileEntry(relative_path=o.key[len(base) :], checksum=o.etag.strip('"'), size=o.size)
+        for o in objects
+        if not o.key.endswith("/") and o.key.startswith(base)
+    ]
+    if not entries:
+        raise DataError(f"DATA_ROOT {data_root} lists no objects; expected at least one data file")
+    entries.sort(key=lambda e: e.relative_path)
+    return Fingerprint(data_root=data_root, fingerprint=fingerprint_entries(entries), entries=tuple(entries))
+
+
+def list_local_files(root: str) -> list[tuple[str, str, int]]:
+    """``(relative_path, path, size)`` of every regular file under ``root``, sorted by relative path.
+
+    Symlinks to files and directories are followed; a symlink loop is an error.
+    """
+    if not os.path.exists(root):
+        raise DataError(f"DATA_ROOT file://{root} does not exist; expected a data file or directory")
+    if os.path.isfile(root):
+        return [(os.path.basename(root), root, os.path.getsize(root))]
+    if not os.path.isdir(root):
+        raise DataError(f"DATA_ROOT file://{root} is neither a regular file nor a directory")
+    found: list[tuple[str, str, int]] = []
+    _walk(root, "", {os.path.realpath(root)}, found)
+    if not found:
+        raise DataError(f"DATA_ROOT file://{root} holds no files; expected at least one data file")
+    found.sort(key=lambda f: f[0])
+    return found
+
+
+def sha256_file(path: str) -> str:
+    """Streamed sha256 of a file's bytes."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as exc:
+        raise DataError(f"cannot read data file {path}: {exc.strerror or exc}") from exc
+
+
+def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, str, int]]) -> None:
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        raise DataError(f"cannot list data directory {directory}: {exc.strerror or exc}") from exc
+    for name in names:
+        path = os.path.join(directory, name)
+        child_rel = f"{rel}/{name}" if rel else name
+        if os.path.isdir(path):
+            real = os.path.realpath(path)
+            if real in ancestors:
+                raise DataError(f"symlink loop in DATA_ROOT at {path} (points back to {real})")
+            _walk(path, child_rel, ancestors | {real}, found)
+        elif os.path.isfile(path):
+            found.append((child_rel, path, os.path.getsize(path)))
+        elif os.path.islink(path):
+            raise DataError(f"broken symlink in DATA_ROOT: {path}")
+
+
+def _progress(done: int, total: int, started: float) -> None:
+    elapsed = max(time.monotonic() - started, 1e-9)
+    rate = done / elapsed / 1e6
+    print(f"\rfingerprint: {done / 1e6:,.0f}/{total / 1e6:,.0f} MB ({rate:,.0f} MB/s)", end="", file=sys.stderr)

@@ -1,0 +1,61 @@
+"""Run identity (SPEC §2): canonical config + data fingerprint -> FULL_CONFIG_HASH -> RUN_ID."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.config import CANONICALIZATION_VERSION, CanonicalConfig, JsonValue, canonical_json
+
+
+class RunIdentity(BaseModel):
+    """Everything that names a run. ``config_snapshot()`` is the content of ``config_snapshot.json``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    canonical_config: dict[str, JsonValue]
+    canonical_json: str
+    data_fingerprint: str
+    hashed_fingerprint: str
+    full_config_hash: str
+    run_id: str
+    canonicalization_version: str = CANONICALIZATION_VERSION
+
+    def config_snapshot(self) -> dict[str, object]:
+        return {
+            "canonical_config": self.canonical_config,
+            "canonicalization_version": self.canonicalization_version,
+            "data_fingerprint": self.data_fingerprint,
+            "full_config_hash": self.full_config_hash,
+            "run_id": self.run_id,
+        }
+
+    def config_snapshot_bytes(self) -> bytes:
+        return canonical_bytes(self.config_snapshot())
+
+
+def full_config_hash(canonical: str, data_fingerprint: str) -> str:
+    """``sha256(CANONICAL_JSON + "\\n" + DATA_FINGERPRINT)``, lowercase hex."""
+    return hashlib.sha256((canonical + "\n" + data_fingerprint).encode("utf-8")).hexdigest()
+
+
+def compute_identity(config: CanonicalConfig, data_fingerprint: str, *, strict: bool = True) -> RunIdentity:
+    """Identity of a run. Non-strict identity hashes an empty fingerprint (config alone)."""
+    text = canonical_json(config)
+    hashed = data_fingerprint if strict else ""
+    full = full_config_hash(text, hashed)
+    return RunIdentity(
+        canonical_config=config,
+        canonical_json=text,
+        data_fingerprint=data_fingerprint,
+        hashed_fingerprint=hashed,
+        full_config_hash=full,
+        run_id=full[:12],
+    )
+
+
+def canonical_bytes(obj: object) -> bytes:
+    """Deterministic JSON bytes for artifacts: sorted keys, 2-space indent, trailing newline."""
+    return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")

@@ -1,0 +1,41 @@
+"""The artifact layout of seed 001, as keys relative to the pipeline root."""
+
+from __future__ import annotations
+
+RUNS_DIR = "ml8s_training_runs"
+INCIDENTS_DIR = "ml8s_incidents"
+
+CONFIG_SNAPSHOT = "config_snapshot.json"
+DATA_FINGERPRINT = "data_fingerprint.json"
+SUCCESS_MARKER = "success.marker"
+FEATURE_MATRIX = "features/feature_matrix.parquet"
+FEATURE_SCHEMA = "features/feature_schema.json"
+MODEL_NATIVE = "model/model_native.safetensors"
+METRICS = "metrics.json"
+TRAINING_METADATA = "training_metadata.json"
+# Not in seed 001's listing: the run manifest, written by finalization just before the marker so the
+# gate can return it byte for byte without touching MLflow (SPEC §4: "identical to the first run's").
+MANIFEST = "manifest.json"
+TMP_DIR = ".tmp"
+LOGS_DIR = "logs"
+
+
+def model_export(model_format: str) -> str:
+    """``model/model.onnx`` or ``model/model.safetensors``."""
+    return f"model/model.{model_format}"
+
+
+def run_prefix(run_id: str) -> str:
+    """Key of ARTIFACT_ROOT relative to PIPELINE_ROOT_URI."""
+    return f"{RUNS_DIR}/{run_id}"
+
+
+def checksummed_artifacts(model_format: str) -> tuple[str, ...]:
+    """Artifacts whose sha256 ``training_metadata.json`` records (sorted)."""
+    return tuple(sorted({FEATURE_MATRIX, FEATURE_SCHEMA, MODEL_NATIVE, model_export(model_format), METRICS}))
+
+
+def final_artifacts(model_format: str) -> tuple[str, ...]:
+    """Every final file of a complete run (sorted), the marker excluded."""
+    extra = {CONFIG_SNAPSHOT, DATA_FINGERPRINT, TRAINING_METADATA, MANIFEST}
+    return tuple(sorted(set(checksummed_artifacts(model_format)) | extra))

@@ -1,0 +1,140 @@
+"""Typed, validated view of the canonical config: what the pipeline steps consume.
+
+Validation happens once, in bootstrap, before anything is written; every message names the variable
+and what was expected.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.config import CanonicalConfig, JsonValue
+from ml8s.errors import ConfigError
+
+
+class RunParams(BaseModel):
+    """The user-level variables after normalization and validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_root: str
+    target_column: str
+    model_format: Literal["onnx", "safetensors"]
+    model_type: Literal["mlp", "logreg"]
+    test_size: float
+    random_seed: int
+    sample_rows: int | None
+    max_features: int | None
+    exclude_columns: tuple[str, ...]
+    standardize: bool
+    hidden_units: int
+    hidden_layers: int
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    train_device: Literal["cpu", "cuda"]
+
+
+def validate_params(config: CanonicalConfig) -> RunParams:
+    """Check every canonical value's type and range; raise :class:`ConfigError` naming the variable."""
+    data_root = _string(config, "data_root")
+    if not (data_root.startswith("file://") or data_root.startswith("s3://")):
+        raise ConfigError(f"DATA_ROOT={data_root!r} has an unsupported scheme; expected a local path, file:// or s3://")
+    return RunParams.model_validate(
+        dict(
+            data_root=data_root,
+            target_column=_string(config, "target_column"),
+            model_format=_choice(config, "model_format", ("onnx", "safetensors")),
+            model_type=_choice(config, "model_type", ("mlp", "logreg")),
+            test_size=_fraction(config, "test_size"),
+            random_seed=_integer(config, "random_seed", minimum=0),
+            sample_rows=_optional_integer(config, "sample_rows", minimum=1),
+            max_features=_optional_integer(config, "max_features", minimum=1),
+            exclude_columns=_names(config, "exclude_columns"),
+            standardize=_boolean(config, "standardize"),
+            hidden_units=_integer(config, "hidden_units", minimum=1),
+            hidden_layers=_integer(config, "hidden_layers", minimum=0),
+            epochs=_integer(config, "epochs", minimum=1),
+            batch_size=_integer(config, "batch_size", minimum=1),
+            learning_rate=_positive(config, "learning_rate"),
+            train_device=_choice(config, "train_device", ("cpu", "cuda")),
+        )
+    )
+
+
+def _fail(key: str, value: JsonValue, expected: str) -> ConfigError:
+    return ConfigError(f"{key.upper()}={_show(value)} is invalid; expected {expected}")
+
+
+def _show(value: JsonValue) -> str:
+    if isinstance(value, list):
+        return repr(",".join(value))
+    return repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _string(config: CanonicalConfig, key: str) -> str:
+    value = config[key]
+    if not isinstance(value, str):
+        raise _fail(key, value, "a single non-empty string")
+    return value
+
+
+def _choice(config: CanonicalConfig, key: str, choices: tuple[str, ...]) -> str:
+    value = config[key]
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(key, value, "one of " + ", ".join(choices))
+    return value
+
+
+def _integer(config: CanonicalConfig, key: str, *, minimum: int) -> int:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(key, value, f"an integer >= {minimum} (digits only, no sign, fraction or exponent)")
+    return value
+
+
+def _optional_integer(config: CanonicalConfig, key: str, *, minimum: int) -> int | None:
+    return None if config[key] is None else _integer(config, key, minimum=minimum)
+
+
+def _number(config: CanonicalConfig, key: str, expected: str) -> float:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(key, value, expected)
+    return float(value)
+
+
+def _fraction(config: CanonicalConfig, key: str) -> float:
+    expected = "a number strictly between 0 and 1"
+    value = _number(config, key, expected)
+    if not 0 < value < 1:
+        raise _fail(key, config[key], expected)
+    return value
+
+
+def _positive(config: CanonicalConfig, key: str) -> float:
+    expected = "a number > 0"
+    value = _number(config, key, expected)
+    if value <= 0:
+        raise _fail(key, config[key], expected)
+    return value
+
+
+def _boolean(config: CanonicalConfig, key: str) -> bool:
+    value = config[key]
+    if not isinstance(value, bool):
+        raise _fail(key, value, "true or false")
+    return value
+
+
+def _names(config: CanonicalConfig, key: str) -> tuple[str, ...]:
+    value = config[key]
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(value)
+    raise _fail(key, value, "a comma-separated list of column names")

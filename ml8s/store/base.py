@@ -1,0 +1,103 @@
+"""The artifact store interface: one set of verbs, a backend per URI scheme.
+
+Keys are ``/``-separated paths relative to the store's root URI. Every backend guarantees:
+- ``put_atomic`` never exposes a partial object at the final key (tmp write, validate, move);
+- ``put_if_absent`` creates an object only when none exists (the run marker);
+- ``put_if_match`` replaces an object only when its current version token matches (compare-and-swap);
+- ``list`` returns entries sorted by key.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ObjectInfo(BaseModel):
+    """A listed object: key relative to the store root, size, backend checksum (ETag or sha256)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    size: int
+    checksum: str
+    mtime: float
+
+
+class Versioned(BaseModel):
+    """An object's bytes with the token that ``put_if_match`` compares (ETag, or sha256 locally)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data: bytes
+    token: str
+
+
+class WriteResult(BaseModel):
+    """What an atomic write validated: final key, byte count and sha256."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    size: int
+    sha256: str
+
+
+class Store(abc.ABC):
+    """Common interface of the local and S3 backends."""
+
+    root_uri: str
+
+    @abc.abstractmethod
+    def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
+        """Write ``data`` to ``tmp_key``, validate size and sha256, then move it to ``key``."""
+
+    @abc.abstractmethod
+    def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
+        """Like :meth:`put_atomic` for a local file, streamed."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if it does not exist; False when it already did."""
+
+    @abc.abstractmethod
+    def put_if_match(self, key: str, data: bytes, token: str | None) -> str:
+        """Replace ``key`` only if its token equals ``token`` (None: only if absent). Returns the new token.
+
+        Raises :class:`ml8s.errors.PreconditionFailedError` when the object changed.
+        """
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes; :class:`ml8s.errors.NotFoundError` when absent."""
+
+    @abc.abstractmethod
+    def get_versioned(self, key: str) -> Versioned:
+        """The object's bytes and its compare-and-swap token."""
+
+    @abc.abstractmethod
+    def download(self, key: str, path: str) -> WriteResult:
+        """Copy the object to a local file, returning its size and sha256."""
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under ``prefix`` (recursive), sorted by key."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing key is not an error."""
+
+    def uri(self, key: str) -> str:
+        return f"{self.root_uri}/{key}" if key else self.root_uri
+
+    def sha256(self, key: str) -> str:
+        return hashlib.sha256(self.get(key)).hexdigest()
+
+    def iter_keys(self, prefix: str) -> Iterator[str]:
+        return (info.key for info in self.list(prefix))

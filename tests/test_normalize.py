@@ -1,0 +1,101 @@
+"""Hand-written vectors for every normalization rule of SPEC §2."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ml8s.config import normalize_uri, normalize_value
+from ml8s.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("  abc  ", "abc"),
+        ("\tabc\n", "abc"),
+        ("", None),
+        ("   ", None),
+        ("true", True),
+        ("TRUE", True),
+        (" False ", False),
+        ("tRuE", True),
+        ("yes", "yes"),
+        ("0", 0),
+        ("-0", 0),
+        ("42", 42),
+        ("-17", -17),
+        ("0.2", 0.2),
+        ("1e-3", 0.001),
+        ("1E+2", 100.0),
+        ("2.50", 2.5),
+        ("007", "007"),
+        ("+1", "+1"),
+        ("1_000", "1_000"),
+        ("nan", "nan"),
+        ("inf", "inf"),
+        ("-inf", "-inf"),
+        ("0x10", "0x10"),
+        ("1.", "1."),
+        (".5", ".5"),
+        ("1e", "1e"),
+        ("b,a", ["a", "b"]),
+        (" b , a ,, a ", ["a", "b"]),
+        ("1,2", ["1", "2"]),
+        ("true,false", ["false", "true"]),
+        (",", None),
+        (" , ,", None),
+        ("a,", ["a"]),
+        ("Z,a,_", ["Z", "_", "a"]),
+        ("é,e,ß", ["e", "ß", "é"]),
+        ("ünïcode", "ünïcode"),
+    ],
+)
+def test_normalize_value(raw: str, expected: object) -> None:
+    got = normalize_value(raw)
+    assert got == expected
+    assert type(got) is type(expected)
+
+
+def test_float_overflow_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="LEARNING_RATE"):
+        normalize_value("1e999", name="LEARNING_RATE")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("/data/x", "file:///data/x"),
+        ("/data/x/", "file:///data/x"),
+        ("file:///data/x/", "file:///data/x"),
+        ("file:///data/./y/../x", "file:///data/x"),
+        ("/data//x", "file:///data/x"),
+        ("s3://bucket/prefix/", "s3://bucket/prefix"),
+        ("s3://bucket/prefix//", "s3://bucket/prefix"),
+        ("s3://bucket", "s3://bucket"),
+        ("/", "file:///"),
+    ],
+)
+def test_data_root_spellings(raw: str, expected: str) -> None:
+    assert normalize_value(raw, name="DATA_ROOT") == expected
+
+
+def test_relative_data_root_is_made_absolute(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(str(tmp_path))
+    here = os.getcwd()
+    assert normalize_value(" data/ ", name="DATA_ROOT") == f"file://{here}/data"
+    assert normalize_value("./data/../data", name="DATA_ROOT") == f"file://{here}/data"
+    assert normalize_value("file://data", name="DATA_ROOT") == f"file://{here}/data"
+
+
+def test_symlinks_are_not_resolved(tmp_path: os.PathLike[str]) -> None:
+    real = os.path.join(tmp_path, "real")
+    link = os.path.join(tmp_path, "link")
+    os.mkdir(real)
+    os.symlink(real, link)
+    assert normalize_uri(link) == f"file://{link}"
+
+
+def test_other_variables_keep_slashes() -> None:
+    assert normalize_value("a/b/", name="TARGET_COLUMN") == "a/b/"
