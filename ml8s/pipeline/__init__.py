@@ -1,0 +1,1 @@
+"""The pipeline steps of seed 001, pure Python; ``tasks/`` wraps each as a Flyte task."""

@@ -1,0 +1,41 @@
+"""Step 0: read the configuration, validate it, fingerprint the data, compute the identity.
+
+Nothing is written here: every bad input fails before ARTIFACT_ROOT is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ml8s.config import canonical_config, raw_values_from_env
+from ml8s.context import RunContext
+from ml8s.errors import ConfigError
+from ml8s.fingerprint import Fingerprint, fingerprint_local
+from ml8s.identity import compute_identity
+from ml8s.params import validate_params
+from ml8s.settings import platform_settings
+
+
+def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> RunContext:
+    """Build the run context from workflow inputs (lower-case names, "" = unset) and the environment.
+
+    Example:
+        >>> ctx = bootstrap({"DATA_ROOT": "demo_data/churn", "TARGET_COLUMN": "churned"})  # doctest: +SKIP
+        >>> ctx.run_id  # doctest: +SKIP
+        'a1b2c3d4e5f6'
+    """
+    settings = platform_settings(env, overrides)
+    config = canonical_config(raw_values_from_env(env, overrides))
+    params = validate_params(config)
+    fingerprint = data_fingerprint(params.data_root)
+    identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
+    ctx = RunContext(identity=identity, params=params, settings=settings, fingerprint=fingerprint)
+    ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
+    return ctx
+
+
+def data_fingerprint(data_root: str) -> Fingerprint:
+    """Fingerprint DATA_ROOT with the algorithm of its scheme."""
+    if data_root.startswith("file://"):
+        return fingerprint_local(data_root[len("file://") :])
+    raise ConfigError(f"DATA_ROOT={data_root!r}: only local data is supported so far; expected a local path")

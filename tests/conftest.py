@@ -1,0 +1,45 @@
+"""Shared fixtures: small deterministic datasets and run contexts under tmp_path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ml8s.context import RunContext
+from ml8s.pipeline.bootstrap import bootstrap
+
+
+def write_small_churn(directory: Path, rows: int = 600, files: int = 2) -> Path:
+    """A tiny churn-like CSV dataset (numeric, categorical, boolean, missing values), deterministic."""
+    directory.mkdir(parents=True, exist_ok=True)
+    per_file = rows // files
+    plans = ["basic", "plus", "pro"]
+    for f in range(files):
+        lines = ["customer_id,tenure,monthly_charges,plan,auto_pay,churned"]
+        for i in range(per_file):
+            n = f * per_file + i
+            tenure = "" if n % 37 == 0 else str((n * 7) % 72)
+            charges = f"{20 + (n * 13) % 100}.{n % 10}"
+            plan = "" if n % 41 == 0 else plans[(n * 5) % 3]
+            auto = "true" if (n * 3) % 4 else "false"
+            churned = "yes" if ((n * 7) % 72 < 12) != (n % 9 == 0) else "no"
+            lines.append(f"C{n:05d},{tenure},{charges},{plan},{auto},{churned}")
+        (directory / f"part-{f:03d}.csv").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+@pytest.fixture
+def small_data(tmp_path: Path) -> Path:
+    return write_small_churn(tmp_path / "data")
+
+
+def make_context(data: Path, root: Path, **overrides: str) -> RunContext:
+    env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(root), "EPOCHS": "2"}
+    env.update({k.upper(): v for k, v in overrides.items()})
+    return bootstrap(env)
+
+
+@pytest.fixture
+def small_ctx(small_data: Path, tmp_path: Path) -> RunContext:
+    return make_context(small_data, tmp_path / "root")
