@@ -31,11 +31,28 @@ def run_prefix(run_id: str) -> str:
 
 
 def checksummed_artifacts(model_format: str) -> tuple[str, ...]:
-    """Artifacts whose sha256 ``training_metadata.json`` records (sorted)."""
-    return tuple(sorted({FEATURE_MATRIX, FEATURE_SCHEMA, MODEL_NATIVE, model_export(model_format), METRICS}))
+    """Artifacts whose sha256 ``training_metadata.json`` records (sorted): everything final but the
+    metadata itself, the manifest and the marker."""
+    return tuple(
+        sorted(
+            {
+                CONFIG_SNAPSHOT,
+                DATA_FINGERPRINT,
+                FEATURE_MATRIX,
+                FEATURE_SCHEMA,
+                MODEL_NATIVE,
+                model_export(model_format),
+                METRICS,
+            }
+        )
+    )
 
 
 def final_artifacts(model_format: str) -> tuple[str, ...]:
     """Every final file of a complete run (sorted), the marker excluded."""
-    extra = {CONFIG_SNAPSHOT, DATA_FINGERPRINT, TRAINING_METADATA, MANIFEST}
-    return tuple(sorted(set(checksummed_artifacts(model_format)) | extra))
+    return tuple(sorted({*checksummed_artifacts(model_format), TRAINING_METADATA, MANIFEST}))
+
+
+def incident_key(run_id: str, kind: str, full_config_hash: str) -> str:
+    """Where an incident record goes: outside every ARTIFACT_ROOT, one object per (run, kind, hash)."""
+    return f"{INCIDENTS_DIR}/{run_id}/{kind.lower()}-{full_config_hash}.json"

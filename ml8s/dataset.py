@@ -1,0 +1,194 @@
+"""Read DATA_ROOT exactly as fingerprinted and type its columns deterministically.
+
+Files are read in fingerprint order and each is re-checked against its fingerprint entry while it is
+read (local: sha256 and size of the bytes parsed), so the data that trains is the data that was
+hashed. CSV cells are read as text and typed over *all* rows at once, so how the rows are split into
+files never changes a column's type.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.errors import DataChangedError, DataError
+from ml8s.fingerprint import FileEntry, Fingerprint
+
+FloatArray = npt.NDArray[np.float64]
+ObjectArray = npt.NDArray[np.object_]
+
+_NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+class Column(BaseModel):
+    """One typed column: ``numeric``/``boolean`` as float64 (NaN = missing), ``categorical`` as str/None."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    kind: str
+    values: FloatArray | ObjectArray
+
+    def missing(self) -> npt.NDArray[np.bool_]:
+        if self.kind == "categorical":
+            return np.array([v is None for v in self.values], dtype=bool)
+        return np.isnan(self.values.astype(np.float64))
+
+
+class Dataset(BaseModel):
+    """All rows of DATA_ROOT, columns sorted by name, rows in fingerprint then file order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    columns: tuple[Column, ...]
+    rows: int
+    rows_per_file: dict[str, int]
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+def load_dataset(fingerprint: Fingerprint) -> Dataset:
+    """Parse every file of the fingerprint into one typed dataset.
+
+    Raises:
+        DataChangedError: a file's bytes differ from its fingerprint entry.
+        DataError: unsupported, unreadable or inconsistent files, or no rows at all.
+    """
+    tables: list[pa.Table] = []
+    rows_per_file: dict[str, int] = {}
+    names: tuple[str, ...] | None = None
+    first = ""
+    for entry, data in _read_verified(fingerprint):
+        table = _parse(entry, data, fingerprint.data_root)
+        these = tuple(sorted(table.column_names))
+        if names is None:
+            names, first = these, entry.relative_path
+        elif these != names:
+            raise DataError(
+                f"{_where(fingerprint, entry)} has columns {list(these)}; "
+                f"expected the columns of {first}: {list(names)}"
+            )
+        tables.append(table.select(list(these)))
+        rows_per_file[entry.relative_path] = table.num_rows
+    total = sum(rows_per_file.values())
+    if names is None or total == 0:
+        raise DataError(f"DATA_ROOT {fingerprint.data_root} holds no data rows; expected at least 2 rows")
+    columns = tuple(_type_column(name, [t.column(name) for t in tables]) for name in names)
+    return Dataset(columns=columns, rows=total, rows_per_file=rows_per_file)
+
+
+def _read_verified(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]:
+    if not fingerprint.data_root.startswith("file://"):
+        raise DataError(f"DATA_ROOT {fingerprint.data_root}: only local data can be loaded so far")
+    root = fingerprint.data_root[len("file://") :]
+    single = os.path.isfile(root)
+    for entry in fingerprint.entries:
+        path = root if single else os.path.join(root, *entry.relative_path.split("/"))
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise DataChangedError(
+                f"{path} was fingerprinted but cannot be read now: {exc.strerror or exc}; expected it unchanged"
+            ) from exc
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != entry.checksum or len(data) != entry.size:
+            raise DataChangedError(
+                f"{path} changed after it was fingerprinted: expected sha256 {entry.checksum} ({entry.size} bytes), "
+                f"read sha256 {digest} ({len(data)} bytes); re-run to fingerprint the new data"
+            )
+        yield entry, data
+
+
+def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
+    return f"data file {entry.relative_path} (under {fingerprint.data_root})"
+
+
+def _parse(entry: FileEntry, data: bytes, root: str) -> pa.Table:
+    where = f"data file {entry.relative_path} (under {root})"
+    fmt = _FORMATS.get(os.path.splitext(entry.relative_path)[1].lower())
+    if fmt is None:
+        raise DataError(
+            f"{where} has an unsupported format; expected .csv or .parquet files only "
+            "(every file under DATA_ROOT is fingerprinted and read)"
+        )
+    if not data:
+        raise DataError(f"{where} is empty; expected a header line and rows")
+    try:
+        if fmt == "parquet":
+            return pq.read_table(pa.BufferReader(data))
+        header = _csv_header(data, where)
+        options = pacsv.ConvertOptions(column_types={n: pa.string() for n in header}, strings_can_be_null=False)
+        return pacsv.read_csv(pa.BufferReader(data), convert_options=options)
+    except (pa.ArrowException, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{where} cannot be parsed as {fmt}: {exc}") from exc
+
+
+def _csv_header(data: bytes, where: str) -> list[str]:
+    line = data.split(b"\n", 1)[0].decode("utf-8")
+    header = next(csv.reader(io.StringIO(line)), [])
+    if not header or any(not name.strip() for name in header):
+        raise DataError(f"{where} has an empty or blank column name in its header; expected named columns")
+    duplicates = sorted({n for n in header if header.count(n) > 1})
+    if duplicates:
+        raise DataError(f"{where} repeats column(s) {duplicates} in its header; expected unique names")
+    return header
+
+
+def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> Column:
+    array = pa.chunked_array([c for chunk in chunks for c in chunk.chunks], type=_common_type(name, chunks))
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        return _infer_text(name, array)
+    if pa.types.is_boolean(array.type):
+        return Column(name=name, kind="boolean", values=_floats(pc.cast(array, pa.float64())))
+    return Column(name=name, kind="numeric", values=_floats(pc.cast(array, pa.float64())))
+
+
+def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
+    types = {str(c.type) for c in chunks}
+    if len(types) == 1:
+        only = chunks[0].type
+        if pa.types.is_integer(only) or pa.types.is_floating(only) or pa.types.is_boolean(only):
+            return only
+        if pa.types.is_string(only) or pa.types.is_large_string(only) or pa.types.is_null(only):
+            return pa.string()
+    if all(pa.types.is_integer(c.type) or pa.types.is_floating(c.type) for c in chunks):
+        return pa.float64()
+    return pa.string()
+
+
+def _infer_text(name: str, array: pa.ChunkedArray) -> Column:
+    text = pc.utf8_trim_whitespace(array)
+    present = pc.fill_null(pc.not_equal(text, ""), False)
+    values = pc.if_else(present, text, pa.scalar(None, pa.string()))
+    lower = pc.utf8_lower(values)
+    non_missing = pc.drop_null(values)
+    if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
+        return Column(name=name, kind="boolean", values=_floats(pc.cast(pc.equal(lower, "true"), pa.float64())))
+    if len(non_missing) and pc.all(pc.match_substring_regex(non_missing, _NUMBER)).as_py():
+        return Column(name=name, kind="numeric", values=_floats(pc.cast(values, pa.float64())))
+    return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object))
+
+
+def _floats(array: pa.ChunkedArray | pa.Array) -> FloatArray:
+    return np.asarray(pc.fill_null(array, float("nan")).to_numpy(), dtype=np.float64)

@@ -1,0 +1,187 @@
+"""The pure feature-engineering transform (no I/O): target, sampling, split, encoding, selection.
+
+Kept apart from the pipeline step so it can be tested on tiny in-memory datasets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.dataset import Column, Dataset, FloatArray
+from ml8s.errors import DataError
+from ml8s.params import RunParams
+
+MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
+OTHER = "__other__"
+MISSING = "__missing__"
+
+IntArray = npt.NDArray[np.int64]
+
+
+class Prepared(BaseModel):
+    """Rows kept for training, their class indices and split, and the feature columns to encode."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    target_column: str
+    classes: tuple[str, ...]
+    target: IntArray
+    split: IntArray
+    columns: tuple[Column, ...]
+    dropped: dict[str, str]
+    rows_read: int
+    rows_missing_target: int
+    rows_per_file: dict[str, int]
+
+    @property
+    def train_rows(self) -> int:
+        return int((self.split == 0).sum())
+
+    @property
+    def test_rows(self) -> int:
+        return int((self.split == 1).sum())
+
+    def row_counts(self) -> dict[str, int]:
+        return {
+            "read": self.rows_read,
+            "missing_target_dropped": self.rows_missing_target,
+            "kept": len(self.target),
+            "train": self.train_rows,
+            "test": self.test_rows,
+        }
+
+
+def prepare(data: Dataset, params: RunParams) -> Prepared:
+    """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded."""
+    names = set(data.names)
+    if params.target_column not in names:
+        raise DataError(
+            f"TARGET_COLUMN={params.target_column!r} is not a column of the data; expected one of {sorted(names)}"
+        )
+    unknown = sorted(set(params.exclude_columns) - names)
+    if unknown:
+        raise DataError(f"EXCLUDE_COLUMNS names {unknown}, which are not columns of the data; expected {sorted(names)}")
+    if params.target_column in params.exclude_columns:
+        raise DataError(f"EXCLUDE_COLUMNS contains the target {params.target_column!r}; expected feature columns only")
+    target_col = data.column(params.target_column)
+    keep = ~target_col.missing()
+    labels, classes = _encode_target(target_col, keep)
+    rows = np.flatnonzero(keep)
+    if params.sample_rows is not None and params.sample_rows < len(rows):
+        chosen = np.random.default_rng(params.random_seed).permutation(len(rows))[: params.sample_rows]
+        rows = rows[np.sort(chosen)]
+    if len(rows) < 2:
+        raise DataError(f"only {len(rows)} row(s) have a {params.target_column!r} value; expected at least 2")
+    target = labels[rows]
+    if len(set(target.tolist())) < 2:
+        raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
+    split = _split(len(rows), params.test_size, params.random_seed)
+    dropped: dict[str, str] = {name: "EXCLUDE_COLUMNS" for name in params.exclude_columns}
+    columns: list[Column] = []
+    for column in data.columns:
+        if column.name == params.target_column or column.name in dropped:
+            continue
+        kept = Column(name=column.name, kind=column.kind, values=column.values[rows])
+        if kept.missing().all():
+            dropped[column.name] = "all values missing"
+            continue
+        if kept.kind == "categorical" and len(rows) > MAX_CATEGORIES and len(set(kept.values.tolist())) == len(rows):
+            dropped[column.name] = "identifier: every value distinct"
+            continue
+        columns.append(kept)
+    if not columns:
+        raise DataError("no feature columns are left after EXCLUDE_COLUMNS and empty columns; expected at least one")
+    return Prepared(
+        target_column=params.target_column,
+        classes=classes,
+        target=target.astype(np.int64),
+        split=split,
+        columns=tuple(columns),
+        dropped=dropped,
+        rows_read=data.rows,
+        rows_missing_target=int((~keep).sum()),
+        rows_per_file=data.rows_per_file,
+    )
+
+
+def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict[str, object]]]:
+    """Encode every column, select MAX_FEATURES by training variance, standardize; columns sorted by name."""
+    train = prepared.split == 0
+    blocks: list[tuple[str, FloatArray, dict[str, object]]] = []
+    for column in prepared.columns:
+        blocks.extend(_encode_column(column, train))
+    variances = {name: float(values[train].var()) for name, values, _ in blocks}
+    if params.max_features is not None and params.max_features < len(blocks):
+        ranked = sorted(blocks, key=lambda b: (-variances[b[0]], b[0]))
+        blocks = ranked[: params.max_features]
+    blocks.sort(key=lambda b: b[0])
+    matrix = np.empty((len(prepared.target), len(blocks)), dtype=np.float64)
+    described: list[dict[str, object]] = []
+    for i, (name, values, spec) in enumerate(blocks):
+        spec = {**spec, "name": name, "train_variance": variances[name]}
+        if params.standardize and spec["kind"] == "numeric":
+            mean, std = float(values[train].mean()), float(values[train].std())
+            std = std if std > 0 and math.isfinite(std) else 1.0
+            values = (values - mean) / std
+            spec.update(scale_mean=mean, scale_std=std)
+        matrix[:, i] = values
+        described.append(dict(sorted(spec.items())))
+    return matrix, described
+
+
+def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[IntArray, tuple[str, ...]]:
+    """Classes in sorted order: numerically for numbers, by code point for text."""
+    if column.kind == "categorical":
+        present = sorted({str(v) for v in column.values[keep]})
+        index = {c: i for i, c in enumerate(present)}
+        return np.array([index.get(str(v), -1) for v in column.values], dtype=np.int64), tuple(present)
+    values = column.values.astype(np.float64)
+    uniques = np.unique(values[keep])
+    names = tuple(_number_label(float(u), column.kind) for u in uniques)
+    positions = np.searchsorted(uniques, np.where(keep, values, uniques[0]))
+    return np.where(keep, positions, -1).astype(np.int64), names
+
+
+def _number_label(value: float, kind: str) -> str:
+    if kind == "boolean":
+        return "true" if value else "false"
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _split(n: int, test_size: float, seed: int) -> IntArray:
+    n_test = min(max(round(n * test_size), 1), n - 1)
+    order = np.random.default_rng([seed, 1]).permutation(n)
+    split = np.zeros(n, dtype=np.int64)
+    split[order[:n_test]] = 1
+    return split
+
+
+def _encode_column(column: Column, train: npt.NDArray[np.bool_]) -> list[tuple[str, FloatArray, dict[str, object]]]:
+    missing = column.missing()
+    out: list[tuple[str, FloatArray, dict[str, object]]] = []
+    if column.kind == "categorical":
+        values = np.array([MISSING if v is None else str(v) for v in column.values], dtype=object)
+        counts: dict[str, int] = {}
+        for v in values.tolist():
+            counts[v] = counts.get(v, 0) + 1
+        kept = sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
+        values = np.where(np.isin(values, kept), values, OTHER)
+        categories = sorted(set(values.tolist()))
+        for category in categories:
+            spec: dict[str, object] = {"source": column.name, "kind": "onehot", "category": category}
+            out.append((f"{column.name}={category}", (values == category).astype(np.float64), spec))
+        return out
+    numbers = column.values.astype(np.float64)
+    observed = numbers[train & ~missing]
+    fill = float(observed.mean()) if len(observed) else 0.0
+    out.append(
+        (column.name, np.where(missing, fill, numbers), {"source": column.name, "kind": column.kind, "impute": fill})
+    )
+    if missing.any():
+        spec = {"source": column.name, "kind": "indicator"}
+        out.append((f"{column.name}__missing", missing.astype(np.float64), spec))
+    return out

@@ -1,0 +1,75 @@
+"""Step 7, finalization: check every artifact against ``training_metadata.json``, write the manifest,
+then the marker, last."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ml8s import layout
+from ml8s.context import RunContext
+from ml8s.errors import IntegrityError, NotFoundError
+from ml8s.manifest import ArtifactRef, Manifest, RerunAudit
+from ml8s.pipeline.gate import GateDecision
+from ml8s.registry import MlflowRef
+
+
+def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
+    """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
+    store = ctx.store()
+    metadata = json.loads(store.get(ctx.key(layout.TRAINING_METADATA)))
+    recorded: dict[str, dict[str, object]] = metadata["artifacts"]
+    expected = set(layout.checksummed_artifacts(ctx.params.model_format))
+    if set(recorded) != expected:
+        raise IntegrityError(
+            f"{ctx.uri(layout.TRAINING_METADATA)} records {sorted(recorded)}; expected exactly {sorted(expected)}"
+        )
+    artifacts: dict[str, ArtifactRef] = {}
+    for rel in sorted(recorded):
+        try:
+            data = store.get(ctx.key(rel))
+        except NotFoundError as exc:
+            raise IntegrityError(
+                f"{ctx.uri(rel)} is missing at finalization; expected it written by Steps 2-5"
+            ) from exc
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != recorded[rel]["sha256"] or len(data) != recorded[rel]["size"]:
+            raise IntegrityError(
+                f"{ctx.uri(rel)} has sha256 {digest} ({len(data)} bytes); expected {recorded[rel]['sha256']} "
+                f"({recorded[rel]['size']} bytes) as recorded in training_metadata.json"
+            )
+        artifacts[rel] = ArtifactRef(uri=ctx.uri(rel), sha256=digest, size=len(data))
+    snapshot = store.get(ctx.key(layout.CONFIG_SNAPSHOT))
+    if snapshot != ctx.identity.config_snapshot_bytes():
+        raise IntegrityError(
+            f"{ctx.uri(layout.CONFIG_SNAPSHOT)} differs from this run's identity; expected identical bytes"
+        )
+    manifest = Manifest(
+        run_id=ctx.run_id,
+        full_config_hash=ctx.identity.full_config_hash,
+        data_fingerprint=ctx.identity.data_fingerprint,
+        canonicalization_version=ctx.identity.canonicalization_version,
+        artifact_root=ctx.artifact_root,
+        artifacts=artifacts,
+        mlflow=mlflow.model_dump(),
+        force_rerun=_rerun_audit(decision, artifacts) if decision.force_rerun else None,
+    )
+    data = manifest.to_bytes()
+    writer = ctx.writer(store)
+    writer.write_bytes(layout.MANIFEST, data, "manifest")
+    if store.put_if_absent(ctx.key(layout.SUCCESS_MARKER), b""):
+        ctx.log("finalize", f"success.marker created: run complete at {ctx.artifact_root}")
+    else:
+        ctx.log("finalize", "success.marker already present (an identical run finished first): bytes are identical")
+    return data.decode("utf-8")
+
+
+def _rerun_audit(decision: GateDecision, artifacts: dict[str, ArtifactRef]) -> RerunAudit:
+    previous = decision.previous_sha256
+    changed = sorted(rel for rel in set(previous) | set(artifacts) if previous.get(rel) != _sha(artifacts, rel))
+    return RerunAudit(reproduced=bool(previous) and not changed, changed=tuple(changed), previous_sha256=previous)
+
+
+def _sha(artifacts: dict[str, ArtifactRef], rel: str) -> str | None:
+    ref = artifacts.get(rel)
+    return ref.sha256 if ref else None

@@ -1,0 +1,150 @@
+"""Step 1, the idempotence gate: a completed run returns its manifest; a mismatch halts.
+
+Reads only the store (no torch, no MLflow): a re-run of a completed run must cost about as much as
+starting the workflow.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s import layout
+from ml8s.context import RunContext
+from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
+from ml8s.identity import canonical_bytes
+from ml8s.settings import worker_id
+from ml8s.store import Store
+
+
+class GateDecision(BaseModel):
+    """What the gate found. ``manifest`` is the stored manifest text when ``completed``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    completed: bool
+    manifest: str = ""
+    force_rerun: bool = False
+    previous_sha256: dict[str, str] = {}
+
+
+def gate(ctx: RunContext) -> GateDecision:
+    """Decide whether the run must (re)execute Steps 2-7.
+
+    Raises:
+        RunIdHashCollisionError: ARTIFACT_ROOT holds a snapshot of another FULL_CONFIG_HASH (complete or not).
+        DataDriftError: non-strict identity, the completed run was made from other data.
+    """
+    store = ctx.store()
+    completed = store.exists(ctx.key(layout.SUCCESS_MARKER))
+    _check_snapshot(ctx, store, completed=completed)
+    if ctx.settings.force_rerun:
+        previous = _recorded_sha256(ctx, store)
+        clear_run(ctx, store)
+        ctx.log(
+            "gate", f"FORCE_RERUN: cleared {ctx.artifact_root} ({len(previous)} recorded checksums kept to compare)"
+        )
+        return GateDecision(completed=False, force_rerun=True, previous_sha256=previous)
+    if completed:
+        try:
+            manifest = store.get(ctx.key(layout.MANIFEST)).decode("utf-8")
+        except NotFoundError as exc:
+            raise StoreError(
+                f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.MANIFEST)} does not; "
+                "the run was finalized by an incompatible writer or tampered with (run `ml8s verify`)"
+            ) from exc
+        ctx.log("gate", "success.marker found and snapshot matches: returning the stored manifest")
+        return GateDecision(completed=True, manifest=manifest)
+    ctx.log("gate", "no success.marker: running Steps 2-7")
+    return GateDecision(completed=False)
+
+
+def clear_run(ctx: RunContext, store: Store) -> None:
+    """FORCE_RERUN order: the marker first (the run stops counting as complete), then the artifacts."""
+    store.delete(ctx.key(layout.SUCCESS_MARKER))
+    for rel in sorted({*layout.final_artifacts("onnx"), *layout.final_artifacts("safetensors")}):
+        store.delete(ctx.key(rel))
+
+
+def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
+    try:
+        stored = json.loads(store.get(ctx.key(layout.CONFIG_SNAPSHOT)))
+    except NotFoundError:
+        if completed:
+            raise StoreError(
+                f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.CONFIG_SNAPSHOT)} does not; "
+                "the run is inconsistent (run `ml8s verify`)"
+            ) from None
+        return
+    except ValueError as exc:
+        raise StoreError(f"{ctx.uri(layout.CONFIG_SNAPSHOT)} is not valid JSON: {exc}") from exc
+    computed = ctx.identity
+    stored_hash = str(stored.get("full_config_hash", ""))
+    if stored_hash != computed.full_config_hash:
+        _incident(ctx, store, "RUN_ID_HASH_COLLISION", stored)
+        raise RunIdHashCollisionError(
+            f"RUN_ID {ctx.run_id} at {ctx.artifact_root} belongs to FULL_CONFIG_HASH {stored_hash}, "
+            f"but this run computed {computed.full_config_hash}; nothing was overwritten "
+            f"(incident recorded under {ctx.settings.pipeline_root_uri}/{layout.INCIDENTS_DIR}/{ctx.run_id}/)"
+        )
+    if not completed or ctx.settings.force_rerun:
+        return
+    recorded = _recorded_fingerprint(ctx, store, stored)
+    if recorded != computed.data_fingerprint:
+        if ctx.settings.strict_data_identity:
+            _incident(ctx, store, "RUN_ID_HASH_COLLISION", stored)
+            raise RunIdHashCollisionError(
+                f"RUN_ID {ctx.run_id}: FULL_CONFIG_HASH {computed.full_config_hash} matches but the recorded "
+                f"DATA_FINGERPRINT {recorded} differs from the computed {computed.data_fingerprint}"
+            )
+        _incident(ctx, store, "DATA_DRIFT", stored)
+        raise DataDriftError(
+            f"run {ctx.run_id} was made from DATA_FINGERPRINT {recorded} but {ctx.params.data_root} now "
+            f"fingerprints to {computed.data_fingerprint} (STRICT_DATA_IDENTITY=false); set FORCE_RERUN=true "
+            "to retrain on the new data, or use strict identity to give it a new RUN_ID"
+        )
+
+
+def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, object]) -> str:
+    """The fingerprint of data_fingerprint.json, which must agree with the snapshot's."""
+    try:
+        recorded = str(json.loads(store.get(ctx.key(layout.DATA_FINGERPRINT))).get("fingerprint", ""))
+    except (NotFoundError, ValueError) as exc:
+        raise StoreError(f"{ctx.uri(layout.DATA_FINGERPRINT)} is missing or unreadable: {exc}") from exc
+    if recorded != snapshot.get("data_fingerprint"):
+        raise StoreError(
+            f"{ctx.uri(layout.DATA_FINGERPRINT)} records {recorded} but {ctx.uri(layout.CONFIG_SNAPSHOT)} records "
+            f"{snapshot.get('data_fingerprint')}; the run was tampered with (run `ml8s verify`)"
+        )
+    return recorded
+
+
+def _recorded_sha256(ctx: RunContext, store: Store) -> dict[str, str]:
+    try:
+        metadata = json.loads(store.get(ctx.key(layout.TRAINING_METADATA)))
+    except (NotFoundError, ValueError):
+        return {}
+    artifacts = metadata.get("artifacts", {})
+    return {str(rel): str(entry["sha256"]) for rel, entry in sorted(artifacts.items())}
+
+
+def _incident(ctx: RunContext, store: Store, kind: str, stored: dict[str, object]) -> None:
+    """An audit record outside ARTIFACT_ROOT; failing to write it must not hide the original error."""
+    record = {
+        "kind": kind,
+        "run_id": ctx.run_id,
+        "artifact_root": ctx.artifact_root,
+        "stored": stored,
+        "computed": ctx.identity.config_snapshot(),
+        "worker": {"worker_id": worker_id(), "hostname": socket.gethostname()},
+        "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    key = layout.incident_key(ctx.run_id, kind, ctx.identity.full_config_hash)
+    tmp = f"{layout.INCIDENTS_DIR}/{layout.TMP_DIR}/incident-{worker_id()}.json"
+    try:
+        store.put_atomic(key, canonical_bytes(record), tmp_key=tmp)
+    except Ml8sError as exc:
+        ctx.log("gate", f"could not record the {kind} incident at {store.uri(key)}: {exc}")

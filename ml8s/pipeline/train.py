@@ -1,0 +1,124 @@
+"""Step 4, training: deterministic torch training on the feature matrix, held-out metrics.
+
+Writes ``model/model_native.safetensors`` (the state dict, no metadata: safetensors writes its
+metadata dict in hash order) and ``metrics.json``; returns the summary export needs.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import numpy as np
+import safetensors.torch
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from ml8s import layout
+from ml8s.context import RunContext
+from ml8s.determinism import seed_everything
+from ml8s.errors import TrainingError
+from ml8s.identity import canonical_bytes
+from ml8s.metrics import classification_metrics
+from ml8s.model import ModelSpec, architecture, build_model, parameter_count
+from ml8s.pipeline.features import fetch_matrix
+
+
+class TrainSummary(BaseModel):
+    """What training produced, passed to export (and recorded in training_metadata.json)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    spec: ModelSpec
+    architecture: str
+    parameter_count: int
+    classes: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    epoch_losses: tuple[float, ...]
+    train_rows: int
+    test_rows: int
+
+
+def train(ctx: RunContext) -> TrainSummary:
+    """Train MODEL_TYPE on the training split; evaluate on the held-out split."""
+    params = ctx.params
+    device = seed_everything(params.random_seed, params.train_device)
+    with tempfile.TemporaryDirectory(prefix="ml8s-train-") as tmp:
+        features, target, split, names = fetch_matrix(ctx, tmp)
+    classes = tuple(json.loads(ctx.store().get(ctx.key(layout.FEATURE_SCHEMA)))["target"]["classes"])
+    spec = ModelSpec(
+        model_type=params.model_type,
+        n_features=features.shape[1],
+        n_classes=len(classes),
+        hidden_units=params.hidden_units,
+        hidden_layers=params.hidden_layers,
+    )
+    model = build_model(spec).to(device)
+    x = torch.from_numpy(features.astype(np.float32)).to(device)
+    y = torch.from_numpy(target).to(device)
+    train_idx = torch.from_numpy(np.flatnonzero(split == 0)).to(device)
+    losses = _fit(ctx, model, x, y, train_idx)
+    test = split == 1
+    probs = predict_proba(model, x[torch.from_numpy(np.flatnonzero(test)).to(device)])
+    metrics = classification_metrics(probs, target[test], len(classes))
+    metrics.update(train_rows=int((~test).sum()), test_rows=int(test.sum()), final_train_loss=losses[-1])
+    writer = ctx.writer()
+    writer.write_bytes(layout.MODEL_NATIVE, native_bytes(model), "model_native")
+    writer.write_bytes(layout.METRICS, canonical_bytes(dict(sorted(metrics.items()))), "metrics")
+    ctx.log(
+        "train", f"{architecture(spec)} held-out accuracy {metrics['accuracy']:.4f} log-loss {metrics['log_loss']:.4f}"
+    )
+    return TrainSummary(
+        spec=spec,
+        architecture=architecture(spec),
+        parameter_count=parameter_count(model),
+        classes=classes,
+        feature_names=tuple(names),
+        epoch_losses=tuple(losses),
+        train_rows=int((~test).sum()),
+        test_rows=int(test.sum()),
+    )
+
+
+def native_bytes(model: torch.nn.Module) -> bytes:
+    """The state dict as safetensors bytes (CPU, contiguous, no metadata)."""
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in sorted(model.state_dict().items())}
+    return safetensors.torch.save(tensors)
+
+
+def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[int, int], np.dtype[np.float64]]:
+    """Softmax in float64 on the CPU, so metrics do not depend on the device's float32 softmax."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(x).to("cpu").numpy().astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return np.asarray(exp / exp.sum(axis=1, keepdims=True), dtype=np.float64)
+
+
+def _fit(
+    ctx: RunContext, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train_idx: torch.Tensor
+) -> list[float]:
+    params = ctx.params
+    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+    generator = torch.Generator().manual_seed(params.random_seed)
+    losses: list[float] = []
+    model.train()
+    for epoch in range(params.epochs):
+        order = train_idx[torch.randperm(len(train_idx), generator=generator).to(train_idx.device)]
+        total, batches = 0.0, 0
+        for start in range(0, len(order), params.batch_size):
+            batch = order[start : start + params.batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x[batch]), y[batch])
+            torch.autograd.backward(loss)
+            optimizer.step()
+            total, batches = total + float(loss.item()), batches + 1
+        mean = total / max(batches, 1)
+        if not np.isfinite(mean):
+            raise TrainingError(
+                f"training loss is {mean} at epoch {epoch + 1}; expected a finite loss (lower LEARNING_RATE?)"
+            )
+        losses.append(mean)
+        ctx.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f}")
+    return losses
