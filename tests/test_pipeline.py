@@ -1,0 +1,205 @@
+"""The run contract end to end, each run in its own process (``ml8s run``), as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ml8s import layout
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+SEED_LAYOUT = (
+    "config_snapshot.json",
+    "data_fingerprint.json",
+    "features/feature_matrix.parquet",
+    "features/feature_schema.json",
+    "metrics.json",
+    "model/model.onnx",
+    "model/model_native.safetensors",
+    "success.marker",
+    "training_metadata.json",
+)
+
+
+def env_for(data: Path, root: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "STRICT_DATA_IDENTITY")}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="2")
+    env.update(extra)
+    return env
+
+
+def ml8s(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        pytest.fail(f"ml8s {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def run_dir(root: Path, run_id: str) -> Path:
+    return root / layout.RUNS_DIR / run_id
+
+
+def tree(directory: Path) -> dict[str, tuple[int, int, bytes]]:
+    """relative path -> (inode, mtime_ns, bytes) of every file, to prove nothing was rewritten."""
+    out = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            out[str(path.relative_to(directory))] = (stat.st_ino, stat.st_mtime_ns, path.read_bytes())
+    return out
+
+
+def model_versions(root: Path) -> list[str]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db")
+    return sorted(str(v.version) for v in client.search_model_versions("name='ml8s-model'"))
+
+
+@pytest.fixture(scope="module")
+def completed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, object]]:
+    """One completed run shared by the read-only tests of this module."""
+    from conftest import write_small_churn
+
+    base = tmp_path_factory.mktemp("completed")
+    data = write_small_churn(base / "data")
+    manifest = json.loads(ml8s(env_for(data, base / "root"), "run").stdout)
+    return data, base / "root", manifest
+
+
+def test_two_processes_two_roots_give_identical_bytes(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    data, root, manifest = completed
+    other = json.loads(ml8s(env_for(data, tmp_path / "root"), "run").stdout)
+    assert other["run_id"] == manifest["run_id"]
+    first, second = run_dir(root, str(manifest["run_id"])), run_dir(tmp_path / "root", str(other["run_id"]))
+    for rel in SEED_LAYOUT:
+        assert (first / rel).read_bytes() == (second / rel).read_bytes(), rel
+    assert (first / layout.SUCCESS_MARKER).stat().st_size == 0
+    # The manifest names its own root and MLflow run: everything else in it is identical.
+    assert {k: v["sha256"] for k, v in other["artifacts"].items()} == {
+        k: v["sha256"] for k, v in manifest["artifacts"].items()
+    }
+    assert sorted(p.name for p in (first / layout.TMP_DIR).iterdir()) == []
+
+
+def test_rerun_returns_early_writes_nothing_and_adds_no_version(
+    completed: tuple[Path, Path, dict[str, object]],
+) -> None:
+    data, root, manifest = completed
+    before = tree(root)
+    proc = ml8s(env_for(data, root), "run")
+    assert json.loads(proc.stdout) == manifest
+    assert (run_dir(root, str(manifest["run_id"])) / layout.MANIFEST).read_text() == proc.stdout
+    assert tree(root) == before  # not one file rewritten, MLflow's database included
+    assert model_versions(root) == ["1"]
+
+
+def test_force_rerun_regenerates_and_reproduces(tmp_path: Path) -> None:
+    from conftest import write_small_churn
+
+    data = write_small_churn(tmp_path / "data")
+    root = tmp_path / "root"
+    first = json.loads(ml8s(env_for(data, root), "run").stdout)
+    directory = run_dir(root, first["run_id"])
+    old = tree(directory)
+    forced = json.loads(ml8s(env_for(data, root, FORCE_RERUN="true"), "run").stdout)
+    new = tree(directory)
+    assert forced["force_rerun"]["reproduced"] is True
+    assert forced["force_rerun"]["changed"] == []
+    for rel in SEED_LAYOUT:
+        assert new[rel][0:2] != old[rel][0:2], f"{rel} was not regenerated"
+        assert new[rel][2] == old[rel][2], f"{rel} changed bytes"
+    assert model_versions(root) == ["1"]
+    # The audit is recorded: a plain re-run afterwards returns the forced run's manifest.
+    assert json.loads(ml8s(env_for(data, root), "run").stdout) == forced
+
+
+def test_simulated_collision_halts_with_both_hashes(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    data, _, manifest = completed
+    root = tmp_path / "root"
+    directory = run_dir(root, str(manifest["run_id"]))
+    directory.mkdir(parents=True)
+    forged = "f" * 64
+    snapshot = {"full_config_hash": forged, "run_id": manifest["run_id"], "data_fingerprint": "0" * 64}
+    (directory / layout.CONFIG_SNAPSHOT).write_text(json.dumps(snapshot))
+    (directory / layout.SUCCESS_MARKER).write_bytes(b"")
+    before = tree(directory)
+    proc = ml8s(env_for(data, root), "run", check=False)
+    assert proc.returncode == 1
+    assert "RUN_ID_HASH_COLLISION" in proc.stderr
+    assert forged in proc.stderr and str(manifest["full_config_hash"]) in proc.stderr
+    assert tree(directory) == before
+    incidents = list((root / layout.INCIDENTS_DIR).rglob("*.json"))
+    assert len(incidents) == 1
+    record = json.loads(incidents[0].read_text())
+    assert record["stored"]["full_config_hash"] == forged
+    assert record["computed"]["full_config_hash"] == manifest["full_config_hash"]
+
+
+def test_non_strict_identity_with_changed_data_is_data_drift(tmp_path: Path) -> None:
+    from conftest import write_small_churn
+
+    data = write_small_churn(tmp_path / "data")
+    root = tmp_path / "root"
+    env = env_for(data, root, STRICT_DATA_IDENTITY="false")
+    first = json.loads(ml8s(env, "run").stdout)
+    with open(data / "part-000.csv", "a") as handle:
+        handle.write("C99999,12,50.5,basic,true,no\n")
+    proc = ml8s(env, "run", check=False)
+    assert proc.returncode == 1
+    assert "DATA_DRIFT" in proc.stderr and first["data_fingerprint"] in proc.stderr
+    # Strict identity (the default) gives the changed data a new RUN_ID instead.
+    assert json.loads(ml8s(env_for(data, root), "run").stdout)["run_id"] != first["run_id"]
+
+
+def test_sigkill_after_features_then_rerun_equals_clean_run(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    data, clean_root, manifest = completed
+    root = tmp_path / "root"
+    directory = run_dir(root, str(manifest["run_id"]))
+    proc = subprocess.Popen([ML8S, "run"], env=env_for(data, root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (directory / layout.FEATURE_SCHEMA).exists():
+        assert proc.poll() is None, "the run ended before feature engineering finished"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (directory / layout.SUCCESS_MARKER).exists()
+    assert not (directory / layout.TRAINING_METADATA).exists()
+    ml8s(env_for(data, root), "run")
+    clean = run_dir(clean_root, str(manifest["run_id"]))
+    for rel in SEED_LAYOUT:
+        assert (directory / rel).read_bytes() == (clean / rel).read_bytes(), rel
+
+
+def test_four_identical_runs_at_once_leave_one_model_version(tmp_path: Path) -> None:
+    from conftest import write_small_churn
+
+    data = write_small_churn(tmp_path / "data")
+    root = tmp_path / "root"
+    procs = [
+        subprocess.Popen(
+            [ML8S, "run"], env=env_for(data, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    manifests = [json.loads(out) for out, _ in outputs]
+    assert all(m == manifests[0] for m in manifests)
+    assert model_versions(root) == ["1"]
+    assert (run_dir(root, manifests[0]["run_id"]) / layout.SUCCESS_MARKER).exists()
