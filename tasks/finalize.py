@@ -1,0 +1,28 @@
+"""Step 7 as a task: write the manifest, then success.marker, last."""
+
+from __future__ import annotations
+
+from flytekit import task
+
+from ml8s import log
+from ml8s.context import RunContext
+from ml8s.pipeline.gate import GateDecision
+
+
+@task
+def finalize_run(context: str, mlflow: str, decision: str) -> str:
+    """Verify every final artifact, write manifest.json and then success.marker.
+
+    Returns:
+        The manifest JSON, the workflow's output.
+    """
+    log.configure()
+    # Imported here, not at module level: the step and the registry models pull in mlflow.
+    from ml8s import registry
+    from ml8s.pipeline import finalize
+
+    return finalize.finalize(
+        RunContext.from_json(context),
+        registry.MlflowRef.model_validate_json(mlflow),
+        GateDecision.model_validate_json(decision),
+    )

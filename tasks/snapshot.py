@@ -1,0 +1,18 @@
+"""Step 2 as a task: snapshot the configuration and the data fingerprint into ARTIFACT_ROOT."""
+
+from __future__ import annotations
+
+from flytekit import task
+
+from ml8s import log
+from ml8s.context import RunContext
+
+
+@task
+def snapshot_data(context: str) -> None:
+    """Write config_snapshot.json and data_fingerprint.json."""
+    log.configure()
+    # Imported here, like every step after the gate: the early-exit path stays light.
+    from ml8s.pipeline import snapshot
+
+    snapshot.snapshot(RunContext.from_json(context))
