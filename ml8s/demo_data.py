@@ -1,0 +1,302 @@
+"""A deterministic churn-like demo dataset, so `make run` works from a fresh clone with no download.
+
+The dataset exercises everything the pipeline must handle (numeric, categorical and boolean columns,
+missing values, a few rows with a missing target) and has a target that really depends on the
+features, so a trained classifier visibly beats the majority class.
+
+Why determinism matters here: the data fingerprint is part of RUN_ID (SPEC §2). If two invocations of
+the generator produced different bytes, two `make run`s on two machines (or after `make clean`) would
+get two RUN_IDs and the idempotence demo would be meaningless. So:
+
+- every random draw comes from one ``numpy.random.default_rng(seed)`` stream, drawn in a fixed order
+  and always for every row (a missing value masks a draw, it never skips one);
+- the target is ``z + logistic noise > 0`` with ``z`` built from ``+`` and ``*`` only, so no vectorized
+  transcendental function (whose last bit may differ between SIMD code paths) decides a label;
+- numbers are written with fixed formats (``f"{x:.2f}"``, ``str(int)``), never ``repr``, and files are
+  encoded as UTF-8 with ``\\n`` line ends.
+
+Bytes are stable for a given numpy version; numpy does not promise identical streams across versions
+of its distributions, which is why constraints.txt pins it.
+
+Writing is idempotent and never mixes datasets: each file is written atomically (temporary file in the
+same directory, fsync, ``os.replace``); a directory that already holds exactly these bytes is left
+untouched (same mtimes, so nothing downstream sees a change); a directory holding anything else
+(another dataset, foreign files) is refused rather than half-overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ml8s.errors import DataError
+
+COLUMNS: tuple[str, ...] = (
+    "tenure_months",
+    "monthly_charges",
+    "total_charges",
+    "support_calls",
+    "data_usage_gb",
+    "num_devices",
+    "satisfaction_score",
+    "plan",
+    "region",
+    "payment_method",
+    "contract",
+    "auto_pay",
+    "paperless_billing",
+    "has_partner",
+    "churned",
+)
+TARGET = "churned"
+
+PLANS = ("basic", "standard", "premium")
+REGIONS = ("central", "east", "north", "south", "west")
+PAYMENT_METHODS = ("bank_transfer", "credit_card", "electronic_check", "mailed_check")
+CONTRACTS = ("month-to-month", "one_year", "two_year")
+
+# Fraction of empty fields per column (missing at random: the target is computed from the true values).
+MISSING_RATES: tuple[tuple[str, float], ...] = (
+    ("total_charges", 0.02),
+    ("support_calls", 0.015),
+    ("data_usage_gb", 0.01),
+    ("satisfaction_score", 0.04),
+    ("region", 0.03),
+    ("payment_method", 0.02),
+    ("paperless_billing", 0.015),
+)
+
+_PART_RE = re.compile(r"^part-\d{5}\.csv$")
+# Temporary files this module creates (mkstemp adds random characters between prefix and suffix).
+_TMP_RE = re.compile(r"^\.part-\d{5}\.csv\..+\.tmp$")
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class DemoFile:
+    """One generated file: its name in the output directory, its bytes and its row count."""
+
+    name: str
+    content: bytes
+    rows: int
+
+
+def generate(rows: int, files: int, seed: int) -> list[DemoFile]:
+    """The dataset as ``files`` CSV files of ``rows`` rows in total (pure: same arguments, same bytes).
+
+    Rows are split as evenly as possible, the first files taking one extra row when it does not divide.
+    """
+    if rows < 1:
+        raise DataError(f"--rows={rows}: expected at least 1 row")
+    if files < 1 or files > rows:
+        raise DataError(f"--files={files}: expected between 1 and --rows ({rows}) files")
+    if seed < 0:
+        raise DataError(f"--seed={seed}: expected an integer >= 0")
+    columns = _columns(rows, np.random.default_rng(seed))
+    header = ",".join(COLUMNS)
+    lines = [",".join(fields) for fields in zip(*(columns[name] for name in COLUMNS), strict=True)]
+    out: list[DemoFile] = []
+    start = 0
+    base, extra = divmod(rows, files)
+    for index in range(files):
+        count = base + (1 if index < extra else 0)
+        text = header + "\n" + "".join(line + "\n" for line in lines[start : start + count])
+        out.append(DemoFile(name=f"part-{index:05d}.csv", content=text.encode("utf-8"), rows=count))
+        start += count
+    return out
+
+
+def _columns(n: int, rng: np.random.Generator) -> dict[str, list[str]]:
+    """Every column as a list of CSV fields. The order of the draws below is part of the format."""
+    contract = rng.choice(len(CONTRACTS), size=n, p=[0.55, 0.25, 0.20])
+    plan = rng.choice(len(PLANS), size=n, p=[0.45, 0.35, 0.20])
+    region = rng.integers(0, len(REGIONS), size=n)
+    payment = rng.choice(len(PAYMENT_METHODS), size=n, p=[0.22, 0.25, 0.33, 0.20])
+    num_devices: IntArray = rng.integers(1, 7, size=n)
+
+    contract_bonus = np.array([0.0, 12.0, 24.0])[contract]
+    tenure: IntArray = np.floor(np.clip(rng.gamma(2.0, 11.0, size=n) + contract_bonus, 0.0, 72.0)).astype(np.int64)
+    plan_base = np.array([25.0, 55.0, 85.0])[plan]
+    monthly: FloatArray = np.clip(plan_base + 2.0 * num_devices + rng.normal(0.0, 8.0, size=n), 18.25, 119.75)
+    total: FloatArray = tenure * monthly * rng.uniform(0.95, 1.05, size=n)
+    support: IntArray = rng.poisson(1.0 + 0.8 * (plan == 0), size=n).astype(np.int64)
+    usage: FloatArray = rng.gamma(2.0, 10.0 + 10.0 * plan, size=n)
+    satisfaction: IntArray = np.clip(np.rint(4.2 - 0.45 * support + rng.normal(0.0, 0.9, size=n)), 1, 5).astype(
+        np.int64
+    )
+    card_or_bank = payment <= 1
+    auto_pay: BoolArray = rng.random(size=n) < np.where(card_or_bank, 0.8, 0.25)
+    paperless: BoolArray = rng.random(size=n) < 0.6
+    partner: BoolArray = rng.random(size=n) < 0.48
+
+    # A logistic model of a few features (only + and *), plus standard logistic noise.
+    z = (
+        -1.2
+        + 2.0 * (contract == 0)
+        - 1.2 * (contract == 2)
+        - 0.06 * tenure
+        + 0.04 * (monthly - 60.0)
+        + 0.5 * support
+        - 0.7 * (satisfaction - 3)
+        - 0.8 * auto_pay
+        + 0.7 * (payment == 2)
+        + 0.3 * paperless
+        - 0.3 * partner
+    )
+    churned: BoolArray = z + rng.logistic(0.0, 1.0, size=n) > 0.0
+
+    fields: dict[str, list[str]] = {
+        "tenure_months": [str(v) for v in tenure.tolist()],
+        "monthly_charges": [f"{v:.2f}" for v in monthly.tolist()],
+        "total_charges": [f"{v:.2f}" for v in total.tolist()],
+        "support_calls": [str(v) for v in support.tolist()],
+        "data_usage_gb": [f"{v:.1f}" for v in usage.tolist()],
+        "num_devices": [str(v) for v in num_devices.tolist()],
+        "satisfaction_score": [str(v) for v in satisfaction.tolist()],
+        "plan": [PLANS[i] for i in plan.tolist()],
+        "region": [REGIONS[i] for i in region.tolist()],
+        "payment_method": [PAYMENT_METHODS[i] for i in payment.tolist()],
+        "contract": [CONTRACTS[i] for i in contract.tolist()],
+        "auto_pay": [_bool(v) for v in auto_pay.tolist()],
+        "paperless_billing": [_bool(v) for v in paperless.tolist()],
+        "has_partner": [_bool(v) for v in partner.tolist()],
+        TARGET: ["yes" if v else "no" for v in churned.tolist()],
+    }
+    for name, rate in MISSING_RATES:
+        _blank(fields[name], (rng.random(size=n) < rate).tolist())
+    # A couple of rows without a label (the pipeline must drop and count them), never all of them.
+    missing_targets = min(max(2, n // 1000), n // 10)
+    if missing_targets:
+        chosen = set(rng.choice(n, size=missing_targets, replace=False).tolist())
+        _blank(fields[TARGET], [i in chosen for i in range(n)])
+    return fields
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _blank(column: list[str], mask: list[bool]) -> None:
+    for i, missing in enumerate(mask):
+        if missing:
+            column[i] = ""
+
+
+def write_dataset(out_dir: str, demo_files: Sequence[DemoFile]) -> list[str]:
+    """Write the files that are missing from ``out_dir``; return their names (empty: nothing to do).
+
+    Raises DataError, before writing anything, when ``out_dir`` holds anything but a subset of these
+    exact files: an existing ``part-*.csv`` with other bytes is another dataset (other seed, rows or
+    file count) that a previous run may have fingerprinted, so it is never silently replaced.
+    Leftover temporary files of an interrupted run of this generator are removed (they would
+    otherwise enter the data fingerprint, which counts hidden files).
+    """
+    expected = {f.name: f for f in demo_files}
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise DataError(f"--out {out_dir} exists and is not a directory; expected a directory for the CSV files")
+    os.makedirs(out_dir, exist_ok=True)
+    stale: list[str] = []
+    present: set[str] = set()
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        if _TMP_RE.match(name) and os.path.isfile(path) and not os.path.islink(path):
+            stale.append(path)
+        elif name in expected and os.path.isfile(path) and not os.path.islink(path):
+            if not _same_bytes(path, expected[name].content):
+                raise DataError(
+                    f"--out {out_dir} already holds a different dataset ({name} differs from what --rows/--files/"
+                    "--seed would generate); refusing to mix datasets: remove the directory or choose another --out"
+                )
+            present.add(name)
+        else:
+            kind = "file" if os.path.isfile(path) else "entry"
+            raise DataError(
+                f"--out {out_dir} holds a foreign {kind} {name!r} (expected only part-NNNNN.csv files of this "
+                "dataset); refusing to mix datasets: remove it or choose another --out"
+            )
+    for path in stale:
+        os.unlink(path)
+    written = [f.name for f in demo_files if f.name not in present]
+    for name in written:
+        _atomic_write(out_dir, name, expected[name].content)
+    if written or stale:
+        _fsync_dir(out_dir)
+    return written
+
+
+def _same_bytes(path: str, content: bytes) -> bool:
+    if os.path.getsize(path) != len(content):
+        return False
+    with open(path, "rb") as handle:
+        return handle.read() == content
+
+
+def _atomic_write(directory: str, name: str, content: bytes) -> None:
+    """Temporary file in the same directory, fsync, then rename: readers see all of it or none."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; data files are plain readable files
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ml8s.demo_data",
+        description="Write the deterministic churn-like demo dataset (CSV parts) into a directory.",
+    )
+    parser.add_argument("--out", required=True, help="output directory (created if missing)")
+    parser.add_argument("--rows", type=int, default=50000, help="rows in total (default: 50000)")
+    parser.add_argument("--files", type=int, default=5, help="number of CSV files (default: 5)")
+    parser.add_argument("--seed", type=int, default=7, help="random seed (default: 7)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate and write the dataset; 0 on success (including "already there"), 1 on a refused directory."""
+    args = _parser().parse_args(argv)
+    out: str = args.out
+    try:
+        demo_files = generate(args.rows, args.files, args.seed)
+        written = write_dataset(out, demo_files)
+    except DataError as exc:
+        print(f"demo_data: {exc}", file=sys.stderr)
+        return 1
+    rows = sum(f.rows for f in demo_files)
+    size = sum(len(f.content) for f in demo_files)
+    summary = f"{rows} rows, {len(demo_files)} files, {size:,} bytes, seed {args.seed}"
+    if not written:
+        print(f"demo_data: {out} already holds this dataset ({summary}); nothing written", file=sys.stderr)
+    else:
+        print(f"demo_data: wrote {len(written)} of {len(demo_files)} files to {out} ({summary})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
