@@ -203,3 +203,23 @@ def test_four_identical_runs_at_once_leave_one_model_version(tmp_path: Path) -> 
     assert all(m == manifests[0] for m in manifests)
     assert model_versions(root) == ["1"]
     assert (run_dir(root, manifests[0]["run_id"]) / layout.SUCCESS_MARKER).exists()
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (TRAIN_DEVICE=cuda); none on this machine")
+def test_cuda_runs_in_two_processes_give_identical_bytes(tmp_path: Path) -> None:
+    from conftest import write_small_churn
+
+    data = write_small_churn(tmp_path / "data")
+    manifests = [
+        json.loads(ml8s(env_for(data, tmp_path / name, TRAIN_DEVICE="cuda"), "run").stdout) for name in ("a", "b")
+    ]
+    assert manifests[0]["run_id"] == manifests[1]["run_id"]
+    first, second = (run_dir(tmp_path / name, str(manifests[0]["run_id"])) for name in ("a", "b"))
+    for rel in SEED_LAYOUT:
+        assert (first / rel).read_bytes() == (second / rel).read_bytes(), rel

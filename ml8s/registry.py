@@ -1,0 +1,291 @@
+"""Step 6: MLflow registration, exactly one registered model version per FULL_CONFIG_HASH.
+
+MLflow has no "create if absent" for runs or model versions, so racing identical runs are serialized
+by a claim object in the artifact store (``ml8s_registry/claims/{full_config_hash}.json``, swapped by
+compare-and-swap) whose lease lets a survivor take over from a crashed holder. MLflow stays the
+source of truth: every holder re-checks it before creating anything, and duplicates that slip through
+a crash window (or two pipeline roots sharing one MLflow server) are reconciled to the lowest version.
+
+Sources: with a ``sqlite:///`` backend the client writes the ``file://`` (or ``s3://``) ARTIFACT_ROOT
+URI as the version's source verbatim; nothing checks that it is an MLflow model directory. An MLflow
+*server* rejects local sources outside the run's artifact directory (``_validate_source_run`` in
+``mlflow/server/handlers.py``) but accepts absolute ``s3://`` URIs, which is what a cluster uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ml8s.context import RunContext
+from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
+from ml8s.settings import worker_id
+from ml8s.store import Store
+
+if TYPE_CHECKING:  # mlflow takes seconds to import: only registration pays for it, not MlflowRef users
+    from mlflow import MlflowClient
+    from mlflow.entities.model_registry import ModelVersion
+
+CLAIMS_DIR = "ml8s_registry/claims"
+DEFAULT_TIMEOUT_S = 300.0
+# Registration takes seconds; a lease this long never expires under a live holder, and a waiter's
+# default timeout outlasts it, so a crashed holder delays the others, it never fails them.
+DEFAULT_LEASE_S = 120.0
+POLL_S = 0.2
+
+
+class MlflowRef(BaseModel):
+    """Where a run's model lives in MLflow; part of the run manifest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tracking_uri: str
+    experiment_name: str
+    experiment_id: str
+    mlflow_run_id: str
+    model_name: str
+    model_version: str
+
+
+class _Claim(BaseModel):
+    """Who may create MLflow entries for one hash, until when; ``done`` releases it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    holder: str
+    generation: int
+    lease_expires: float
+    done: bool = False
+    model_version: str = ""
+
+
+def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: float = DEFAULT_LEASE_S) -> MlflowRef:
+    """Register ARTIFACT_ROOT/model once per FULL_CONFIG_HASH, reusing whatever already exists."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = ctx.settings.mlflow_tracking_uri
+    deadline = time.monotonic() + timeout_s
+    try:
+        with _sqlite_lock(uri, deadline):
+            return _register(ctx, MlflowClient(tracking_uri=uri), deadline, lease_s)
+    except MlflowException as exc:
+        raise RegistryError(
+            f"MLflow at {uri} failed registering model {ctx.settings.mlflow_model_name!r} for "
+            f"full_config_hash {ctx.identity.full_config_hash}: {exc.message}"
+        ) from exc
+
+
+def _register(ctx: RunContext, client: MlflowClient, deadline: float, lease_s: float) -> MlflowRef:
+    store, key, me = ctx.store(), f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json", worker_id()
+    while True:
+        found = _find_version(client, ctx)
+        if found is not None:
+            ctx.log("register", f"reusing model version {found.version} of {ctx.settings.mlflow_model_name!r}")
+            return _ref(client, ctx, found)
+        claim, token = _read_claim(store, key)
+        if claim is None or claim.done or claim.lease_expires < time.time():
+            generation = claim.generation + 1 if claim else 1
+            new = _Claim(holder=me, generation=generation, lease_expires=time.time() + lease_s)
+            try:
+                token = store.put_if_match(key, new.model_dump_json().encode(), token)
+            except PreconditionFailedError:
+                continue  # another process claimed first: look again
+            ctx.log("register", f"claimed {key} (generation {new.generation})")
+            return _register_as_holder(ctx, client, store, key, new, token)
+        if time.monotonic() > deadline:
+            raise RegistryError(
+                f"timed out waiting for a model version of {ctx.settings.mlflow_model_name!r} tagged "
+                f"full_config_hash={ctx.identity.full_config_hash} in MLflow at {ctx.settings.mlflow_tracking_uri}: "
+                f"{store.uri(key)} is held by {claim.holder} (generation {claim.generation}) until "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(claim.lease_expires))}"
+            )
+        time.sleep(POLL_S)
+
+
+def _register_as_holder(
+    ctx: RunContext, client: MlflowClient, store: Store, key: str, claim: _Claim, token: str
+) -> MlflowRef:
+    """Create (or finish creating) the run and the version, then release the claim as done."""
+    try:
+        ref = _create(ctx, client)
+    except BaseException:
+        # Release at once so a waiter need not sit out the lease; best effort, the lease is the fallback.
+        with contextlib.suppress(StoreError):
+            store.put_if_match(key, claim.model_copy(update={"lease_expires": 0.0}).model_dump_json().encode(), token)
+        raise
+    done = claim.model_copy(update={"done": True, "model_version": ref.model_version})
+    try:
+        store.put_if_match(key, done.model_dump_json().encode(), token)
+    except PreconditionFailedError:
+        ctx.log("register", f"claim {key} was taken over while registering; MLflow was reconciled")
+    return ref
+
+
+def _create(ctx: RunContext, client: MlflowClient) -> MlflowRef:
+    found = _find_version(client, ctx)  # a crashed holder may have got this far
+    if found is not None:
+        return _ref(client, ctx, found)
+    name, tags = ctx.settings.mlflow_model_name, _tags(ctx)
+    run_id, created_run = _ensure_run(ctx, client, _ensure_experiment(ctx, client), tags)
+    with _unless_exists():
+        client.create_registered_model(name)
+    mine = client.create_model_version(
+        name,
+        source=tags["artifact_uri"],
+        run_id=run_id,
+        tags=tags,
+        description=f"ml8s RUN_ID {ctx.run_id} (full_config_hash {ctx.identity.full_config_hash})",
+    )
+    versions = _versions(client, ctx)
+    keep = versions[0] if versions else mine
+    if str(keep.version) != str(mine.version):  # a racing registry writer got there first
+        client.delete_model_version(name, str(mine.version))
+        if created_run and str(keep.run_id) != run_id:
+            client.delete_run(run_id)
+        ctx.log("register", f"deleted duplicate version {mine.version}, keeping {keep.version}")
+    else:
+        ctx.log("register", f"registered {name!r} version {mine.version} from {tags['artifact_uri']}")
+    return _ref(client, ctx, keep)
+
+
+def _ensure_experiment(ctx: RunContext, client: MlflowClient) -> str:
+    name, uri = ctx.settings.mlflow_experiment_prefix, ctx.settings.mlflow_tracking_uri
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        # sqlite: keep the artifact location off the working directory (MLflow's default is ./mlruns).
+        local = uri.startswith("sqlite:") and ctx.settings.pipeline_root_uri.startswith("file://")
+        with _unless_exists():  # created concurrently: read it back below
+            return str(client.create_experiment(name, ctx.settings.pipeline_root_uri + "/mlruns" if local else None))
+        experiment = client.get_experiment_by_name(name)
+    if experiment is None or str(experiment.lifecycle_stage) != "active":
+        raise RegistryError(f"MLflow experiment {name!r} at {uri} is deleted or cannot be created")
+    return str(experiment.experiment_id)
+
+
+def _ensure_run(ctx: RunContext, client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> tuple[str, bool]:
+    """The MLflow run of this hash (reused or created), with params and metrics filled in idempotently."""
+    runs = client.search_runs([experiment_id], f"tags.full_config_hash = '{ctx.identity.full_config_hash}'")
+    created = not runs
+    run = min(runs, key=lambda r: (int(r.info.start_time), str(r.info.run_id))) if runs else None
+    if run is None:
+        run = client.create_run(experiment_id, tags=tags, run_name=ctx.run_id)
+    run_id = str(run.info.run_id)
+    config = ctx.identity.canonical_config
+    params = {k: json.dumps(config[k], separators=(",", ":"), ensure_ascii=False) for k in sorted(config)}
+    missing_params = {k: v for k, v in params.items() if k not in run.data.params}
+    metrics = {k: v for k, v in _metrics(ctx).items() if k not in run.data.metrics}
+    if missing_params or metrics:
+        from mlflow.entities import Metric, Param
+
+        client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, 0, 0) for k, v in sorted(metrics.items())],
+            params=[Param(k, v) for k, v in missing_params.items()],
+        )
+    if str(run.info.status) != "FINISHED":
+        client.set_terminated(run_id)
+    return run_id, created
+
+
+def _metrics(ctx: RunContext) -> dict[str, float]:
+    try:
+        data: object = json.loads(ctx.store().get(ctx.key("metrics.json")))
+    except NotFoundError:
+        return {}
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{ctx.uri('metrics.json')} is not a JSON object of metric name to number")
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _tags(ctx: RunContext) -> dict[str, str]:
+    return {
+        "run_id": ctx.identity.run_id,
+        "full_config_hash": ctx.identity.full_config_hash,
+        "data_fingerprint": ctx.identity.data_fingerprint,
+        "artifact_uri": ctx.uri("model"),
+        "ml8s.canonicalization_version": ctx.identity.canonicalization_version,
+    }
+
+
+def _versions(client: MlflowClient, ctx: RunContext) -> list[ModelVersion]:
+    """Every version of the model tagged with this hash, lowest version number first."""
+    query = f"name = '{ctx.settings.mlflow_model_name}' and tags.full_config_hash = '{ctx.identity.full_config_hash}'"
+    return sorted(client.search_model_versions(query), key=lambda v: int(v.version))
+
+
+def _find_version(client: MlflowClient, ctx: RunContext) -> ModelVersion | None:
+    """The version of this hash, if any: the one check made before creating anything."""
+    return next(iter(_versions(client, ctx)), None)
+
+
+def _ref(client: MlflowClient, ctx: RunContext, version: ModelVersion) -> MlflowRef:
+    if not version.run_id:
+        raise RegistryError(f"model version {version.version} of {version.name!r} has no MLflow run")
+    run = client.get_run(version.run_id)
+    experiment = client.get_experiment(run.info.experiment_id)
+    return MlflowRef(
+        tracking_uri=ctx.settings.mlflow_tracking_uri,
+        experiment_name=str(experiment.name),
+        experiment_id=str(experiment.experiment_id),
+        mlflow_run_id=str(run.info.run_id),
+        model_name=str(version.name),
+        model_version=str(version.version),
+    )
+
+
+def _read_claim(store: Store, key: str) -> tuple[_Claim | None, str | None]:
+    """The claim and its CAS token; an unreadable claim counts as expired (taken over by CAS)."""
+    try:
+        versioned = store.get_versioned(key)
+    except NotFoundError:
+        return None, None
+    try:
+        return _Claim.model_validate_json(versioned.data), versioned.token
+    except ValidationError:
+        return _Claim(holder="<unreadable>", generation=0, lease_expires=0.0), versioned.token
+
+
+@contextlib.contextmanager
+def _unless_exists() -> Iterator[None]:
+    """Creating what a racing process just created is not an error: the caller reads it back."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+
+
+@contextlib.contextmanager
+def _sqlite_lock(uri: str, deadline: float) -> Iterator[None]:
+    """Serialize registrations on one sqlite file: MLflow's first schema migration races otherwise."""
+    path = uri[len("sqlite:///") :].split("?")[0] if uri.startswith("sqlite:///") else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    lock = os.path.abspath(path) + ".lock"
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RegistryError(f"timed out waiting for the registration lock {lock} of {uri}") from None
+                time.sleep(POLL_S)
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,199 @@
+"""MLflow registration: one model version and one run per full_config_hash, across processes and crashes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_context, write_small_churn
+from mlflow import MlflowClient
+from mlflow.entities import ViewType
+
+from ml8s import registry
+from ml8s.context import RunContext
+from ml8s.errors import RegistryError
+from ml8s.registry import CLAIMS_DIR, MlflowRef, register
+from ml8s.settings import worker_id
+
+TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
+
+# A child process: import everything, say it is ready, wait for the barrier, register.
+CHILD = """
+import os, sys, time
+import mlflow
+from ml8s.context import RunContext
+from ml8s.registry import register
+ctx_file, ready, barrier = sys.argv[1:4]
+ctx = RunContext.from_json(open(ctx_file).read())
+open(ready, "w").close()
+while not os.path.exists(barrier):
+    time.sleep(0.005)
+print(register(ctx, timeout_s=60).model_dump_json())
+"""
+
+
+def _client(ctx: RunContext) -> MlflowClient:
+    return MlflowClient(tracking_uri=ctx.settings.mlflow_tracking_uri)
+
+
+def _versions(ctx: RunContext) -> list[int]:
+    found = _client(ctx).search_model_versions(f"name = '{ctx.settings.mlflow_model_name}'")
+    return sorted(int(v.version) for v in found)
+
+
+def _runs(ctx: RunContext) -> list[str]:
+    client = _client(ctx)
+    experiment = client.get_experiment_by_name(ctx.settings.mlflow_experiment_prefix)
+    return [str(r.info.run_id) for r in client.search_runs([experiment.experiment_id])]
+
+
+def _expected_tags(ctx: RunContext) -> dict[str, str]:
+    identity = ctx.identity
+    return {
+        "run_id": identity.run_id,
+        "full_config_hash": identity.full_config_hash,
+        "data_fingerprint": identity.data_fingerprint,
+        "artifact_uri": ctx.uri("model"),
+    }
+
+
+def _write_claim(ctx: RunContext, holder: str, lease_expires: float) -> None:
+    claim = {"holder": holder, "generation": 7, "lease_expires": lease_expires, "done": False}
+    ctx.store().put_if_match(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json", json.dumps(claim).encode(), None)
+
+
+def test_register_twice_is_idempotent(tmp_path: Path) -> None:
+    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    metrics = {"accuracy": 0.75, "loss": 0.5, "per_class": {"yes": 0.5}, "flag": True}
+    ctx.writer().write_bytes("metrics.json", json.dumps(metrics).encode(), "test")
+
+    first = register(ctx)
+    second = register(ctx)
+
+    assert first == second
+    assert first.model_version == "1" and first.model_name == ctx.settings.mlflow_model_name
+    assert first.tracking_uri == f"sqlite:///{tmp_path}/root/mlflow.db"
+    assert first.experiment_name == ctx.settings.mlflow_experiment_prefix
+    assert _versions(ctx) == [1]
+    assert _runs(ctx) == [first.mlflow_run_id]
+    client = _client(ctx)
+    version = client.get_model_version(first.model_name, first.model_version)
+    assert {k: version.tags[k] for k in TAGS} == _expected_tags(ctx)
+    assert version.source == ctx.uri("model") and version.run_id == first.mlflow_run_id
+    assert ctx.run_id in version.description
+    run = client.get_run(first.mlflow_run_id)
+    assert {k: run.data.tags[k] for k in TAGS} == _expected_tags(ctx)
+    assert run.data.metrics == {"accuracy": 0.75, "loss": 0.5}
+    assert run.data.params["epochs"] == "2"
+    assert run.data.params["target_column"] == '"churned"'
+    assert set(run.data.params) == set(ctx.identity.canonical_config)
+    assert run.info.status == "FINISHED"
+    claim = json.loads(ctx.store().get(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json"))
+    assert claim["done"] is True and claim["model_version"] == "1" and claim["holder"] == worker_id()
+
+
+def test_racing_processes_register_one_version(tmp_path: Path) -> None:
+    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    ctx_file = tmp_path / "ctx.json"
+    ctx_file.write_text(ctx.to_json())
+    barrier = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(ctx_file), str(tmp_path / f"ready-{i}"), str(barrier)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    deadline = time.monotonic() + 45
+    while not all((tmp_path / f"ready-{i}").exists() for i in range(4)):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "children did not start"
+        time.sleep(0.01)
+    barrier.touch()
+    refs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        refs.append(MlflowRef.model_validate_json(out.strip().splitlines()[-1]))
+
+    assert len(set(refs)) == 1
+    assert refs[0].model_version == "1"
+    assert _versions(ctx) == [1]
+    assert _runs(ctx) == [refs[0].mlflow_run_id]
+
+
+def test_stale_claim_is_taken_over(tmp_path: Path) -> None:
+    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    _write_claim(ctx, "crashed-host-1", time.time() - 5)
+
+    ref = register(ctx, timeout_s=30)
+
+    assert ref.model_version == "1" and _versions(ctx) == [1]
+    claim = json.loads(ctx.store().get(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json"))
+    assert claim["generation"] == 8 and claim["holder"] == worker_id() and claim["done"] is True
+
+
+def test_live_claim_makes_register_wait_then_fail(tmp_path: Path) -> None:
+    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    _write_claim(ctx, "busy-host-1", time.time() + 3600)
+
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match="timed out waiting for a model version") as caught:
+        register(ctx, timeout_s=0.6)
+
+    assert time.monotonic() - started >= 0.6
+    assert "busy-host-1" in str(caught.value) and ctx.identity.full_config_hash in str(caught.value)
+    assert _versions(ctx) == []
+
+
+def test_done_claim_without_version_registers_again(tmp_path: Path) -> None:
+    """A claim marked done is no proof: MLflow is checked (the version may have been deleted)."""
+    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    first = register(ctx)
+    _client(ctx).delete_model_version(first.model_name, first.model_version)
+
+    again = register(ctx)
+
+    assert again.model_version == "2" and again.mlflow_run_id == first.mlflow_run_id
+    assert _versions(ctx) == [2] and _runs(ctx) == [first.mlflow_run_id]
+
+
+def test_different_config_creates_second_version(tmp_path: Path) -> None:
+    data = write_small_churn(tmp_path / "data")
+    ctx2 = make_context(data, tmp_path / "root")
+    ctx3 = make_context(data, tmp_path / "root", epochs="3")
+    assert ctx2.identity.full_config_hash != ctx3.identity.full_config_hash
+
+    ref2, ref3 = register(ctx2), register(ctx3)
+
+    assert (ref2.model_version, ref3.model_version) == ("1", "2")
+    assert ref2.mlflow_run_id != ref3.mlflow_run_id
+    assert _versions(ctx2) == [1, 2]
+    assert sorted(_runs(ctx2)) == sorted([ref2.mlflow_run_id, ref3.mlflow_run_id])
+    tags = _client(ctx3).get_model_version(ref3.model_name, "2").tags
+    assert tags["full_config_hash"] == ctx3.identity.full_config_hash and tags["run_id"] == ctx3.run_id
+
+
+def test_duplicate_from_an_unseen_racer_is_reconciled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A racer invisible at check time (another root, same MLflow): the lowest version wins, ours goes."""
+    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    client = _client(ctx)
+    other = client.create_experiment("other-root")
+    racer_run = client.create_run(other, tags=_expected_tags(ctx)).info.run_id
+    client.create_registered_model(ctx.settings.mlflow_model_name)
+    tags = _expected_tags(ctx)
+    client.create_model_version(ctx.settings.mlflow_model_name, tags["artifact_uri"], racer_run, tags=tags)
+    monkeypatch.setattr(registry, "_find_version", lambda client, ctx: None)
+
+    ref = register(ctx)
+
+    assert (ref.model_version, ref.mlflow_run_id, ref.experiment_name) == ("1", racer_run, "other-root")
+    assert _versions(ctx) == [1] and _runs(ctx) == []
+    ours = client.get_experiment_by_name(ctx.settings.mlflow_experiment_prefix).experiment_id
+    deleted = client.search_runs([ours], run_view_type=ViewType.DELETED_ONLY)
+    assert len(deleted) == 1 and deleted[0].info.lifecycle_stage == "deleted"
