@@ -156,7 +156,15 @@ def _csv_header(data: bytes, where: str) -> list[str]:
 
 
 def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> Column:
-    array = pa.chunked_array([c for chunk in chunks for c in chunk.chunks], type=_common_type(name, chunks))
+    common = _common_type(name, chunks)
+    try:  # files may disagree on a column's type (CSV text vs Parquet int, int32 vs int64, ...)
+        parts = [c if c.type == common else pc.cast(c, common) for chunk in chunks for c in chunk.chunks]
+    except pa.ArrowException as exc:
+        types = sorted({str(c.type) for c in chunks})
+        raise DataError(
+            f"column {name!r} has type(s) {types} that cannot be read as {common}; expected numbers, booleans or text"
+        ) from exc
+    array = pa.chunked_array(parts, type=common)
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return _infer_text(name, array)
     if pa.types.is_boolean(array.type):

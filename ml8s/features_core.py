@@ -75,7 +75,9 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
         chosen = np.random.default_rng(params.random_seed).permutation(len(rows))[: params.sample_rows]
         rows = rows[np.sort(chosen)]
     if len(rows) < 2:
-        raise DataError(f"only {len(rows)} row(s) have a {params.target_column!r} value; expected at least 2")
+        raise DataError(
+            f"TARGET_COLUMN={params.target_column!r} has a value in only {len(rows)} row(s); expected at least 2"
+        )
     target = labels[rows]
     if len(set(target.tolist())) < 2:
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
@@ -141,6 +143,8 @@ def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[IntArra
         return np.array([index.get(str(v), -1) for v in column.values], dtype=np.int64), tuple(present)
     values = column.values.astype(np.float64)
     uniques = np.unique(values[keep])
+    if len(uniques) == 0:  # no row has a target: prepare() reports it
+        return np.full(len(values), -1, dtype=np.int64), ()
     names = tuple(_number_label(float(u), column.kind) for u in uniques)
     positions = np.searchsorted(uniques, np.where(keep, values, uniques[0]))
     return np.where(keep, positions, -1).astype(np.int64), names
