@@ -127,7 +127,7 @@ def sha256_file(path: str) -> str:
         with open(path, "rb") as handle:
             return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError as exc:
-        raise DataError(f"cannot read data file {path}: {exc.strerror or exc}") from exc
+        raise DataError(f"cannot read data file {path}: {exc.strerror or exc}; expected a readable file") from exc
 
 
 def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, str, int]]) -> None:

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import write_small_churn
 
-from ml8s import layout
+from ml8s import fingerprint, layout
 from ml8s.config import USER_VARIABLES
 from ml8s.errors import ConfigError, DataChangedError, DataError, Ml8sError
 from ml8s.pipeline.bootstrap import bootstrap
@@ -140,6 +140,17 @@ def _broken_symlink(data: Path) -> None:
 
 def _unreadable_file(data: Path) -> None:
     (data / "part-001.csv").chmod(0)
+
+
+def _refuse_reading(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    real_open = open
+
+    def guarded(file: object, *args: object, **kwargs: object) -> object:
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(fingerprint, "open", guarded, raising=False)
 
 
 CASES: dict[str, Case] = {
@@ -297,7 +308,7 @@ def test_at_least_24_cases() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bad_input_fails_clearly_before_writing(name: str, tmp_path: Path) -> None:
+def test_bad_input_fails_clearly_before_writing(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     case = CASES[name]
     if name == "cuda_without_gpu" and _cuda_available():
         pytest.skip("a CUDA device is available here, so TRAIN_DEVICE=cuda is a valid input")
@@ -305,7 +316,8 @@ def test_bad_input_fails_clearly_before_writing(name: str, tmp_path: Path) -> No
     if case.mutate is not None:
         case.mutate(data)
     if name == "unreadable_file" and os.access(data / "part-001.csv", os.R_OK):
-        pytest.skip("this user reads files without read permission (root); cannot make a file unreadable")
+        # root reads a chmod-000 file anyway: make the OS refuse it the way it would refuse another user.
+        _refuse_reading(monkeypatch, data / "part-001.csv")
     root = tmp_path / "root"
     env = _env(data, root, case.env)
 
