@@ -68,3 +68,13 @@ def test_listing_sorted_and_missing(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError):
         store.get("nope")
     store.delete("nope")
+
+
+def test_get_if_match(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path))
+    store.put_atomic("k", b"v1", tmp_key=".tmp/k-1")
+    token = store.get_versioned("k").token
+    assert store.get("k", if_match=token) == b"v1"
+    store.put_atomic("k", b"v2", tmp_key=".tmp/k-2")
+    with pytest.raises(PreconditionFailedError, match="changed"):
+        store.get("k", if_match=token)

@@ -71,8 +71,13 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def get(self, key: str) -> bytes:
-        """The object's bytes; :class:`ml8s.errors.NotFoundError` when absent."""
+    def get(self, key: str, *, if_match: str | None = None) -> bytes:
+        """The object's bytes; :class:`ml8s.errors.NotFoundError` when absent.
+
+        With ``if_match``, only if the object's version token (ETag on S3, sha256 locally) still equals
+        it: :class:`ml8s.errors.PreconditionFailedError` otherwise. The data loader reads this way, so
+        the bytes parsed are the bytes that were fingerprinted.
+        """
 
     @abc.abstractmethod
     def get_versioned(self, key: str) -> Versioned:

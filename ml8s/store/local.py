@@ -80,14 +80,17 @@ class LocalStore(Store):
             _fsync_dir(os.path.dirname(path))
 
     # -- reads ----------------------------------------------------------------------------------
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, *, if_match: str | None = None) -> bytes:
         try:
             with open(self._path(key), "rb") as handle:
-                return handle.read()
+                data = handle.read()
         except FileNotFoundError as exc:
             raise NotFoundError(f"{self.uri(key)} does not exist") from exc
         except OSError as exc:
             raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
+        if if_match is not None and (found := hashlib.sha256(data).hexdigest()) != if_match:
+            raise PreconditionFailedError(f"{self.uri(key)} changed: expected version {if_match}, found {found}")
+        return data
 
     def get_versioned(self, key: str) -> Versioned:
         with self._lock(key):
