@@ -9,10 +9,8 @@ files never changes a column's type.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import os
-from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +20,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import DataChangedError, DataError
+from ml8s.datasource import read_verified
+from ml8s.errors import DataError
 from ml8s.fingerprint import FileEntry, Fingerprint
 
 FloatArray = npt.NDArray[np.float64]
@@ -78,7 +77,7 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     rows_per_file: dict[str, int] = {}
     names: tuple[str, ...] | None = None
     first = ""
-    for entry, data in _read_verified(fingerprint):
+    for entry, data in read_verified(fingerprint):
         table = _parse(entry, data, fingerprint.data_root)
         these = tuple(sorted(table.column_names))
         if names is None:
@@ -95,29 +94,6 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
         raise DataError(f"DATA_ROOT {fingerprint.data_root} holds no data rows; expected at least 2 rows")
     columns = tuple(_type_column(name, [t.column(name) for t in tables]) for name in names)
     return Dataset(columns=columns, rows=total, rows_per_file=rows_per_file)
-
-
-def _read_verified(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]:
-    if not fingerprint.data_root.startswith("file://"):
-        raise DataError(f"DATA_ROOT {fingerprint.data_root}: only local data can be loaded so far")
-    root = fingerprint.data_root[len("file://") :]
-    single = os.path.isfile(root)
-    for entry in fingerprint.entries:
-        path = root if single else os.path.join(root, *entry.relative_path.split("/"))
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise DataChangedError(
-                f"{path} was fingerprinted but cannot be read now: {exc.strerror or exc}; expected it unchanged"
-            ) from exc
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != entry.checksum or len(data) != entry.size:
-            raise DataChangedError(
-                f"{path} changed after it was fingerprinted: expected sha256 {entry.checksum} ({entry.size} bytes), "
-                f"read sha256 {digest} ({len(data)} bytes); re-run to fingerprint the new data"
-            )
-        yield entry, data
 
 
 def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:

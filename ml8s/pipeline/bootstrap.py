@@ -9,8 +9,7 @@ from collections.abc import Mapping
 
 from ml8s.config import canonical_config, raw_values_from_env
 from ml8s.context import RunContext
-from ml8s.errors import ConfigError
-from ml8s.fingerprint import Fingerprint, fingerprint_local
+from ml8s.datasource import fingerprint_data
 from ml8s.identity import compute_identity
 from ml8s.params import validate_params
 from ml8s.settings import platform_settings
@@ -27,15 +26,8 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
     settings = platform_settings(env, overrides)
     config = canonical_config(raw_values_from_env(env, overrides))
     params = validate_params(config)
-    fingerprint = data_fingerprint(params.data_root)
+    fingerprint = fingerprint_data(params.data_root)
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
     ctx = RunContext(identity=identity, params=params, settings=settings, fingerprint=fingerprint)
     ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
     return ctx
-
-
-def data_fingerprint(data_root: str) -> Fingerprint:
-    """Fingerprint DATA_ROOT with the algorithm of its scheme."""
-    if data_root.startswith("file://"):
-        return fingerprint_local(data_root[len("file://") :])
-    raise ConfigError(f"DATA_ROOT={data_root!r}: only local data is supported so far; expected a local path")
