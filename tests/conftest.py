@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from s3_servers import moto_server, radosgw_server, s3_server  # noqa: F401  (pytest fixtures)
 
 from ml8s.context import RunContext
 from ml8s.pipeline.bootstrap import bootstrap
