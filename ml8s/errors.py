@@ -93,3 +93,9 @@ class RetryableStoreError(StoreError):
     """A transient store failure (conflicting concurrent request, throttling): safe to retry."""
 
     code = "STORE_RETRYABLE"
+
+
+class StoreUnavailableError(RetryableStoreError):
+    """The store's endpoint cannot be reached, or the connection broke (after the retries allowed)."""
+
+    code = "STORE_UNAVAILABLE"
