@@ -8,8 +8,13 @@ TORCH := torch==2.13.0
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 DEMO_DATA := demo_data/churn
 PIPELINE_ROOT ?= $(CURDIR)/pipeline_root
+# Cluster images (the Flyte sandbox's registry is localhost:30000); IMAGE_VERSION is also the cache version.
+IMAGE_VERSION ?= dev
+FE_IMAGE ?= localhost:30000/ml8s-fe:$(IMAGE_VERSION)
+TRAIN_IMAGE ?= localhost:30000/ml8s-train:$(IMAGE_VERSION)
+PACKAGE := dist/ml8s-flyte-package.tgz
 
-.PHONY: setup run test lint typecheck bench clean demo-data proto
+.PHONY: setup run test lint typecheck bench clean demo-data proto package images sandbox-register sandbox-run
 
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
@@ -31,6 +36,7 @@ run: demo-data
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint images/Dockerfile.fe images/Dockerfile.train
 
 typecheck: setup
 	$(BIN)/mypy ml8s
@@ -41,5 +47,26 @@ test: setup lint typecheck
 bench: setup
 	$(BIN)/python bench/run_all.py
 
+# Serialize the workflows for a cluster, offline (no Flyte backend needed). The unnamed --image is the
+# default image, of every task that names none (bootstrap, gate, snapshot, publishing, finalization):
+# the training image, as in deploy/common.sh (without it they would get flytekit's image, without ml8s).
+package: setup
+	mkdir -p dist
+	IMAGE_VERSION=$(IMAGE_VERSION) $(BIN)/pyflyte --pkgs workflows package --image $(TRAIN_IMAGE) \
+		--image fe=$(FE_IMAGE) --image train=$(TRAIN_IMAGE) --output $(PACKAGE) --force
+
+# Needs a Docker engine (not on CI machines): builds and pushes both images to the sandbox registry.
+images:
+	docker build -f images/Dockerfile.fe --build-arg IMAGE_VERSION=$(IMAGE_VERSION) -t $(FE_IMAGE) .
+	docker build -f images/Dockerfile.train --build-arg IMAGE_VERSION=$(IMAGE_VERSION) -t $(TRAIN_IMAGE) .
+	docker push $(FE_IMAGE)
+	docker push $(TRAIN_IMAGE)
+
+sandbox-register: setup
+	FE_IMAGE=$(FE_IMAGE) TRAIN_IMAGE=$(TRAIN_IMAGE) IMAGE_VERSION=$(IMAGE_VERSION) bash deploy/register.sh
+
+sandbox-run: setup
+	FE_IMAGE=$(FE_IMAGE) TRAIN_IMAGE=$(TRAIN_IMAGE) IMAGE_VERSION=$(IMAGE_VERSION) bash deploy/run.sh $(ARGS)
+
 clean:
-	rm -rf $(VENV) pipeline_root demo_data .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) pipeline_root demo_data dist .pytest_cache .mypy_cache .ruff_cache build *.egg-info

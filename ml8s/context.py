@@ -22,6 +22,37 @@ from ml8s.store import Store, WriteResult, open_store
 log = logging.getLogger("ml8s")
 
 
+class RunSpec(BaseModel):
+    """What a compute step's output depends on, and nothing else: the run context without the settings.
+
+    Feature engineering, training and export read only this, so it is their Flyte cache key: two runs of
+    one configuration on the same data have equal specs wherever they write (PIPELINE_ROOT_URI),
+    whether or not FORCE_RERUN is set and whichever MLflow they report to. The fingerprint entries are
+    part of it, so the key names the exact bytes the loader will accept, strict identity or not.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    identity: RunIdentity
+    params: RunParams
+    fingerprint: Fingerprint
+
+    @property
+    def run_id(self) -> str:
+        return self.identity.run_id
+
+    def log(self, step: str, message: str) -> None:
+        """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
+        log.info("[%s] run_id=%s full_config_hash=%s %s", step, self.run_id, self.identity.full_config_hash, message)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        return cls.model_validate_json(text)
+
+
 class RunContext(BaseModel):
     """One run's identity, parameters and settings."""
 
@@ -60,6 +91,10 @@ class RunContext(BaseModel):
     def log(self, step: str, message: str) -> None:
         """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
         log.info("[%s] run_id=%s full_config_hash=%s %s", step, self.run_id, self.identity.full_config_hash, message)
+
+    def spec(self) -> RunSpec:
+        """The part of the context that determines the compute steps' output (no platform settings)."""
+        return RunSpec(identity=self.identity, params=self.params, fingerprint=self.fingerprint)
 
     def to_json(self) -> str:
         return self.model_dump_json()

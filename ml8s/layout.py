@@ -31,26 +31,21 @@ def run_prefix(run_id: str) -> str:
 
 
 def checksummed_artifacts(model_format: str) -> tuple[str, ...]:
-    """Artifacts whose sha256 ``training_metadata.json`` records (sorted): everything final but the
-    metadata itself, the manifest and the marker."""
-    return tuple(
-        sorted(
-            {
-                CONFIG_SNAPSHOT,
-                DATA_FINGERPRINT,
-                FEATURE_MATRIX,
-                FEATURE_SCHEMA,
-                MODEL_NATIVE,
-                model_export(model_format),
-                METRICS,
-            }
-        )
-    )
+    """Artifacts whose sha256 ``training_metadata.json`` records (sorted): what the data and the
+    training produced. The two identity files are not among them: they name DATA_ROOT, and the
+    metadata must be byte-identical whether the same bytes were read from a disk or a bucket.
+    Finalization checks those two against the run's identity instead."""
+    return tuple(sorted({FEATURE_MATRIX, FEATURE_SCHEMA, MODEL_NATIVE, model_export(model_format), METRICS}))
+
+
+def identity_artifacts() -> tuple[str, ...]:
+    """The files that record the run's identity (config snapshot and data fingerprint)."""
+    return (CONFIG_SNAPSHOT, DATA_FINGERPRINT)
 
 
 def final_artifacts(model_format: str) -> tuple[str, ...]:
     """Every final file of a complete run (sorted), the marker excluded."""
-    return tuple(sorted({*checksummed_artifacts(model_format), TRAINING_METADATA, MANIFEST}))
+    return tuple(sorted({*checksummed_artifacts(model_format), *identity_artifacts(), TRAINING_METADATA, MANIFEST}))
 
 
 def incident_key(run_id: str, kind: str, full_config_hash: str) -> str:

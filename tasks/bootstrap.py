@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 from flytekit import task
 
 from ml8s import log
 from ml8s.pipeline.bootstrap import bootstrap
+
+
+class BootstrapOutput(NamedTuple):
+    context: str
+    spec: str
+    use_gpu: bool
 
 
 # Never cached: bootstrap fingerprints DATA_ROOT, outside state that the inputs do not capture.
@@ -31,11 +38,12 @@ def bootstrap_run(
     train_device: str,
     pipeline_root_uri: str,
     force_rerun: str,
-) -> str:
+) -> BootstrapOutput:
     """Build the run context; an empty input means "take it from the environment".
 
     Returns:
-        The run context as JSON, the input of every later task.
+        The run context as JSON (the input of the tasks that read or write the store), the RunSpec as
+        JSON (the input, and cache key, of the compute tasks) and whether training needs a GPU.
     """
     log.configure()
     overrides = {
@@ -58,4 +66,5 @@ def bootstrap_run(
         "pipeline_root_uri": pipeline_root_uri,
         "force_rerun": force_rerun,
     }
-    return bootstrap(os.environ, overrides).to_json()
+    ctx = bootstrap(os.environ, overrides)
+    return BootstrapOutput(context=ctx.to_json(), spec=ctx.spec().to_json(), use_gpu=ctx.params.train_device == "cuda")

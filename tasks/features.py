@@ -1,18 +1,35 @@
-"""Step 3 as a task: feature engineering, in the feature-engineering image."""
+"""Step 3 as tasks: feature engineering (cached, in the feature-engineering image), then publishing."""
 
 from __future__ import annotations
 
 from flytekit import task
+from flytekit.types.directory import FlyteDirectory
 
 from ml8s import log
-from ml8s.context import RunContext
+from ml8s.context import RunContext, RunSpec
+from ml8s.pipeline import publish
+from tasks._util import COMPUTE_CACHE, output_dir
 
 
-@task(container_image="{{.image.fe}}")
-def build_features(context: str) -> None:
-    """Write features/feature_matrix.parquet and features/feature_schema.json."""
+@task(container_image="{{.image.fe}}", cache=COMPUTE_CACHE)
+def compute_features(spec: str) -> FlyteDirectory:
+    """Engineer the features of the run described by ``spec`` (a RunSpec); writes nothing to the store.
+
+    Returns:
+        A directory with feature_matrix.parquet and feature_schema.json.
+    """
     log.configure()
     # Imported here, not at module level: the early-exit path must not load pyarrow-heavy step code.
     from ml8s.pipeline import features
 
-    features.build_features(RunContext.from_json(context))
+    out = output_dir("features")
+    features.compute_features(RunSpec.from_json(spec), out)
+    return FlyteDirectory(path=out)
+
+
+# Never cached: it writes into ARTIFACT_ROOT, which a cache hit would skip.
+@task(cache=False)
+def publish_features(context: str, features: FlyteDirectory) -> None:
+    """Write features/feature_matrix.parquet and features/feature_schema.json, each atomically."""
+    log.configure()
+    publish.publish(RunContext.from_json(context), publish.local_files(features.download(), publish.FEATURES))

@@ -9,7 +9,8 @@ from ml8s.context import RunContext
 from ml8s.pipeline.gate import GateDecision
 
 
-@task
+# Never cached: it verifies the stored artifacts and writes the manifest and the marker.
+@task(cache=False)
 def finalize_run(context: str, mlflow: str, decision: str) -> str:
     """Verify every final artifact, write manifest.json and then success.marker.
 

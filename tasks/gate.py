@@ -16,7 +16,9 @@ class GateOutput(NamedTuple):
     decision: str
 
 
-@task
+# Never cached: the answer is the state of the store (success.marker), not a function of the inputs,
+# and under FORCE_RERUN the gate deletes the run's artifacts.
+@task(cache=False)
 def check_gate(context: str) -> GateOutput:
     """Decide whether the run already completed (success.marker present and consistent).
 
@@ -28,7 +30,9 @@ def check_gate(context: str) -> GateOutput:
     return GateOutput(completed=decision.completed, decision=decision.model_dump_json())
 
 
-@task
+# Pure (the decision holds the manifest), so caching it would be correct, but it only unpacks a
+# string: a cache lookup (a catalog round trip on a cluster) would cost more than running it.
+@task(cache=False)
 def reuse_manifest(decision: str) -> str:
     """Return the manifest of the completed run, as the gate read it; nothing is written."""
     log.configure()

@@ -8,7 +8,9 @@ from ml8s import log
 from ml8s.context import RunContext
 
 
-@task
+# In the training image: the only one with MLflow. Never cached: it writes to MLflow, whose state is
+# outside the inputs (and reads metrics.json from the store).
+@task(container_image="{{.image.train}}", cache=False)
 def register_model(context: str) -> str:
     """Log the run to MLflow and register the model, idempotently.
 

@@ -8,7 +8,8 @@ from ml8s import log
 from ml8s.context import RunContext
 
 
-@task
+# Never cached: it writes into ARTIFACT_ROOT, which a cache hit would skip.
+@task(cache=False)
 def snapshot_data(context: str) -> None:
     """Write config_snapshot.json and data_fingerprint.json."""
     log.configure()

@@ -1,22 +1,78 @@
-"""Step 4 as a task: deterministic training, in the training image."""
+"""Step 4 as tasks: deterministic training in the training image, on a CPU or a GPU node.
+
+TRAIN_DEVICE is a run-time value (a workflow input or the environment, resolved by bootstrap), but
+resources are part of a task's static definition. So there are two tasks with one body: ``train_cpu``
+and ``train_gpu`` (which requests one GPU), both registered with their resources, and ``train_model``,
+a ``@dynamic`` that launches one of them on the ``use_gpu`` flag bootstrap returns.
+
+Why not a ``conditional`` in the workflow: the training workflow already sits in the gate's
+conditional branch, and flytekit 1.16 runs *both* branches of a conditional nested that way in local
+executions, then loses the output (flyteorg/flyte#6426), so ``make run`` would break. Why not one task
+with ``with_overrides(requests=...)`` inside the dynamic: the GPU request would then exist only in the
+graph compiled at run time, not in the registered task, where the package test and a reviewer see it.
+"""
 
 from __future__ import annotations
 
-from flytekit import task
+from typing import NamedTuple
+
+from flytekit import Resources, dynamic, task
+from flytekit.types.directory import FlyteDirectory
 
 from ml8s import log
-from ml8s.context import RunContext
+from ml8s.context import RunSpec
+from tasks._util import COMPUTE_CACHE, output_dir
 
 
-@task(container_image="{{.image.train}}")
-def train_model(context: str) -> str:
-    """Train the model and write model/model_native.safetensors and metrics.json.
+class TrainOutput(NamedTuple):
+    model: FlyteDirectory
+    summary: str
 
-    Returns:
-        The train summary as JSON, for the export step.
-    """
+
+def _train(spec: str, features: FlyteDirectory) -> TrainOutput:
     log.configure()
     # Imported here, not at module level: importing torch would slow the early-exit path.
     from ml8s.pipeline import train
 
-    return train.train(RunContext.from_json(context)).model_dump_json()
+    out = output_dir("model")
+    summary = train.train(RunSpec.from_json(spec), features.download(), out)
+    return TrainOutput(model=FlyteDirectory(path=out), summary=summary.model_dump_json())
+
+
+# CPU training runs on one thread (determinism), so one core is all it uses.
+@task(container_image="{{.image.train}}", cache=COMPUTE_CACHE, requests=Resources(cpu="1", mem="4Gi"))
+def train_cpu(spec: str, features: FlyteDirectory) -> TrainOutput:
+    """Train on the CPU (TRAIN_DEVICE=cpu); writes nothing to the store.
+
+    Returns:
+        A directory with model_native.safetensors and metrics.json, and the train summary as JSON.
+    """
+    return _train(spec, features)
+
+
+@task(
+    container_image="{{.image.train}}",
+    cache=COMPUTE_CACHE,
+    requests=Resources(cpu="2", mem="8Gi", gpu="1"),
+    limits=Resources(gpu="1"),
+)
+def train_gpu(spec: str, features: FlyteDirectory) -> TrainOutput:
+    """Train on one GPU (TRAIN_DEVICE=cuda); writes nothing to the store.
+
+    Returns:
+        A directory with model_native.safetensors and metrics.json, and the train summary as JSON.
+    """
+    return _train(spec, features)
+
+
+# Never cached: it only chooses; the task it launches is cached (a dynamic node costs one light pod).
+@dynamic(cache=False)
+def train_model(spec: str, features: FlyteDirectory, use_gpu: bool) -> TrainOutput:
+    """Train on a GPU node when TRAIN_DEVICE=cuda (``use_gpu``), on a CPU node otherwise.
+
+    Returns:
+        The chosen task's directory (model_native.safetensors, metrics.json) and train summary.
+    """
+    if use_gpu:
+        return train_gpu(spec=spec, features=features)
+    return train_cpu(spec=spec, features=features)

@@ -1,4 +1,4 @@
-"""The training workflow through `pyflyte run` (local execution), and what importing it costs."""
+"""The training workflow through `pyflyte run` (local execution), its cache, and what importing it costs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
-from itertools import pairwise
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from conftest import write_small_churn
@@ -26,13 +26,31 @@ _RUN_VARIABLES = (
     "PIPELINE_ROOT_URI FORCE_RERUN STRICT_DATA_IDENTITY MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_PREFIX "
     "MLFLOW_MODEL_NAME CHAIN_NAME FLYTECTL_CONFIG FLYTE_CONFIG"
 ).split()
+_CACHE_VARIABLES = ("FLYTE_LOCAL_CACHE_ENABLED", "FLYTE_LOCAL_CACHE_OVERWRITE")
+
+
+# What the compute tasks (features, train, export) log when they run, and never on a cache hit.
+_COMPUTED = re.compile(r"^INFO ml8s \[(features|train|export)\] ", re.MULTILINE)
+# Every file of a run that must be byte-identical wherever it was written (the manifest names its root).
+_SAME_BYTES = (
+    "config_snapshot.json",
+    "data_fingerprint.json",
+    "features/feature_matrix.parquet",
+    "features/feature_schema.json",
+    "metrics.json",
+    "model/model.onnx",
+    "model/model_native.safetensors",
+    "success.marker",
+    "training_metadata.json",
+)
 
 
 def _env(home: Path, **variables: str) -> dict[str, str]:
-    """The environment of one `pyflyte run`: its own HOME (flytekit's ~/.flyte) and no local cache."""
-    env = {k: v for k, v in os.environ.items() if k not in _RUN_VARIABLES}
-    home.mkdir(parents=True, exist_ok=True)
-    env.update(HOME=str(home), FLYTE_LOCAL_CACHE_ENABLED="false", EPOCHS="2", **variables)
+    """The environment of one `pyflyte run`: its own HOME, so its own Flyte local cache (~/.flyte/local-cache),
+    and its own TMPDIR, where flytekit keeps the task outputs that cache entries point to."""
+    env = {k: v for k, v in os.environ.items() if k not in (*_RUN_VARIABLES, *_CACHE_VARIABLES)}
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    env.update(HOME=str(home), TMPDIR=str(home / "tmp"), EPOCHS="2", **variables)
     return env
 
 
@@ -56,28 +74,54 @@ def _listing(root: Path) -> dict[str, tuple[int, int, int]]:
     return listing
 
 
+class FirstRun(NamedTuple):
+    data: Path
+    root: Path
+    home: Path  # its Flyte local cache holds the compute tasks' results
+    run_id: str
+    manifest: str
+
+
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str, str]:
-    """One full run configured by workflow inputs: (data, root, run_id, manifest text)."""
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
+    """One full run configured by workflow inputs, with an empty Flyte cache."""
     base = tmp_path_factory.mktemp("workflow")
     data = write_small_churn(base / "data")
     root = base / "root"
     env = _env(base / "home1")
     run_id = bootstrap({"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "EPOCHS": "2"}).run_id
-    manifest, _ = _pyflyte_run(
+    manifest, log = _pyflyte_run(
         env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root)
     )
-    return data, root, run_id, manifest
+    assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}
+    return FirstRun(data, root, base / "home1", run_id, manifest)
 
 
-def test_pyflyte_run_completes_the_run(first_run: tuple[Path, Path, str, str]) -> None:
-    _, root, run_id, manifest = first_run
+def test_pyflyte_run_completes_the_run(first_run: FirstRun) -> None:
+    _, root, _, run_id, manifest = first_run
     assert (root / layout.run_prefix(run_id) / layout.SUCCESS_MARKER).is_file()
     assert json.loads(manifest)["run_id"] == run_id
 
 
-def test_same_config_from_environment_is_an_early_exit(first_run: tuple[Path, Path, str, str], tmp_path: Path) -> None:
-    data, root, run_id, manifest = first_run
+def test_other_root_reuses_the_computation_and_publishes_the_same_bytes(first_run: FirstRun, tmp_path: Path) -> None:
+    """The compute tasks are cached on the RunSpec (no pipeline root in it): a run of the same configuration
+    under another root is not stopped by the gate, hits the cache for features, training and export, and
+    its publish tasks still write every artifact, byte for byte."""
+    data, first_root, home, run_id, manifest = first_run
+    root = tmp_path / "root"
+    env = _env(home, DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    again, log = _pyflyte_run(env)
+    assert _COMPUTED.findall(log) == [], "a compute task ran instead of hitting the cache"
+    assert json.loads(again)["run_id"] == run_id
+    first, second = (r / layout.run_prefix(run_id) for r in (first_root, root))
+    for rel in _SAME_BYTES:
+        assert (second / rel).read_bytes() == (first / rel).read_bytes(), rel
+    sha = {rel: a["sha256"] for rel, a in json.loads(manifest)["artifacts"].items()}
+    assert {rel: a["sha256"] for rel, a in json.loads(again)["artifacts"].items()} == sha
+
+
+def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_path: Path) -> None:
+    data, root, _, run_id, manifest = first_run
     before = _listing(root)
     env = _env(tmp_path / "home2", DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
     env["PYTHONPROFILEIMPORTTIME"] = "1"  # every import, on stderr: the early exit must load no heavy step
@@ -88,18 +132,21 @@ def test_same_config_from_environment_is_an_early_exit(first_run: tuple[Path, Pa
     assert not re.search(r"\|\s+(torch|mlflow)$", imports, re.MULTILINE), "the early exit imported torch or mlflow"
 
 
-def test_force_rerun_launch_plan_retrains_to_the_same_bytes(
-    first_run: tuple[Path, Path, str, str], tmp_path: Path
-) -> None:
-    data, first_root, run_id, manifest = first_run
+def test_force_rerun_launch_plan_retrains_to_the_same_bytes(first_run: FirstRun, tmp_path: Path) -> None:
+    data, first_root, home, run_id, manifest = first_run
     root = tmp_path / "root"
     shutil.copytree(first_root, root)
-    env = _env(tmp_path / "home3", DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    # The first run's cache is full, so only the plan's overwrite_cache makes the compute tasks run again.
+    # Locally a launch plan's overwrite_cache is ignored: FLYTE_LOCAL_CACHE_OVERWRITE (what
+    # `pyflyte run --overwrite-cache` sets) stands in for it; the plan's own flag is checked below.
+    env = _env(home, DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    env["FLYTE_LOCAL_CACHE_OVERWRITE"] = "true"
     # Called in Python, not with `pyflyte run`: flytekit 1.16's local `pyflyte run <lp>` passes the
     # workflow's default ("") for a fixed input, which overrides force_rerun="true".
     probe = "from workflows.launch_plans import training_force_rerun_lp as lp; print(lp())"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"force rerun failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert {m.group(1) for m in _COMPUTED.finditer(done.stderr)} == {"features", "train", "export"}
     rerun = json.loads(done.stdout[done.stdout.index("{") :])
     assert rerun["run_id"] == run_id
     assert rerun["force_rerun"]["reproduced"] is True
@@ -120,6 +167,7 @@ for lp in (lps.training_nightly_lp, lps.training_force_rerun_lp):
         "cron": lp.schedule.cron_schedule.schedule if lp.schedule else None,
         "fixed": {k: v.scalar.primitive.string_value for k, v in lp.fixed_inputs.literals.items()},
         "required": sorted(k for k, p in lp.parameters.parameters.items() if p.required),
+        "overwrite_cache": bool(lp.overwrite_cache),
     }
 heavy = sorted(m for m in ("torch", "mlflow", "onnx", "onnxruntime") if m in sys.modules)
 print(json.dumps({"heavy": heavy, "order": order, "edges": edges, "plans": plans}))
@@ -132,10 +180,33 @@ def test_import_is_light_and_launch_plans_are_wired() -> None:
     )
     probe = json.loads(done.stdout.strip().splitlines()[-1])
     assert probe["heavy"] == []
-    steps = ["snapshot_data", "build_features", "train_model", "export_model", "register_model", "finalize_run"]
-    assert probe["order"] == steps
-    assert all(probe["edges"][after] == [before] for before, after in pairwise(steps))
+    assert probe["order"] == [
+        "snapshot_data",
+        "compute_features",
+        "publish_features",
+        "train_model",
+        "export_model",
+        "publish_model",
+        "register_model",
+        "finalize_run",
+    ]
+    # Compute tasks get their inputs by data flow; every publish precedes registration and finalization.
+    assert {node: sorted(upstream) for node, upstream in probe["edges"].items()} == {
+        "snapshot_data": [],
+        "compute_features": ["snapshot_data"],
+        "publish_features": ["compute_features"],
+        "train_model": ["compute_features"],
+        "export_model": ["compute_features", "train_model"],
+        "publish_model": ["export_model", "publish_features", "train_model"],
+        "register_model": ["publish_model"],
+        "finalize_run": ["register_model"],
+    }
     assert probe["plans"] == {
-        "training_nightly_lp": {"cron": "0 2 * * *", "fixed": {}, "required": []},
-        "training_force_rerun_lp": {"cron": None, "fixed": {"force_rerun": "true"}, "required": []},
+        "training_nightly_lp": {"cron": "0 2 * * *", "fixed": {}, "required": [], "overwrite_cache": False},
+        "training_force_rerun_lp": {
+            "cron": None,
+            "fixed": {"force_rerun": "true"},
+            "required": [],
+            "overwrite_cache": True,
+        },
     }

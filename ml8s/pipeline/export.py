@@ -1,8 +1,10 @@
 """Step 5, export and validation; writes ``training_metadata.json`` with every artifact's sha256.
 
 The export is validated against the torch model on the held-out rows (max abs logit difference,
-fail above ``TOLERANCE``). Checksums are computed by reading the final objects back from the store,
-so they certify what is stored, not what was meant to be stored.
+fail above ``TOLERANCE``). Pure, like features and training: it reads their local output directories
+and writes ``model.<fmt>`` and ``training_metadata.json`` into its own. The checksums are computed from
+exactly the bytes that ``publish`` will write (the local files; the snapshot files from the spec), and
+finalization re-reads every stored object against them before the marker.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import hashlib
 import importlib.metadata
 import os
 import platform
-import tempfile
+import shutil
 
 import numpy as np
 import onnx
@@ -20,12 +22,13 @@ import safetensors.torch
 import torch
 
 from ml8s import layout
-from ml8s.context import RunContext
+from ml8s.context import RunSpec
 from ml8s.determinism import flags
-from ml8s.errors import ExportValidationError
+from ml8s.errors import ExportValidationError, IntegrityError
 from ml8s.identity import canonical_bytes
 from ml8s.model import build_model
-from ml8s.pipeline.features import fetch_matrix
+from ml8s.pipeline.features import read_matrix
+from ml8s.pipeline.publish import FEATURES, TRAINED, local_path
 from ml8s.pipeline.train import TrainSummary
 
 TOLERANCE = 1e-4
@@ -33,63 +36,81 @@ ONNX_OPSET = 17
 _VERSIONED = ("numpy", "onnx", "onnxruntime", "pyarrow", "safetensors", "torch")
 
 
-def export(ctx: RunContext, summary: TrainSummary) -> None:
-    """Write ``model/model.<MODEL_FORMAT>``, validate it, then write ``training_metadata.json``."""
-    store = ctx.store()
+def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: str, out_dir: str) -> None:
+    """Write ``model.<MODEL_FORMAT>`` into ``out_dir``, validate it, then write ``training_metadata.json``."""
+    native = local_path(model_dir, layout.MODEL_NATIVE)
     model = build_model(summary.spec)
-    model.load_state_dict(safetensors.torch.load(store.get(ctx.key(layout.MODEL_NATIVE))))
+    model.load_state_dict(safetensors.torch.load_file(native))
     model.eval()
-    fmt = ctx.params.model_format
-    with tempfile.TemporaryDirectory(prefix="ml8s-export-") as tmp:
-        features, _target, split, _names = fetch_matrix(ctx, tmp)
-        held_out = torch.from_numpy(features[split == 1].astype(np.float32))
+    fmt = spec.params.model_format
+    features, _target, split, _names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
+    held_out = torch.from_numpy(features[split == 1].astype(np.float32))
+    with torch.no_grad():
+        expected = model(held_out).numpy()
+    os.makedirs(out_dir, exist_ok=True)
+    path = local_path(out_dir, layout.model_export(fmt))
+    if fmt == "onnx":
+        _export_onnx(model, summary.spec.n_features, path)
+        actual = _run_onnx(path, held_out.numpy())
+    else:
+        shutil.copyfile(native, path)
+        reloaded = build_model(summary.spec)
+        reloaded.load_state_dict(safetensors.torch.load_file(path))
+        reloaded.eval()
         with torch.no_grad():
-            expected = model(held_out).numpy()
-        path = os.path.join(tmp, f"model.{fmt}")
-        if fmt == "onnx":
-            _export_onnx(model, summary.spec.n_features, path)
-            actual = _run_onnx(path, held_out.numpy())
-        else:
-            with open(path, "wb") as handle:
-                handle.write(store.get(ctx.key(layout.MODEL_NATIVE)))
-            reloaded = build_model(summary.spec)
-            reloaded.load_state_dict(safetensors.torch.load_file(path))
-            reloaded.eval()
-            with torch.no_grad():
-                actual = reloaded(held_out).numpy()
-        diff = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
-        if not diff <= TOLERANCE:
-            raise ExportValidationError(
-                f"model/model.{fmt} disagrees with the torch model on {len(held_out)} held-out rows: "
-                f"max abs logit difference {diff:.3e}, expected <= {TOLERANCE:.0e}"
-            )
-        ctx.writer(store).write_file(layout.model_export(fmt), path, "model_export")
+            actual = reloaded(held_out).numpy()
+    diff = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
+    if not diff <= TOLERANCE:
+        raise ExportValidationError(
+            f"model/model.{fmt} disagrees with the torch model on {len(held_out)} held-out rows: "
+            f"max abs logit difference {diff:.3e}, expected <= {TOLERANCE:.0e}"
+        )
     validation: dict[str, object] = {
         "format": fmt,
         "held_out_rows": len(held_out),
         "max_abs_diff": diff,
         "tolerance": TOLERANCE,
     }
-    ctx.log("export", f"model.{fmt} validated on {len(held_out)} held-out rows, max abs diff {diff:.3e}")
-    metadata = training_metadata(ctx, summary, validation)
-    ctx.writer(store).write_bytes(layout.TRAINING_METADATA, canonical_bytes(metadata), "training_metadata")
+    spec.log("export", f"model.{fmt} validated on {len(held_out)} held-out rows, max abs diff {diff:.3e}")
+    artifacts = artifact_checksums(spec, features_dir, model_dir, out_dir)
+    metadata = training_metadata(spec, summary, validation, artifacts)
+    with open(local_path(out_dir, layout.TRAINING_METADATA), "wb") as handle:
+        handle.write(canonical_bytes(metadata))
 
 
-def training_metadata(ctx: RunContext, summary: TrainSummary, validation: dict[str, object]) -> dict[str, object]:
-    """Everything an auditor needs to tie the model to its inputs. No timestamps, hosts or paths of
-    this machine: the file must be byte-identical for identical inputs."""
-    store = ctx.store()
+def artifact_checksums(
+    spec: RunSpec, features_dir: str, model_dir: str, export_dir: str
+) -> dict[str, dict[str, object]]:
+    """sha256 and size of every checksummed artifact, from the bytes that will be published."""
+    fmt = spec.params.model_format
+    sources: dict[str, str] = {
+        **{rel: local_path(features_dir, rel) for rel in FEATURES},
+        **{rel: local_path(model_dir, rel) for rel in TRAINED},
+        layout.model_export(fmt): local_path(export_dir, layout.model_export(fmt)),
+    }
+    expected = layout.checksummed_artifacts(fmt)
+    if sorted(sources) != sorted(expected):
+        raise IntegrityError(f"export would checksum {sorted(sources)}; expected exactly {sorted(expected)}")
     artifacts: dict[str, dict[str, object]] = {}
-    for rel in layout.checksummed_artifacts(ctx.params.model_format):
-        data = store.get(ctx.key(rel))
+    for rel in expected:
+        with open(sources[rel], "rb") as handle:
+            data = handle.read()
         artifacts[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    return artifacts
+
+
+def training_metadata(
+    spec: RunSpec, summary: TrainSummary, validation: dict[str, object], artifacts: dict[str, dict[str, object]]
+) -> dict[str, object]:
+    """How the model was made and what every artifact hashes to. No timestamps, hosts, paths, nor the
+    run's identity (``config_snapshot.json`` holds that, and names DATA_ROOT): the file is byte-identical
+    for the same data bytes and settings, read from a disk or from a bucket."""
+    params = spec.params
     return {
         "artifacts": artifacts,
-        "canonicalization_version": ctx.identity.canonicalization_version,
-        "data_fingerprint": ctx.identity.data_fingerprint,
-        "determinism": flags(ctx.params.train_device),
-        "export": {**validation, "onnx_opset": ONNX_OPSET if ctx.params.model_format == "onnx" else None},
-        "full_config_hash": ctx.identity.full_config_hash,
+        "canonicalization_version": spec.identity.canonicalization_version,
+        "determinism": flags(params.train_device),
+        "export": {**validation, "onnx_opset": ONNX_OPSET if params.model_format == "onnx" else None},
         "model": {
             "architecture": summary.architecture,
             "classes": list(summary.classes),
@@ -97,14 +118,13 @@ def training_metadata(ctx: RunContext, summary: TrainSummary, validation: dict[s
             "parameter_count": summary.parameter_count,
             "spec": summary.spec.model_dump(),
         },
-        "run_id": ctx.run_id,
         "training": {
-            "batch_size": ctx.params.batch_size,
+            "batch_size": params.batch_size,
             "epoch_losses": list(summary.epoch_losses),
-            "epochs": ctx.params.epochs,
-            "learning_rate": ctx.params.learning_rate,
+            "epochs": params.epochs,
+            "learning_rate": params.learning_rate,
             "optimizer": "adam",
-            "random_seed": ctx.params.random_seed,
+            "random_seed": params.random_seed,
             "test_rows": summary.test_rows,
             "train_rows": summary.train_rows,
         },

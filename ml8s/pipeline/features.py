@@ -4,41 +4,42 @@ Columns are sorted by name before anything else; categories are encoded in sorte
 (imputation, variance, standardization) are fitted on the training rows only; MAX_FEATURES keeps the
 top-N by variance with ties broken by name. Output: ``features/feature_matrix.parquet`` (float32
 features sorted by name, ``__target__`` class index, ``__split__`` 0 = train / 1 = test) and
-``features/feature_schema.json`` (everything needed to reproduce the transform at inference).
+``features/feature_schema.json`` (everything needed to reproduce the transform at inference), written
+into a local directory; ``publish`` copies them into ARTIFACT_ROOT.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s import layout
-from ml8s.context import RunContext
+from ml8s.context import RunSpec
 from ml8s.dataset import FloatArray, load_dataset
 from ml8s.features_core import IntArray, Prepared, encode, prepare
 from ml8s.identity import canonical_bytes
+from ml8s.pipeline.publish import local_path
 
 SCHEMA_VERSION = 1
 TARGET = "__target__"
 SPLIT = "__split__"
 
 
-def build_features(ctx: RunContext) -> None:
-    """Load the data (re-verified), engineer features and write both feature artifacts atomically."""
-    prepared = prepare(load_dataset(ctx.fingerprint), ctx.params)
-    matrix, features = encode(prepared, ctx.params)
-    writer = ctx.writer()
-    with tempfile.TemporaryDirectory(prefix="ml8s-fe-") as tmp:
-        path = os.path.join(tmp, "feature_matrix.parquet")
-        write_matrix(path, matrix, [str(f["name"]) for f in features], prepared)
-        writer.write_file(layout.FEATURE_MATRIX, path, "features")
-    schema = feature_schema(prepared, features)
-    writer.write_bytes(layout.FEATURE_SCHEMA, canonical_bytes(schema), "feature_schema")
-    ctx.log(
+def compute_features(spec: RunSpec, out_dir: str) -> None:
+    """Load the data (re-verified), engineer features and write both feature files into ``out_dir``.
+
+    Pure: nothing is written to the store (``publish`` does that), so the step can be cached.
+    """
+    prepared = prepare(load_dataset(spec.fingerprint), spec.params)
+    matrix, features = encode(prepared, spec.params)
+    os.makedirs(out_dir, exist_ok=True)
+    write_matrix(local_path(out_dir, layout.FEATURE_MATRIX), matrix, [str(f["name"]) for f in features], prepared)
+    with open(local_path(out_dir, layout.FEATURE_SCHEMA), "wb") as handle:
+        handle.write(canonical_bytes(feature_schema(prepared, features)))
+    spec.log(
         "features",
         f"{matrix.shape[1]} features x {matrix.shape[0]} rows ({prepared.train_rows} train, {prepared.test_rows} test)",
     )
@@ -73,10 +74,3 @@ def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
     target = table.column(TARGET).to_numpy().astype(np.int64)
     split = table.column(SPLIT).to_numpy().astype(np.int64)
     return features, target, split, names
-
-
-def fetch_matrix(ctx: RunContext, directory: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
-    """Download the run's feature matrix into ``directory`` and read it."""
-    path = os.path.join(directory, "feature_matrix.parquet")
-    ctx.store().download(ctx.key(layout.FEATURE_MATRIX), path)
-    return read_matrix(path)

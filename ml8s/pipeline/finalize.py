@@ -9,8 +9,10 @@ import json
 from ml8s import layout
 from ml8s.context import RunContext
 from ml8s.errors import IntegrityError, NotFoundError
+from ml8s.identity import canonical_bytes
 from ml8s.manifest import ArtifactRef, Manifest, RerunAudit
 from ml8s.pipeline.gate import GateDecision
+from ml8s.pipeline.snapshot import fingerprint_record
 from ml8s.registry import MlflowRef
 
 
@@ -39,11 +41,19 @@ def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
                 f"({recorded[rel]['size']} bytes) as recorded in training_metadata.json"
             )
         artifacts[rel] = ArtifactRef(uri=ctx.uri(rel), sha256=digest, size=len(data))
-    snapshot = store.get(ctx.key(layout.CONFIG_SNAPSHOT))
-    if snapshot != ctx.identity.config_snapshot_bytes():
-        raise IntegrityError(
-            f"{ctx.uri(layout.CONFIG_SNAPSHOT)} differs from this run's identity; expected identical bytes"
-        )
+    expected_identity = {
+        layout.CONFIG_SNAPSHOT: ctx.identity.config_snapshot_bytes(),
+        layout.DATA_FINGERPRINT: canonical_bytes(fingerprint_record(ctx.fingerprint)),
+    }
+    for rel, want in sorted(expected_identity.items()):
+        try:
+            data = store.get(ctx.key(rel))
+        except NotFoundError as exc:
+            raise IntegrityError(f"{ctx.uri(rel)} is missing at finalization; expected it written by Step 2") from exc
+        if data != want:
+            raise IntegrityError(f"{ctx.uri(rel)} differs from this run's identity; expected identical bytes")
+        artifacts[rel] = ArtifactRef(uri=ctx.uri(rel), sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    artifacts = dict(sorted(artifacts.items()))
     manifest = Manifest(
         run_id=ctx.run_id,
         full_config_hash=ctx.identity.full_config_hash,
@@ -52,7 +62,7 @@ def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
         artifact_root=ctx.artifact_root,
         artifacts=artifacts,
         mlflow=mlflow.model_dump(),
-        force_rerun=_rerun_audit(decision, artifacts) if decision.force_rerun else None,
+        force_rerun=_rerun_audit(decision, artifacts, ctx.params.model_format) if decision.force_rerun else None,
     )
     data = manifest.to_bytes()
     writer = ctx.writer(store)
@@ -64,9 +74,11 @@ def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
     return data.decode("utf-8")
 
 
-def _rerun_audit(decision: GateDecision, artifacts: dict[str, ArtifactRef]) -> RerunAudit:
+def _rerun_audit(decision: GateDecision, artifacts: dict[str, ArtifactRef], model_format: str) -> RerunAudit:
+    """Compare what training_metadata.json recorded before the rerun with what it records now."""
     previous = decision.previous_sha256
-    changed = sorted(rel for rel in set(previous) | set(artifacts) if previous.get(rel) != _sha(artifacts, rel))
+    compared = set(previous) | set(layout.checksummed_artifacts(model_format))
+    changed = sorted(rel for rel in compared if previous.get(rel) != _sha(artifacts, rel))
     return RerunAudit(reproduced=bool(previous) and not changed, changed=tuple(changed), previous_sha256=previous)
 
 

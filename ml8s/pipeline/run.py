@@ -1,10 +1,14 @@
 """The whole run contract in one process, without Flyte: what ``ml8s run`` and the tests call.
 
-``workflows/training.py`` composes exactly these steps as Flyte tasks.
+``workflows/training.py`` composes exactly these steps as Flyte tasks: the compute steps (features,
+train, export) write into local directories and each is published into ARTIFACT_ROOT right after it
+ran, as the Flyte publish tasks do. Nothing here is cached: ``ml8s run --force-rerun`` always recomputes.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping
 
 from ml8s.pipeline.bootstrap import bootstrap
@@ -17,15 +21,26 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
     decision = gate(ctx)
     if decision.completed:
         return decision.manifest
-    from ml8s.pipeline.export import export  # heavy imports only on the path that trains
-    from ml8s.pipeline.features import build_features
+    from ml8s.pipeline import publish  # heavy imports only on the path that trains
+    from ml8s.pipeline.export import export
+    from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.finalize import finalize
     from ml8s.pipeline.snapshot import snapshot
     from ml8s.pipeline.train import train
     from ml8s.registry import register
 
+    spec = ctx.spec()
+    if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
+        from ml8s.determinism import seed_everything
+
+        seed_everything(spec.params.random_seed, "cuda")
     snapshot(ctx)
-    build_features(ctx)
-    summary = train(ctx)
-    export(ctx, summary)
+    with tempfile.TemporaryDirectory(prefix=f"ml8s-{ctx.run_id}-") as tmp:
+        features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
+        compute_features(spec, features)
+        publish.publish(ctx, publish.local_files(features, publish.FEATURES))
+        summary = train(spec, features, model)
+        publish.publish(ctx, publish.local_files(model, publish.TRAINED))
+        export(spec, summary, features, model, exported)
+        publish.publish(ctx, publish.local_files(exported, publish.exported(spec.params.model_format)))
     return finalize(ctx, register(ctx), decision)

@@ -1,7 +1,9 @@
 """Step 2, data load and snapshot: validate the data completely, then record what was read.
 
 The whole dataset is parsed and checked against the configuration (target present, classes, excluded
-columns, device) *before* the first write, so a bad input never leaves anything under ARTIFACT_ROOT.
+columns) *before* the first write, so a bad input never leaves anything under ARTIFACT_ROOT. The
+device is checked where training runs: by ``run_pipeline`` before this step (one machine does it all),
+and on a cluster by the GPU training task, which is scheduled on a GPU node.
 """
 
 from __future__ import annotations
@@ -17,10 +19,6 @@ from ml8s.identity import canonical_bytes
 def snapshot(ctx: RunContext) -> None:
     """Validate DATA_ROOT against the config, then write ``data_fingerprint.json`` and ``config_snapshot.json``."""
     prepared = prepare(load_dataset(ctx.fingerprint), ctx.params)
-    if ctx.params.train_device == "cuda":
-        from ml8s.determinism import seed_everything  # torch only when it matters: fail before writing
-
-        seed_everything(ctx.params.random_seed, "cuda")
     writer = ctx.writer()
     writer.write_bytes(
         layout.DATA_FINGERPRINT, canonical_bytes(fingerprint_record(ctx.fingerprint)), "data_fingerprint"

@@ -1,13 +1,14 @@
 """Step 4, training: deterministic torch training on the feature matrix, held-out metrics.
 
-Writes ``model/model_native.safetensors`` (the state dict, no metadata: safetensors writes its
-metadata dict in hash order) and ``metrics.json``; returns the summary export needs.
+Reads the feature files from a local directory and writes ``model/model_native.safetensors`` (the state
+dict, no metadata: safetensors writes its metadata dict in hash order) and ``metrics.json`` into another;
+returns the summary export needs. Pure: ``publish`` copies the files into ARTIFACT_ROOT.
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
+import os
 
 import numpy as np
 import safetensors.torch
@@ -15,13 +16,14 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from ml8s import layout
-from ml8s.context import RunContext
+from ml8s.context import RunSpec
 from ml8s.determinism import seed_everything
 from ml8s.errors import TrainingError
 from ml8s.identity import canonical_bytes
 from ml8s.metrics import classification_metrics
 from ml8s.model import ModelSpec, architecture, build_model, parameter_count
-from ml8s.pipeline.features import fetch_matrix
+from ml8s.pipeline.features import read_matrix
+from ml8s.pipeline.publish import local_path
 
 
 class TrainSummary(BaseModel):
@@ -39,38 +41,44 @@ class TrainSummary(BaseModel):
     test_rows: int
 
 
-def train(ctx: RunContext) -> TrainSummary:
-    """Train MODEL_TYPE on the training split; evaluate on the held-out split."""
-    params = ctx.params
+def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
+    """Train MODEL_TYPE on the training split of ``features_dir``; evaluate on the held-out split.
+
+    Writes ``model_native.safetensors`` and ``metrics.json`` into ``out_dir``.
+    """
+    params = spec.params
     device = seed_everything(params.random_seed, params.train_device)
-    with tempfile.TemporaryDirectory(prefix="ml8s-train-") as tmp:
-        features, target, split, names = fetch_matrix(ctx, tmp)
-    classes = tuple(json.loads(ctx.store().get(ctx.key(layout.FEATURE_SCHEMA)))["target"]["classes"])
-    spec = ModelSpec(
+    features, target, split, names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
+    with open(local_path(features_dir, layout.FEATURE_SCHEMA), "rb") as handle:
+        classes = tuple(json.loads(handle.read())["target"]["classes"])
+    model_spec = ModelSpec(
         model_type=params.model_type,
         n_features=features.shape[1],
         n_classes=len(classes),
         hidden_units=params.hidden_units,
         hidden_layers=params.hidden_layers,
     )
-    model = build_model(spec).to(device)
+    model = build_model(model_spec).to(device)
     x = torch.from_numpy(features.astype(np.float32)).to(device)
     y = torch.from_numpy(target).to(device)
     train_idx = torch.from_numpy(np.flatnonzero(split == 0)).to(device)
-    losses = _fit(ctx, model, x, y, train_idx)
+    losses = _fit(spec, model, x, y, train_idx)
     test = split == 1
     probs = predict_proba(model, x[torch.from_numpy(np.flatnonzero(test)).to(device)])
     metrics = classification_metrics(probs, target[test], len(classes))
     metrics.update(train_rows=int((~test).sum()), test_rows=int(test.sum()), final_train_loss=losses[-1])
-    writer = ctx.writer()
-    writer.write_bytes(layout.MODEL_NATIVE, native_bytes(model), "model_native")
-    writer.write_bytes(layout.METRICS, canonical_bytes(dict(sorted(metrics.items()))), "metrics")
-    ctx.log(
-        "train", f"{architecture(spec)} held-out accuracy {metrics['accuracy']:.4f} log-loss {metrics['log_loss']:.4f}"
+    os.makedirs(out_dir, exist_ok=True)
+    with open(local_path(out_dir, layout.MODEL_NATIVE), "wb") as handle:
+        handle.write(native_bytes(model))
+    with open(local_path(out_dir, layout.METRICS), "wb") as handle:
+        handle.write(canonical_bytes(dict(sorted(metrics.items()))))
+    spec.log(
+        "train",
+        f"{architecture(model_spec)} held-out accuracy {metrics['accuracy']:.4f} log-loss {metrics['log_loss']:.4f}",
     )
     return TrainSummary(
-        spec=spec,
-        architecture=architecture(spec),
+        spec=model_spec,
+        architecture=architecture(model_spec),
         parameter_count=parameter_count(model),
         classes=classes,
         feature_names=tuple(names),
@@ -97,9 +105,9 @@ def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[i
 
 
 def _fit(
-    ctx: RunContext, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train_idx: torch.Tensor
+    spec: RunSpec, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train_idx: torch.Tensor
 ) -> list[float]:
-    params = ctx.params
+    params = spec.params
     optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
     generator = torch.Generator().manual_seed(params.random_seed)
     losses: list[float] = []
@@ -120,5 +128,5 @@ def _fit(
                 f"training loss is {mean} at epoch {epoch + 1}; expected a finite loss (lower LEARNING_RATE?)"
             )
         losses.append(mean)
-        ctx.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f}")
+        spec.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f}")
     return losses
