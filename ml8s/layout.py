@@ -18,6 +18,8 @@ TRAINING_METADATA = "training_metadata.json"
 MANIFEST = "manifest.json"
 TMP_DIR = ".tmp"
 LOGS_DIR = "logs"
+# Training curves for TensorBoard: a log (wall-clock times inside), never checksummed nor hashed.
+TENSORBOARD_EVENTS = f"{LOGS_DIR}/tensorboard/events.out.tfevents.ml8s-train"
 
 
 def model_export(model_format: str) -> str:

@@ -40,7 +40,7 @@ def publish_model(context: str, model: FlyteDirectory, exported: FlyteDirectory)
     log.configure()
     ctx = RunContext.from_json(context)
     files = {
-        **publish.local_files(model.download(), publish.TRAINED),
+        **publish.local_files(model.download(), publish.TRAINED + publish.TRAINING_LOGS),
         **publish.local_files(exported.download(), publish.exported(ctx.params.model_format)),
     }
     publish.publish(ctx, files)

@@ -23,7 +23,9 @@ from ml8s.errors import IntegrityError
 FEATURES = (layout.FEATURE_MATRIX, layout.FEATURE_SCHEMA)
 """What feature engineering produces."""
 TRAINED = (layout.METRICS, layout.MODEL_NATIVE)
-"""What training produces."""
+"""What training produces (and export checksums)."""
+TRAINING_LOGS = (layout.TENSORBOARD_EVENTS,)
+"""What training also produces: logs, published beside the artifacts but never checksummed."""
 
 
 def exported(model_format: str) -> tuple[str, ...]:

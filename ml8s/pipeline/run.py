@@ -40,7 +40,7 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
         compute_features(spec, features)
         publish.publish(ctx, publish.local_files(features, publish.FEATURES))
         summary = train(spec, features, model)
-        publish.publish(ctx, publish.local_files(model, publish.TRAINED))
+        publish.publish(ctx, publish.local_files(model, publish.TRAINED + publish.TRAINING_LOGS))
         export(spec, summary, features, model, exported)
         publish.publish(ctx, publish.local_files(exported, publish.exported(spec.params.model_format)))
     return finalize(ctx, register(ctx), decision)

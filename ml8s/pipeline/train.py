@@ -24,6 +24,7 @@ from ml8s.metrics import classification_metrics
 from ml8s.model import ModelSpec, architecture, build_model, parameter_count
 from ml8s.pipeline.features import read_matrix
 from ml8s.pipeline.publish import local_path
+from ml8s.tensorboard import write_training_events
 
 
 class TrainSummary(BaseModel):
@@ -44,7 +45,7 @@ class TrainSummary(BaseModel):
 def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     """Train MODEL_TYPE on the training split of ``features_dir``; evaluate on the held-out split.
 
-    Writes ``model_native.safetensors`` and ``metrics.json`` into ``out_dir``.
+    Writes ``model_native.safetensors``, ``metrics.json`` and the TensorBoard events into ``out_dir``.
     """
     params = spec.params
     device = seed_everything(params.random_seed, params.train_device)
@@ -72,6 +73,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
         handle.write(native_bytes(model))
     with open(local_path(out_dir, layout.METRICS), "wb") as handle:
         handle.write(canonical_bytes(dict(sorted(metrics.items()))))
+    write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics)
     spec.log(
         "train",
         f"{architecture(model_spec)} held-out accuracy {metrics['accuracy']:.4f} log-loss {metrics['log_loss']:.4f}",
