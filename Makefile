@@ -23,7 +23,11 @@ $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
 	touch $@
 
-setup: $(BIN)/.installed
+# Generated protobuf code (ml8s/proto_gen/, git-ignored) is built from proto/, never edited.
+setup: $(BIN)/.installed proto
+
+proto: $(BIN)/.installed
+	$(BIN)/python proto/build.py
 
 demo-data: setup
 	$(BIN)/python -m ml8s.demo_data --out $(DEMO_DATA)
@@ -56,7 +60,7 @@ package: setup
 		--image fe=$(FE_IMAGE) --image train=$(TRAIN_IMAGE) --output $(PACKAGE) --force
 
 # Needs a Docker engine (not on CI machines): builds and pushes both images to the sandbox registry.
-images:
+images: proto
 	docker build -f images/Dockerfile.fe --build-arg IMAGE_VERSION=$(IMAGE_VERSION) -t $(FE_IMAGE) .
 	docker build -f images/Dockerfile.train --build-arg IMAGE_VERSION=$(IMAGE_VERSION) -t $(TRAIN_IMAGE) .
 	docker push $(FE_IMAGE)

@@ -1,4 +1,4 @@
-"""The ``ml8s`` command line: ``ml8s identity`` and ``ml8s run``, configured from the environment.
+"""The ``ml8s`` command line: ``identity``, ``run``, ``verify``, ``audit``, ``chain`` and the operator tools.
 
 Exit codes: 0 success, 1 a named ml8s error (one line on stderr: ``ml8s: CODE: message``), 2 usage.
 """
@@ -9,8 +9,12 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 
+from ml8s import cli_chain
+from ml8s.audit import commands as audit_commands
 from ml8s.errors import Ml8sError
+from ml8s.ops import commands as ops_commands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("identity", help="print the run identity of the configuration in the environment as JSON")
     run = commands.add_parser("run", help="run the whole pipeline locally without Flyte; prints the manifest")
     run.add_argument("--force-rerun", action="store_true", help="same as FORCE_RERUN=true")
+    # Subcommands that dispatch themselves: each sets a `handler` (one function per subcommand).
+    audit_commands.register(commands)  # verify, audit bundle|verify
+    ops_commands.register(commands)  # tmp-cleanup, resolve-collision, runs list
+    cli_chain.register(commands)  # chain init|commit|log|show|verify|gc|tensorboard
     args = parser.parse_args(argv)
+    if "handler" in args:
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
     from ml8s import log
 
     log.configure("WARNING" if args.command == "identity" else None)

@@ -99,3 +99,94 @@ class StoreUnavailableError(RetryableStoreError):
     """The store's endpoint cannot be reached, or the connection broke (after the retries allowed)."""
 
     code = "STORE_UNAVAILABLE"
+
+
+class ChainError(Ml8sError):
+    """The model chain refused an operation or holds something unexpected (SPEC §7)."""
+
+    code = "CHAIN_ERROR"
+
+
+class CommitError(ChainError):
+    """A chain commit did not land; the committer's upload was rolled back (or left for GC)."""
+
+    code = "CHAIN_COMMIT_FAILED"
+
+
+class ConflictError(CommitError):
+    """The head moved between reading it and swapping it: another committer won. Retry from the new head."""
+
+    code = "CHAIN_CONFLICT"
+
+
+class CommitOutcomeUnknownError(ConflictError):
+    """The head swap's outcome stayed unknown (store unreachable): the upload is kept, since it may still land.
+
+    Retrying is safe: the run index finds the version if the swap did land, and a late landing of the old
+    request fails its precondition once the head has moved.
+    """
+
+    code = "CHAIN_COMMIT_OUTCOME_UNKNOWN"
+
+
+class NotFastForwardError(CommitError):
+    """The version would not extend the head: ``expected_parent`` is not the head, or global_step went back."""
+
+    code = "CHAIN_NOT_FAST_FORWARD"
+
+
+class ChecksumError(IntegrityError, ChainError):
+    """Chain bytes do not match their recorded hash; ``check`` names which hash (e.g. ``payload_hash``)."""
+
+    code = "CHAIN_CHECKSUM_MISMATCH"
+
+    def __init__(self, message: str, *, check: str = "checksum") -> None:
+        super().__init__(message)
+        self.check = check
+
+
+class VersionNotFoundError(ChainError):
+    """The chain, or the requested version of it, does not exist."""
+
+    code = "CHAIN_VERSION_NOT_FOUND"
+
+
+class ChainCorruptionError(ChainError):
+    """The chain violates an integrity rule; ``check`` names the rule, ``version`` the counter (None: chain-wide)."""
+
+    code = "CHAIN_CORRUPTION"
+
+    def __init__(self, version: int | None, reason: str, *, check: str = "corruption") -> None:
+        where = f"version {version}" if version is not None else "chain"
+        super().__init__(f"{where}: {check}: {reason}")
+        self.version, self.reason, self.check = version, reason, check
+
+
+class ChainRollbackError(ChainCorruptionError):
+    """The head is older than a head seen before: history was rolled back."""
+
+    code = "CHAIN_ROLLBACK"
+
+
+class ChainForkError(ChainCorruptionError):
+    """The head does not descend from a head seen before: history was rewritten (forked)."""
+
+    code = "CHAIN_FORK"
+
+
+class VerificationFailedError(Ml8sError):
+    """A run (or an audit bundle) failed verification; the report names each failed check."""
+
+    code = "VERIFICATION_FAILED"
+
+
+class AuditBundleError(Ml8sError):
+    """An audit bundle cannot be written or read (not a bundle, unsafe member, unwritable output)."""
+
+    code = "AUDIT_BUNDLE_ERROR"
+
+
+class ResolutionRefusedError(Ml8sError):
+    """An operator tool refused to act: the collision is not recorded, or the store is not what was audited."""
+
+    code = "RESOLUTION_REFUSED"

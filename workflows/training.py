@@ -1,4 +1,4 @@
-"""The training pipeline of SPEC §4: bootstrap → gate → (reuse | snapshot … finalize).
+"""The training pipeline of SPEC §4: bootstrap → gate → (reuse | snapshot … finalize) → chain commit.
 
 Every input mirrors a user-level variable (lower-case name) or a platform setting; "" means "take
 it from the environment", so a run configured by inputs and one configured by the environment
@@ -17,6 +17,7 @@ from __future__ import annotations
 from flytekit import conditional, workflow
 
 from tasks.bootstrap import bootstrap_run
+from tasks.chain import commit_to_chain
 from tasks.export import export_model, publish_model
 from tasks.features import compute_features, publish_features
 from tasks.finalize import finalize_run
@@ -84,10 +85,11 @@ def training_pipeline(
         force_rerun=force_rerun,
     )
     gate = check_gate(context=run.context)
-    return (
+    manifest = (
         conditional("idempotence_gate")
         .if_(gate.completed.is_true())
         .then(reuse_manifest(decision=gate.decision))
         .else_()
         .then(train_and_register_wf(context=run.context, spec=run.spec, decision=gate.decision, use_gpu=run.use_gpu))
     )
+    return commit_to_chain(context=run.context, manifest=manifest)

@@ -12,14 +12,16 @@ import tempfile
 from collections.abc import Mapping
 
 from ml8s.pipeline.bootstrap import bootstrap
+from ml8s.pipeline.chain_commit import chain_commit
 from ml8s.pipeline.gate import gate
 
 
 def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> str:
-    """Steps 0-7; returns the manifest JSON. A completed run returns early, importing no torch or MLflow."""
+    """Steps 0-8; returns the manifest JSON. A completed run returns early, importing no torch or MLflow."""
     ctx = bootstrap(env, overrides)
     decision = gate(ctx)
     if decision.completed:
+        chain_commit(ctx)  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
     from ml8s.pipeline import publish  # heavy imports only on the path that trains
     from ml8s.pipeline.export import export
@@ -43,4 +45,6 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
         publish.publish(ctx, publish.local_files(model, publish.TRAINED + publish.TRAINING_LOGS))
         export(spec, summary, features, model, exported)
         publish.publish(ctx, publish.local_files(exported, publish.exported(spec.params.model_format)))
-    return finalize(ctx, register(ctx), decision)
+    manifest = finalize(ctx, register(ctx), decision)
+    chain_commit(ctx)
+    return manifest

@@ -1,0 +1,150 @@
+"""What MLflow says about a run (read-only), and whether it agrees with the run's records (SPEC §5).
+
+:func:`read_view` reads the registered version, its MLflow run and experiment into an
+:class:`MlflowView`; :func:`view_problems` compares a view with the run's snapshot and manifest. The
+live check (``ml8s verify``) and the offline one (``ml8s audit verify``, on the view saved in the
+bundle as ``mlflow.json``) use the same comparison. The view holds no timestamps and no ``mlflow.*``
+system tags (user, source), so two bundles made from an unchanged registry are byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ml8s.audit.records import ConfigSnapshot
+from ml8s.audit.report import Unavailable
+from ml8s.errors import RegistryError
+from ml8s.manifest import Manifest
+from ml8s.registry import MlflowRef
+from ml8s.settings import platform_settings
+
+CONTRACT_TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
+
+
+class MlflowView(BaseModel):
+    """A registered model version as MLflow reports it: ``mlflow.json`` in an audit bundle."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tracking_uri: str
+    model_name: str
+    model_version: str
+    version_source: str
+    version_run_id: str
+    version_status: str
+    version_tags: dict[str, str]
+    versions_with_this_hash: tuple[str, ...]
+    run_id: str
+    run_lifecycle_stage: str
+    run_tags: dict[str, str]
+    run_params: dict[str, str]
+    experiment_id: str
+    experiment_name: str
+
+
+def manifest_ref(manifest: Manifest) -> MlflowRef:
+    try:
+        return MlflowRef.model_validate(manifest.mlflow)
+    except ValidationError as exc:
+        raise Unavailable(f"manifest.json's mlflow reference is malformed: {exc.errors()[0]['msg']}") from exc
+
+
+def tracking_uri(env: Mapping[str, str], root_uri: str) -> str:
+    """MLFLOW_TRACKING_URI, else the default of a local pipeline root (settings.py). Never the URI the
+    manifest records: a verifier must not ask the registry that the verified files themselves name."""
+    explicit = env.get("MLFLOW_TRACKING_URI", "").strip()
+    if explicit:
+        return explicit
+    if root_uri.startswith("file://"):
+        return platform_settings({}, {"pipeline_root_uri": root_uri}).mlflow_tracking_uri
+    raise RegistryError(
+        f"MLFLOW_TRACKING_URI is required to verify a run under {root_uri} (only local roots have a default)"
+    )
+
+
+def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
+    """Read the version ``ref`` names. Raises :class:`RegistryError` when MLflow cannot answer, or the
+    version, its run or its experiment does not exist. A ``sqlite:///`` file that does not exist is an
+    error too (opening it would create an empty database: a verifier writes nothing)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///") :].split("?")[0]
+        if path != ":memory:" and not os.path.isfile(path):
+            raise RegistryError(f"MLflow database {path} ({uri}) does not exist")
+    client = MlflowClient(tracking_uri=uri)
+    where = f"model {ref.model_name!r} version {ref.model_version} in MLflow at {uri}"
+    try:
+        version = client.get_model_version(ref.model_name, ref.model_version)
+        run = client.get_run(ref.mlflow_run_id)
+        experiment = client.get_experiment(str(run.info.experiment_id))
+        query = f"name = '{ref.model_name}' and tags.full_config_hash = '{full_config_hash}'"
+        same_hash = sorted((str(v.version) for v in client.search_model_versions(query)), key=int)
+    except MlflowException as exc:
+        missing = exc.error_code == "RESOURCE_DOES_NOT_EXIST"
+        raise RegistryError(f"{where}: {'not found' if missing else 'MLflow error'}: {exc.message}") from exc
+    return MlflowView(
+        tracking_uri=uri,
+        model_name=str(version.name),
+        model_version=str(version.version),
+        version_source=str(version.source),
+        version_run_id=str(version.run_id or ""),
+        version_status=str(version.status),
+        version_tags=_user_tags(version.tags),
+        versions_with_this_hash=tuple(same_hash),
+        run_id=str(run.info.run_id),
+        run_lifecycle_stage=str(run.info.lifecycle_stage),
+        run_tags=_user_tags(run.data.tags),
+        run_params={str(k): str(v) for k, v in sorted(run.data.params.items())},
+        experiment_id=str(experiment.experiment_id),
+        experiment_name=str(experiment.name),
+    )
+
+
+def view_problems(view: MlflowView, ref: MlflowRef, snapshot: ConfigSnapshot, artifact_root: str) -> list[str]:
+    """The version and its run carry the contract tags of this run, once, from ``{ARTIFACT_ROOT}/model``."""
+    expected = {
+        "run_id": snapshot.run_id,
+        "full_config_hash": snapshot.full_config_hash,
+        "data_fingerprint": snapshot.data_fingerprint,
+        "artifact_uri": f"{artifact_root}/model",
+    }
+    problems: list[str] = []
+    for owner, tags in (("model version", view.version_tags), ("MLflow run", view.run_tags)):
+        for key in CONTRACT_TAGS:
+            if tags.get(key) != expected[key]:
+                problems.append(f"{owner} tag {key} is {tags.get(key)!r}; expected {expected[key]!r}")
+    if view.version_source != expected["artifact_uri"]:
+        problems.append(f"model version source is {view.version_source}; expected {expected['artifact_uri']}")
+    mine = {
+        "model_name": (view.model_name, ref.model_name),
+        "model_version": (view.model_version, ref.model_version),
+        "version run": (view.version_run_id, ref.mlflow_run_id),
+        "run": (view.run_id, ref.mlflow_run_id),
+        "experiment_id": (view.experiment_id, ref.experiment_id),
+        "experiment_name": (view.experiment_name, ref.experiment_name),
+    }
+    problems += [
+        f"{name} is {got!r}; manifest.json records {want!r}" for name, (got, want) in mine.items() if got != want
+    ]
+    if view.versions_with_this_hash != (ref.model_version,):
+        problems.append(
+            f"versions tagged with this full_config_hash: {list(view.versions_with_this_hash)}; expected exactly "
+            f"[{ref.model_version!r}] (one registered version per full_config_hash)"
+        )
+    if view.run_lifecycle_stage != "active":
+        problems.append(f"MLflow run {view.run_id} is {view.run_lifecycle_stage}")
+    params = {k: json.dumps(v, separators=(",", ":"), ensure_ascii=False) for k, v in snapshot.canonical_config.items()}
+    wrong = sorted(k for k in set(params) | set(view.run_params) if params.get(k) != view.run_params.get(k))
+    if wrong:
+        problems.append(f"MLflow run params differ from the canonical config: {wrong}")
+    return problems
+
+
+def _user_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in sorted(tags.items()) if not str(k).startswith("mlflow.")}

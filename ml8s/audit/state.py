@@ -1,0 +1,93 @@
+"""A run as the verifier sees it: ARTIFACT_ROOT's listing, and its files read (once) from the store.
+
+Nothing here writes. Large files are hashed by streaming them to a temporary file, never held in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+
+from ml8s import layout
+from ml8s.audit.offline import Digest
+from ml8s.audit.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata, parse
+from ml8s.audit.report import Unavailable
+from ml8s.config import normalize_uri
+from ml8s.errors import NotFoundError
+from ml8s.manifest import Manifest
+from ml8s.store import ObjectInfo, Store, open_store
+
+_SMALL = 16 * 1024 * 1024  # files up to this size are read whole (and kept); larger ones are streamed
+
+
+class RunState:
+    """One run under a pipeline root. ``env`` is where MLflow's URI and the like are read from."""
+
+    def __init__(self, root_uri: str, run_id: str, env: Mapping[str, str], *, store: Store | None = None) -> None:
+        self.store = store or open_store(normalize_uri(root_uri))
+        self.root_uri = self.store.root_uri
+        self.run_id = run_id
+        self.env = env
+        self.prefix = layout.run_prefix(run_id)
+        self.artifact_root = f"{self.root_uri}/{self.prefix}"
+        self._listing: dict[str, ObjectInfo] | None = None
+        self._bytes: dict[str, bytes] = {}
+        self._digests: dict[str, Digest] = {}
+
+    def uri(self, rel: str) -> str:
+        return f"{self.artifact_root}/{rel}"
+
+    def listing(self) -> dict[str, ObjectInfo]:
+        """Every object under ARTIFACT_ROOT, keyed by its path relative to it."""
+        if self._listing is None:
+            base = self.prefix + "/"
+            self._listing = {i.key[len(base) :]: i for i in self.store.list(base) if i.key.startswith(base)}
+        return self._listing
+
+    def read(self, rel: str) -> bytes:
+        """A file's bytes; :class:`Unavailable` when it is missing."""
+        if rel not in self._bytes:
+            if rel not in self.listing():
+                raise Unavailable(f"{rel} is missing")
+            try:
+                self._bytes[rel] = self.store.get(f"{self.prefix}/{rel}")
+            except NotFoundError as exc:
+                raise Unavailable(f"{rel} is missing") from exc
+        return self._bytes[rel]
+
+    def digest(self, rel: str) -> Digest:
+        """(sha256, size) of a present file, streamed for large files."""
+        if rel not in self._digests:
+            info = self.listing()[rel]
+            if rel in self._bytes or info.size <= _SMALL:
+                data = self.read(rel)
+                self._digests[rel] = (hashlib.sha256(data).hexdigest(), len(data))
+            else:
+                with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
+                    result = self.store.download(f"{self.prefix}/{rel}", os.path.join(tmp, "artifact"))
+                self._digests[rel] = (result.sha256, result.size)
+        return self._digests[rel]
+
+    def head(self, rel: str, size: int) -> bytes:
+        """The first ``size`` bytes of a present file (large files are streamed to a temporary file)."""
+        if rel in self._bytes or self.listing()[rel].size <= _SMALL:
+            return self.read(rel)[:size]
+        with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
+            path = os.path.join(tmp, "artifact")
+            self.store.download(f"{self.prefix}/{rel}", path)
+            with open(path, "rb") as handle:
+                return handle.read(size)
+
+    def snapshot(self) -> ConfigSnapshot:
+        return parse(layout.CONFIG_SNAPSHOT, self.read(layout.CONFIG_SNAPSHOT), ConfigSnapshot)
+
+    def fingerprint_record(self) -> FingerprintRecord:
+        return parse(layout.DATA_FINGERPRINT, self.read(layout.DATA_FINGERPRINT), FingerprintRecord)
+
+    def metadata(self) -> TrainingMetadata:
+        return parse(layout.TRAINING_METADATA, self.read(layout.TRAINING_METADATA), TrainingMetadata)
+
+    def manifest(self) -> Manifest:
+        return parse(layout.MANIFEST, self.read(layout.MANIFEST), Manifest)

@@ -1,0 +1,88 @@
+"""``ml8s verify RUN_ID``: every check of a run in its store, and MLflow's agreement with it (SPEC §6).
+
+The checks are a tuple of named :class:`~ml8s.audit.report.Check` entries: the model chain's check is
+one more entry (``Check("chain", check_chain)``, after ``mlflow``), added by the chain integration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ml8s.audit import mlflow_refs
+from ml8s.audit.report import Check, CheckResult, Report, make_report, run_checks, verdict
+from ml8s.audit.run_checks import (
+    check_artifacts,
+    check_config_snapshot,
+    check_data_fingerprint,
+    check_data_recheck,
+    check_manifest,
+    check_marker,
+    check_training_metadata,
+    check_unexpected_files,
+    use,
+)
+from ml8s.audit.state import RunState
+
+
+def check_mlflow(state: RunState) -> CheckResult:
+    """The registered version named by manifest.json exists and carries this run's contract tags."""
+    snapshot = use(state.snapshot, "config_snapshot")
+    ref = mlflow_refs.manifest_ref(use(state.manifest, "manifest"))
+    uri = mlflow_refs.tracking_uri(state.env, state.root_uri)
+    view = mlflow_refs.read_view(uri, ref, snapshot.full_config_hash)
+    ok = (
+        f"model {view.model_name!r} version {view.model_version} and MLflow run {view.run_id} carry run_id, "
+        f"full_config_hash, data_fingerprint and artifact_uri of this run ({uri})"
+    )
+    moved = ref.tracking_uri != uri
+    other = [f"manifest.json records tracking_uri {ref.tracking_uri}; verified at {uri}"] if moved else []
+    return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, state.artifact_root), ok, other)
+
+
+# The store checks (also recorded in an audit bundle's verification.json), then the registry.
+STORE_CHECKS: tuple[Check[RunState], ...] = (
+    Check("marker", check_marker),
+    Check("config_snapshot", check_config_snapshot),
+    Check("data_fingerprint", check_data_fingerprint),
+    Check("training_metadata", check_training_metadata),
+    Check("manifest", check_manifest),
+    Check("artifacts", check_artifacts),
+    Check("unexpected_files", check_unexpected_files),
+)
+RUN_CHECKS: tuple[Check[RunState], ...] = (*STORE_CHECKS, Check("mlflow", check_mlflow))
+DATA_RECHECK = Check("data_recheck", check_data_recheck)
+
+
+def verify_state(
+    state: RunState, *, recheck_data: bool = False, checks: Sequence[Check[RunState]] = RUN_CHECKS
+) -> Report:
+    """Run the checks. A store that cannot be listed raises its error: no verdict can be given."""
+    state.listing()
+    chosen = (*checks, DATA_RECHECK) if recheck_data else tuple(checks)
+    return make_report("verify", state.run_id, state.artifact_root, run_checks(chosen, state))
+
+
+def verify_run(
+    root_uri: str,
+    run_id: str,
+    env: Mapping[str, str],
+    *,
+    recheck_data: bool = False,
+    checks: Sequence[Check[RunState]] = RUN_CHECKS,
+) -> Report:
+    """Verify run ``run_id`` under the pipeline root ``root_uri`` (local path, ``file://`` or ``s3://``).
+
+    Args:
+        env: where MLFLOW_TRACKING_URI is read (the store takes its S3 settings from ``os.environ``).
+        recheck_data: also fingerprint DATA_ROOT again and report drift.
+        checks: the checks to run, in order (default: every check of the run contract).
+
+    Example:
+        >>> report = verify_run("./pipeline_root", "9c377961bf1a", os.environ)  # doctest: +SKIP
+        >>> report.status, report.failed()  # doctest: +SKIP
+        (<Status.PASS: 'PASS'>, ())
+
+    Raises:
+        StoreError: the store cannot be listed (unreachable, no permission): nothing could be checked.
+    """
+    return verify_state(RunState(root_uri, run_id, env), recheck_data=recheck_data, checks=checks)

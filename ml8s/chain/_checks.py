@@ -1,0 +1,68 @@
+"""The per-version rules of verify.py, as pure functions returning ``(check, reason)`` pairs."""
+
+from __future__ import annotations
+
+from ml8s.chain import layout
+from ml8s.chain._util import sha256_hex
+from ml8s.chain.models import ChainVersion, PayloadKind
+from ml8s.chain.semver import GENESIS_SEMVER, bump
+from ml8s.chain.wire import content_hash_txt, metadata_json
+from ml8s.errors import NotFoundError
+from ml8s.store import ObjectInfo, Store
+
+Problems = list[tuple[str, str]]
+
+
+def link(child: ChainVersion, parent: ChainVersion) -> Problems:
+    """What is wrong with ``child`` following ``parent`` (the block its parent hash names)."""
+    found: Problems = []
+    if child.header.parent_semver != parent.semver:
+        found.append(("parent_link", f"names parent semver {child.header.parent_semver}, not {parent.semver}"))
+    if child.counter != parent.counter + 1:
+        found.append(("counter_sequence", f"counter {child.counter} follows parent counter {parent.counter}"))
+    if child.global_step < parent.global_step:
+        found.append(("global_step", f"global_step {child.global_step} < parent's {parent.global_step}"))
+    if child.header.payload_kind is PayloadKind.GENESIS:
+        found.append(("genesis", "a genesis block with a parent"))
+    elif child.semver != (want := bump(parent.header, child.header.architecture, child.header.parameter_count)):
+        found.append(("semver", f"semver {child.semver}, expected {want} from parent {parent.semver}"))
+    return found
+
+
+def genesis(version: ChainVersion) -> Problems:
+    header = version.header
+    shape = (header.counter, header.payload_kind, header.semver, header.parent_semver, header.files)
+    if shape != (0, PayloadKind.GENESIS, GENESIS_SEMVER, "", ()):
+        return [("genesis", "the first block must have counter 0, kind genesis, semver 0.0.0, no parent, no files")]
+    return []
+
+
+def files(store: Store, base: str, version: ChainVersion, objects: list[ObjectInfo], payloads: bool) -> Problems:
+    """The version directory ``base`` (its listed ``objects``) against the block: derived files, payloads."""
+    found: Problems = []
+    present = {o.key.removeprefix(base): o for o in objects}
+    derived = ((layout.METADATA, metadata_json(version.block)), (layout.CONTENT_HASH, content_hash_txt(version.block)))
+    for name, want in derived:
+        check = name.replace(".", "_")
+        try:
+            if store.get(base + name) != want:
+                found.append((check, f"{name} disagrees with block.pb"))
+        except NotFoundError:
+            found.append((check, f"{name} is missing"))
+    listed = {f"{layout.PAYLOAD}/{f.name}" for f in version.header.files}
+    for extra in sorted(set(present) - listed - {layout.METADATA, layout.CONTENT_HASH, layout.BLOCK}):
+        found.append(("extra_file", f"{extra} is not listed in the block"))
+    for entry in version.header.files:
+        info = present.get(f"{layout.PAYLOAD}/{entry.name}")
+        if info is None:
+            found.append(("payload_missing", f"payload {entry.name} is missing"))
+        elif info.size != entry.size:
+            found.append(("payload_size", f"payload {entry.name}: {info.size} bytes, block says {entry.size}"))
+        elif payloads:
+            try:
+                digest = sha256_hex(store.get(info.key))
+            except NotFoundError:
+                digest = "<missing>"
+            if digest != entry.sha256:
+                found.append(("payload_hash", f"payload {entry.name}: sha256 {digest}, block says {entry.sha256}"))
+    return found

@@ -1,0 +1,277 @@
+"""The commit protocol: upload an immutable version, then swap the head by compare-and-swap.
+
+One attempt (``commit``):
+1. read the head and its token (ETag on S3, sha256 locally; ``chain.json`` carries the counter, so a
+   token never comes back: no ABA);
+2. the run index: a run already in the chain is returned, never committed twice (runindex.py);
+3. fast-forward check: ``expected_parent`` must be the head, and an absolute global_step must not go
+   back (``steps_since_parent`` instead counts from whatever the head is);
+4. seal the header (counter + 1, parent hash, semver bump, content hash) and upload the version
+   directory, ``block.pb`` last;
+5. read the head again: moved -> lost, without sending a swap that cannot win (under contention
+   radosgw answers racing conditional PUTs of one object with 500s, each an "unknown outcome");
+6. ``put_if_match(chain.json, new head, token)``. Lost (precondition failed, or step 5): delete the
+   upload and raise ConflictError (NotFastForwardError when the caller named an expected parent).
+
+Unknown outcome (the store raised RetryableStoreError on the swap: the request may or may not have
+landed, and may still land later): rolling back at once could delete a version the head is about to
+name. So re-read the head: ours -> won. Moved to another block -> our request names a token that can
+never match again, so it can never land: roll back, ConflictError. Unchanged -> our request has not
+landed; send the same swap again (a late landing of the first then fails its precondition, as the
+token has changed), and look again. If the store stays unreachable the upload is kept (GC removes it
+if it never became reachable) and CommitOutcomeUnknownError says a retry is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, NoReturn
+
+from ml8s.chain import layout, runindex
+from ml8s.chain._util import content_hash, rfc3339, sha256_hex, utc_now
+from ml8s.chain.models import BlockHeader, ChainHead, ChainVersion, CommitMeta, PayloadFile, PayloadKind
+from ml8s.chain.semver import GENESIS_SEMVER, bump
+from ml8s.chain.wire import head_json, make_block
+from ml8s.errors import (
+    ChainError,
+    CommitOutcomeUnknownError,
+    ConflictError,
+    NotFastForwardError,
+    PreconditionFailedError,
+    RetryableStoreError,
+    StoreError,
+)
+from ml8s.settings import worker_id
+
+if TYPE_CHECKING:
+    from ml8s.chain.store import ChainStore
+
+log = logging.getLogger(__name__)
+RESOLVE_ATTEMPTS = 5  # looks at the head after an unknown outcome
+RESOLVE_DELAY_S = 0.1  # before look n: uniform(0.5, 2) * RESOLVE_DELAY_S * 2**n, ~3 s in all
+
+
+def payload_files(payload: Mapping[str, bytes]) -> tuple[PayloadFile, ...]:
+    """The sorted file list of a payload (names checked by PayloadFile's pattern)."""
+    if not payload:
+        raise ChainError("a version needs at least one payload file")
+    return tuple(PayloadFile(name=n, sha256=sha256_hex(d), size=len(d)) for n, d in sorted(payload.items()))
+
+
+def commit(
+    chain: ChainStore,
+    payload: Mapping[str, bytes],
+    meta: CommitMeta,
+    expected_parent: str | None = None,
+    files: tuple[PayloadFile, ...] | None = None,
+    check_record: bool = True,
+) -> ChainVersion:
+    """One commit attempt (module docstring). A retry loop passes the ``files`` it hashed once, and
+    ``check_record=False`` after its first attempt (the walk from the claim's counter finds the run anyway)."""
+    files = files if files is not None else payload_files(payload)
+    if check_record and (done := runindex.committed(chain, meta.full_config_hash)) is not None:
+        return _already(chain, done, files)
+    pointer = chain.read_head()
+    while pointer is None:  # a new chain: create genesis (idempotent), then read the head with its token
+        init(chain)
+        pointer = chain.read_head()
+    head, token = pointer
+    parent = chain.at(head)
+    since = runindex.claim(chain, meta, head.counter)
+    if (found := runindex.find(chain, parent, meta.full_config_hash, since)) is not None:
+        runindex.record(chain, found)
+        return _already(chain, found, files, repaired=True)
+    if expected_parent is not None and parent.block_hash != expected_parent:
+        _refuse(chain, parent, meta, f"expected parent {expected_parent}, the head is {parent.block_hash}")
+    if meta.step_after(parent.global_step) < parent.global_step:
+        _refuse(chain, parent, meta, f"global_step {meta.global_step} < the head's {parent.global_step}")
+    version = _seal(parent, meta, files)
+    written: list[str] = []
+    try:
+        chain.write_version(version, payload, written)
+    except BaseException:
+        chain.discard(written)
+        raise
+    swap(chain, version, token, written, named_parent=expected_parent is not None)
+    # Won: from here on nothing may turn the commit into an error. The record is a shortcut (the walk
+    # finds the run without it) and TensorBoard logs can be uploaded again (upload_tensorboard).
+    notes = []
+    try:
+        runindex.record(chain, version)
+        if meta.tensorboard_logdir:
+            chain.upload_tensorboard(version, meta.tensorboard_logdir)
+    except (StoreError, OSError) as exc:
+        notes.append(f"after the win: {exc}")
+        log.warning("chain %s, %s committed, but: %s", chain.name, version.version_dir, exc)
+    _audit(chain, "committed", version, "; ".join(notes))
+    return version
+
+
+def init(chain: ChainStore) -> ChainVersion:
+    """The head, after creating genesis if there is no chain yet (racing inits: one genesis wins)."""
+    if (pointer := chain.read_head()) is not None:
+        return chain.at(pointer[0])
+    header = BlockHeader(
+        counter=0,
+        parent_block_hash="",
+        parent_semver="",
+        content_hash=content_hash([]),
+        semver=GENESIS_SEMVER,
+        run_id="",
+        full_config_hash="",
+        artifact_root="",
+        payload_kind=PayloadKind.GENESIS,
+        created_at=rfc3339(utc_now()),
+        creator=worker_id(),
+        tensorboard_logdir="",
+        global_step=0,
+        architecture="",
+        parameter_count=0,
+        files=(),
+    )
+    genesis = _version(header)
+    written: list[str] = []
+    try:
+        chain.write_version(genesis, {}, written)
+    except BaseException:
+        chain.discard(written)
+        raise
+    try:
+        swap(chain, genesis, None, written, named_parent=False)
+    except ConflictError:
+        return chain.head()  # another init won; ours was rolled back
+    _audit(chain, "init", genesis)
+    return genesis
+
+
+def swap(
+    chain: ChainStore, version: ChainVersion, token: str | None, written: list[str], *, named_parent: bool
+) -> None:
+    """Point the head at ``version`` if the head still has ``token``; else roll back and raise."""
+    data = head_json(
+        ChainHead(
+            chain_name=chain.name,
+            counter=version.counter,
+            block_hash=version.block_hash,
+            version_dir=version.version_dir,
+        )
+    )
+    try:
+        now = chain.read_head()
+    except BaseException:
+        chain.discard(written)  # the swap was never sent: the upload can go
+        raise
+    if (now[1] if now else None) != token:  # moved while we uploaded: lose without sending a doomed swap
+        _lost(chain, version, written, named_parent, "the head moved while uploading")
+    try:
+        chain.store.put_if_match(chain.key(layout.HEAD), data, token)
+        return
+    except PreconditionFailedError:
+        _lost(chain, version, written, named_parent, "the head moved before the swap")
+    except RetryableStoreError as exc:
+        _audit(chain, "unknown_outcome", version, exc.message)
+        _resolve(chain, version, data, token, written, named_parent, exc)
+
+
+def _resolve(
+    chain: ChainStore,
+    version: ChainVersion,
+    data: bytes,
+    token: str | None,
+    written: list[str],
+    named_parent: bool,
+    cause: RetryableStoreError,
+) -> None:
+    """Make an unknown swap outcome known (module docstring); returns when the swap is ours."""
+    for attempt in range(RESOLVE_ATTEMPTS):
+        if attempt:
+            time.sleep(random.uniform(0.5, 2.0) * RESOLVE_DELAY_S * 2**attempt)
+        try:
+            pointer = chain.read_head()
+            if pointer is not None and pointer[0].block_hash == version.block_hash:
+                _audit(chain, "unknown_outcome_resolved", version, "the head is ours: won")
+                return
+            if (pointer[1] if pointer else None) != token:
+                _lost(chain, version, written, named_parent, "unknown outcome: the head moved to another block")
+            chain.store.put_if_match(chain.key(layout.HEAD), data, token)
+            _audit(chain, "unknown_outcome_resolved", version, "the head was unchanged: swapped again, won")
+            return
+        except (RetryableStoreError, PreconditionFailedError):
+            continue  # unreachable again, or the head just changed (maybe to ours): look again
+    raise CommitOutcomeUnknownError(
+        f"swapping the head of {chain.name!r} to {version.version_dir}: outcome still unknown after "
+        f"{RESOLVE_ATTEMPTS} looks ({cause.message}); the upload is kept (GC removes it if it never became "
+        "the head) and a retry is safe"
+    ) from cause
+
+
+def _lost(chain: ChainStore, version: ChainVersion, written: list[str], named_parent: bool, why: str) -> NoReturn:
+    rolled_back = chain.discard(written)
+    _audit(chain, "not_fast_forward" if named_parent else "conflict", version, why, rolled_back=rolled_back)
+    message = f"{version.version_dir} of chain {chain.name!r} lost: {why} (parent {version.header.parent_block_hash})"
+    raise NotFastForwardError(message) if named_parent else ConflictError(message)
+
+
+def _refuse(chain: ChainStore, head: ChainVersion, meta: CommitMeta, why: str) -> NoReturn:
+    chain.audit.append(
+        "not_fast_forward", counter=head.counter, block_hash=head.block_hash, run_id=meta.run_id, detail=why
+    )
+    raise NotFastForwardError(f"not a fast-forward of chain {chain.name!r} at version {head.counter}: {why}")
+
+
+def _already(
+    chain: ChainStore, version: ChainVersion, files: tuple[PayloadFile, ...], *, repaired: bool = False
+) -> ChainVersion:
+    """The run's existing version. A plain re-run writes nothing (idempotence includes the audit trail);
+    what is news is recorded: a payload that differs (a determinism audit for free), a repaired record."""
+    mine = content_hash((f.name, f.sha256, f.size) for f in files)
+    notes = [f"this payload differs: content hash {mine}"] if mine != version.content_hash else []
+    notes += ["the run record was missing (a crash after the swap): rewritten"] if repaired else []
+    if notes:
+        _audit(chain, "already_committed", version, "; ".join(notes))
+    return version
+
+
+def _seal(parent: ChainVersion, meta: CommitMeta, files: tuple[PayloadFile, ...]) -> ChainVersion:
+    counter = parent.counter + 1
+    header = BlockHeader(
+        counter=counter,
+        parent_block_hash=parent.block_hash,
+        parent_semver=parent.semver,
+        content_hash=content_hash((f.name, f.sha256, f.size) for f in files),
+        semver=bump(parent.header, meta.architecture, meta.parameter_count),
+        run_id=meta.run_id,
+        full_config_hash=meta.full_config_hash,
+        artifact_root=meta.artifact_root,
+        payload_kind=PayloadKind.FULL,
+        created_at=rfc3339(utc_now()),
+        creator=meta.creator,
+        tensorboard_logdir=layout.tensorboard_dir(counter),
+        global_step=meta.step_after(parent.global_step),
+        architecture=meta.architecture,
+        parameter_count=meta.parameter_count,
+        files=files,
+    )
+    return _version(header)
+
+
+def _version(header: BlockHeader) -> ChainVersion:
+    block = make_block(header)
+    return ChainVersion(block=block, version_dir=layout.version_dir(header.counter, header.semver, block.block_hash))
+
+
+def _audit(
+    chain: ChainStore, event: str, version: ChainVersion, detail: str = "", *, rolled_back: bool | None = None
+) -> None:
+    chain.audit.append(
+        event,
+        counter=version.counter,
+        block_hash=version.block_hash,
+        version_dir=version.version_dir,
+        run_id=version.header.run_id,
+        detail=detail,
+        rolled_back=rolled_back,
+    )

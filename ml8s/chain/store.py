@@ -1,0 +1,264 @@
+"""ChainStore: one model chain on any :class:`ml8s.store.Store` (local and S3 share this code).
+
+Reads trust nothing but hashes: the head names a version directory, whose ``block.pb`` must hash to
+the head's block hash; a child names its parent's directory (counter - 1, parent semver, parent hash),
+whose block must hash to the parent hash the child records. So walking the chain is one GET per
+version, never a listing. Verified blocks are immutable, so they are cached per instance (a long-lived
+follower or committer reads each block once). The commit protocol is in commit.py, the run index in
+runindex.py, retries in retry.py; verify.py re-reads everything without this cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+
+from pydantic import ValidationError
+
+from ml8s.chain import layout
+from ml8s.chain._util import list_objects, sha256_hex
+from ml8s.chain.audit import AuditLog
+from ml8s.chain.commit import commit, init
+from ml8s.chain.models import ChainHead, ChainVersion, CommitMeta
+from ml8s.chain.retry import RetryPolicy, commit_with_retry
+from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, metadata_json
+from ml8s.errors import (
+    ChainCorruptionError,
+    ChainError,
+    ChecksumError,
+    ConfigError,
+    NotFoundError,
+    StoreError,
+    VersionNotFoundError,
+)
+from ml8s.settings import worker_id
+from ml8s.store import ObjectInfo, Store
+
+log = logging.getLogger(__name__)
+# Version files up to this size are written create-only in one request (put_if_absent: immutable by
+# construction, the server checks Content-MD5/sha256); larger ones go through put_atomic's multipart.
+SINGLE_PUT_MAX = 512 * 1024 * 1024
+
+
+class ChainStore:
+    """The chain ``chain_name`` under ``{store root}/ml8s_chain/{chain_name}/`` (layout: layout.py).
+
+    Example::
+
+        chain = ChainStore(open_store("file:///srv/root"), "churn-model")
+        chain.init()
+        version = chain.commit_with_retry({"model.onnx": data}, meta, RetryPolicy())
+        assert chain.fetch_payload(version, "model.onnx") == data
+    """
+
+    def __init__(self, store: Store, chain_name: str) -> None:
+        if not layout.CHAIN_NAME.match(chain_name):
+            raise ConfigError(f"chain name {chain_name!r}: expected letters, digits, '.', '_' or '-' (at most 128)")
+        self.store, self.name, self.prefix = store, chain_name, f"{layout.ROOT}/{chain_name}"
+        self.audit = AuditLog(store, self.key(layout.AUDIT), chain_name)
+        self._versions: dict[str, ChainVersion] = {}  # version dir -> verified version
+        self.claims: dict[str, int] = {}  # full_config_hash -> since_counter of its run claim (runindex.py)
+
+    # -- names ----------------------------------------------------------------------------------
+    def key(self, *parts: str) -> str:
+        return "/".join([self.prefix, *parts])
+
+    def version_key(self, version_dir: str, *parts: str) -> str:
+        return self.key(layout.VERSIONS, version_dir, *parts)
+
+    def uri(self, *parts: str) -> str:
+        return self.store.uri(self.key(*parts))
+
+    # -- reads ----------------------------------------------------------------------------------
+    def read_head(self) -> tuple[ChainHead, str] | None:
+        """The head pointer and its compare-and-swap token; None before ``init()``."""
+        try:
+            found = self.store.get_versioned(self.key(layout.HEAD))
+        except NotFoundError:
+            return None
+        try:
+            head = ChainHead.model_validate_json(found.data)
+        except ValidationError as exc:
+            raise ChainCorruptionError(None, f"{self.uri(layout.HEAD)} is no valid head: {exc}", check="head") from exc
+        if head.chain_name != self.name:
+            raise ChainCorruptionError(None, f"{self.uri(layout.HEAD)} names chain {head.chain_name!r}", check="head")
+        return head, found.token
+
+    def head(self) -> ChainVersion:
+        """The head version, its block verified against the head pointer."""
+        pointer = self.read_head()
+        if pointer is None:
+            raise VersionNotFoundError(f"chain {self.name!r} at {self.uri()} is not initialized (no chain.json)")
+        return self.at(pointer[0])
+
+    def at(self, head: ChainHead) -> ChainVersion:
+        """The version a head pointer names, checked against it."""
+        version = self.load(head.version_dir)
+        if (version.counter, version.block_hash) != (head.counter, head.block_hash):
+            raise ChainCorruptionError(
+                head.counter,
+                f"{self.uri(layout.HEAD)} names block {head.block_hash} at counter {head.counter}, but "
+                f"{head.version_dir} holds block {version.block_hash} at counter {version.counter}",
+                check="head",
+            )
+        return version
+
+    def load(self, version_dir: str) -> ChainVersion:
+        """The complete version in ``version_dir``, its block hash and content hash verified."""
+        if (cached := self._versions.get(version_dir)) is not None:
+            return cached
+        if layout.parse_version_dir(version_dir) is None:
+            raise VersionNotFoundError(f"{version_dir!r} is not a version directory name of chain {self.name!r}")
+        where = self.store.uri(self.version_key(version_dir, layout.BLOCK))
+        try:
+            data = self.store.get(self.version_key(version_dir, layout.BLOCK))
+        except NotFoundError as exc:
+            raise VersionNotFoundError(f"{where} does not exist: the version is missing or incomplete") from exc
+        block = decode_block(data, where=where)
+        header = block.header
+        if layout.version_dir(header.counter, header.semver, block.block_hash) != version_dir:
+            raise ChainCorruptionError(header.counter, f"{where} does not match its directory name", check="dir_name")
+        version = ChainVersion(block=block, version_dir=version_dir)
+        self._versions[version_dir] = version
+        return version
+
+    def walk(self, start: ChainVersion | None = None) -> Iterator[ChainVersion]:
+        """Versions from ``start`` (default: the head) down to genesis, each found by its child's parent hash."""
+        version = start if start is not None else self.head()
+        while True:
+            yield version
+            if version.counter == 0 or not version.header.parent_block_hash:
+                if version.counter != 0 or version.header.parent_block_hash:
+                    raise ChainCorruptionError(
+                        version.counter, "only genesis (counter 0) has no parent", check="genesis"
+                    )
+                return
+            version = self._parent(version)
+
+    def get(self, counter: int) -> ChainVersion:
+        """The version with ``counter`` on the chain (not an orphan that happens to share the counter)."""
+        for version in self.walk():
+            if version.counter <= counter:
+                if version.counter == counter:
+                    return version
+                break
+        raise VersionNotFoundError(f"chain {self.name!r} has no version {counter}")
+
+    def fetch_payload(self, version: ChainVersion, name: str) -> bytes:
+        """One payload file's bytes, checked against the size and sha256 its block records."""
+        entry = next((f for f in version.header.files if f.name == name), None)
+        if entry is None:
+            names = [f.name for f in version.header.files]
+            raise VersionNotFoundError(f"version {version.counter} of {self.name!r} has no file {name!r} ({names})")
+        where = self.store.uri(self.version_key(version.version_dir, layout.PAYLOAD, name))
+        try:
+            data = self.store.get(self.version_key(version.version_dir, layout.PAYLOAD, name))
+        except NotFoundError as exc:
+            raise ChecksumError(f"{where} is missing", check="payload_missing") from exc
+        if len(data) != entry.size:
+            raise ChecksumError(f"{where}: {len(data)} bytes, the block records {entry.size}", check="payload_size")
+        if (digest := sha256_hex(data)) != entry.sha256:
+            raise ChecksumError(f"{where}: sha256 {digest}, the block records {entry.sha256}", check="payload_hash")
+        return data
+
+    def version_dirs(self) -> dict[str, list[ObjectInfo]]:
+        """Every object under ``versions/``, grouped by version directory (complete or not, chained or not)."""
+        groups: dict[str, list[ObjectInfo]] = defaultdict(list)
+        base = self.key(layout.VERSIONS) + "/"
+        for info in self.objects(self.key(layout.VERSIONS)):
+            groups[info.key.removeprefix(base).split("/", 1)[0]].append(info)
+        return dict(groups)
+
+    def objects(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under ``prefix``, robust to files vanishing mid-listing (_util.list_objects)."""
+        return list_objects(self.store, prefix)
+
+    # -- writes (the protocols are in commit.py and retry.py) -------------------------------------
+    def init(self) -> ChainVersion:
+        """Create the genesis block (counter 0, no parent) unless the chain exists; returns the head."""
+        return init(self)
+
+    def commit(
+        self, payload: Mapping[str, bytes], meta: CommitMeta, expected_parent: str | None = None
+    ) -> ChainVersion:
+        """Append one version, once (see commit.py); ConflictError / NotFastForwardError when it lost."""
+        return commit(self, payload, meta, expected_parent)
+
+    def commit_with_retry(
+        self, payload: Mapping[str, bytes], meta: CommitMeta, policy: RetryPolicy | None = None
+    ) -> ChainVersion:
+        """``commit`` with exponential backoff and jitter; the existing version if the run is already in."""
+        return commit_with_retry(self, payload, meta, policy or RetryPolicy())
+
+    def upload_tensorboard(self, version: ChainVersion, local_dir: str) -> list[str]:
+        """Upload a directory of TensorBoard logs to ``tensorboard/v{counter}/`` of a *committed* version."""
+        if self.get(version.counter).block_hash != version.block_hash:
+            raise VersionNotFoundError(f"version {version.version_dir} is not on chain {self.name!r}")
+        keys: list[str] = []
+        for directory, dirs, files in os.walk(local_dir):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(directory, name)
+                rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
+                key = self.key(version.header.tensorboard_logdir, rel)
+                self.store.put_file_atomic(key, path, tmp_key=self._tmp_key())
+                keys.append(key)
+        return keys
+
+    def write_version(self, version: ChainVersion, payload: Mapping[str, bytes], written: list[str]) -> None:
+        """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land."""
+        at = self.version_key
+        files = [(at(version.version_dir, layout.PAYLOAD, f.name), payload[f.name]) for f in version.header.files]
+        files += [
+            (at(version.version_dir, layout.METADATA), metadata_json(version.block)),
+            (at(version.version_dir, layout.CONTENT_HASH), content_hash_txt(version.block)),
+            (at(version.version_dir, layout.BLOCK), encode_block(version.block)),
+        ]
+        for key, data in files:
+            if len(data) > SINGLE_PUT_MAX:
+                self.store.put_atomic(key, data, tmp_key=self._tmp_key())
+            elif not self.store.put_if_absent(key, data):
+                raise ChainError(f"{self.store.uri(key)} already exists: version directories are created once")
+            written.append(key)
+        self._versions[version.version_dir] = version
+
+    def discard(self, written: list[str]) -> bool:
+        """Delete an upload, ``block.pb`` first (a half-deleted version is incomplete, never "complete"
+        with files missing). False when some deletion failed: GC removes the rest after the grace period."""
+        for key in reversed(written):
+            try:
+                self.store.delete(key)
+            except StoreError as exc:
+                log.warning("could not delete %s (left for GC): %s", self.store.uri(key), exc.message)
+                return False
+        for version_dir in {k.removeprefix(self.key(layout.VERSIONS) + "/").split("/", 1)[0] for k in written}:
+            self._versions.pop(version_dir, None)
+        return True
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _parent(self, child: ChainVersion) -> ChainVersion:
+        """The parent, from the directory its child names (counter - 1, parent semver, parent hash): no listing."""
+        header, counter = child.header, child.counter - 1
+        name = layout.version_dir(counter, header.parent_semver, header.parent_block_hash)
+        try:
+            parent = self.load(name)
+        except VersionNotFoundError as exc:
+            raise ChainCorruptionError(
+                child.counter, f"{child.version_dir} names parent {name}: {exc.message}", check="missing_parent"
+            ) from exc
+        if parent.block_hash != header.parent_block_hash:
+            raise ChainCorruptionError(
+                child.counter, f"{name} holds {parent.block_hash}, not the parent named", check="parent_link"
+            )
+        return parent
+
+    def _tmp_key(self) -> str:
+        return self.key(layout.TMP, f"{worker_id()}-{uuid.uuid4().hex}")
+
+    # last in the class: below it, ``list`` in an annotation would mean this method
+    def list(self) -> list[ChainVersion]:
+        """Every version on the chain, genesis first."""
+        return list(reversed(list(self.walk())))

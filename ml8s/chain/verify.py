@@ -1,0 +1,279 @@
+"""Chain verification: every rule of SPEC §7, each violation named (``Finding.check``).
+
+verify_chain reads everything afresh (no cache): every version directory, every block, the head. It
+rebuilds the chain from the head by *recorded* parent hashes, so one tampered block is reported once
+and the versions around it are still checked, then reports what does not hold. Checks:
+
+``head``             chain.json missing, invalid, or naming a version that is not there or not that block
+``invalid_block``    block.pb is no valid Block
+``header_hash``      the header does not hash to the recorded block hash (a header field was edited)
+``content_hash``     the file list does not hash to the header's content hash
+``dir_name``         the directory name does not match its block's counter, semver and hash
+``parent_link``      a block names a parent hash that the version below it does not have
+``missing_parent``   the parent named is nowhere (a deleted version, truncated history)
+``counter_sequence`` counter is not the parent's + 1 (skipped or duplicated counter)
+``global_step``      global_step went back
+``semver``           semver is not the bump of the parent's
+``genesis``          the first block is not a genesis block (counter 0, no parent, 0.0.0, no files)
+``duplicate_run``    one FULL_CONFIG_HASH in two blocks
+``payload_missing`` / ``payload_size`` / ``payload_hash``  a payload file differs from its block
+``extra_file``       a file in a version directory that its block does not list
+``metadata_json`` / ``content_hash_txt``  the derived files disagree with block.pb
+``fork``             an unreachable branch of two or more versions (history rewritten or rolled back);
+                     with ``strict_orphans``, any complete version off the chain
+``known_head``       a head seen before is not on the chain (rolled back or forked)
+
+Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
+are reported as ``orphans``, not as findings: they are the normal residue that GC removes. A head
+rolled back by one version looks the same, which is why followers pass ``known_head``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.chain import _checks, layout
+from ml8s.chain.models import ChainHead, ChainVersion
+from ml8s.chain.store import ChainStore
+from ml8s.chain.wire import decode_block
+from ml8s.errors import ChainCorruptionError, ChainError, ChecksumError, NotFoundError
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+class Finding(BaseModel):
+    """One violated rule: its name, where (counter, version directory) and why."""
+
+    model_config = _FROZEN
+
+    check: str
+    reason: str
+    counter: int | None = None
+    version_dir: str = ""
+
+
+class VerifyReport(BaseModel):
+    """What verify_chain found. ``chain``: the version directories from genesis to the head read;
+    ``orphans``: complete versions off it; ``ahead``: versions committed on top of it while verifying;
+    ``incomplete``: directories without block.pb (uploads in flight, or cut short)."""
+
+    model_config = _FROZEN
+
+    chain_name: str
+    head_counter: int | None
+    chain: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    orphans: tuple[str, ...]
+    ahead: tuple[str, ...]
+    incomplete: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def checks(self) -> set[str]:
+        return {f.check for f in self.findings}
+
+    def raise_for_findings(self) -> None:
+        """ChainCorruptionError naming the first finding (lowest counter) when the chain is not intact."""
+        if self.findings:
+            first = self.findings[0]
+            more = f" (+{len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
+            raise ChainCorruptionError(first.counter, f"{first.reason}{more}", check=first.check)
+
+
+def verify_chain(
+    chain: ChainStore, *, known_head: str | None = None, payloads: bool = True, strict_orphans: bool = False
+) -> VerifyReport:
+    """Check the whole chain (module docstring). ``payloads=False`` skips reading payload bytes
+    (sizes are still checked); ``known_head`` is a block hash that must be on the chain."""
+    return _Verifier(chain, payloads, strict_orphans).run(known_head)[0]
+
+
+def find_corruption(chain: ChainStore, *, known_head: str | None = None) -> ChainVersion | None:
+    """The lowest corrupted version, None when the chain is intact; ChainCorruptionError when the
+    first finding names no readable version."""
+    report, parsed = _Verifier(chain, True, False).run(known_head)
+    for finding in report.findings:
+        if (version := parsed.get(finding.version_dir)) is not None:
+            return version
+    if report.chain and report.findings:
+        return parsed[report.chain[-1]]  # chain-wide findings (head, known_head): the head is what is wrong
+    report.raise_for_findings()
+    return None
+
+
+class _Verifier:
+    def __init__(self, chain: ChainStore, payloads: bool, strict_orphans: bool) -> None:
+        self.chain, self.payloads, self.strict = chain, payloads, strict_orphans
+        self.findings: list[Finding] = []
+        self.parsed: dict[str, ChainVersion] = {}  # every readable block, tampered or not, by directory
+
+    def add(self, check: str, reason: str, version: ChainVersion | None = None, *, counter: int | None = None) -> None:
+        where = {"counter": version.counter, "version_dir": version.version_dir} if version else {"counter": counter}
+        self.findings.append(Finding.model_validate({"check": check, "reason": reason, **where}))
+
+    def add_all(self, problems: _checks.Problems, version: ChainVersion) -> None:
+        for check, reason in problems:
+            self.add(check, reason, version)
+
+    def run(self, known_head: str | None) -> tuple[VerifyReport, dict[str, ChainVersion]]:
+        # The head first, then the listing: every version on the chain at that moment is complete and
+        # immutable, so it is in the listing; what commits land meanwhile shows up as descending from it.
+        pointer = self._read_head()
+        dirs = self.chain.version_dirs()
+        block = self.chain.version_key
+        incomplete = [n for n, objects in sorted(dirs.items()) if all(o.key != block(n, layout.BLOCK) for o in objects)]
+        for name in sorted(set(dirs) - set(incomplete)):
+            self._read_block(name)
+        head = self._head(pointer)
+        start = head if head is not None else self._best_guess()
+        walked = list(self._walk(start)) if start is not None else []
+        for version in walked:
+            base = self.chain.version_key(version.version_dir) + "/"
+            self.add_all(
+                _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
+            )
+        on_chain = {v.version_dir for v in walked}
+        off = sorted(set(self.parsed) - on_chain)
+        ahead = self._ahead(head) if head is not None else set()
+        orphans = [name for name in off if name not in ahead]
+        parents = {self.parsed[name].header.parent_block_hash for name in orphans}
+        for name in orphans:
+            orphan = self.parsed[name]
+            if self.strict or orphan.block_hash in parents:
+                what = "has a child: a rewritten or rolled-back branch" if not self.strict else "is off the chain"
+                self.add("fork", f"{name} {what} (head: {head.version_dir if head else '<none>'})", orphan)
+        if known_head is not None and known_head not in {v.block_hash for v in walked}:
+            self._known_head(known_head, head)
+        findings = sorted(self.findings, key=lambda f: (f.counter is None, f.counter or 0, f.check, f.version_dir))
+        report = VerifyReport(
+            chain_name=self.chain.name,
+            head_counter=head.counter if head else None,
+            chain=tuple(v.version_dir for v in reversed(walked)),
+            findings=tuple(findings),
+            orphans=tuple(orphans),
+            ahead=tuple(sorted(ahead)),
+            incomplete=tuple(incomplete),
+        )
+        return report, self.parsed
+
+    def _ahead(self, head: ChainVersion) -> set[str]:
+        """Versions committed on top of the head read while we listed: those the head, read again, reaches.
+
+        Only a second head read tells them from a rolled-back branch, which descends from the head too.
+        """
+        try:
+            pointer = self.chain.read_head()
+        except ChainCorruptionError:
+            return set()
+        if pointer is None or pointer[0].block_hash == head.block_hash:
+            return set()
+        reader, ahead = ChainStore(self.chain.store, self.chain.name), set[str]()
+        try:
+            for version in reader.walk(reader.at(pointer[0])):
+                if version.counter <= head.counter:
+                    return ahead if version.block_hash == head.block_hash else set()
+                ahead.add(version.version_dir)
+        except ChainError:
+            pass  # the new head is no descendant we can prove: nothing counts as ahead
+        return set()
+
+    def _read_block(self, name: str) -> None:
+        parsed_name = layout.parse_version_dir(name)
+        if parsed_name is None:
+            self.add("dir_name", f"{name} under {self.chain.uri(layout.VERSIONS)} is no version directory name")
+            return
+        where = self.chain.store.uri(self.chain.version_key(name, layout.BLOCK))
+        try:
+            data = self.chain.store.get(self.chain.version_key(name, layout.BLOCK))
+        except NotFoundError:
+            return  # listed, then deleted: a loser's rollback (or GC) since; it was no part of the chain
+        try:
+            version = ChainVersion(block=decode_block(data, where=where, verify=False), version_dir=name)
+        except ChainCorruptionError as exc:
+            self.add(exc.check, exc.reason, counter=parsed_name[0])
+            return
+        self.parsed[name] = version
+        try:
+            decode_block(data, where=where)
+        except ChecksumError as exc:
+            self.add(exc.check, exc.message, version)
+        header = version.header
+        if layout.version_dir(header.counter, header.semver, version.block_hash) != name:
+            self.add("dir_name", f"{name} holds block {version.block_hash} at counter {header.counter}", version)
+
+    def _read_head(self) -> ChainHead | None:
+        try:
+            pointer = self.chain.read_head()
+        except ChainCorruptionError as exc:
+            self.add("head", exc.reason)
+            return None
+        if pointer is None:
+            self.add("head", f"{self.chain.uri(layout.HEAD)} does not exist")
+            return None
+        return pointer[0]
+
+    def _head(self, head: ChainHead | None) -> ChainVersion | None:
+        if head is None:
+            return None
+        version = self.parsed.get(head.version_dir)
+        if version is None:
+            self.add("head", f"the head names {head.version_dir}, which is missing or unreadable", counter=head.counter)
+        elif (version.counter, version.block_hash) != (head.counter, head.block_hash):
+            self.add("head", f"the head names block {head.block_hash} at {head.counter}, not this block", version)
+        return version
+
+    def _best_guess(self) -> ChainVersion | None:
+        """Without a usable head, the highest version (if unique): the rest is still checked from there."""
+        top = max((v.counter for v in self.parsed.values()), default=None)
+        highest = [v for v in self.parsed.values() if v.counter == top]
+        return highest[0] if len(highest) == 1 else None
+
+    def _walk(self, head: ChainVersion) -> Iterator[ChainVersion]:
+        by_hash: dict[str, list[ChainVersion]] = defaultdict(list)
+        by_counter: dict[int, list[ChainVersion]] = defaultdict(list)
+        for version in self.parsed.values():
+            by_hash[version.block_hash].append(version)
+            by_counter[version.counter].append(version)
+        seen: set[str] = set()
+        runs: dict[str, int] = {}
+        child: ChainVersion | None = head
+        while child is not None:
+            seen.add(child.version_dir)
+            yield child
+            run = child.header.full_config_hash
+            if run and runs.setdefault(run, child.counter) != child.counter:
+                self.add("duplicate_run", f"run {run} is also in version {runs[run]}", child)
+            if not child.header.parent_block_hash:
+                self.add_all(_checks.genesis(child), child)
+                return
+            want = child.header.parent_block_hash
+            found = [v for v in by_hash.get(want, []) if v.version_dir not in seen]
+            below = [v for v in by_counter.get(child.counter - 1, []) if v.version_dir not in seen]
+            parent = found[0] if found else below[0] if len(below) == 1 else None
+            if found:
+                self.add_all(_checks.link(child, found[0]), child)
+            elif below:
+                self.add("parent_link", f"names parent {want}, the version below holds {below[0].block_hash}", child)
+            else:
+                self.add("missing_parent", f"names parent {want} (counter {child.counter - 1}): not found", child)
+                older = [v for v in self.parsed.values() if v.counter < child.counter and v.version_dir not in seen]
+                top = max((v.counter for v in older), default=None)
+                resume = [v for v in older if v.counter == top]
+                parent = resume[0] if len(resume) == 1 else None
+            child = parent
+
+    def _known_head(self, known: str, head: ChainVersion | None) -> None:
+        seen = next((v for v in self.parsed.values() if v.block_hash == known), None)
+        now = f"the head is {head.version_dir}" if head else "there is no head"
+        if seen is None:
+            self.add("known_head", f"known head {known} is nowhere in the chain's store; {now}")
+        elif head is not None and seen.counter > head.counter:
+            self.add("known_head", f"rolled back: known head {seen.version_dir} is off the chain; {now}", seen)
+        else:
+            self.add("known_head", f"forked: known head {seen.version_dir} is off the chain; {now}", seen)

@@ -1,0 +1,156 @@
+"""``ml8s chain init|commit|log|show|verify|gc|tensorboard``: operate a model chain from a shell.
+
+Every subcommand takes ``--root URI`` (default PIPELINE_ROOT_URI) and ``--chain NAME`` (default
+CHAIN_NAME, else MLFLOW_MODEL_NAME's default). ``verify`` exits 0 when the chain is intact and 1
+naming the first bad version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import struct
+import sys
+
+from ml8s.audit.commands import guarded
+from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, collect_garbage, verify_chain
+from ml8s.errors import ConfigError
+from ml8s.settings import platform_settings
+from ml8s.store import open_store
+
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``ml8s chain …`` to the CLI."""
+    chain = commands.add_parser("chain", help="operate a model chain (hash-linked model versions)")
+    chain.set_defaults(handler=guarded(run))
+    verbs = chain.add_subparsers(dest="verb", required=True)
+    for name, text in (
+        ("init", "create the genesis block unless the chain exists; prints the head"),
+        ("commit", "commit an external safetensors checkpoint as the next version; prints it as JSON"),
+        ("log", "list the versions, newest first"),
+        ("show", "print one version's header as JSON (default: the head)"),
+        ("verify", "verify the chain from genesis to head; exit 1 naming the first bad version"),
+        ("gc", "find (and with --execute delete) orphaned or incomplete versions"),
+        ("tensorboard", "print the TensorBoard log directories of versions (default: all)"),
+    ):
+        verb = verbs.add_parser(name, help=text, description=text)
+        verb.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
+        verb.add_argument("--chain", default="", help="chain name (default: CHAIN_NAME)")
+        verb.add_argument("--json", action="store_true", help="machine-readable output")
+    verbs.choices["commit"].add_argument("--payload", required=True, help="a .safetensors checkpoint file")
+    verbs.choices["commit"].add_argument("--steps", type=int, default=0, help="training steps since the parent")
+    verbs.choices["show"].add_argument("counter", nargs="?", type=int, help="version counter (default: head)")
+    verbs.choices["verify"].add_argument("--known-head", default=None, help="a block hash seen before")
+    verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
+    verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
+    verbs.choices["tensorboard"].add_argument("counters", nargs="*", type=int, help="versions (default: all)")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = platform_settings(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
+    chain = ChainStore(open_store(settings.pipeline_root_uri), args.chain or settings.chain_name)
+    verb: str = args.verb
+    if verb == "init":
+        _print(_summary(chain.init()))
+    elif verb == "commit":
+        _print(_summary(_commit_external(chain, args.payload, args.steps)))
+    elif verb == "log":
+        versions = sorted(chain.list(), key=lambda v: v.counter, reverse=True)
+        if args.json:
+            _print([_summary(v) for v in versions])
+        for v in [] if args.json else versions:
+            h = v.header
+            print(f"v{v.counter:<6} {v.semver:<10} {v.block_hash[:12]}  run {h.run_id or '-':<12}  {h.created_at}")
+    elif verb == "show":
+        version = chain.head() if args.counter is None else chain.get(args.counter)
+        _print({**_summary(version), "header": version.header.model_dump(mode="json")})
+    elif verb == "verify":
+        report = verify_chain(chain, known_head=args.known_head)
+        if args.json:
+            _print(report.model_dump(mode="json"))
+        elif report.ok:
+            print(f"PASS chain {chain.name!r}: {len(report.chain)} versions, head v{report.head_counter}")
+        else:
+            first = min(report.findings, key=lambda f: (f.counter is None, f.counter or 0))
+            print(
+                f"FAIL chain {chain.name!r} at version {first.counter} ({first.version_dir}): "
+                f"{first.check}: {first.reason}"
+            )
+            for finding in report.findings:
+                print(f"  {finding.check}: v{finding.counter} {finding.reason}", file=sys.stderr)
+        return 0 if report.ok else 1
+    elif verb == "gc":
+        gc = collect_garbage(chain, grace_s=args.grace_hours * 3600, dry_run=not args.execute)
+        _print(gc.model_dump(mode="json"))
+    else:
+        wanted = set(args.counters)
+        for v in sorted(chain.list(), key=lambda v: v.counter):
+            if v.counter and (not wanted or v.counter in wanted):
+                print(f"v{v.counter:010d}:{chain.store.uri(chain.key(v.header.tensorboard_logdir))}")
+    return 0
+
+
+def _commit_external(chain: ChainStore, path: str, steps: int) -> ChainVersion:
+    """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
+    architecture, parameters = _describe_safetensors(data, path)
+    digest = hashlib.sha256(data).hexdigest()
+    meta = CommitMeta(
+        run_id=digest[:12],
+        full_config_hash=digest,
+        artifact_root=os.path.abspath(path),
+        architecture=architecture,
+        parameter_count=parameters,
+        steps_since_parent=steps,
+    )
+    return chain.commit_with_retry({"model_native.safetensors": data}, meta, RetryPolicy())
+
+
+def _describe_safetensors(data: bytes, path: str) -> tuple[str, int]:
+    """(architecture, parameter count) from the safetensors header. The architecture names the tensors,
+    their dtypes and ranks but not their sizes: a wider layer is a minor bump (more parameters), a new
+    or removed tensor a major one."""
+    try:
+        (length,) = struct.unpack("<Q", data[:8])
+        if not 0 < length <= min(_MAX_HEADER, len(data) - 8):
+            raise ValueError(f"header length {length}")
+        header = json.loads(data[8 : 8 + length])
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        layout = [f"{name}:{t['dtype']}:{len(t['shape'])}d" for name, t in sorted(tensors.items())]
+        count = 0
+        for t in tensors.values():
+            size = 1
+            for d in t["shape"]:
+                size *= int(d)
+            count += size
+    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        raise ConfigError(
+            f"--payload {path} is not a safetensors file ({exc}); expected a .safetensors checkpoint"
+        ) from exc
+    return "safetensors:" + hashlib.sha256("|".join(layout).encode()).hexdigest()[:16], count
+
+
+def _summary(version: ChainVersion) -> dict[str, object]:
+    h = version.header
+    return {
+        "block_hash": version.block_hash,
+        "content_hash": version.content_hash,
+        "counter": version.counter,
+        "global_step": h.global_step,
+        "parent_block_hash": h.parent_block_hash,
+        "run_id": h.run_id,
+        "semver": version.semver,
+        "version_dir": version.version_dir,
+    }
+
+
+def _print(obj: object) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))

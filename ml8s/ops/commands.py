@@ -1,0 +1,94 @@
+"""CLI subcommands ``ml8s tmp-cleanup``, ``ml8s resolve-collision`` and ``ml8s runs list``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ml8s.audit.commands import add_root, guarded, run_id_arg
+
+if TYPE_CHECKING:
+    from ml8s.audit.commands import Subcommands
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not days >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of days >= 0")
+    return days
+
+
+def register(commands: Subcommands) -> None:
+    """Add the operator tools to the ``ml8s`` parser."""
+    cleanup = commands.add_parser("tmp-cleanup", help="remove stale .tmp/ entries (never a final artifact)")
+    cleanup.add_argument(
+        "--older-than-days", type=_days, default=None, metavar="N", help="age to remove (default TMP_RETENTION_DAYS, 7)"
+    )
+    cleanup.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    cleanup.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_root(cleanup)
+    cleanup.set_defaults(handler=guarded(_tmp_cleanup))
+
+    resolve = commands.add_parser(
+        "resolve-collision", help="after audit, move a colliding run aside so the new configuration can run"
+    )
+    resolve.add_argument("run_id", type=run_id_arg, metavar="RUN_ID")
+    resolve.add_argument("--quarantine", action="store_true", help="move ARTIFACT_ROOT to ml8s_quarantine/ (required)")
+    resolve.add_argument("--reason", default="", help="recorded in the incident log (e.g. the audit reference)")
+    add_root(resolve)
+    resolve.set_defaults(handler=guarded(_resolve), parser=resolve)
+
+    runs = commands.add_parser("runs", help="list runs with their status and model version")
+    sub = runs.add_subparsers(dest="runs_command", required=True)
+    listing = sub.add_parser("list", help="every run: complete, incomplete, collided, quarantined")
+    listing.add_argument("--json", action="store_true", help="print the runs as JSON")
+    add_root(listing)
+    listing.set_defaults(handler=guarded(_runs_list))
+
+
+def _tmp_cleanup(args: argparse.Namespace) -> int:
+    from ml8s.ops.tmp_cleanup import cleanup_tmp, retention_days
+    from ml8s.store import open_store
+
+    days: float = retention_days(os.environ) if args.older_than_days is None else args.older_than_days
+    report = cleanup_tmp(open_store(args.root), days, dry_run=args.dry_run)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+        return 0
+    verb = "would remove" if report.dry_run else "removed"
+    for entry in report.removed:
+        print(f"{verb} {entry.uri} ({entry.size} bytes, {entry.age_days:.1f} days old)")
+    print(f"{verb} {len(report.removed)} tmp entries older than {days:g} days; kept {report.kept} younger ones")
+    return 0
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    from ml8s.ops.collision import resolve_collision
+    from ml8s.store import open_store
+
+    if not args.quarantine:
+        parser: argparse.ArgumentParser = args.parser
+        parser.error("the only resolution is --quarantine (move the colliding run aside); pass it to proceed")
+    outcome = resolve_collision(open_store(args.root), args.run_id, reason=args.reason)
+    print(outcome.model_dump_json(indent=2))
+    done = "was already resolved" if outcome.already_resolved else "quarantined"
+    print(f"run {args.run_id} {done}: {outcome.resolution.quarantine_uri} ({outcome.record_uri})", file=sys.stderr)
+    return 0
+
+
+def _runs_list(args: argparse.Namespace) -> int:
+    from ml8s.ops.runs import list_runs, render_runs
+    from ml8s.store import open_store
+
+    entries = list_runs(open_store(args.root))
+    if args.json:
+        print(json.dumps([e.model_dump() for e in entries], indent=2))
+    else:
+        sys.stdout.write(render_runs(entries))
+    return 0

@@ -1,0 +1,102 @@
+"""``ml8s runs list``: every run under a pipeline root with its status and model version.
+
+Status: ``complete`` (success.marker present), ``incomplete`` (no marker: running, crashed, or being
+resolved), ``collided`` (the gate recorded a RUN_ID_HASH_COLLISION against the run stored there now,
+not yet resolved), ``quarantined`` (moved aside by ``ml8s resolve-collision``). The model version is
+the one manifest.json records (read from the store only: no MLflow needed).
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s import layout
+from ml8s.errors import NotFoundError
+from ml8s.ops.collision import collision_incidents
+from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
+from ml8s.store import Store
+
+
+class RunEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    status: str
+    full_config_hash: str
+    model_name: str
+    model_version: str
+    files: int
+    location: str
+
+
+def list_runs(store: Store) -> list[RunEntry]:
+    """Runs under ``ml8s_training_runs/`` then quarantined ones, sorted by run id."""
+    entries: list[RunEntry] = []
+    for (run_id,), keys in sorted(_keys_by(store, layout.RUNS_DIR, 1).items()):
+        prefix = layout.run_prefix(run_id)
+        full_hash = str(_read_json(store, f"{prefix}/{layout.CONFIG_SNAPSHOT}").get("full_config_hash", ""))
+        complete = f"{prefix}/{layout.SUCCESS_MARKER}" in keys
+        collided = bool(full_hash) and full_hash in collision_incidents(store, run_id).values()
+        status = "collided" if collided else "complete" if complete else "incomplete"
+        entries.append(_entry(store, run_id, status, full_hash, prefix, len(keys)))
+    for (run_id, full_hash), keys in sorted(_keys_by(store, QUARANTINE_DIR, 2).items()):
+        entries.append(
+            _entry(store, run_id, "quarantined", full_hash, f"{QUARANTINE_DIR}/{run_id}/{full_hash}", len(keys))
+        )
+    return entries
+
+
+def render_runs(entries: list[RunEntry]) -> str:
+    """A plain table, one run per line."""
+    if not entries:
+        return "no runs\n"
+    header = ("RUN_ID", "STATUS", "MODEL", "FULL_CONFIG_HASH", "FILES", "LOCATION")
+    rows = [
+        (
+            e.run_id,
+            e.status,
+            f"{e.model_name} v{e.model_version}" if e.model_version else "-",
+            e.full_config_hash or "-",
+            str(e.files),
+            e.location,
+        )
+        for e in entries
+    ]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows))
+    return "".join(line + "\n" for line in lines)
+
+
+def _entry(store: Store, run_id: str, status: str, full_hash: str, prefix: str, files: int) -> RunEntry:
+    mlflow = _read_json(store, f"{prefix}/{layout.MANIFEST}").get("mlflow")
+    ref = mlflow if isinstance(mlflow, dict) else {}
+    return RunEntry(
+        run_id=run_id,
+        status=status,
+        full_config_hash=full_hash,
+        model_name=str(ref.get("model_name", "")),
+        model_version=str(ref.get("model_version", "")),
+        files=files,
+        location=store.uri(prefix),
+    )
+
+
+def _keys_by(store: Store, top: str, depth: int) -> dict[tuple[str, ...], list[str]]:
+    """Keys under ``top/`` grouped by their first ``depth`` path segments below it (``.tmp/`` left out)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for info in store.list(f"{top}/"):
+        parts = info.key.split("/")
+        if len(parts) > depth + 1 and parts[1] != layout.TMP_DIR:
+            groups.setdefault(tuple(parts[1 : depth + 1]), []).append(info.key)
+    return groups
+
+
+def _read_json(store: Store, key: str) -> dict[str, object]:
+    """A JSON object from the store; {} when missing or unreadable."""
+    try:
+        value: object = json.loads(store.get(key))
+    except (NotFoundError, ValueError):
+        return {}
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}

@@ -1,0 +1,95 @@
+"""``ml8s tmp-cleanup``: remove stale in-flight writes (``.tmp/`` entries), never a final artifact.
+
+Only keys of the form ``ml8s_training_runs/{RUN_ID}/.tmp/…``, ``ml8s_incidents/.tmp/…`` and
+``ml8s_quarantine/.tmp/…`` are candidates, and only when their age (the store's mtime: the file's
+mtime locally, ``LastModified`` on S3) exceeds the retention. A live write is always younger: every
+write creates its tmp object fresh. The model chain's ``.tmp/`` is the chain GC's business.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s import layout
+from ml8s.errors import ConfigError
+from ml8s.settings import DEFAULT_TMP_RETENTION_DAYS
+from ml8s.store import ObjectInfo, Store
+
+QUARANTINE_DIR = "ml8s_quarantine"
+_RUN_ID = re.compile(r"^[0-9a-f]{12}$")
+_DAY_S = 86400.0
+
+
+class TmpEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str
+    size: int
+    age_days: float
+
+
+class CleanupReport(BaseModel):
+    """What was (or, in a dry run, would be) removed, and how many tmp entries were young enough to keep."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    root_uri: str
+    older_than_days: float
+    dry_run: bool
+    removed: tuple[TmpEntry, ...]
+    kept: int
+
+
+def retention_days(env: Mapping[str, str]) -> float:
+    """TMP_RETENTION_DAYS (platform setting), default 7."""
+    raw = env.get("TMP_RETENTION_DAYS", "").strip() or str(DEFAULT_TMP_RETENTION_DAYS)
+    if not re.fullmatch(r"[0-9]+", raw):
+        raise ConfigError(f"TMP_RETENTION_DAYS={raw!r} is invalid; expected a whole number of days")
+    return float(raw)
+
+
+def is_tmp_key(key: str) -> bool:
+    """True only for keys inside a run's, the incident log's or the quarantine's ``.tmp/`` directory."""
+    parts = key.split("/")
+    in_run = len(parts) >= 4 and parts[0] == layout.RUNS_DIR and bool(_RUN_ID.match(parts[1]))
+    if in_run:
+        return parts[2] == layout.TMP_DIR
+    return len(parts) >= 3 and parts[0] in (layout.INCIDENTS_DIR, QUARANTINE_DIR) and parts[1] == layout.TMP_DIR
+
+
+def tmp_entries(store: Store) -> list[ObjectInfo]:
+    """Every tmp entry under the pipeline root, sorted by key."""
+    listed = [
+        *store.list(f"{layout.RUNS_DIR}/"),
+        *store.list(f"{layout.INCIDENTS_DIR}/{layout.TMP_DIR}/"),
+        *store.list(f"{QUARANTINE_DIR}/{layout.TMP_DIR}/"),
+    ]
+    return sorted((info for info in listed if is_tmp_key(info.key)), key=lambda info: info.key)
+
+
+def cleanup_tmp(
+    store: Store, older_than_days: float, *, dry_run: bool = False, now: float | None = None
+) -> CleanupReport:
+    """Delete the tmp entries older than ``older_than_days`` (strictly), unless ``dry_run``."""
+    if older_than_days < 0:
+        raise ConfigError(f"--older-than-days {older_than_days}: expected a number of days >= 0")
+    current = time.time() if now is None else now
+    removed: list[TmpEntry] = []
+    kept = 0
+    for info in tmp_entries(store):
+        age = (current - info.mtime) / _DAY_S
+        if age <= older_than_days:
+            kept += 1
+            continue
+        if not is_tmp_key(info.key):  # belt and braces: never anything but a tmp entry
+            continue
+        if not dry_run:
+            store.delete(info.key)
+        removed.append(TmpEntry(uri=store.uri(info.key), size=info.size, age_days=round(age, 3)))
+    return CleanupReport(
+        root_uri=store.root_uri, older_than_days=older_than_days, dry_run=dry_run, removed=tuple(removed), kept=kept
+    )

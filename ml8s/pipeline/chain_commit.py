@@ -1,0 +1,87 @@
+"""Step 8, chain commit: the run's model becomes the next version of its model line (SPEC §7).
+
+Runs after finalization *and* on the gate's early-exit path, so a crash between the marker and the
+commit heals on the next run; the chain's run index makes a second commit of the same run a no-op.
+The payload is the run's weights (FULL) and its manifest; TensorBoard events are uploaded to the
+chain only once the commit has won.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s import layout
+from ml8s.chain import ChainStore, CommitMeta, RetryPolicy
+from ml8s.context import RunContext
+from ml8s.errors import NotFoundError
+
+PAYLOAD_WEIGHTS = "model_native.safetensors"
+PAYLOAD_MANIFEST = "manifest.json"
+
+
+class ChainCommit(BaseModel):
+    """Where the run landed in its chain."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chain_name: str
+    counter: int
+    semver: str
+    block_hash: str
+    content_hash: str
+    version_dir: str
+    global_step: int
+
+
+def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCommit:
+    """Commit the completed run (idempotent: an already committed run returns its version)."""
+    store = ctx.store()
+    metadata = json.loads(store.get(ctx.key(layout.TRAINING_METADATA)))
+    training = metadata["training"]
+    steps = training["epochs"] * math.ceil(training["train_rows"] / training["batch_size"])
+    payload = {
+        PAYLOAD_MANIFEST: store.get(ctx.key(layout.MANIFEST)),
+        PAYLOAD_WEIGHTS: store.get(ctx.key(layout.MODEL_NATIVE)),
+    }
+    chain = ChainStore(store, ctx.settings.chain_name)
+    with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
+        has_logs = _fetch_events(ctx, logdir)
+        meta = CommitMeta(
+            run_id=ctx.run_id,
+            full_config_hash=ctx.identity.full_config_hash,
+            artifact_root=ctx.artifact_root,
+            architecture=metadata["model"]["architecture"],
+            parameter_count=metadata["model"]["parameter_count"],
+            steps_since_parent=steps,
+            tensorboard_logdir=logdir if has_logs else None,
+        )
+        version = chain.commit_with_retry(payload, meta, policy)
+    ctx.log(
+        "chain_commit",
+        f"chain {chain.name!r} version {version.counter} ({version.semver}) block {version.block_hash[:12]}",
+    )
+    return ChainCommit(
+        chain_name=chain.name,
+        counter=version.counter,
+        semver=version.semver,
+        block_hash=version.block_hash,
+        content_hash=version.content_hash,
+        version_dir=version.version_dir,
+        global_step=version.global_step,
+    )
+
+
+def _fetch_events(ctx: RunContext, directory: str) -> bool:
+    """The run's TensorBoard events into ``directory``; False for a run that has none."""
+    try:
+        ctx.store().download(
+            ctx.key(layout.TENSORBOARD_EVENTS), os.path.join(directory, os.path.basename(layout.TENSORBOARD_EVENTS))
+        )
+    except NotFoundError:
+        return False
+    return True

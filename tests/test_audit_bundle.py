@@ -1,0 +1,170 @@
+"""``ml8s audit bundle`` / ``ml8s audit verify`` (issue 5): deterministic bundles, verified offline.
+
+Uses the completed run of test_verify.py (one per session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_verify import Run, clean_env, completed_run, ml8s, restore
+
+from ml8s import layout
+from ml8s.audit import Status, build_bundle, verify_bundle, write_bundle
+from ml8s.audit.bundle import CHECKSUMS, BundleEntry, write_archive
+from ml8s.audit.bundle_verify import open_bundle
+from ml8s.audit.records import checksum_lines
+
+# The check that FAILs when a member is changed *and* checksums.sha256 is recomputed to match.
+SEMANTIC = {
+    "run/config_snapshot.json": "config_snapshot",
+    "run/data_fingerprint.json": "data_fingerprint",
+    "run/training_metadata.json": "training_metadata",
+    "run/manifest.json": "manifest",
+    "run/metrics.json": "artifacts",
+    "run/features/feature_schema.json": "artifacts",
+    "run/model/model.onnx": "artifacts",
+    "run/model/model_native.safetensors": "artifacts",
+    "artifacts.sha256": "artifacts",
+    "mlflow.json": "mlflow",
+    "verification.json": "verification",
+    "bundle.json": "archive",
+    "VERIFY.md": "verify_md",
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    shared = completed_run(tmp_path_factory)
+    restore(shared)
+    yield shared
+
+
+@pytest.fixture(scope="module")
+def bundle(run: Run, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bundle written by `ml8s audit bundle` in its own process."""
+    out = tmp_path_factory.mktemp("bundle") / "bundle.tar.gz"
+    done = ml8s(clean_env(PIPELINE_ROOT_URI=str(run.root)), "audit", "bundle", run.run_id, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def members(path: Path) -> dict[str, bytes]:
+    return open_bundle(str(path)).members
+
+
+def repack(source: Path, target: Path, change: str, *, fix_checksums: bool) -> None:
+    """Rewrite the bundle with one member's middle byte flipped (and its checksum list updated, or not)."""
+    data = dict(members(source))
+    flipped = bytearray(data[change])
+    flipped[len(flipped) // 2] ^= 0x01 if change.endswith(".md") else 0xFF
+    data[change] = bytes(flipped)
+    if fix_checksums:
+        data[CHECKSUMS] = checksum_lines(
+            {rel: hashlib.sha256(body).hexdigest() for rel, body in data.items() if rel != CHECKSUMS}
+        )
+    top = open_bundle(str(source)).top
+    write_bundle(str(target), write_archive(top, [BundleEntry(rel, body) for rel, body in data.items()]))
+
+
+def test_bundle_contents_and_determinism(run: Run, bundle: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.tar.gz"
+    done = ml8s(clean_env(PIPELINE_ROOT_URI=str(run.root)), "audit", "bundle", run.run_id, "-o", str(again))
+    assert done.returncode == 0, done.stderr
+    assert again.read_bytes() == bundle.read_bytes()  # two processes, byte-identical
+    with tarfile.open(bundle) as archive:
+        infos = archive.getmembers()
+    assert [i.name for i in infos] == sorted(i.name for i in infos)
+    assert {(i.mtime, i.uid, i.gid, i.uname, i.gname, i.mode) for i in infos} == {(0, 0, 0, "", "", 0o644)}
+    assert bundle.read_bytes()[4:8] == b"\0\0\0\0"  # gzip header mtime 0
+    got = members(bundle)
+    assert sorted(got) == sorted([*SEMANTIC, CHECKSUMS])
+    for rel in (layout.CONFIG_SNAPSHOT, layout.MANIFEST, "model/model.onnx"):
+        assert got[f"run/{rel}"] == (run.directory / rel).read_bytes()
+    listed = dict(line.split("  ")[::-1] for line in got["artifacts.sha256"].decode().splitlines())
+    for rel in layout.final_artifacts("onnx"):
+        assert listed[rel] == hashlib.sha256((run.directory / rel).read_bytes()).hexdigest()
+    assert "ml8s audit verify" in got["VERIFY.md"].decode()
+
+
+def test_audit_verify_passes_offline_after_the_store_is_gone(run: Run, bundle: Path) -> None:
+    away = run.root.with_name(run.root.name + "-gone")
+    env = clean_env(AWS_ENDPOINT_URL="http://127.0.0.1:9", MLFLOW_TRACKING_URI="http://127.0.0.1:9")
+    run.root.rename(away)  # the store and its MLflow database no longer exist where the bundle names them
+    try:
+        done = ml8s(env, "audit", "verify", str(bundle))
+        as_json = ml8s(env, "audit", "verify", str(bundle), "--json")
+    finally:
+        away.rename(run.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "RESULT: PASS (10 checks)"
+    assert json.loads(as_json.stdout)["status"] == "PASS"
+
+
+@pytest.mark.parametrize("where", [0.25, 0.5, 0.75])
+def test_flipped_byte_in_the_archive_fails(bundle: Path, tmp_path: Path, where: float) -> None:
+    data = bytearray(bundle.read_bytes())
+    data[int(len(data) * where)] ^= 0xFF
+    (tmp_path / "b.tar.gz").write_bytes(bytes(data))
+    report = verify_bundle(str(tmp_path / "b.tar.gz"))
+    assert report.status is Status.FAIL
+    assert "archive" in report.failed() or "checksums" in report.failed()
+    done = ml8s(clean_env(), "audit", "verify", str(tmp_path / "b.tar.gz"))
+    assert done.returncode == 1 and "RESULT: FAIL" in done.stdout
+
+
+@pytest.mark.parametrize("member", [*SEMANTIC, CHECKSUMS])
+def test_flipped_member_fails_checksums(bundle: Path, tmp_path: Path, member: str) -> None:
+    repack(bundle, tmp_path / "b.tar.gz", member, fix_checksums=False)
+    report = verify_bundle(str(tmp_path / "b.tar.gz"))
+    assert "checksums" in report.failed(), report.failed()
+
+
+@pytest.mark.parametrize("member", sorted(SEMANTIC))
+def test_flipped_member_with_recomputed_checksums_fails_its_check(bundle: Path, tmp_path: Path, member: str) -> None:
+    repack(bundle, tmp_path / "b.tar.gz", member, fix_checksums=True)
+    report = verify_bundle(str(tmp_path / "b.tar.gz"))
+    assert report.failed() and "checksums" not in report.failed()
+    assert SEMANTIC[member] in report.failed(), (member, report.failed())
+
+
+def test_unsafe_or_foreign_archives_fail(tmp_path: Path) -> None:
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w:gz") as archive:
+        info = tarfile.TarInfo("ml8s-audit-x/../../etc/passwd")
+        info.size = 1
+        archive.addfile(info, io.BytesIO(b"x"))
+    (tmp_path / "evil.tar.gz").write_bytes(evil.getvalue())
+    report = verify_bundle(str(tmp_path / "evil.tar.gz"))
+    assert report.check("archive").status is Status.FAIL and "unsafe" in report.check("archive").reason
+    assert verify_bundle(str(tmp_path / "absent.tar.gz")).failed()[0] == "archive"
+
+
+def test_bundle_without_model_and_refusal_of_a_failing_run(run: Run, tmp_path: Path) -> None:
+    data, report = build_bundle(str(run.root), run.run_id, {}, include_model=False)
+    assert report.passed
+    write_bundle(str(tmp_path / "b.tar.gz"), data)
+    got = members(tmp_path / "b.tar.gz")
+    assert not [rel for rel in got if rel.startswith("run/model/")]
+    assert verify_bundle(str(tmp_path / "b.tar.gz")).passed
+    (run.directory / layout.METRICS).write_bytes(b"{}\n")
+    try:
+        done = ml8s(
+            clean_env(PIPELINE_ROOT_URI=str(run.root)), "audit", "bundle", run.run_id, "-o", str(tmp_path / "x")
+        )
+        assert done.returncode == 1 and "VERIFICATION_FAILED" in done.stderr and "artifacts" in done.stderr
+        assert not (tmp_path / "x").exists()
+        evidence, failed = build_bundle(str(run.root), run.run_id, {}, allow_failed=True)
+        write_bundle(str(tmp_path / "evidence.tar.gz"), evidence)
+        assert failed.failed() == ("artifacts",)
+        assert "verification" in verify_bundle(str(tmp_path / "evidence.tar.gz")).failed()
+    finally:
+        restore(run)
+    assert os.path.exists(run.directory / layout.METRICS)

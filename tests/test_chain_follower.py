@@ -1,0 +1,77 @@
+"""Follower: accepts heads that extend the last one seen, refuses rollbacks and forks, across restarts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_chain_support import (  # noqa: F401  (fixtures)
+    build,
+    chain_fixture,
+    forge,
+    local_root_fixture,
+    meta,
+    payload,
+    set_head,
+    version_path,
+)
+
+from ml8s.chain import ChainStore, Follower
+from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError
+
+
+def test_tracks_new_heads(chain: ChainStore) -> None:
+    versions = build(chain, 2)
+    follower = Follower(chain)
+    assert follower.poll() == versions[2]
+    assert follower.poll() is None
+    for i in range(3):
+        chain.commit(payload(f"n{i}"), meta(f"n{i}", step=100))
+    assert follower.poll() == chain.head()
+    assert follower.last is not None and follower.last.counter == 5
+
+
+def test_refuses_rollback(chain: ChainStore, local_root: Path) -> None:
+    versions = build(chain, 4)
+    follower = Follower(chain)
+    follower.poll()
+    set_head(local_root, versions[2])
+    with pytest.raises(ChainRollbackError):
+        follower.poll()
+    assert follower.last is not None and follower.last.block_hash == versions[4].block_hash  # keeps what it had
+
+
+@pytest.mark.parametrize("extend", [False, True], ids=["sibling", "longer-fork"])
+def test_refuses_fork(chain: ChainStore, local_root: Path, extend: bool) -> None:
+    """The head seen is replaced by a sibling (and, with ``extend``, a longer history on top of it)."""
+    versions = build(chain, 4)
+    follower = Follower(chain)
+    follower.poll()
+    set_head(local_root, forge(local_root, versions[4], keep_original=True, new_payload=payload("alt")))
+    if extend:
+        ChainStore(chain.store, chain.name).commit(payload("on-fork"), meta("on-fork", step=99))
+    with pytest.raises(ChainForkError):
+        follower.poll()
+
+
+def test_state_survives_a_restart(chain: ChainStore, local_root: Path, tmp_path: Path) -> None:
+    versions = build(chain, 3)
+    state = str(tmp_path / "head.json")
+    Follower(chain, state_path=state).poll()
+    set_head(local_root, versions[1])
+    with pytest.raises(ChainRollbackError):
+        Follower(ChainStore(chain.store, chain.name), state_path=state).poll()
+
+
+def test_broken_history_is_refused(chain: ChainStore, local_root: Path) -> None:
+    versions = build(chain, 3)
+    seen = Follower(chain)
+    seen.poll()
+    chain.commit(payload("n"), meta("n", step=100))
+    shutil.rmtree(version_path(local_root, versions[3].version_dir))
+    restarted = Follower(ChainStore(chain.store, chain.name))  # a fresh reader: nothing cached
+    restarted.last = seen.last
+    with pytest.raises(ChainCorruptionError) as caught:
+        restarted.poll()
+    assert caught.value.check == "missing_parent"

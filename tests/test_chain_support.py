@@ -1,0 +1,258 @@
+"""Shared helpers and fixtures of the chain tests (no tests here): payloads, metas, stores, workers, forgery.
+
+Worker functions live here, at module level, so spawned processes can import them by name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3_servers import RadosGW, S3Endpoint
+
+from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, layout
+from ml8s.chain._util import content_hash
+from ml8s.chain.models import ChainHead, PayloadFile
+from ml8s.chain.wire import content_hash_txt, encode_block, head_json, make_block, metadata_json
+from ml8s.store import LocalStore, ObjectInfo, S3Store, Store, Versioned, WriteResult
+
+CHAIN = "line"
+FAST = RetryPolicy(max_attempts=400, base_delay_s=0.02, max_delay_s=0.5)
+
+# A store named by plain data, so it can be handed to a spawned process: ("local", root) or ("s3", uri, env).
+StoreSpec = tuple[Any, ...]
+
+
+def open_spec(spec: StoreSpec) -> Store:
+    if spec[0] == "local":
+        return LocalStore(spec[1])
+    return S3Store(spec[1], env=spec[2])
+
+
+def run_hash(name: str) -> str:
+    return hashlib.sha256(f"run:{name}".encode()).hexdigest()
+
+
+def meta(name: str, *, step: int | None = None, arch: str = "mlp[8,8]", params: int = 1000, **extra: Any) -> CommitMeta:
+    fch = run_hash(name)
+    return CommitMeta(
+        run_id=fch[:12],
+        full_config_hash=fch,
+        artifact_root=f"file:///runs/{fch[:12]}",
+        architecture=arch,
+        parameter_count=params,
+        global_step=step,
+        **extra,
+    )
+
+
+def payload(name: str, size: int = 256) -> dict[str, bytes]:
+    """Deterministic, distinct per name; ``model.bin`` has exactly ``size`` bytes."""
+    seed = hashlib.sha256(name.encode()).digest()
+    body = (seed * (size // len(seed) + 1))[:size]
+    return {"model.bin": body, "config.json": b'{"name": "' + name.encode() + b'"}'}
+
+
+def build(chain: ChainStore, count: int) -> list[ChainVersion]:
+    """Genesis plus ``count`` versions (global_step 10 per version), returned genesis first."""
+    chain.init()
+    for i in range(1, count + 1):
+        chain.commit(payload(f"v{i}"), meta(f"v{i}", step=10 * i))
+    return chain.list()
+
+
+@pytest.fixture(name="local_root")
+def local_root_fixture(tmp_path: Path) -> Path:
+    return tmp_path / "root"
+
+
+@pytest.fixture(name="chain")
+def chain_fixture(local_root: Path) -> ChainStore:
+    return ChainStore(LocalStore(str(local_root)), CHAIN)
+
+
+@pytest.fixture(name="rgw_spec")
+def rgw_spec_fixture(radosgw_server: RadosGW) -> StoreSpec:
+    nodelay(radosgw_server)
+    bucket = radosgw_server.make_bucket()
+    return ("s3", f"s3://{bucket}/pipeline", radosgw_server.env())
+
+
+@pytest.fixture(name="moto_spec")
+def moto_spec_fixture(moto_server: S3Endpoint) -> StoreSpec:
+    bucket = moto_server.make_bucket()
+    return ("s3", f"s3://{bucket}/pipeline", moto_server.env())
+
+
+def nodelay(server: RadosGW) -> None:
+    """Restart the test radosgw once with ``tcp_nodelay=1`` (idempotent; only speed changes).
+
+    Without it, beast answers every GET and LIST ~40 ms late (Nagle on the server against delayed ACKs on
+    the client), which makes a commit ~10x slower than the ~3 ms per request radosgw otherwise takes.
+    tests/s3_servers.py should put the option in its ``rgw frontends`` line; then this is a no-op.
+    """
+    cluster = server.cluster
+    if cluster is None or "tcp_nodelay" in (conf := cluster.conf.read_text()):
+        return
+    endpoint = f"endpoint=127.0.0.1:{cluster.rgw_port}"
+    cluster.conf.write_text(conf.replace(endpoint, f"{endpoint} tcp_nodelay=1"))
+    server.stop()
+    server.start()
+
+
+# -- workers (run in spawned processes) ------------------------------------------------------------
+def commit_worker(spec: StoreSpec, worker: int, commits: int, barrier: Any, results: Any) -> None:
+    """Commit ``commits`` distinct runs with retry; report (worker, [(counter, hash), ...]) or the error."""
+    try:
+        chain = ChainStore(open_spec(spec), CHAIN)
+        barrier.wait()
+        done = []
+        for i in range(commits):
+            version = chain.commit_with_retry(payload(f"w{worker}-{i}"), meta(f"w{worker}-{i}"), FAST)
+            done.append((version.counter, version.block_hash))
+        results.put((worker, done))
+    except BaseException as exc:
+        import traceback
+
+        results.put((worker, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def race_worker(spec: StoreSpec, name: str, parent: str | None, retry: bool, barrier: Any, results: Any) -> None:
+    """One commit of run ``name`` (from ``parent`` when given); report the outcome's name and counter."""
+    try:
+        chain = ChainStore(open_spec(spec), CHAIN)
+        barrier.wait()
+        if retry:
+            version = chain.commit_with_retry(payload(name), meta(name), FAST)
+        else:
+            version = chain.commit(payload(name), meta(name), expected_parent=parent)
+        results.put(("won", version.counter, version.block_hash))
+    except BaseException as exc:
+        results.put((type(exc).__name__, -1, str(exc)))
+
+
+def determinism_worker(root: str, barrier: Any, results: Any) -> None:
+    """Commit the same payload and meta into a fresh chain; report what must not depend on the process."""
+    chain = ChainStore(LocalStore(root), CHAIN)
+    barrier.wait()
+    version = chain.commit(payload("same"), meta("same", step=7))
+    stored = {f.name: chain.fetch_payload(version, f.name) for f in version.header.files}
+    results.put(
+        (
+            version.content_hash,
+            [f.model_dump() for f in version.header.files],
+            chain.store.get(chain.version_key(version.version_dir, layout.CONTENT_HASH)),
+            stored,
+            (version.counter, version.semver, version.header.parent_semver),
+        )
+    )
+
+
+# -- a store wrapper that injects faults ----------------------------------------------------------
+class HookStore(Store):
+    """Delegates to ``inner``; ``before_swap`` runs before every put_if_match of a chain.json and may raise."""
+
+    def __init__(self, inner: Store, before_swap: Callable[[str, bytes, str | None], None]) -> None:
+        self.inner, self.before_swap, self.root_uri = inner, before_swap, inner.root_uri
+
+    def put_if_match(self, key: str, data: bytes, token: str | None) -> str:
+        if key.endswith(layout.HEAD):
+            self.before_swap(key, data, token)
+        return self.inner.put_if_match(key, data, token)
+
+    def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
+        return self.inner.put_atomic(key, data, tmp_key=tmp_key)
+
+    def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
+        return self.inner.put_file_atomic(key, path, tmp_key=tmp_key)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.inner.put_if_absent(key, data)
+
+    def get(self, key: str, *, if_match: str | None = None) -> bytes:
+        return self.inner.get(key, if_match=if_match)
+
+    def get_versioned(self, key: str) -> Versioned:
+        return self.inner.get_versioned(key)
+
+    def download(self, key: str, path: str) -> WriteResult:
+        return self.inner.download(key, path)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        return self.inner.list(prefix)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+
+# -- forgery on a local chain ------------------------------------------------------------------------
+def version_path(root: Path, version_dir: str) -> Path:
+    return root / layout.ROOT / CHAIN / layout.VERSIONS / version_dir
+
+
+def set_head(root: Path, version: ChainVersion) -> None:
+    head = ChainHead(
+        chain_name=CHAIN, counter=version.counter, block_hash=version.block_hash, version_dir=version.version_dir
+    )
+    (root / layout.ROOT / CHAIN / layout.HEAD).write_bytes(head_json(head))
+
+
+def forge(
+    root: Path,
+    version: ChainVersion,
+    *,
+    keep_original: bool = False,
+    new_payload: Mapping[str, bytes] | None = None,
+    **changes: Any,
+) -> ChainVersion:
+    """Rewrite ``version`` with header ``changes`` (and payload), re-hashed consistently under a new name:
+    a forgery only the links around it can reveal."""
+    if new_payload is not None:
+        files = tuple(
+            PayloadFile(name=n, sha256=hashlib.sha256(d).hexdigest(), size=len(d))
+            for n, d in sorted(new_payload.items())
+        )
+        changes["files"] = files
+        changes["content_hash"] = content_hash((f.name, f.sha256, f.size) for f in files)
+    header = version.header.model_copy(update=changes)
+    block = make_block(header)
+    forged = ChainVersion(block=block, version_dir=layout.version_dir(header.counter, header.semver, block.block_hash))
+    source, target = version_path(root, version.version_dir), version_path(root, forged.version_dir)
+    shutil.copytree(source, target)
+    if not keep_original:
+        shutil.rmtree(source)
+    if new_payload is not None:
+        shutil.rmtree(target / layout.PAYLOAD)
+        for name, data in new_payload.items():
+            (target / layout.PAYLOAD / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / layout.PAYLOAD / name).write_bytes(data)
+    (target / layout.BLOCK).write_bytes(encode_block(block))
+    (target / layout.METADATA).write_bytes(metadata_json(block))
+    (target / layout.CONTENT_HASH).write_bytes(content_hash_txt(block))
+    return forged
+
+
+def spawn_all(target: Callable[..., None], arg_sets: list[tuple[Any, ...]], timeout: float = 120.0) -> Iterator[Any]:
+    """Run ``target(*args, barrier, results)`` in one spawned process per arg set, all released together."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(arg_sets)), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, barrier, results)) for args in arg_sets]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            yield results.get(timeout=timeout)
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()

@@ -1,0 +1,58 @@
+"""``ml8s chain …`` from a shell: init, external commit, log, show, verify (0 / 1 naming the version), gc."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+
+
+def chain(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CHAIN_NAME"}
+    env["PIPELINE_ROOT_URI"] = str(root)
+    return subprocess.run([ML8S, "chain", *args, "--chain", "line"], env=env, capture_output=True, text=True)
+
+
+def test_chain_cli_end_to_end(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    assert json.loads(chain(root, "init").stdout)["counter"] == 0
+    checkpoint = tmp_path / "w.safetensors"
+    save_file({"layer.weight": np.ones((3, 4), dtype=np.float32)}, str(checkpoint))
+    first = chain(root, "commit", "--payload", str(checkpoint), "--steps", "7")
+    assert first.returncode == 0, first.stderr
+    v1 = json.loads(first.stdout)
+    assert (v1["counter"], v1["semver"], v1["global_step"]) == (1, "1.0.0", 7)
+    again = json.loads(chain(root, "commit", "--payload", str(checkpoint)).stdout)
+    assert again["block_hash"] == v1["block_hash"]  # the same checkpoint is never committed twice
+    save_file({"layer.weight": np.ones((3, 5), dtype=np.float32)}, str(checkpoint))
+    v2 = json.loads(chain(root, "commit", "--payload", str(checkpoint)).stdout)
+    assert (v2["counter"], v2["semver"], v2["parent_block_hash"]) == (2, "1.1.0", v1["block_hash"])
+    assert "v2" in chain(root, "log").stdout
+    assert json.loads(chain(root, "show", "1").stdout)["header"]["parameter_count"] == 12
+
+    ok = chain(root, "verify", "--known-head", v1["block_hash"])
+    assert ok.returncode == 0 and ok.stdout.startswith("PASS"), ok.stdout + ok.stderr
+    assert json.loads(chain(root, "gc").stdout)["dry_run"] is True
+
+    payload = root / "ml8s_chain/line/versions" / v1["version_dir"] / "payload/model_native.safetensors"
+    data = bytearray(payload.read_bytes())
+    data[-1] ^= 0xFF
+    payload.write_bytes(bytes(data))
+    bad = chain(root, "verify")
+    assert bad.returncode == 1
+    assert bad.stdout.startswith("FAIL") and "version 1" in bad.stdout, bad.stdout
+
+
+def test_chain_cli_rejects_a_non_safetensors_payload(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"not a checkpoint")
+    proc = chain(tmp_path / "root", "commit", "--payload", str(junk))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("ml8s: CONFIG_ERROR") and "safetensors" in proc.stderr

@@ -1,0 +1,238 @@
+"""Operator tools (issue 5): tmp-cleanup, resolve-collision (then the new config runs), runs list."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_verify import clean_env, ml8s
+
+from ml8s import layout
+from ml8s.errors import ResolutionRefusedError, StoreError
+from ml8s.ops.collision import resolve_collision
+from ml8s.ops.runs import list_runs
+from ml8s.ops.tmp_cleanup import cleanup_tmp
+from ml8s.store import LocalStore
+
+REPO = Path(__file__).resolve().parent.parent
+RUN = "abcdef012345"
+DAY = 86400.0
+
+
+def plant(root: Path, rel: str, age_days: float) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    stamp = time.time() - age_days * DAY
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+STALE = [  # what a cleanup older than 3 days removes
+    f"ml8s_training_runs/{RUN}/.tmp/features-w1.parquet",
+    "ml8s_incidents/.tmp/incident-w1.json",
+    "ml8s_quarantine/.tmp/quarantine-w1.bin",
+]
+KEPT = [  # final artifacts, young tmp entries, tmp-like names elsewhere: never removed
+    f"ml8s_training_runs/{RUN}/config_snapshot.json",
+    f"ml8s_training_runs/{RUN}/model/model.onnx",
+    f"ml8s_training_runs/{RUN}/success.marker",
+    f"ml8s_training_runs/{RUN}/model/.tmp/x.bin",
+    f"ml8s_training_runs/{RUN}/.tmp/export-w2.onnx",  # young
+    "ml8s_training_runs/not-a-run/.tmp/x.bin",
+    f"ml8s_incidents/{RUN}/run_id_hash_collision-{'f' * 64}.json",
+    "ml8s_registry/claims/.tmp/claim.json",
+    "ml8s_chain/ml8s-model/.tmp/upload.bin",
+]
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    for rel in [*STALE, *KEPT]:
+        plant(tmp_path, rel, 1 if rel.endswith("export-w2.onnx") else 10)
+    return tmp_path
+
+
+def remaining(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ml8s-locks" not in p.parts}
+
+
+def test_tmp_cleanup_removes_only_old_tmp_entries(planted: Path) -> None:
+    store = LocalStore(str(planted))
+    dry = cleanup_tmp(store, 3, dry_run=True)
+    assert sorted(e.uri for e in dry.removed) == sorted(store.uri(rel) for rel in STALE) and dry.kept == 1
+    assert remaining(planted) == {*STALE, *KEPT}
+    assert cleanup_tmp(store, 30).removed == ()  # nothing is 30 days old
+    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "3", "--root", str(planted))
+    assert done.returncode == 0, done.stderr
+    assert f"removed {len(STALE)} tmp entries older than 3 days; kept 1 younger ones" in done.stdout
+    assert remaining(planted) == set(KEPT)
+    assert ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "-1", "--root", str(planted)).returncode == 2
+
+
+def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:
+    env = clean_env(TMP_RETENTION_DAYS="20")
+    report = json.loads(ml8s(env, "tmp-cleanup", "--json", "--root", str(planted)).stdout)
+    assert report["older_than_days"] == 20 and report["removed"] == []
+    report = json.loads(ml8s(clean_env(), "tmp-cleanup", "--json", "--root", str(planted)).stdout)
+    assert report["older_than_days"] == 7 and len(report["removed"]) == len(STALE)
+    zero = cleanup_tmp(LocalStore(str(planted)), 0)  # every tmp entry, the young one too; still no artifact
+    assert [e.uri.rsplit("/", 1)[1] for e in zero.removed] == ["export-w2.onnx"]
+    assert remaining(planted) == set(KEPT) - {f"ml8s_training_runs/{RUN}/.tmp/export-w2.onnx"}
+
+
+_MAINTENANCE_PROBE = """
+import json, sys
+import workflows.maintenance as m
+out = json.loads(m.tmp_cleanup_wf(pipeline_root_uri=sys.argv[1], older_than_days=3, dry_run=False))
+print(json.dumps({"cron": m.tmp_cleanup_lp.schedule.cron_schedule.schedule, "name": m.tmp_cleanup_lp.name,
+                  "removed": len(out["removed"])}))
+"""
+
+
+def test_cleanup_workflow_and_daily_launch_plan(planted: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _MAINTENANCE_PROBE, str(planted)],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    assert probe == {"cron": "30 3 * * *", "name": "tmp_cleanup_lp", "removed": len(STALE)}
+    assert remaining(planted) == set(KEPT)
+
+
+# --------------------------------------------------------------------------------- collisions
+
+
+def forge_collision(root: Path, run_id: str, forged: str) -> Path:
+    """A run of another FULL_CONFIG_HASH at RUN_ID (as tests/test_pipeline.py simulates a collision)."""
+    directory = root / layout.run_prefix(run_id)
+    directory.mkdir(parents=True)
+    snapshot = {"full_config_hash": forged, "run_id": run_id, "data_fingerprint": "0" * 64}
+    (directory / layout.CONFIG_SNAPSHOT).write_text(json.dumps(snapshot))
+    (directory / "model").mkdir()
+    (directory / "model" / "model.onnx").write_bytes(b"the other model")
+    (directory / layout.TMP_DIR).mkdir()
+    (directory / layout.TMP_DIR / "leftover-w.bin").write_bytes(b"tmp")
+    (directory / layout.SUCCESS_MARKER).write_bytes(b"")
+    return directory
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def runs(env: dict[str, str]) -> list[dict[str, object]]:
+    done = ml8s(env, "runs", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def test_resolve_collision_then_the_new_config_runs(tmp_path: Path) -> None:
+    from conftest import write_small_churn
+
+    data, root, forged = write_small_churn(tmp_path / "data"), tmp_path / "root", "f" * 64
+    env = clean_env(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="2")
+    identity = json.loads(ml8s(env, "identity").stdout)
+    run_id = identity["run_id"]
+    directory = forge_collision(root, run_id, forged)
+    colliding = files(directory)
+    halted = ml8s(env, "run")
+    assert halted.returncode == 1 and "RUN_ID_HASH_COLLISION" in halted.stderr
+    assert [(r["run_id"], r["status"]) for r in runs(env)] == [(run_id, "collided")]
+
+    resolved = ml8s(env, "resolve-collision", run_id, "--quarantine", "--reason", "audit 42")
+    assert resolved.returncode == 0, resolved.stderr
+    outcome = json.loads(resolved.stdout)
+    quarantine = root / "ml8s_quarantine" / run_id / forged
+    assert outcome["already_resolved"] is False
+    assert outcome["resolution"]["quarantine_uri"] == f"file://{quarantine}"
+    assert files(quarantine) == colliding  # every byte moved, the tmp leftover included
+    assert files(directory) == {}
+    record = json.loads((root / layout.incident_key(run_id, "RESOLUTION", forged)).read_text())
+    assert record["reason"] == "audit 42" and len(record["incidents"]) == 1
+    assert sorted(f["path"] for f in record["files"]) == sorted(colliding)
+
+    again = ml8s(env, "resolve-collision", run_id, "--quarantine")
+    assert again.returncode == 0 and json.loads(again.stdout)["already_resolved"] is True
+
+    manifest = json.loads(ml8s(env, "run").stdout)  # the new configuration runs now
+    assert manifest["run_id"] == run_id and manifest["full_config_hash"] == identity["full_config_hash"]
+    assert ml8s(env, "verify", run_id).returncode == 0
+    listed = {(r["run_id"], r["status"], r["full_config_hash"], r["model_version"]) for r in runs(env)}
+    assert listed == {(run_id, "complete", identity["full_config_hash"], "1"), (run_id, "quarantined", forged, "")}
+    before = files(directory)
+    assert json.loads(ml8s(env, "resolve-collision", run_id, "--quarantine").stdout)["already_resolved"] is True
+    assert files(directory) == before and files(quarantine) == colliding  # the new run is never moved
+
+
+def test_resolve_collision_refuses_without_a_recorded_collision(tmp_path: Path) -> None:
+    directory = forge_collision(tmp_path, RUN, "f" * 64)
+    before = files(directory)
+    env = clean_env(PIPELINE_ROOT_URI=str(tmp_path))
+    refused = ml8s(env, "resolve-collision", RUN, "--quarantine")
+    assert refused.returncode == 1 and "RESOLUTION_REFUSED" in refused.stderr
+    assert ml8s(env, "resolve-collision", RUN).returncode == 2  # --quarantine is required
+    assert files(directory) == before and not (tmp_path / "ml8s_quarantine").exists()
+    assert [(r.run_id, r.status) for r in list_runs(LocalStore(str(tmp_path)))] == [(RUN, "complete")]
+
+
+def record_incident(root: Path, stored: str) -> None:
+    record = {"kind": "RUN_ID_HASH_COLLISION", "run_id": RUN, "stored": {"full_config_hash": stored}}
+    path = root / layout.incident_key(RUN, "RUN_ID_HASH_COLLISION", "a" * 64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_resolve_collision_refuses_when_the_store_is_not_what_was_recorded(tmp_path: Path) -> None:
+    directory = forge_collision(tmp_path, RUN, "e" * 64)
+    record_incident(tmp_path, "f" * 64)
+    with pytest.raises(ResolutionRefusedError, match="not the colliding run recorded"):
+        resolve_collision(LocalStore(str(tmp_path)), RUN)
+    assert (directory / layout.CONFIG_SNAPSHOT).exists()
+
+
+class FailingDeletes(LocalStore):
+    """Deletes fail after ``allowed`` of them: a crash in the middle of a quarantine."""
+
+    def __init__(self, root: str, allowed: int) -> None:
+        super().__init__(root)
+        self.allowed = allowed
+
+    def delete(self, key: str) -> None:
+        if self.allowed == 0:
+            raise StoreError(f"simulated failure deleting {key}")
+        self.allowed -= 1
+        super().delete(key)
+
+
+def test_interrupted_quarantine_resumes_and_loses_nothing(tmp_path: Path) -> None:
+    directory = forge_collision(tmp_path, RUN, "f" * 64)
+    record_incident(tmp_path, "f" * 64)
+    original = files(directory)
+    with pytest.raises(StoreError, match="simulated"):
+        resolve_collision(FailingDeletes(str(tmp_path), allowed=2), RUN)
+    assert not (directory / layout.SUCCESS_MARKER).exists()  # the marker goes first
+    assert (directory / layout.CONFIG_SNAPSHOT).exists()  # the snapshot last: the gate still refuses
+    assert next(r.status for r in list_runs(LocalStore(str(tmp_path)))) == "collided"
+    outcome = resolve_collision(LocalStore(str(tmp_path)), RUN)
+    quarantine = tmp_path / "ml8s_quarantine" / RUN / ("f" * 64)
+    assert files(quarantine) == original and files(directory) == {}
+    assert sorted(f.path for f in outcome.resolution.files) == sorted(original)
+
+
+def test_runs_list_shows_incomplete_runs(tmp_path: Path) -> None:
+    plant(tmp_path, f"ml8s_training_runs/{RUN}/config_snapshot.json", 0)
+    done = ml8s(clean_env(), "runs", "list", "--root", str(tmp_path))
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[1].split()[:3] == [RUN, "incomplete", "-"]
+    assert ml8s(clean_env(), "runs", "list", "--root", str(tmp_path / "empty")).stdout == "no runs\n"

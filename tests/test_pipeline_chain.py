@@ -1,0 +1,86 @@
+"""The chain commit step of the pipeline (SPEC §7): one version per run, healed after a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import write_small_churn
+
+from ml8s import layout
+from ml8s.chain import ChainStore, verify_chain
+from ml8s.store import LocalStore
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+
+
+def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "CHAIN_NAME", "STRICT_DATA_IDENTITY")}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="2")
+    env.update(extra)
+    return env
+
+
+def _ml8s(env: dict[str, str], *args: str) -> str:
+    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_first_run_commits_v1_rerun_nothing_other_config_v2(tmp_path: Path) -> None:
+    data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
+    first = json.loads(_ml8s(_env(data, root), "run"))
+    chain = ChainStore(LocalStore(str(root)), "ml8s-model")
+    v1 = chain.head()
+    assert (v1.counter, v1.header.run_id, v1.semver) == (1, first["run_id"], "1.0.0")
+    assert (
+        chain.fetch_payload(v1, "manifest.json")
+        == (root / layout.RUNS_DIR / first["run_id"] / "manifest.json").read_bytes()
+    )
+    assert (root / "ml8s_chain/ml8s-model/tensorboard/v0000000001").is_dir()
+
+    _ml8s(_env(data, root), "run")
+    assert ChainStore(LocalStore(str(root)), "ml8s-model").head().block_hash == v1.block_hash
+
+    second = json.loads(_ml8s(_env(data, root, EPOCHS="3"), "run"))
+    v2 = ChainStore(LocalStore(str(root)), "ml8s-model").head()
+    assert (v2.counter, v2.header.run_id, v2.header.parent_block_hash) == (2, second["run_id"], v1.block_hash)
+    assert v2.semver == "1.0.1"  # same architecture and parameter count: a patch
+    assert v2.global_step > v1.global_step
+    report = verify_chain(ChainStore(LocalStore(str(root)), "ml8s-model"))
+    assert report.ok, report.findings
+    assert json.loads(_ml8s(_env(data, root), "chain", "verify", "--json"))["findings"] == []
+
+
+def test_crash_between_marker_and_commit_is_healed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ml8s.pipeline.run as run
+
+    data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
+
+    def crash(ctx: object) -> None:
+        raise KeyboardInterrupt("killed between success.marker and the chain commit")
+
+    monkeypatch.setattr(run, "chain_commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_pipeline(_env(data, root))
+    runs = list((root / layout.RUNS_DIR).iterdir())
+    assert (runs[0] / layout.SUCCESS_MARKER).exists()
+    assert not (root / "ml8s_chain").exists()
+    monkeypatch.undo()
+
+    manifest = json.loads(_ml8s(_env(data, root), "run"))  # the gate hits, and the commit step heals
+    head = ChainStore(LocalStore(str(root)), "ml8s-model").head()
+    assert (head.counter, head.header.run_id) == (1, manifest["run_id"])
+
+
+def test_same_run_into_two_fresh_chains_in_two_processes(tmp_path: Path) -> None:
+    data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
+    _ml8s(_env(data, root, CHAIN_NAME="first"), "run")
+    _ml8s(_env(data, root, CHAIN_NAME="second"), "run")  # a gate hit: commits the same run to a new chain
+    heads = [ChainStore(LocalStore(str(root)), name).head() for name in ("first", "second")]
+    assert heads[0].content_hash == heads[1].content_hash
+    assert heads[0].header.files == heads[1].header.files  # every payload file's sha256 and size

@@ -1,0 +1,414 @@
+"""``ml8s verify`` (issue 5): a fresh run PASSes; every tampering FAILs, naming the right check.
+
+One completed run (session-scoped, shared with test_audit_bundle.py) is tampered with case by case and
+restored from a pristine copy after each; MLflow is tampered with in a copy of its database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from ml8s import layout
+from ml8s.audit import Report, Status, verify_run
+from ml8s.identity import canonical_bytes
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+REPO = Path(__file__).resolve().parent.parent
+FINAL = layout.final_artifacts("onnx")
+OWNER = {  # the check that owns each file; any other file is checked by "artifacts"
+    layout.CONFIG_SNAPSHOT: "config_snapshot",
+    layout.DATA_FINGERPRINT: "data_fingerprint",
+    layout.TRAINING_METADATA: "training_metadata",
+    layout.MANIFEST: "manifest",
+}
+CHECKS = [
+    "marker",
+    "config_snapshot",
+    "data_fingerprint",
+    "training_metadata",
+    "manifest",
+    "artifacts",
+    "unexpected_files",
+    "mlflow",
+]
+
+
+class Run(NamedTuple):
+    data: Path
+    root: Path
+    run_id: str
+    directory: Path
+    pristine: Path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without anything that would change a run or its verification."""
+    drop = ("PIPELINE_ROOT_URI", "MLFLOW_TRACKING_URI", "FORCE_RERUN", "STRICT_DATA_IDENTITY", "DATA_ROOT")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("AWS_", "FLYTE_AWS_"))}
+    env.update(extra)
+    return env
+
+
+def ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+_RUNS: dict[str, Run] = {}
+
+
+def completed_run(factory: pytest.TempPathFactory) -> Run:
+    """One completed run per session (``ml8s run`` in its own process) and a pristine copy of its
+    ARTIFACT_ROOT; test_audit_bundle.py shares it through this cache."""
+    from conftest import write_small_churn
+
+    if "run" not in _RUNS:
+        base = factory.mktemp("verified")
+        data = write_small_churn(base / "data")
+        env = clean_env(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(base / "root"), EPOCHS="2")
+        done = ml8s(env, "run")
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["run_id"]
+        directory = base / "root" / layout.run_prefix(run_id)
+        shutil.copytree(directory, base / "pristine")
+        _RUNS["run"] = Run(data, base / "root", run_id, directory, base / "pristine")
+    return _RUNS["run"]
+
+
+@pytest.fixture(scope="session")
+def verified_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return completed_run(tmp_path_factory)
+
+
+def verify(run: Run, **env: str) -> Report:
+    return verify_run(str(run.root), run.run_id, env)
+
+
+def restore(run: Run) -> None:
+    shutil.rmtree(run.directory)
+    shutil.copytree(run.pristine, run.directory)
+
+
+@pytest.fixture
+def tampered(verified_run: Run) -> Iterator[Run]:
+    """The shared run, restored to its pristine bytes after the test."""
+    restore(verified_run)
+    try:
+        yield verified_run
+    finally:
+        restore(verified_run)
+
+
+def edit_json(path: Path, change: Callable[[dict[str, object]], None]) -> None:
+    """Edit a JSON artifact and write it back in the canonical form ml8s writes (only the content differs)."""
+    data = json.loads(path.read_bytes())
+    change(data)
+    path.write_bytes(canonical_bytes(data))
+
+
+def assert_fails(report: Report, check: str, *words: str) -> None:
+    assert report.status is Status.FAIL
+    assert check in report.failed(), f"expected {check} to FAIL, got {[(c.name, c.status) for c in report.checks]}"
+    text = " ".join((report.check(check).reason, *report.check(check).details))
+    for word in words:
+        assert word in text, f"{check}: {word!r} not in {text!r}"
+
+
+# ------------------------------------------------------------------------------------------- PASS
+
+
+def test_fresh_run_passes_every_check(verified_run: Run) -> None:
+    report = verify(verified_run)
+    assert report.passed, report.failed()
+    assert [c.name for c in report.checks] == CHECKS
+    assert all(c.status is Status.PASS for c in report.checks)
+    assert "strict identity" in report.check("config_snapshot").reason
+
+
+def test_cli_pass_fail_and_usage_exit_codes(tampered: Run) -> None:
+    env = clean_env(PIPELINE_ROOT_URI=str(tampered.root))
+    done = ml8s(env, "verify", tampered.run_id)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == f"RESULT: PASS ({len(CHECKS)} checks)"
+    (tampered.directory / layout.SUCCESS_MARKER).unlink()
+    failed = ml8s(clean_env(), "verify", tampered.run_id, "--json", "--root", str(tampered.root))
+    assert failed.returncode == 1
+    report = json.loads(failed.stdout)
+    assert report["status"] == "FAIL" and [c["name"] for c in report["checks"]] == CHECKS
+    assert [c["name"] for c in report["checks"] if c["status"] == "FAIL"] == ["marker"]
+    assert ml8s(env, "verify", "not-a-run-id").returncode == 2
+    assert ml8s(env, "verify", tampered.run_id, "--root", "http://example/x").returncode == 2
+    assert ml8s(env, "verify").returncode == 2
+
+
+def test_unknown_run_fails(verified_run: Run) -> None:
+    report = verify_run(str(verified_run.root), "0" * 12, {})
+    assert_fails(report, "marker", "nothing is stored")
+
+
+def test_unreachable_store_is_an_error_not_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ml8s.errors import StoreUnavailableError
+
+    for name, value in {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    with pytest.raises(StoreUnavailableError, match="cannot reach S3 endpoint"):
+        verify_run("s3://bucket/root", "0" * 12, {})
+
+
+def test_tmp_and_logs_entries_are_allowed(tampered: Run) -> None:
+    for rel in (".tmp/features-worker.parquet", "logs/tensorboard/events.out.tfevents.ml8s-train"):
+        (tampered.directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tampered.directory / rel).write_bytes(b"x")
+    report = verify(tampered)
+    assert report.passed, report.failed()
+    assert len(report.check("unexpected_files").details) == 2
+
+
+# ---------------------------------------------------------------------------------- tamper matrix
+
+
+@pytest.mark.parametrize("where", [0.25, 0.5, 0.75])
+@pytest.mark.parametrize("rel", FINAL)
+def test_every_artifact_byte_flipped(tampered: Run, rel: str, where: float) -> None:
+    path = tampered.directory / rel
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert_fails(verify(tampered), OWNER.get(rel, "artifacts"), rel)
+
+
+@pytest.mark.parametrize("rel", [*FINAL, layout.SUCCESS_MARKER])
+def test_each_artifact_deleted(tampered: Run, rel: str) -> None:
+    (tampered.directory / rel).unlink()
+    report = verify(tampered)
+    if rel == layout.SUCCESS_MARKER:
+        assert report.failed() == ("marker",)
+        return
+    assert_fails(report, OWNER.get(rel, "artifacts"), rel)
+    if rel != layout.CONFIG_SNAPSHOT:  # without the snapshot the layout (MODEL_FORMAT) is unknown: SKIP
+        assert_fails(report, "artifacts", f"{rel} is missing")
+
+
+@pytest.mark.parametrize("rel", ["extra.txt", "model/model.safetensors", "features/.hidden", "model/x/y.bin"])
+def test_extra_file_added(tampered: Run, rel: str) -> None:
+    (tampered.directory / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tampered.directory / rel).write_bytes(b"extra")
+    report = verify(tampered)
+    assert report.failed() == ("unexpected_files",)
+    assert_fails(report, "unexpected_files", rel)
+
+
+def test_marker_with_content(tampered: Run) -> None:
+    (tampered.directory / layout.SUCCESS_MARKER).write_bytes(b"ok")
+    assert verify(tampered).failed() == ("marker",)
+
+
+def test_snapshot_hash_edited(tampered: Run) -> None:
+    def change(snapshot: dict[str, object]) -> None:
+        snapshot["full_config_hash"] = str(snapshot["full_config_hash"])[:12] + "0" * 52
+
+    edit_json(tampered.directory / layout.CONFIG_SNAPSHOT, change)
+    assert_fails(verify(tampered), "config_snapshot", "is not sha256(CANONICAL_JSON")
+
+
+def test_snapshot_canonical_config_edited(tampered: Run) -> None:
+    def change(snapshot: dict[str, object]) -> None:
+        config = snapshot["canonical_config"]
+        assert isinstance(config, dict)
+        config["epochs"] = 3
+
+    edit_json(tampered.directory / layout.CONFIG_SNAPSHOT, change)
+    report = verify(tampered)
+    assert_fails(report, "config_snapshot", "is not sha256(CANONICAL_JSON")
+    assert_fails(report, "artifacts", "config_snapshot.json: sha256")  # manifest.json records its sha256
+
+
+def test_snapshot_reformatted(tampered: Run) -> None:
+    path = tampered.directory / layout.CONFIG_SNAPSHOT
+    path.write_text(json.dumps(json.loads(path.read_text()), sort_keys=True))  # same content, other bytes
+    assert_fails(verify(tampered), "config_snapshot", "canonical form")
+
+
+def test_fingerprint_edited(tampered: Run) -> None:
+    edit_json(tampered.directory / layout.DATA_FINGERPRINT, lambda r: r.update(fingerprint="0" * 64))
+    assert_fails(verify(tampered), "data_fingerprint", "differs from config_snapshot.json")
+
+
+def test_fingerprint_token_edited(tampered: Run) -> None:
+    def change(record: dict[str, object]) -> None:
+        files = record["files"]
+        assert isinstance(files, list)
+        files[0]["size"] += 1
+
+    edit_json(tampered.directory / layout.DATA_FINGERPRINT, change)
+    assert_fails(verify(tampered), "data_fingerprint", "is not the sha256 of its file tokens")
+
+
+def test_metadata_checksum_edited(tampered: Run) -> None:
+    def change(metadata: dict[str, object]) -> None:
+        artifacts = metadata["artifacts"]
+        assert isinstance(artifacts, dict)
+        artifacts["model/model.onnx"]["sha256"] = "0" * 64
+
+    edit_json(tampered.directory / layout.TRAINING_METADATA, change)
+    report = verify(tampered)
+    assert report.failed() == ("artifacts",)
+    assert_fails(report, "artifacts", "model/model.onnx", "training_metadata.json records " + "0" * 64)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("model", "feature_names", 0), "other_feature"),
+        (("model", "parameter_count"), 4867),
+        (("model", "architecture"), "mlp:8-64-2"),
+        (("training", "epoch_losses", -1), 0.5),
+        (("training", "train_rows"), 481),
+        (("training", "optimizer"), "sgd"),
+        (("determinism", "use_deterministic_algorithms"), False),
+        (("export", "max_abs_diff"), 0.5),
+        (("versions", "jax"), "0.1"),
+        (("training", "epochs"), "2"),
+        (("notes",), "added"),
+    ],
+)
+def test_metadata_content_edited(tampered: Run, path: tuple[str | int, ...], value: object) -> None:
+    def change(metadata: dict[str, object]) -> None:
+        target: Any = metadata
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+
+    edit_json(tampered.directory / layout.TRAINING_METADATA, change)
+    assert_fails(verify(tampered), "training_metadata")
+
+
+def test_manifest_edited(tampered: Run) -> None:
+    edit_json(tampered.directory / layout.MANIFEST, lambda m: m.update(artifact_root="file:///elsewhere"))
+    assert_fails(verify(tampered), "manifest", "artifact_root is file:///elsewhere")
+
+
+def test_pinned_constants_match_the_pipeline() -> None:
+    from ml8s.audit import consistency
+    from ml8s.determinism import flags
+    from ml8s.pipeline import export
+
+    assert (consistency.EXPORT_TOLERANCE, consistency.ONNX_OPSET) == (export.TOLERANCE, export.ONNX_OPSET)
+    assert sorted(consistency.VERSIONED) == sorted({"python", *export._VERSIONED})
+    for device in ("cpu", "cuda"):
+        assert consistency.expected_determinism(device) == flags(device)
+
+
+# ------------------------------------------------------------------------------------------- MLflow
+
+
+@pytest.fixture
+def registry(verified_run: Run, tmp_path: Path) -> tuple[Any, str]:
+    """A copy of the run's MLflow database, a client on it, and its URI (the original stays untouched)."""
+    from mlflow import MlflowClient
+
+    shutil.copy(verified_run.root / "mlflow.db", tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    return MlflowClient(tracking_uri=uri), uri
+
+
+def _manifest(run: Run) -> dict[str, str]:
+    return dict(json.loads((run.directory / layout.MANIFEST).read_text())["mlflow"])
+
+
+@pytest.mark.parametrize("tag", ["run_id", "full_config_hash", "data_fingerprint", "artifact_uri"])
+def test_mlflow_version_tag_changed(verified_run: Run, registry: tuple[Any, str], tag: str) -> None:
+    client, uri = registry
+    ref = _manifest(verified_run)
+    client.set_model_version_tag(ref["model_name"], ref["model_version"], tag, "tampered")
+    report = verify(verified_run, MLFLOW_TRACKING_URI=uri)
+    assert report.failed() == ("mlflow",)
+    assert_fails(report, "mlflow", f"model version tag {tag} is 'tampered'")
+
+
+def test_mlflow_run_tag_changed(verified_run: Run, registry: tuple[Any, str]) -> None:
+    client, uri = registry
+    client.set_tag(_manifest(verified_run)["mlflow_run_id"], "full_config_hash", "0" * 64)
+    assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "MLflow run tag full_config_hash")
+
+
+def test_mlflow_version_deleted(verified_run: Run, registry: tuple[Any, str]) -> None:
+    client, uri = registry
+    ref = _manifest(verified_run)
+    client.delete_model_version(ref["model_name"], ref["model_version"])
+    assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "not found")
+
+
+def test_mlflow_duplicate_version(verified_run: Run, registry: tuple[Any, str]) -> None:
+    client, uri = registry
+    ref = _manifest(verified_run)
+    version = client.get_model_version(ref["model_name"], ref["model_version"])
+    client.create_model_version(ref["model_name"], version.source, run_id=version.run_id, tags=version.tags)
+    assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "one registered version per")
+
+
+def test_mlflow_database_missing_is_a_fail_and_is_not_created(verified_run: Run, tmp_path: Path) -> None:
+    report = verify(verified_run, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/absent.db")
+    assert_fails(report, "mlflow", "does not exist")
+    assert not (tmp_path / "absent.db").exists()
+
+
+# --------------------------------------------------------------------------------------- data drift
+
+
+def test_recheck_data_reports_drift(verified_run: Run) -> None:
+    part = verified_run.data / "part-000.csv"
+    original = part.read_bytes()
+    assert verify_run(str(verified_run.root), verified_run.run_id, {}, recheck_data=True).passed
+    try:
+        part.write_bytes(original + b"C99999,12,50.5,basic,true,no\n")
+        report = verify_run(str(verified_run.root), verified_run.run_id, {}, recheck_data=True)
+    finally:
+        part.write_bytes(original)
+    assert report.failed() == ("data_recheck",)
+    assert_fails(report, "data_recheck", "DATA_ROOT drifted", "changed part-000.csv")
+
+
+# ------------------------------------------------------------------------------------- Flyte + Deck
+
+_WORKFLOW_PROBE = """
+import json, sys
+import workflows.verify as wf
+import tasks.verify as t
+light = sorted(m for m in ("torch", "mlflow") if m in sys.modules)
+decks = []
+class Recorder:
+    def __init__(self, name, html):
+        decks.append((name, html))
+t.Deck = Recorder
+report = json.loads(wf.verify_run(run_id=sys.argv[1], pipeline_root_uri=sys.argv[2]))
+print(json.dumps({"light": light, "enable_deck": t.verify_run_task.enable_deck, "report": report, "decks": decks}))
+"""
+
+
+def test_verify_workflow_returns_the_report_and_renders_a_deck(verified_run: Run) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKFLOW_PROBE, verified_run.run_id, str(verified_run.root)],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    assert probe["light"] == [] and probe["enable_deck"] is True
+    assert probe["report"]["status"] == "PASS"
+    [(name, html)] = probe["decks"]
+    assert name == "verification" and "<table" in html
+    assert all(f"<code>{check}</code>" in html for check in CHECKS)
