@@ -41,6 +41,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint images/Dockerfile.fe images/Dockerfile.train
+	$(BIN)/python proto/build.py --check
 
 typecheck: setup
 	$(BIN)/mypy ml8s

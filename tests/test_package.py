@@ -41,6 +41,9 @@ IMAGES = {
     "tasks.export.publish_model": DEFAULT_IMAGE,
     "tasks.register.register_model": TRAIN_IMAGE,
     "tasks.finalize.finalize_run": DEFAULT_IMAGE,
+    "tasks.chain.commit_to_chain": DEFAULT_IMAGE,
+    "tasks.verify.verify_run_task": TRAIN_IMAGE,  # imports MLflow
+    "tasks.maintenance.cleanup_tmp_task": DEFAULT_IMAGE,
 }
 # Pure tasks, whose inputs (the RunSpec and the directories computed from it) fully determine their output.
 CACHED = {

@@ -39,6 +39,7 @@ CHECKS = [
     "artifacts",
     "unexpected_files",
     "mlflow",
+    "chain",
 ]
 
 
@@ -347,6 +348,28 @@ def test_mlflow_version_deleted(verified_run: Run, registry: tuple[Any, str]) ->
     ref = _manifest(verified_run)
     client.delete_model_version(ref["model_name"], ref["model_version"])
     assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "not found")
+
+
+def test_chain_block_payload_changed(tampered: Run) -> None:
+    versions = tampered.root / "ml8s_chain" / "ml8s-model" / "versions"
+    (payload,) = versions.glob("v0000000001_*/payload/model_native.safetensors")
+    original = payload.read_bytes()
+    try:
+        payload.write_bytes(original[:-1] + bytes([original[-1] ^ 0xFF]))
+        assert_fails(verify(tampered), "chain", "model_native.safetensors")
+    finally:
+        payload.write_bytes(original)
+    assert verify(tampered).status is Status.PASS
+
+
+def test_run_missing_from_the_chain(tampered: Run) -> None:
+    index = tampered.root / "ml8s_chain" / "ml8s-model" / "runs"
+    moved = tampered.root / "runs-aside"
+    index.rename(moved)
+    try:
+        assert_fails(verify(tampered), "chain", "not in chain")
+    finally:
+        moved.rename(index)
 
 
 def test_mlflow_duplicate_version(verified_run: Run, registry: tuple[Any, str]) -> None:

@@ -1,7 +1,6 @@
 """``ml8s verify RUN_ID``: every check of a run in its store, and MLflow's agreement with it (SPEC §6).
 
-The checks are a tuple of named :class:`~ml8s.audit.report.Check` entries: the model chain's check is
-one more entry (``Check("chain", check_chain)``, after ``mlflow``), added by the chain integration.
+The checks are a tuple of named :class:`~ml8s.audit.report.Check` entries, the model chain's last.
 """
 
 from __future__ import annotations
@@ -9,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ml8s.audit import mlflow_refs
+from ml8s.audit.chain_check import check_chain
 from ml8s.audit.report import Check, CheckResult, Report, make_report, run_checks, verdict
 from ml8s.audit.run_checks import (
     check_artifacts,
@@ -49,7 +49,7 @@ STORE_CHECKS: tuple[Check[RunState], ...] = (
     Check("artifacts", check_artifacts),
     Check("unexpected_files", check_unexpected_files),
 )
-RUN_CHECKS: tuple[Check[RunState], ...] = (*STORE_CHECKS, Check("mlflow", check_mlflow))
+RUN_CHECKS: tuple[Check[RunState], ...] = (*STORE_CHECKS, Check("mlflow", check_mlflow), Check("chain", check_chain))
 DATA_RECHECK = Check("data_recheck", check_data_recheck)
 
 

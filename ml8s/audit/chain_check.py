@@ -1,0 +1,51 @@
+"""The ``chain`` check of ``ml8s verify``: the run's block exists, holds this run's model, and the
+chain verifies from genesis to the head."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from ml8s import layout
+from ml8s.audit.report import CheckResult, verdict
+from ml8s.audit.run_checks import use
+from ml8s.audit.state import RunState
+from ml8s.chain import ChainStore, verify_chain
+from ml8s.chain.runindex import committed
+from ml8s.pipeline.chain_commit import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
+from ml8s.settings import DEFAULT_MODEL_NAME
+
+
+def chain_name(env: Mapping[str, str]) -> str:
+    """CHAIN_NAME, else MLFLOW_MODEL_NAME, else the default: the same rule as the pipeline's settings."""
+    return env.get("CHAIN_NAME", "").strip() or env.get("MLFLOW_MODEL_NAME", "").strip() or DEFAULT_MODEL_NAME
+
+
+def check_chain(state: RunState) -> CheckResult:
+    snapshot = use(state.snapshot, "config_snapshot")
+    chain = ChainStore(state.store, chain_name(state.env))
+    version = committed(chain, snapshot.full_config_hash)
+    if version is None:
+        return verdict("chain", [f"run {state.run_id} is not in chain {chain.name!r} (no run index entry)"], "")
+    problems: list[str] = []
+    header = version.header
+    for field, want in (
+        ("run_id", state.run_id),
+        ("full_config_hash", snapshot.full_config_hash),
+        ("artifact_root", state.artifact_root),
+    ):
+        if getattr(header, field) != want:
+            problems.append(f"block v{version.counter} records {field} {getattr(header, field)!r}; expected {want!r}")
+    for name, rel in ((PAYLOAD_WEIGHTS, layout.MODEL_NATIVE), (PAYLOAD_MANIFEST, layout.MANIFEST)):
+        stored = hashlib.sha256(chain.fetch_payload(version, name)).hexdigest()  # checked against the block
+        if rel not in state.listing():
+            problems.append(f"the run's {rel} is missing, so block v{version.counter}'s {name} matches nothing")
+        elif stored != state.digest(rel)[0]:
+            problems.append(f"block v{version.counter} payload {name} has sha256 {stored}; the run's {rel} differs")
+    report = verify_chain(chain)
+    problems += [f"{f.check}: v{f.counter} {f.reason}" for f in report.findings]
+    ok = (
+        f"block v{version.counter} ({version.semver}, {version.block_hash[:12]}) of chain {chain.name!r} holds this "
+        f"run's weights and manifest; the chain verifies from genesis to head v{report.head_counter}"
+    )
+    return verdict("chain", problems, ok)
