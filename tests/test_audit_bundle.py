@@ -34,6 +34,7 @@ SEMANTIC = {
     "run/model/model_native.safetensors": "artifacts",
     "artifacts.sha256": "artifacts",
     "mlflow.json": "mlflow",
+    "chain_proof.json": "chain",
     "verification.json": "verification",
     "bundle.json": "archive",
     "VERIFY.md": "verify_md",
@@ -104,7 +105,7 @@ def test_audit_verify_passes_offline_after_the_store_is_gone(run: Run, bundle: P
     finally:
         away.rename(run.root)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines()[-1] == "RESULT: PASS (10 checks)"
+    assert done.stdout.splitlines()[-1] == "RESULT: PASS (11 checks)"
     assert json.loads(as_json.stdout)["status"] == "PASS"
 
 

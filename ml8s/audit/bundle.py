@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s import layout
 from ml8s.audit import mlflow_refs
+from ml8s.audit.chain_proof import CHAIN_PROOF, build_proof, proof_bytes
 from ml8s.audit.offline import model_format, pretty
 from ml8s.audit.records import checksum_lines
 from ml8s.audit.report import Report, Unavailable
@@ -28,7 +29,7 @@ from ml8s.audit.run_checks import maybe
 from ml8s.audit.state import RunState
 from ml8s.audit.verify import verify_state
 from ml8s.audit.verify_md import verify_md
-from ml8s.errors import AuditBundleError, Ml8sError, VerificationFailedError
+from ml8s.errors import AuditBundleError, ChainError, Ml8sError, VerificationFailedError
 
 FORMAT = "ml8s-audit-bundle/1"
 RUN_DIR = "run"  # run files are bundled under run/<path relative to ARTIFACT_ROOT>
@@ -101,6 +102,15 @@ def _verification(source: BundleSource) -> list[BundleEntry]:
     return [BundleEntry(VERIFICATION, pretty(source.report.model_dump(mode="json")))]
 
 
+def _chain_proof(source: BundleSource) -> list[BundleEntry]:
+    """The chain proof; absent (so ``audit verify`` FAILs) only for a run bundled with --allow-failed."""
+    try:
+        proof = build_proof(source.state, source.state.snapshot().full_config_hash)
+    except ChainError:
+        return []
+    return [BundleEntry(CHAIN_PROOF, proof_bytes(proof))]
+
+
 def _index(source: BundleSource) -> list[BundleEntry]:
     snapshot = source.state.snapshot()
     index = BundleIndex(
@@ -116,12 +126,12 @@ def _index(source: BundleSource) -> list[BundleEntry]:
 
 
 # Each builder adds named entries; VERIFY.md and checksums.sha256 are made last, from all of them.
-# The chain integration appends a builder of ``chain_proof.json`` here.
 ENTRY_BUILDERS: tuple[Callable[[BundleSource], list[BundleEntry]], ...] = (
     _run_files,
     _artifact_checksums,
     _mlflow,
     _verification,
+    _chain_proof,
     _index,
 )
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from ml8s import layout
 from ml8s.audit import bundle as b
 from ml8s.audit import mlflow_refs, offline
+from ml8s.audit.chain_proof import CHAIN_PROOF, proof_problems
 from ml8s.audit.consistency import cross_problems
 from ml8s.audit.records import (
     ConfigSnapshot,
@@ -55,6 +56,7 @@ REQUIRED = (
     b.ARTIFACT_CHECKSUMS,
     b.VERIFICATION,
     b.MLFLOW,
+    CHAIN_PROOF,
     *(f"{b.RUN_DIR}/{rel}" for rel in b.RECORDS),
 )
 
@@ -245,6 +247,20 @@ def check_mlflow(bundle: OpenedBundle) -> CheckResult:
     return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, index.artifact_root), ok)
 
 
+def check_chain_proof(bundle: OpenedBundle) -> CheckResult:
+    """Genesis → the run's block → the head at bundle time, every hash recomputed offline."""
+    snapshot = use(bundle.snapshot, "config_snapshot")
+    manifest = bundle.read(f"{b.RUN_DIR}/{layout.MANIFEST}")
+    weights = bundle.members.get(f"{b.RUN_DIR}/{layout.MODEL_NATIVE}")
+    try:
+        listed = bundle.checksum_list(b.ARTIFACT_CHECKSUMS).get(layout.MODEL_NATIVE)
+    except Invalid:
+        listed = None
+    weights_sha = hashlib.sha256(weights).hexdigest() if weights is not None else listed
+    problems = proof_problems(bundle.read(CHAIN_PROOF), snapshot.full_config_hash, weights_sha, manifest)
+    return verdict("chain", problems, "the run's block links to genesis and to the head; it holds these files")
+
+
 def check_verification(bundle: OpenedBundle) -> CheckResult:
     try:
         report = bundle.parse(b.VERIFICATION, Report)
@@ -284,6 +300,7 @@ BUNDLE_CHECKS: tuple[Check[OpenedBundle], ...] = (
     Check("manifest", check_manifest),
     Check("artifacts", check_artifacts),
     Check("mlflow", check_mlflow),
+    Check("chain", check_chain_proof),
     Check("verification", check_verification),
     Check("verify_md", check_verify_md),
 )

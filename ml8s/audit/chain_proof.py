@@ -1,0 +1,86 @@
+"""``chain_proof.json`` of an audit bundle: every block header from genesis through the run's block on
+to the head at bundle time, and its offline check (hashes recomputed, links followed, the run's
+block naming exactly the bundled weights and manifest).
+
+The proof runs to the head, so two bundles of a run are byte-identical as long as the chain has not
+moved; a bundle made later proves more, never less.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ml8s import layout
+from ml8s.audit.chain_check import chain_name
+from ml8s.audit.state import RunState
+from ml8s.chain import Block, ChainStore
+from ml8s.chain._util import content_hash, sha256_hex
+from ml8s.chain.runindex import committed
+from ml8s.chain.wire import header_hash, header_to_proto
+from ml8s.errors import ChainError
+from ml8s.pipeline.chain_commit import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
+
+CHAIN_PROOF = "chain_proof.json"
+
+
+class ChainProof(BaseModel):
+    """The headers, genesis first, and where the run's block is among them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chain_name: str
+    run_counter: int
+    head_counter: int
+    blocks: tuple[Block, ...]
+
+
+def build_proof(state: RunState, full_config_hash: str) -> ChainProof:
+    """The proof for a run, read from its chain; ChainError when the run is not in the chain."""
+    chain = ChainStore(state.store, chain_name(state.env))
+    version = committed(chain, full_config_hash)
+    if version is None:
+        raise ChainError(f"run {state.run_id} is not in chain {chain.name!r}: no chain proof can be bundled")
+    blocks = tuple(reversed([v.block for v in chain.walk()]))
+    return ChainProof(
+        chain_name=chain.name, run_counter=version.counter, head_counter=blocks[-1].header.counter, blocks=blocks
+    )
+
+
+def proof_bytes(proof: ChainProof) -> bytes:
+    return (json.dumps(proof.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def proof_problems(data: bytes, full_config_hash: str, weights_sha256: str | None, manifest: bytes) -> list[str]:
+    """Everything wrong with a proof, offline, given the sha256 of the run's weights (bundled, or listed)."""
+    try:
+        proof = ChainProof.model_validate_json(data)
+    except ValidationError as exc:
+        return [f"{CHAIN_PROOF} is not a valid chain proof: {exc.errors()[0]['msg']}"]
+    problems: list[str] = []
+    previous: Block | None = None
+    for block in proof.blocks:
+        h = block.header
+        if header_hash(header_to_proto(h)) != block.block_hash:
+            problems.append(f"v{h.counter}: the header does not hash to its block hash {block.block_hash[:12]}")
+        if content_hash((f.name, f.sha256, f.size) for f in h.files) != h.content_hash:
+            problems.append(f"v{h.counter}: the file list does not hash to its content hash")
+        if previous is None:
+            if h.counter != 0 or h.parent_block_hash:
+                problems.append(f"the proof starts at v{h.counter}, not at genesis (counter 0, no parent)")
+        elif h.counter != previous.header.counter + 1 or h.parent_block_hash != previous.block_hash:
+            problems.append(f"v{h.counter} does not link to v{previous.header.counter} (counter or parent hash)")
+        previous = block
+    runs = [b for b in proof.blocks if b.header.full_config_hash == full_config_hash]
+    if len(runs) != 1 or runs[0].header.counter != proof.run_counter:
+        problems.append(f"the proof holds {len(runs)} block(s) of this run; expected exactly one, v{proof.run_counter}")
+        return problems
+    files = {f.name: f.sha256 for f in runs[0].header.files}
+    if files.get(PAYLOAD_MANIFEST) != sha256_hex(manifest):
+        problems.append(f"the run's block records another {PAYLOAD_MANIFEST} than the bundled {layout.MANIFEST}")
+    if files.get(PAYLOAD_WEIGHTS) != weights_sha256:
+        problems.append(f"the run's block records another {PAYLOAD_WEIGHTS} than the bundled weights")
+    if proof.blocks and proof.blocks[-1].header.counter != proof.head_counter:
+        problems.append(f"the proof ends at v{proof.blocks[-1].header.counter}, not at its head v{proof.head_counter}")
+    return problems
