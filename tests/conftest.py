@@ -10,6 +10,20 @@ from s3_servers import moto_server, radosgw_server, s3_server  # noqa: F401  (py
 from ml8s.context import RunContext
 from ml8s.pipeline.bootstrap import bootstrap
 
+# Every file of a completed (onnx) run that is byte-identical wherever it was written: the seed's layout.
+# manifest.json is not among them: it names its own pipeline root and MLflow run.
+SEED_LAYOUT = (
+    "config_snapshot.json",
+    "data_fingerprint.json",
+    "features/feature_matrix.parquet",
+    "features/feature_schema.json",
+    "metrics.json",
+    "model/model.onnx",
+    "model/model_native.safetensors",
+    "success.marker",
+    "training_metadata.json",
+)
+
 
 def write_small_churn(directory: Path, rows: int = 600, files: int = 2) -> Path:
     """A tiny churn-like CSV dataset (numeric, categorical, boolean, missing values), deterministic."""

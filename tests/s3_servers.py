@@ -216,7 +216,7 @@ mon data avail warn = 1
 mon data avail crit = 0
 paxos propose interval = 0.01
 paxos min wait = 0.001
-rgw frontends = beast endpoint=127.0.0.1:{self.rgw_port}
+rgw frontends = beast endpoint=127.0.0.1:{self.rgw_port} tcp_nodelay=1
 rgw data = {d}/rgw
 rgw enable usage log = false
 rgw thread pool size = 64

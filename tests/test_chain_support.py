@@ -77,7 +77,6 @@ def chain_fixture(local_root: Path) -> ChainStore:
 
 @pytest.fixture(name="rgw_spec")
 def rgw_spec_fixture(radosgw_server: RadosGW) -> StoreSpec:
-    nodelay(radosgw_server)
     bucket = radosgw_server.make_bucket()
     return ("s3", f"s3://{bucket}/pipeline", radosgw_server.env())
 
@@ -86,22 +85,6 @@ def rgw_spec_fixture(radosgw_server: RadosGW) -> StoreSpec:
 def moto_spec_fixture(moto_server: S3Endpoint) -> StoreSpec:
     bucket = moto_server.make_bucket()
     return ("s3", f"s3://{bucket}/pipeline", moto_server.env())
-
-
-def nodelay(server: RadosGW) -> None:
-    """Restart the test radosgw once with ``tcp_nodelay=1`` (idempotent; only speed changes).
-
-    Without it, beast answers every GET and LIST ~40 ms late (Nagle on the server against delayed ACKs on
-    the client), which makes a commit ~10x slower than the ~3 ms per request radosgw otherwise takes.
-    tests/s3_servers.py should put the option in its ``rgw frontends`` line; then this is a no-op.
-    """
-    cluster = server.cluster
-    if cluster is None or "tcp_nodelay" in (conf := cluster.conf.read_text()):
-        return
-    endpoint = f"endpoint=127.0.0.1:{cluster.rgw_port}"
-    cluster.conf.write_text(conf.replace(endpoint, f"{endpoint} tcp_nodelay=1"))
-    server.stop()
-    server.start()
 
 
 # -- workers (run in spawned processes) ------------------------------------------------------------

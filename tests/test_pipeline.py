@@ -11,21 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SEED_LAYOUT
 
 from ml8s import layout
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
-SEED_LAYOUT = (
-    "config_snapshot.json",
-    "data_fingerprint.json",
-    "features/feature_matrix.parquet",
-    "features/feature_schema.json",
-    "metrics.json",
-    "model/model.onnx",
-    "model/model_native.safetensors",
-    "success.marker",
-    "training_metadata.json",
-)
 
 
 def env_for(data: Path, root: Path, **extra: str) -> dict[str, str]:

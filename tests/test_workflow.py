@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from conftest import write_small_churn
+from conftest import SEED_LAYOUT, write_small_churn
 
 from ml8s import layout
 from ml8s.pipeline.bootstrap import bootstrap
@@ -31,18 +31,6 @@ _CACHE_VARIABLES = ("FLYTE_LOCAL_CACHE_ENABLED", "FLYTE_LOCAL_CACHE_OVERWRITE")
 
 # What the compute tasks (features, train, export) log when they run, and never on a cache hit.
 _COMPUTED = re.compile(r"^INFO ml8s \[(features|train|export)\] ", re.MULTILINE)
-# Every file of a run that must be byte-identical wherever it was written (the manifest names its root).
-_SAME_BYTES = (
-    "config_snapshot.json",
-    "data_fingerprint.json",
-    "features/feature_matrix.parquet",
-    "features/feature_schema.json",
-    "metrics.json",
-    "model/model.onnx",
-    "model/model_native.safetensors",
-    "success.marker",
-    "training_metadata.json",
-)
 
 
 def _env(home: Path, **variables: str) -> dict[str, str]:
@@ -114,7 +102,7 @@ def test_other_root_reuses_the_computation_and_publishes_the_same_bytes(first_ru
     assert _COMPUTED.findall(log) == [], "a compute task ran instead of hitting the cache"
     assert json.loads(again)["run_id"] == run_id
     first, second = (r / layout.run_prefix(run_id) for r in (first_root, root))
-    for rel in _SAME_BYTES:
+    for rel in SEED_LAYOUT:
         assert (second / rel).read_bytes() == (first / rel).read_bytes(), rel
     sha = {rel: a["sha256"] for rel, a in json.loads(manifest)["artifacts"].items()}
     assert {rel: a["sha256"] for rel, a in json.loads(again)["artifacts"].items()} == sha
