@@ -134,7 +134,7 @@ def _csv_header(data: bytes, where: str) -> list[str]:
 def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> Column:
     common = _common_type(name, chunks)
     try:  # files may disagree on a column's type (CSV text vs Parquet int, int32 vs int64, ...)
-        parts = [c if c.type == common else c.cast(common) for chunk in chunks for c in chunk.chunks]
+        parts = [c if c.type == common else _convert(c, common) for chunk in chunks for c in chunk.chunks]
     except pa.ArrowException as exc:
         types = sorted({str(c.type) for c in chunks})
         raise DataError(
@@ -144,8 +144,8 @@ def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> Column:
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return _infer_text(name, array)
     if pa.types.is_boolean(array.type):
-        return Column(name=name, kind="boolean", values=_floats(array.cast(pa.float64())))
-    return Column(name=name, kind="numeric", values=_floats(array.cast(pa.float64())))
+        return Column(name=name, kind="boolean", values=_floats(_convert(array, pa.float64())))
+    return Column(name=name, kind="numeric", values=_floats(_convert(array, pa.float64())))
 
 
 def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
@@ -168,11 +168,16 @@ def _infer_text(name: str, array: pa.ChunkedArray) -> Column:
     lower = pc.utf8_lower(values)
     non_missing = pc.drop_null(values)
     if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
-        return Column(name=name, kind="boolean", values=_floats(pc.equal(lower, "true").cast(pa.float64())))
+        return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64())))
     if len(non_missing) and pc.all(pc.match_substring_regex(non_missing, _NUMBER)).as_py():
-        return Column(name=name, kind="numeric", values=_floats(values.cast(pa.float64())))
+        return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64())))
     return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object))
 
 
 def _floats(array: pa.ChunkedArray | pa.Array) -> FloatArray:
     return np.asarray(pc.fill_null(array, float("nan")).to_numpy(), dtype=np.float64)
+
+
+def _convert(array: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """Arrow's safe type conversion (overflow, truncation or unparsable text raise ArrowInvalid)."""
+    return pc.call_function("cast", [array], pc.CastOptions.safe(to))
