@@ -10,8 +10,6 @@ Keys are ``/``-separated paths relative to the store's root URI. Every backend g
 from __future__ import annotations
 
 import abc
-import hashlib
-from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
@@ -100,9 +98,3 @@ class Store(abc.ABC):
 
     def uri(self, key: str) -> str:
         return f"{self.root_uri}/{key}" if key else self.root_uri
-
-    def sha256(self, key: str) -> str:
-        return hashlib.sha256(self.get(key)).hexdigest()
-
-    def iter_keys(self, prefix: str) -> Iterator[str]:
-        return (info.key for info in self.list(prefix))
