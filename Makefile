@@ -30,7 +30,7 @@ proto: $(BIN)/.installed
 	$(BIN)/python proto/build.py
 
 demo-data: setup
-	$(BIN)/python -m ml8s.demo_data --out $(DEMO_DATA)
+	$(BIN)/python -m ml8s.data.demo --out $(DEMO_DATA)
 
 run: demo-data
 	DATA_ROOT=$${DATA_ROOT:-$(DEMO_DATA)} TARGET_COLUMN=$${TARGET_COLUMN:-churned} \

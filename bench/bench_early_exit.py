@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ml8s import demo_data
+from ml8s.data import demo as demo_data
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 1.5

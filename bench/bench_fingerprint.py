@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ml8s.fingerprint import fingerprint_local
+from ml8s.data.fingerprint import fingerprint_local
 
 TARGET_RATIO = 0.9
 _CHUNK = 64 * 1024 * 1024

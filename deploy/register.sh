@@ -169,7 +169,7 @@ elif [ "${DATA_ROOT_URI#s3://}" = "$DATA_ROOT_URI" ]; then
 else
     if [ ! -d "$DEMO_DATA" ]; then
         say "generating the demo data in $DEMO_DATA"
-        run_cmd "$PYTHON" -m ml8s.demo_data --out "$DEMO_DATA"
+        run_cmd "$PYTHON" -m ml8s.data.demo --out "$DEMO_DATA"
     fi
     endpoint="$MINIO_LOCAL_ENDPOINT"
     if [ "$DRY_RUN" != 1 ] && ! minio_live "$endpoint"; then

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flytekit import task
 
 from ml8s import log
-from ml8s.context import RunContext
+from ml8s.pipeline.context import RunContext
 
 
 # Never cached: it swaps the chain head (a side effect), and on a re-run it must still check that the

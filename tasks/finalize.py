@@ -5,7 +5,7 @@ from __future__ import annotations
 from flytekit import task
 
 from ml8s import log
-from ml8s.context import RunContext
+from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
 
 
@@ -19,8 +19,7 @@ def finalize_run(context: str, mlflow: str, decision: str) -> str:
     """
     log.configure()
     # Imported here, not at module level: the step and the registry models pull in mlflow.
-    from ml8s import registry
-    from ml8s.pipeline import finalize
+    from ml8s.pipeline import finalize, registry
 
     return finalize.finalize(
         RunContext.from_json(context),

@@ -18,9 +18,9 @@ def cleanup_tmp_task(pipeline_root_uri: str, older_than_days: int, dry_run: bool
         The cleanup report as JSON (what was removed, how many younger entries were kept).
     """
     log.configure()
-    from ml8s.config import normalize_uri
+    from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
+    from ml8s.identity.variables import normalize_uri
     from ml8s.ops.tmp_cleanup import cleanup_tmp, retention_days
-    from ml8s.settings import DEFAULT_PIPELINE_ROOT
     from ml8s.store import open_store
 
     root = normalize_uri(pipeline_root_uri or os.environ.get("PIPELINE_ROOT_URI", "") or DEFAULT_PIPELINE_ROOT)

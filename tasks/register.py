@@ -5,7 +5,7 @@ from __future__ import annotations
 from flytekit import task
 
 from ml8s import log
-from ml8s.context import RunContext
+from ml8s.pipeline.context import RunContext
 
 
 # In the training image: the only one with MLflow. Never cached: it writes to MLflow, whose state is
@@ -19,6 +19,6 @@ def register_model(context: str) -> str:
     """
     log.configure()
     # Imported here, not at module level: importing mlflow would slow the early-exit path.
-    from ml8s import registry
+    from ml8s.pipeline import registry
 
     return registry.register(RunContext.from_json(context)).model_dump_json()

@@ -20,7 +20,7 @@ from flytekit import Resources, dynamic, task
 from flytekit.types.directory import FlyteDirectory
 
 from ml8s import log
-from ml8s.context import RunSpec
+from ml8s.pipeline.context import RunSpec
 from tasks._util import COMPUTE_CACHE, output_dir
 
 

@@ -20,13 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import write_small_churn
 
-from ml8s import fingerprint, layout
-from ml8s.config import USER_VARIABLES
+from ml8s.contract import layout
+from ml8s.data import fingerprint
 from ml8s.errors import ConfigError, DataChangedError, DataError, Ml8sError
+from ml8s.identity.settings import PLATFORM_VARIABLES
+from ml8s.identity.variables import USER_VARIABLES
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.run import run_pipeline
 from ml8s.pipeline.snapshot import snapshot
-from ml8s.settings import PLATFORM_VARIABLES
 
 HEADER = "customer_id,tenure,monthly_charges,plan,auto_pay,churned"
 FEATURES = "customer_id,tenure,monthly_charges,plan,auto_pay"

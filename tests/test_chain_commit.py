@@ -17,7 +17,7 @@ from test_chain_support import (  # noqa: F401  (fixtures)
 )
 
 import ml8s.chain.commit as commit_module
-from ml8s.chain import ChainStore, RetryPolicy, layout, verify_chain
+from ml8s.chain import ChainStore, RetryPolicy, paths, verify_chain
 from ml8s.errors import (
     ChainError,
     ChecksumError,
@@ -36,7 +36,7 @@ def _no_resolve_delay(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def keys(store: Store) -> list[str]:
-    return [i.key for i in store.list(f"{layout.ROOT}/{CHAIN}/{layout.VERSIONS}")]
+    return [i.key for i in store.list(f"{paths.ROOT}/{CHAIN}/{paths.VERSIONS}")]
 
 
 def test_init_is_idempotent(chain: ChainStore) -> None:
@@ -57,7 +57,7 @@ def test_commit_layout(chain: ChainStore, local_root: Path) -> None:
     version = chain.commit(payload("a"), meta("a", step=5))
     assert (version.counter, version.header.parent_block_hash, version.semver) == (1, genesis.block_hash, "1.0.0")
     assert version.version_dir == f"v0000000001_1.0.0_{version.block_hash[:12]}"
-    directory = local_root / layout.ROOT / CHAIN / layout.VERSIONS / version.version_dir
+    directory = local_root / paths.ROOT / CHAIN / paths.VERSIONS / version.version_dir
     assert sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()) == [
         "block.pb",
         "content_hash.txt",
@@ -67,7 +67,7 @@ def test_commit_layout(chain: ChainStore, local_root: Path) -> None:
     ]
     assert (directory / "content_hash.txt").read_text() == version.content_hash + "\n"
     assert json.loads((directory / "metadata.json").read_text())["block_hash"] == version.block_hash
-    head = json.loads((local_root / layout.ROOT / CHAIN / "chain.json").read_text())
+    head = json.loads((local_root / paths.ROOT / CHAIN / "chain.json").read_text())
     assert head == {
         "block_hash": version.block_hash,
         "chain_name": CHAIN,
@@ -76,7 +76,7 @@ def test_commit_layout(chain: ChainStore, local_root: Path) -> None:
     }
     assert chain.head() == version == chain.get(1)
     assert chain.fetch_payload(version, "model.bin") == payload("a")["model.bin"]
-    assert (local_root / layout.ROOT / CHAIN / "runs" / f"{version.header.full_config_hash}.json").exists()
+    assert (local_root / paths.ROOT / CHAIN / "runs" / f"{version.header.full_config_hash}.json").exists()
 
 
 def test_commit_creates_the_chain(chain: ChainStore) -> None:
@@ -215,12 +215,12 @@ def test_loser_uploads_no_tensorboard(chain: ChainStore, tmp_path: Path) -> None
     chain.init()
     with pytest.raises(ConflictError):
         ChainStore(_other_commits_first(chain), CHAIN).commit(payload("me"), meta("me", tensorboard_logdir=str(logs)))
-    assert chain.store.list(chain.key(layout.TENSORBOARD)) == []
+    assert chain.store.list(chain.key(paths.TENSORBOARD)) == []
 
 
 def test_fetch_payload_detects_corruption(chain: ChainStore, local_root: Path) -> None:
     version = chain.commit(payload("a"), meta("a"))
-    path = local_root / layout.ROOT / CHAIN / layout.VERSIONS / version.version_dir / "payload" / "model.bin"
+    path = local_root / paths.ROOT / CHAIN / paths.VERSIONS / version.version_dir / "payload" / "model.bin"
     path.write_bytes(b"X" + path.read_bytes()[1:])
     with pytest.raises(ChecksumError) as caught:
         chain.fetch_payload(version, "model.bin")

@@ -16,7 +16,7 @@ from test_chain_support import (  # noqa: F401  (fixtures)
     spawn_all,
 )
 
-from ml8s.chain import ChainStore, layout, runindex, verify_chain
+from ml8s.chain import ChainStore, paths, runindex, verify_chain
 
 
 def run_count(chain: ChainStore, name: str) -> int:
@@ -56,7 +56,7 @@ def test_crash_between_swap_and_record(chain: ChainStore, monkeypatch: pytest.Mo
     with pytest.raises(KeyboardInterrupt):
         chain.commit(payload("r"), meta("r"))
     monkeypatch.undo()
-    record = chain.key(layout.RUNS, f"{meta('r').full_config_hash}.json")
+    record = chain.key(paths.RUNS, f"{meta('r').full_config_hash}.json")
     assert not chain.store.exists(record)
     chain.commit(payload("x"), meta("x"))
     again = ChainStore(chain.store, CHAIN).commit_with_retry(payload("r"), meta("r"))
@@ -66,7 +66,7 @@ def test_crash_between_swap_and_record(chain: ChainStore, monkeypatch: pytest.Mo
 
 def test_record_lost_later_is_recovered_from_the_chain(chain: ChainStore) -> None:
     build(chain, 3)
-    chain.store.delete(chain.key(layout.RUNS, f"{meta('v2').full_config_hash}.json"))
+    chain.store.delete(chain.key(paths.RUNS, f"{meta('v2').full_config_hash}.json"))
     assert ChainStore(chain.store, CHAIN).commit(payload("v2"), meta("v2", step=20)).counter == 2
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from s3_servers import RadosGW, S3Endpoint
 
-from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, layout
+from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, paths
 from ml8s.chain._util import content_hash
 from ml8s.chain.models import ChainHead, PayloadFile
 from ml8s.chain.wire import content_hash_txt, encode_block, head_json, make_block, metadata_json
@@ -128,7 +128,7 @@ def determinism_worker(root: str, barrier: Any, results: Any) -> None:
         (
             version.content_hash,
             [f.model_dump() for f in version.header.files],
-            chain.store.get(chain.version_key(version.version_dir, layout.CONTENT_HASH)),
+            chain.store.get(chain.version_key(version.version_dir, paths.CONTENT_HASH)),
             stored,
             (version.counter, version.semver, version.header.parent_semver),
         )
@@ -143,7 +143,7 @@ class HookStore(Store):
         self.inner, self.before_swap, self.root_uri = inner, before_swap, inner.root_uri
 
     def put_if_match(self, key: str, data: bytes, token: str | None) -> str:
-        if key.endswith(layout.HEAD):
+        if key.endswith(paths.HEAD):
             self.before_swap(key, data, token)
         return self.inner.put_if_match(key, data, token)
 
@@ -177,14 +177,14 @@ class HookStore(Store):
 
 # -- forgery on a local chain ------------------------------------------------------------------------
 def version_path(root: Path, version_dir: str) -> Path:
-    return root / layout.ROOT / CHAIN / layout.VERSIONS / version_dir
+    return root / paths.ROOT / CHAIN / paths.VERSIONS / version_dir
 
 
 def set_head(root: Path, version: ChainVersion) -> None:
     head = ChainHead(
         chain_name=CHAIN, counter=version.counter, block_hash=version.block_hash, version_dir=version.version_dir
     )
-    (root / layout.ROOT / CHAIN / layout.HEAD).write_bytes(head_json(head))
+    (root / paths.ROOT / CHAIN / paths.HEAD).write_bytes(head_json(head))
 
 
 def forge(
@@ -206,19 +206,19 @@ def forge(
         changes["content_hash"] = content_hash((f.name, f.sha256, f.size) for f in files)
     header = version.header.model_copy(update=changes)
     block = make_block(header)
-    forged = ChainVersion(block=block, version_dir=layout.version_dir(header.counter, header.semver, block.block_hash))
+    forged = ChainVersion(block=block, version_dir=paths.version_dir(header.counter, header.semver, block.block_hash))
     source, target = version_path(root, version.version_dir), version_path(root, forged.version_dir)
     shutil.copytree(source, target)
     if not keep_original:
         shutil.rmtree(source)
     if new_payload is not None:
-        shutil.rmtree(target / layout.PAYLOAD)
+        shutil.rmtree(target / paths.PAYLOAD)
         for name, data in new_payload.items():
-            (target / layout.PAYLOAD / name).parent.mkdir(parents=True, exist_ok=True)
-            (target / layout.PAYLOAD / name).write_bytes(data)
-    (target / layout.BLOCK).write_bytes(encode_block(block))
-    (target / layout.METADATA).write_bytes(metadata_json(block))
-    (target / layout.CONTENT_HASH).write_bytes(content_hash_txt(block))
+            (target / paths.PAYLOAD / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / paths.PAYLOAD / name).write_bytes(data)
+    (target / paths.BLOCK).write_bytes(encode_block(block))
+    (target / paths.METADATA).write_bytes(metadata_json(block))
+    (target / paths.CONTENT_HASH).write_bytes(content_hash_txt(block))
     return forged
 
 

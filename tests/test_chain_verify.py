@@ -19,7 +19,7 @@ from test_chain_support import (  # noqa: F401  (fixtures)
     version_path,
 )
 
-from ml8s.chain import ChainHead, ChainStore, ChainVersion, find_corruption, layout, verify_chain
+from ml8s.chain import ChainHead, ChainStore, ChainVersion, find_corruption, paths, verify_chain
 from ml8s.errors import ChainCorruptionError
 
 Tamper = Callable[[Path, list[ChainVersion]], None]
@@ -42,7 +42,7 @@ def edit_header_field(root: Path, v: list[ChainVersion]) -> None:
     from ml8s.chain.wire import encode_block
 
     edited = v[3].block.model_copy(update={"header": v[3].header.model_copy(update={"global_step": 31})})
-    (version_path(root, v[3].version_dir) / layout.BLOCK).write_bytes(encode_block(edited))
+    (version_path(root, v[3].version_dir) / paths.BLOCK).write_bytes(encode_block(edited))
 
 
 def break_parent_link(root: Path, v: list[ChainVersion]) -> None:
@@ -92,14 +92,14 @@ def swap_payloads(root: Path, v: list[ChainVersion]) -> None:
 
 
 def edit_metadata_json(root: Path, v: list[ChainVersion]) -> None:
-    path = version_path(root, v[3].version_dir) / layout.METADATA
+    path = version_path(root, v[3].version_dir) / paths.METADATA
     data = json.loads(path.read_text())
     data["header"]["global_step"] = 31
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def edit_content_hash_txt(root: Path, v: list[ChainVersion]) -> None:
-    (version_path(root, v[3].version_dir) / layout.CONTENT_HASH).write_text("0" * 64 + "\n")
+    (version_path(root, v[3].version_dir) / paths.CONTENT_HASH).write_text("0" * 64 + "\n")
 
 
 def add_extra_file(root: Path, v: list[ChainVersion]) -> None:
@@ -107,7 +107,7 @@ def add_extra_file(root: Path, v: list[ChainVersion]) -> None:
 
 
 def head_to_missing_version(root: Path, v: list[ChainVersion]) -> None:
-    (root / layout.ROOT / "line" / layout.HEAD).write_text(
+    (root / paths.ROOT / "line" / paths.HEAD).write_text(
         json.dumps(
             {
                 "chain_name": "line",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ml8s.demo_data import COLUMNS, MISSING_RATES, TARGET, main
+from ml8s.data.demo import COLUMNS, MISSING_RATES, TARGET, main
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = ["--rows", "2000", "--files", "3"]
@@ -23,7 +23,7 @@ SMALL = ["--rows", "2000", "--files", "3"]
 def _run_process(out: Path, hash_seed: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     return subprocess.run(
-        [sys.executable, "-m", "ml8s.demo_data", "--out", str(out), *extra],
+        [sys.executable, "-m", "ml8s.data.demo", "--out", str(out), *extra],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ml8s.config import canonical_config
-from ml8s.dataset import Dataset, load_dataset
-from ml8s.features_core import MAX_CATEGORIES, MISSING, OTHER, Prepared, encode, prepare
-from ml8s.fingerprint import fingerprint_local
-from ml8s.metrics import classification_metrics, roc_auc
-from ml8s.params import RunParams, validate_params
+from ml8s.data.dataset import Dataset, load_dataset
+from ml8s.data.fingerprint import fingerprint_local
+from ml8s.identity.params import RunParams, validate_params
+from ml8s.identity.variables import canonical_config
+from ml8s.pipeline.feature_rules import MAX_CATEGORIES, MISSING, OTHER, Prepared, encode, prepare
+from ml8s.pipeline.metrics import classification_metrics, roc_auc
 
 
 def params(**values: str) -> RunParams:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ml8s.config import canonical_config, canonical_json, raw_values_from_env
+from ml8s.data.fingerprint import ObjectEntry, fingerprint_listing, fingerprint_local
 from ml8s.errors import ConfigError, DataError
-from ml8s.fingerprint import ObjectEntry, fingerprint_listing, fingerprint_local
-from ml8s.identity import compute_identity
+from ml8s.identity.hashing import compute_identity
+from ml8s.identity.variables import canonical_config, canonical_json, raw_values_from_env
 
 DEFAULT_JSON = (
     '{"batch_size":256,"data_root":"file:///data/churn","epochs":10,"exclude_columns":null,'

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from ml8s.config import normalize_uri, normalize_value
 from ml8s.errors import ConfigError
+from ml8s.identity.variables import normalize_uri, normalize_value
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_verify import clean_env, ml8s
 
-from ml8s import layout
+from ml8s.contract import layout
 from ml8s.errors import ResolutionRefusedError, StoreError
 from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_runs

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import SEED_LAYOUT
 
-from ml8s import layout
+from ml8s.contract import layout
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 

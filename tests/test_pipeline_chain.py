@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import write_small_churn
 
-from ml8s import layout
 from ml8s.chain import ChainStore, verify_chain
+from ml8s.contract import layout
 from ml8s.store import LocalStore
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))

@@ -13,11 +13,11 @@ from conftest import make_context, write_small_churn
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
-from ml8s import registry
-from ml8s.context import RunContext
 from ml8s.errors import RegistryError
-from ml8s.registry import CLAIMS_DIR, MlflowRef, register
-from ml8s.settings import worker_id
+from ml8s.identity.settings import worker_id
+from ml8s.pipeline import registry
+from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.registry import CLAIMS_DIR, MlflowRef, register
 
 TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
 
@@ -25,8 +25,8 @@ TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
 CHILD = """
 import os, sys, time
 import mlflow
-from ml8s.context import RunContext
-from ml8s.registry import register
+from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.registry import register
 ctx_file, ready, barrier = sys.argv[1:4]
 ctx = RunContext.from_json(open(ctx_file).read())
 open(ready, "w").close()

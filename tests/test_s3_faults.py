@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ml8s import layout
+from ml8s.contract import layout
 from ml8s.errors import StoreError
 from ml8s.store.s3 import S3Store
 

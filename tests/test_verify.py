@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from ml8s import layout
 from ml8s.audit import Report, Status, verify_run
-from ml8s.identity import canonical_bytes
+from ml8s.contract import layout
+from ml8s.identity.hashing import canonical_bytes
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 REPO = Path(__file__).resolve().parent.parent
@@ -301,7 +301,7 @@ def test_manifest_edited(tampered: Run) -> None:
 
 def test_pinned_constants_match_the_pipeline() -> None:
     from ml8s.audit import consistency
-    from ml8s.determinism import flags
+    from ml8s.modeling.determinism import flags
     from ml8s.pipeline import export
 
     assert (consistency.EXPORT_TOLERANCE, consistency.ONNX_OPSET) == (export.TOLERANCE, export.ONNX_OPSET)

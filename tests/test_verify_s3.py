@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import pytest
 from test_verify import clean_env, ml8s
 
-from ml8s import layout
+from ml8s.contract import layout
 
 
 class S3Run(NamedTuple):

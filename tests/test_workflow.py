@@ -14,7 +14,7 @@ from typing import NamedTuple
 import pytest
 from conftest import SEED_LAYOUT, write_small_churn
 
-from ml8s import layout
+from ml8s.contract import layout
 from ml8s.pipeline.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,16 +19,16 @@ from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
 from ml8s.audit import mlflow_refs
 from ml8s.audit.chain_proof import CHAIN_PROOF, build_proof, proof_bytes
 from ml8s.audit.offline import model_format, pretty
-from ml8s.audit.records import checksum_lines
-from ml8s.audit.report import Report, Unavailable
+from ml8s.audit.report import Report
 from ml8s.audit.run_checks import maybe
 from ml8s.audit.state import RunState
 from ml8s.audit.verify import verify_state
 from ml8s.audit.verify_md import verify_md
+from ml8s.contract import layout
+from ml8s.contract.records import Unavailable, checksum_lines
 from ml8s.errors import AuditBundleError, ChainError, Ml8sError, VerificationFailedError
 
 FORMAT = "ml8s-audit-bundle/1"

@@ -20,25 +20,15 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from ml8s import layout
 from ml8s.audit import bundle as b
 from ml8s.audit import mlflow_refs, offline
 from ml8s.audit.chain_proof import CHAIN_PROOF, proof_problems
 from ml8s.audit.consistency import cross_problems
-from ml8s.audit.records import (
-    ConfigSnapshot,
-    FingerprintRecord,
-    Invalid,
-    TrainingMetadata,
-    parse,
-    parse_checksum_lines,
-)
 from ml8s.audit.report import (
     Check,
     CheckResult,
     Report,
     Status,
-    Unavailable,
     failed,
     make_report,
     run_checks,
@@ -46,7 +36,17 @@ from ml8s.audit.report import (
 )
 from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.verify_md import verify_md
-from ml8s.manifest import Manifest
+from ml8s.contract import layout
+from ml8s.contract.manifest import Manifest
+from ml8s.contract.records import (
+    ConfigSnapshot,
+    FingerprintRecord,
+    Invalid,
+    TrainingMetadata,
+    Unavailable,
+    parse,
+    parse_checksum_lines,
+)
 
 M = TypeVar("M", bound=BaseModel)
 REQUIRED = (

@@ -12,13 +12,13 @@ import json
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s import layout
 from ml8s.audit.chain_check import chain_name
 from ml8s.audit.state import RunState
 from ml8s.chain import Block, ChainStore
 from ml8s.chain._util import content_hash, sha256_hex
 from ml8s.chain.runindex import committed
 from ml8s.chain.wire import header_hash, header_to_proto
+from ml8s.contract import layout
 from ml8s.errors import ChainError
 from ml8s.pipeline.chain_commit import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 

@@ -15,10 +15,10 @@ import itertools
 import json
 import math
 
-from ml8s.audit.records import ConfigSnapshot, TrainingMetadata
+from ml8s.contract.records import ConfigSnapshot, TrainingMetadata
 
 # Constants of the pipeline, repeated here so that verifying needs no torch (the pipeline modules that
-# define them import it); tests/test_verify.py pins them to ml8s.pipeline.export and ml8s.determinism.
+# define them import it); tests/test_verify.py pins them to ml8s.pipeline.export and ml8s.modeling.determinism.
 EXPORT_TOLERANCE = 1e-4
 ONNX_OPSET = 17
 OPTIMIZER = "adam"
@@ -26,7 +26,7 @@ VERSIONED = ("numpy", "onnx", "onnxruntime", "pyarrow", "python", "safetensors",
 
 
 def expected_determinism(device: str) -> dict[str, object]:
-    """What ``ml8s.determinism.flags(device)`` records."""
+    """What ``ml8s.modeling.determinism.flags(device)`` records."""
     return {
         "cublas_workspace_config": ":4096:8",
         "cudnn_benchmark": False,

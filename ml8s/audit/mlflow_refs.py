@@ -15,12 +15,11 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.audit.records import ConfigSnapshot
-from ml8s.audit.report import Unavailable
+from ml8s.contract.manifest import Manifest
+from ml8s.contract.records import ConfigSnapshot, Unavailable
 from ml8s.errors import RegistryError
-from ml8s.manifest import Manifest
-from ml8s.registry import MlflowRef
-from ml8s.settings import platform_settings
+from ml8s.identity.settings import platform_settings
+from ml8s.pipeline.registry import MlflowRef
 
 CONTRACT_TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
 

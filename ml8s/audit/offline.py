@@ -10,12 +10,12 @@ import json
 import re
 from collections.abc import Mapping
 
-from ml8s import layout
-from ml8s.audit.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata
-from ml8s.config import CANONICALIZATION_VERSION, USER_VARIABLES, canonical_json
-from ml8s.fingerprint import fingerprint_entries
-from ml8s.identity import full_config_hash
-from ml8s.manifest import Manifest
+from ml8s.contract import layout
+from ml8s.contract.manifest import Manifest
+from ml8s.contract.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata
+from ml8s.data.fingerprint import fingerprint_entries
+from ml8s.identity.hashing import full_config_hash
+from ml8s.identity.variables import CANONICALIZATION_VERSION, USER_VARIABLES, canonical_json
 
 # Every canonicalization version this verifier can recompute (SPEC §2); add one when it is bumped.
 KNOWN_CANONICALIZATION_VERSIONS = frozenset({CANONICALIZATION_VERSION})

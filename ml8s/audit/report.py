@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.contract.records import Unavailable
 from ml8s.errors import Ml8sError
 
 
@@ -57,11 +58,6 @@ class Report(BaseModel):
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
-
-
-class Unavailable(Exception):
-    """A check cannot run: an input it needs is missing or unreadable. The runner reports it as SKIP
-    (the check that owns that input FAILs for it)."""
 
 
 def passed(name: str, reason: str, details: Iterable[str] = ()) -> CheckResult:

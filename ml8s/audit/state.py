@@ -10,13 +10,12 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-from ml8s import layout
 from ml8s.audit.offline import Digest
-from ml8s.audit.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata, parse
-from ml8s.audit.report import Unavailable
-from ml8s.config import normalize_uri
+from ml8s.contract import layout
+from ml8s.contract.manifest import Manifest
+from ml8s.contract.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata, Unavailable, parse
 from ml8s.errors import NotFoundError
-from ml8s.manifest import Manifest
+from ml8s.identity.variables import normalize_uri
 from ml8s.store import ObjectInfo, Store, open_store
 
 _SMALL = 16 * 1024 * 1024  # files up to this size are read whole (and kept); larger ones are streamed

@@ -5,10 +5,10 @@ One implementation for every backend (``ml8s.store.Store``); see docs/chain.md f
 
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
+from ml8s.chain.integrity import Finding, VerifyReport, find_corruption, verify_chain
 from ml8s.chain.models import Block, BlockHeader, ChainHead, ChainVersion, CommitMeta, PayloadFile, PayloadKind
 from ml8s.chain.retry import RetryPolicy
 from ml8s.chain.store import ChainStore
-from ml8s.chain.verify import Finding, VerifyReport, find_corruption, verify_chain
 
 __all__ = [
     "Block",

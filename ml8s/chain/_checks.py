@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ml8s.chain import layout
+from ml8s.chain import paths
 from ml8s.chain._util import sha256_hex
 from ml8s.chain.models import ChainVersion, PayloadKind
 from ml8s.chain.semver import GENESIS_SEMVER, bump
@@ -41,7 +41,7 @@ def files(store: Store, base: str, version: ChainVersion, objects: list[ObjectIn
     """The version directory ``base`` (its listed ``objects``) against the block: derived files, payloads."""
     found: Problems = []
     present = {o.key.removeprefix(base): o for o in objects}
-    derived = ((layout.METADATA, metadata_json(version.block)), (layout.CONTENT_HASH, content_hash_txt(version.block)))
+    derived = ((paths.METADATA, metadata_json(version.block)), (paths.CONTENT_HASH, content_hash_txt(version.block)))
     for name, want in derived:
         check = name.replace(".", "_")
         try:
@@ -49,11 +49,11 @@ def files(store: Store, base: str, version: ChainVersion, objects: list[ObjectIn
                 found.append((check, f"{name} disagrees with block.pb"))
         except NotFoundError:
             found.append((check, f"{name} is missing"))
-    listed = {f"{layout.PAYLOAD}/{f.name}" for f in version.header.files}
-    for extra in sorted(set(present) - listed - {layout.METADATA, layout.CONTENT_HASH, layout.BLOCK}):
+    listed = {f"{paths.PAYLOAD}/{f.name}" for f in version.header.files}
+    for extra in sorted(set(present) - listed - {paths.METADATA, paths.CONTENT_HASH, paths.BLOCK}):
         found.append(("extra_file", f"{extra} is not listed in the block"))
     for entry in version.header.files:
-        info = present.get(f"{layout.PAYLOAD}/{entry.name}")
+        info = present.get(f"{paths.PAYLOAD}/{entry.name}")
         if info is None:
             found.append(("payload_missing", f"payload {entry.name} is missing"))
         elif info.size != entry.size:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
-from ml8s.chain import layout, runindex
+from ml8s.chain import paths, runindex
 from ml8s.chain._util import content_hash, rfc3339, sha256_hex, utc_now
 from ml8s.chain.models import BlockHeader, ChainHead, ChainVersion, CommitMeta, PayloadFile, PayloadKind
 from ml8s.chain.semver import GENESIS_SEMVER, bump
@@ -44,7 +44,7 @@ from ml8s.errors import (
     RetryableStoreError,
     StoreError,
 )
-from ml8s.settings import worker_id
+from ml8s.identity.settings import worker_id
 
 if TYPE_CHECKING:
     from ml8s.chain.store import ChainStore
@@ -167,7 +167,7 @@ def swap(
     if (now[1] if now else None) != token:  # moved while we uploaded: lose without sending a doomed swap
         _lost(chain, version, written, named_parent, "the head moved while uploading")
     try:
-        chain.store.put_if_match(chain.key(layout.HEAD), data, token)
+        chain.store.put_if_match(chain.key(paths.HEAD), data, token)
         return
     except PreconditionFailedError:
         _lost(chain, version, written, named_parent, "the head moved before the swap")
@@ -196,7 +196,7 @@ def _resolve(
                 return
             if (pointer[1] if pointer else None) != token:
                 _lost(chain, version, written, named_parent, "unknown outcome: the head moved to another block")
-            chain.store.put_if_match(chain.key(layout.HEAD), data, token)
+            chain.store.put_if_match(chain.key(paths.HEAD), data, token)
             _audit(chain, "unknown_outcome_resolved", version, "the head was unchanged: swapped again, won")
             return
         except (RetryableStoreError, PreconditionFailedError):
@@ -249,7 +249,7 @@ def _seal(parent: ChainVersion, meta: CommitMeta, files: tuple[PayloadFile, ...]
         payload_kind=PayloadKind.FULL,
         created_at=rfc3339(utc_now()),
         creator=meta.creator,
-        tensorboard_logdir=layout.tensorboard_dir(counter),
+        tensorboard_logdir=paths.tensorboard_dir(counter),
         global_step=meta.step_after(parent.global_step),
         architecture=meta.architecture,
         parameter_count=meta.parameter_count,
@@ -260,7 +260,7 @@ def _seal(parent: ChainVersion, meta: CommitMeta, files: tuple[PayloadFile, ...]
 
 def _version(header: BlockHeader) -> ChainVersion:
     block = make_block(header)
-    return ChainVersion(block=block, version_dir=layout.version_dir(header.counter, header.semver, block.block_hash))
+    return ChainVersion(block=block, version_dir=paths.version_dir(header.counter, header.semver, block.block_hash))
 
 
 def _audit(

@@ -22,9 +22,9 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import layout
+from ml8s.chain import paths
+from ml8s.chain.integrity import verify_chain
 from ml8s.chain.store import ChainStore
-from ml8s.chain.verify import verify_chain
 from ml8s.store import ObjectInfo
 
 DEFAULT_GRACE_S = 24 * 3600.0
@@ -75,14 +75,14 @@ def collect_garbage(
     for name, objects in sorted(chain.version_dirs().items()):
         if name in reachable:
             continue
-        kind = "orphan" if any(o.key == chain.version_key(name, layout.BLOCK) for o in objects) else "incomplete"
+        kind = "orphan" if any(o.key == chain.version_key(name, paths.BLOCK) for o in objects) else "incomplete"
         age = now - max(o.mtime for o in objects)
         if age < grace_s:
             recent.append(name)
             continue
         deleted = not dry_run and _delete_version(chain, name, kind, objects)
         items.append(_item(name, kind, age, objects, deleted))
-    for info in chain.objects(chain.key(layout.TMP)):
+    for info in chain.objects(chain.key(paths.TMP)):
         age = now - info.mtime
         if age < grace_s:
             recent.append(info.key)
@@ -107,7 +107,7 @@ def _delete_version(chain: ChainStore, name: str, kind: str, objects: list[Objec
         return False  # it became the head since verification: a commit outran the grace period
     size = sum(o.size for o in objects)
     chain.audit.append("gc_delete", required=True, version_dir=name, detail=f"{kind}: {len(objects)} objects, {size} B")
-    block = chain.version_key(name, layout.BLOCK)
+    block = chain.version_key(name, paths.BLOCK)
     for key in sorted((o.key for o in objects), key=lambda k: (k != block, k)):
         chain.store.delete(key)
     return True

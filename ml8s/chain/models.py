@@ -12,16 +12,16 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from ml8s.chain import layout
-from ml8s.settings import worker_id
+from ml8s.chain import paths
+from ml8s.identity.settings import worker_id
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 OptionalHex64 = Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{64})?$")]
-SemVer = Annotated[str, StringConstraints(pattern=layout.SEMVER.pattern)]
+SemVer = Annotated[str, StringConstraints(pattern=paths.SEMVER.pattern)]
 Rfc3339 = Annotated[
     str, StringConstraints(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$")
 ]
-PayloadName = Annotated[str, StringConstraints(pattern=layout.PAYLOAD_NAME.pattern, max_length=512)]
+PayloadName = Annotated[str, StringConstraints(pattern=paths.PAYLOAD_NAME.pattern, max_length=512)]
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -48,7 +48,7 @@ class BlockHeader(BaseModel):
 
     counter: int = Field(ge=0)
     parent_block_hash: OptionalHex64
-    parent_semver: Annotated[str, StringConstraints(pattern=f"^({layout.SEMVER.pattern[1:-1]})?$")]
+    parent_semver: Annotated[str, StringConstraints(pattern=f"^({paths.SEMVER.pattern[1:-1]})?$")]
     content_hash: Hex64
     semver: SemVer
     run_id: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{12})?$")]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.chain import layout
+from ml8s.chain import paths
 from ml8s.chain._util import rfc3339, utc_now
 from ml8s.chain.models import ChainVersion, CommitMeta
 from ml8s.errors import ChainCorruptionError, NotFoundError
@@ -62,7 +62,7 @@ class RunRecord(BaseModel):
 
 
 def _key(chain: ChainStore, full_config_hash: str, suffix: str) -> str:
-    return chain.key(layout.RUNS, f"{full_config_hash}{suffix}")
+    return chain.key(paths.RUNS, f"{full_config_hash}{suffix}")
 
 
 def committed(chain: ChainStore, full_config_hash: str) -> ChainVersion | None:

@@ -18,10 +18,10 @@ from collections.abc import Iterator, Mapping
 
 from pydantic import ValidationError
 
-from ml8s.chain import layout
+from ml8s.chain import paths
 from ml8s.chain._util import list_objects, sha256_hex
-from ml8s.chain.audit import AuditLog
 from ml8s.chain.commit import commit, init
+from ml8s.chain.events import AuditLog
 from ml8s.chain.models import ChainHead, ChainVersion, CommitMeta
 from ml8s.chain.retry import RetryPolicy, commit_with_retry
 from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, metadata_json
@@ -34,7 +34,7 @@ from ml8s.errors import (
     StoreError,
     VersionNotFoundError,
 )
-from ml8s.settings import worker_id
+from ml8s.identity.settings import worker_id
 from ml8s.store import ObjectInfo, Store
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ SINGLE_PUT_MAX = 512 * 1024 * 1024
 
 
 class ChainStore:
-    """The chain ``chain_name`` under ``{store root}/ml8s_chain/{chain_name}/`` (layout: layout.py).
+    """The chain ``chain_name`` under ``{store root}/ml8s_chain/{chain_name}/`` (layout: paths.py).
 
     Example::
 
@@ -55,10 +55,10 @@ class ChainStore:
     """
 
     def __init__(self, store: Store, chain_name: str) -> None:
-        if not layout.CHAIN_NAME.match(chain_name):
+        if not paths.CHAIN_NAME.match(chain_name):
             raise ConfigError(f"chain name {chain_name!r}: expected letters, digits, '.', '_' or '-' (at most 128)")
-        self.store, self.name, self.prefix = store, chain_name, f"{layout.ROOT}/{chain_name}"
-        self.audit = AuditLog(store, self.key(layout.AUDIT), chain_name)
+        self.store, self.name, self.prefix = store, chain_name, f"{paths.ROOT}/{chain_name}"
+        self.audit = AuditLog(store, self.key(paths.AUDIT), chain_name)
         self._versions: dict[str, ChainVersion] = {}  # version dir -> verified version
         self.claims: dict[str, int] = {}  # full_config_hash -> since_counter of its run claim (runindex.py)
 
@@ -67,7 +67,7 @@ class ChainStore:
         return "/".join([self.prefix, *parts])
 
     def version_key(self, version_dir: str, *parts: str) -> str:
-        return self.key(layout.VERSIONS, version_dir, *parts)
+        return self.key(paths.VERSIONS, version_dir, *parts)
 
     def uri(self, *parts: str) -> str:
         return self.store.uri(self.key(*parts))
@@ -76,15 +76,15 @@ class ChainStore:
     def read_head(self) -> tuple[ChainHead, str] | None:
         """The head pointer and its compare-and-swap token; None before ``init()``."""
         try:
-            found = self.store.get_versioned(self.key(layout.HEAD))
+            found = self.store.get_versioned(self.key(paths.HEAD))
         except NotFoundError:
             return None
         try:
             head = ChainHead.model_validate_json(found.data)
         except ValidationError as exc:
-            raise ChainCorruptionError(None, f"{self.uri(layout.HEAD)} is no valid head: {exc}", check="head") from exc
+            raise ChainCorruptionError(None, f"{self.uri(paths.HEAD)} is no valid head: {exc}", check="head") from exc
         if head.chain_name != self.name:
-            raise ChainCorruptionError(None, f"{self.uri(layout.HEAD)} names chain {head.chain_name!r}", check="head")
+            raise ChainCorruptionError(None, f"{self.uri(paths.HEAD)} names chain {head.chain_name!r}", check="head")
         return head, found.token
 
     def head(self) -> ChainVersion:
@@ -100,7 +100,7 @@ class ChainStore:
         if (version.counter, version.block_hash) != (head.counter, head.block_hash):
             raise ChainCorruptionError(
                 head.counter,
-                f"{self.uri(layout.HEAD)} names block {head.block_hash} at counter {head.counter}, but "
+                f"{self.uri(paths.HEAD)} names block {head.block_hash} at counter {head.counter}, but "
                 f"{head.version_dir} holds block {version.block_hash} at counter {version.counter}",
                 check="head",
             )
@@ -110,16 +110,16 @@ class ChainStore:
         """The complete version in ``version_dir``, its block hash and content hash verified."""
         if (cached := self._versions.get(version_dir)) is not None:
             return cached
-        if layout.parse_version_dir(version_dir) is None:
+        if paths.parse_version_dir(version_dir) is None:
             raise VersionNotFoundError(f"{version_dir!r} is not a version directory name of chain {self.name!r}")
-        where = self.store.uri(self.version_key(version_dir, layout.BLOCK))
+        where = self.store.uri(self.version_key(version_dir, paths.BLOCK))
         try:
-            data = self.store.get(self.version_key(version_dir, layout.BLOCK))
+            data = self.store.get(self.version_key(version_dir, paths.BLOCK))
         except NotFoundError as exc:
             raise VersionNotFoundError(f"{where} does not exist: the version is missing or incomplete") from exc
         block = decode_block(data, where=where)
         header = block.header
-        if layout.version_dir(header.counter, header.semver, block.block_hash) != version_dir:
+        if paths.version_dir(header.counter, header.semver, block.block_hash) != version_dir:
             raise ChainCorruptionError(header.counter, f"{where} does not match its directory name", check="dir_name")
         version = ChainVersion(block=block, version_dir=version_dir)
         self._versions[version_dir] = version
@@ -153,9 +153,9 @@ class ChainStore:
         if entry is None:
             names = [f.name for f in version.header.files]
             raise VersionNotFoundError(f"version {version.counter} of {self.name!r} has no file {name!r} ({names})")
-        where = self.store.uri(self.version_key(version.version_dir, layout.PAYLOAD, name))
+        where = self.store.uri(self.version_key(version.version_dir, paths.PAYLOAD, name))
         try:
-            data = self.store.get(self.version_key(version.version_dir, layout.PAYLOAD, name))
+            data = self.store.get(self.version_key(version.version_dir, paths.PAYLOAD, name))
         except NotFoundError as exc:
             raise ChecksumError(f"{where} is missing", check="payload_missing") from exc
         if len(data) != entry.size:
@@ -167,8 +167,8 @@ class ChainStore:
     def version_dirs(self) -> dict[str, list[ObjectInfo]]:
         """Every object under ``versions/``, grouped by version directory (complete or not, chained or not)."""
         groups: dict[str, list[ObjectInfo]] = defaultdict(list)
-        base = self.key(layout.VERSIONS) + "/"
-        for info in self.objects(self.key(layout.VERSIONS)):
+        base = self.key(paths.VERSIONS) + "/"
+        for info in self.objects(self.key(paths.VERSIONS)):
             groups[info.key.removeprefix(base).split("/", 1)[0]].append(info)
         return dict(groups)
 
@@ -211,11 +211,11 @@ class ChainStore:
     def write_version(self, version: ChainVersion, payload: Mapping[str, bytes], written: list[str]) -> None:
         """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land."""
         at = self.version_key
-        files = [(at(version.version_dir, layout.PAYLOAD, f.name), payload[f.name]) for f in version.header.files]
+        files = [(at(version.version_dir, paths.PAYLOAD, f.name), payload[f.name]) for f in version.header.files]
         files += [
-            (at(version.version_dir, layout.METADATA), metadata_json(version.block)),
-            (at(version.version_dir, layout.CONTENT_HASH), content_hash_txt(version.block)),
-            (at(version.version_dir, layout.BLOCK), encode_block(version.block)),
+            (at(version.version_dir, paths.METADATA), metadata_json(version.block)),
+            (at(version.version_dir, paths.CONTENT_HASH), content_hash_txt(version.block)),
+            (at(version.version_dir, paths.BLOCK), encode_block(version.block)),
         ]
         for key, data in files:
             if len(data) > SINGLE_PUT_MAX:
@@ -234,7 +234,7 @@ class ChainStore:
             except StoreError as exc:
                 log.warning("could not delete %s (left for GC): %s", self.store.uri(key), exc.message)
                 return False
-        for version_dir in {k.removeprefix(self.key(layout.VERSIONS) + "/").split("/", 1)[0] for k in written}:
+        for version_dir in {k.removeprefix(self.key(paths.VERSIONS) + "/").split("/", 1)[0] for k in written}:
             self._versions.pop(version_dir, None)
         return True
 
@@ -242,7 +242,7 @@ class ChainStore:
     def _parent(self, child: ChainVersion) -> ChainVersion:
         """The parent, from the directory its child names (counter - 1, parent semver, parent hash): no listing."""
         header, counter = child.header, child.counter - 1
-        name = layout.version_dir(counter, header.parent_semver, header.parent_block_hash)
+        name = paths.version_dir(counter, header.parent_semver, header.parent_block_hash)
         try:
             parent = self.load(name)
         except VersionNotFoundError as exc:
@@ -256,7 +256,7 @@ class ChainStore:
         return parent
 
     def _tmp_key(self) -> str:
-        return self.key(layout.TMP, f"{worker_id()}-{uuid.uuid4().hex}")
+        return self.key(paths.TMP, f"{worker_id()}-{uuid.uuid4().hex}")
 
     # last in the class: below it, ``list`` in an annotation would mean this method
     def list(self) -> list[ChainVersion]:

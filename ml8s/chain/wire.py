@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from ml8s.chain._util import content_hash, sha256_hex
 from ml8s.chain.models import Block, BlockHeader, ChainHead, PayloadFile, PayloadKind
 from ml8s.errors import ChainCorruptionError, ChecksumError
-from ml8s.identity import canonical_bytes
+from ml8s.identity.hashing import canonical_bytes
 from ml8s.proto_gen.ml8s.chain.v1 import chain_pb2 as pb
 
 _KINDS: dict[PayloadKind, pb.PayloadKind.ValueType] = {

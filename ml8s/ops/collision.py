@@ -20,11 +20,11 @@ import tempfile
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
+from ml8s.contract import layout
 from ml8s.errors import IntegrityError, NotFoundError, ResolutionRefusedError
-from ml8s.identity import canonical_bytes
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.identity.settings import worker_id
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
-from ml8s.settings import worker_id
 from ml8s.store import Store
 
 COLLISION = "RUN_ID_HASH_COLLISION"

@@ -12,7 +12,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
+from ml8s.contract import layout
 from ml8s.errors import NotFoundError
 from ml8s.ops.collision import collision_incidents
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
+from ml8s.contract import layout
 from ml8s.errors import ConfigError
-from ml8s.settings import DEFAULT_TMP_RETENTION_DAYS
+from ml8s.identity.settings import DEFAULT_TMP_RETENTION_DAYS
 from ml8s.store import ObjectInfo, Store
 
 QUARANTINE_DIR = "ml8s_quarantine"

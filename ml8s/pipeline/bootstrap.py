@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ml8s.config import canonical_config, raw_values_from_env
-from ml8s.context import RunContext
-from ml8s.datasource import fingerprint_data
-from ml8s.identity import compute_identity
-from ml8s.params import validate_params
-from ml8s.settings import platform_settings
+from ml8s.data.sources import fingerprint_data
+from ml8s.identity.hashing import compute_identity
+from ml8s.identity.params import validate_params
+from ml8s.identity.settings import platform_settings
+from ml8s.identity.variables import canonical_config, raw_values_from_env
+from ml8s.pipeline.context import RunContext
 
 
 def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> RunContext:

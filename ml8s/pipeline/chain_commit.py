@@ -15,10 +15,10 @@ import tempfile
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy
-from ml8s.context import RunContext
+from ml8s.contract import layout
 from ml8s.errors import NotFoundError
+from ml8s.pipeline.context import RunContext
 
 PAYLOAD_WEIGHTS = "model_native.safetensors"
 PAYLOAD_MANIFEST = "manifest.json"

@@ -21,12 +21,12 @@ import onnxruntime
 import safetensors.torch
 import torch
 
-from ml8s import layout
-from ml8s.context import RunSpec
-from ml8s.determinism import flags
+from ml8s.contract import layout
 from ml8s.errors import ExportValidationError, IntegrityError
-from ml8s.identity import canonical_bytes
-from ml8s.model import build_model
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.modeling.determinism import flags
+from ml8s.modeling.networks import build_model
+from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.features import read_matrix
 from ml8s.pipeline.publish import FEATURES, TRAINED, local_path
 from ml8s.pipeline.train import TrainSummary

@@ -16,11 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ml8s import layout
-from ml8s.context import RunSpec
-from ml8s.dataset import FloatArray, load_dataset
-from ml8s.features_core import IntArray, Prepared, encode, prepare
-from ml8s.identity import canonical_bytes
+from ml8s.contract import layout
+from ml8s.data.dataset import FloatArray, load_dataset
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.pipeline.context import RunSpec
+from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, prepare
 from ml8s.pipeline.publish import local_path
 
 SCHEMA_VERSION = 1

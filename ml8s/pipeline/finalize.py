@@ -6,14 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ml8s import layout
-from ml8s.context import RunContext
+from ml8s.contract import layout
+from ml8s.contract.manifest import ArtifactRef, Manifest, RerunAudit
 from ml8s.errors import IntegrityError, NotFoundError
-from ml8s.identity import canonical_bytes
-from ml8s.manifest import ArtifactRef, Manifest, RerunAudit
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
+from ml8s.pipeline.registry import MlflowRef
 from ml8s.pipeline.snapshot import fingerprint_record
-from ml8s.registry import MlflowRef
 
 
 def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:

@@ -12,11 +12,11 @@ import socket
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
-from ml8s.context import RunContext
+from ml8s.contract import layout
 from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
-from ml8s.identity import canonical_bytes
-from ml8s.settings import worker_id
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.identity.settings import worker_id
+from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
 

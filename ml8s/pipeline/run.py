@@ -27,13 +27,13 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.finalize import finalize
+    from ml8s.pipeline.registry import register
     from ml8s.pipeline.snapshot import snapshot
     from ml8s.pipeline.train import train
-    from ml8s.registry import register
 
     spec = ctx.spec()
     if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
-        from ml8s.determinism import seed_everything
+        from ml8s.modeling.determinism import seed_everything
 
         seed_everything(spec.params.random_seed, "cuda")
     snapshot(ctx)

@@ -8,12 +8,12 @@ and on a cluster by the GPU training task, which is scheduled on a GPU node.
 
 from __future__ import annotations
 
-from ml8s import layout
-from ml8s.context import RunContext
-from ml8s.dataset import load_dataset
-from ml8s.features_core import prepare
-from ml8s.fingerprint import Fingerprint
-from ml8s.identity import canonical_bytes
+from ml8s.contract import layout
+from ml8s.data.dataset import load_dataset
+from ml8s.data.fingerprint import Fingerprint
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.feature_rules import prepare
 
 
 def snapshot(ctx: RunContext) -> None:

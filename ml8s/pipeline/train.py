@@ -15,16 +15,16 @@ import safetensors.torch
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
-from ml8s.context import RunSpec
-from ml8s.determinism import seed_everything
+from ml8s.contract import layout
 from ml8s.errors import TrainingError
-from ml8s.identity import canonical_bytes
-from ml8s.metrics import classification_metrics
-from ml8s.model import ModelSpec, architecture, build_model, parameter_count
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.modeling.determinism import seed_everything
+from ml8s.modeling.networks import ModelSpec, architecture, build_model, parameter_count
+from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.features import read_matrix
+from ml8s.pipeline.metrics import classification_metrics
 from ml8s.pipeline.publish import local_path
-from ml8s.tensorboard import write_training_events
+from ml8s.pipeline.tensorboard import write_training_events
 
 
 class TrainSummary(BaseModel):

@@ -8,10 +8,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ml8s.audit.commands import add_root, guarded, run_id_arg
+from ml8s.cli.args import add_root, guarded, run_id_arg
 
 if TYPE_CHECKING:
-    from ml8s.audit.commands import Subcommands
+    from ml8s.cli.args import Subcommands
 
 
 def _days(text: str) -> float:

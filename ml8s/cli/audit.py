@@ -1,67 +1,16 @@
-"""CLI subcommands ``ml8s verify`` and ``ml8s audit bundle|verify`` (registered by :mod:`ml8s.cli`).
-
-Exit codes: 0 PASS (or done), 1 FAIL or a named ml8s error (``ml8s: CODE: message`` on stderr),
-2 usage errors (argparse's own, a malformed RUN_ID, an unsupported --root).
-"""
+"""``ml8s verify`` and ``ml8s audit bundle|verify``: a run's checks, and audit bundles written and checked offline."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ml8s.config import normalize_uri
-from ml8s.errors import Ml8sError
-from ml8s.settings import DEFAULT_PIPELINE_ROOT
+from ml8s.cli.args import add_root, guarded, run_id_arg
 
-if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
-    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
-Handler = Callable[[argparse.Namespace], int]
-
-
-def run_id_arg(text: str) -> str:
-    """argparse type of a RUN_ID: 12 lowercase hex digits (a usage error otherwise)."""
-    from ml8s.audit.offline import is_run_id
-
-    if not is_run_id(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a RUN_ID; expected 12 lowercase hex digits")
-    return text
-
-
-def root_arg(text: str) -> str:
-    """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
-    root = normalize_uri(text)
-    if not root.startswith(("file://", "s3://")):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a local path, file:// or s3://")
-    return root
-
-
-def add_root(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get("PIPELINE_ROOT_URI", "").strip() or DEFAULT_PIPELINE_ROOT
-    parser.add_argument(
-        "--root",
-        type=root_arg,
-        default=default,
-        help="pipeline root URI (default: PIPELINE_ROOT_URI, else ./pipeline_root)",
-    )
-
-
-def guarded(handler: Handler) -> Handler:
-    """Run a handler; a named ml8s error is one line on stderr and exit 1."""
-
-    def run(args: argparse.Namespace) -> int:
-        from ml8s import log
-
-        log.configure("WARNING")
-        try:
-            return handler(args)
-        except Ml8sError as exc:
-            print(f"ml8s: {exc}", file=sys.stderr)
-            return 1
-
-    return run
+if TYPE_CHECKING:
+    from ml8s.cli.args import Subcommands
 
 
 def register(commands: Subcommands) -> None:

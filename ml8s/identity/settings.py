@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.config import normalize_uri
 from ml8s.errors import ConfigError
+from ml8s.identity.variables import normalize_uri
 
 DEFAULT_PIPELINE_ROOT = "./pipeline_root"
 DEFAULT_EXPERIMENT_PREFIX = "ml8s"

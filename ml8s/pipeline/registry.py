@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.context import RunContext
 from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
-from ml8s.settings import worker_id
+from ml8s.identity.settings import worker_id
+from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only registration pays for it, not MlflowRef users

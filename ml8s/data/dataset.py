@@ -20,9 +20,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.datasource import read_verified
+from ml8s.data.fingerprint import FileEntry, Fingerprint
+from ml8s.data.sources import read_verified
 from ml8s.errors import DataError
-from ml8s.fingerprint import FileEntry, Fingerprint
 
 FloatArray = npt.NDArray[np.float64]
 ObjectArray = npt.NDArray[np.object_]

@@ -11,8 +11,8 @@ import hashlib
 import os
 from collections.abc import Iterator
 
+from ml8s.data.fingerprint import FileEntry, Fingerprint, ObjectEntry, fingerprint_listing, fingerprint_local
 from ml8s.errors import DataChangedError, DataError, NotFoundError, PreconditionFailedError
-from ml8s.fingerprint import FileEntry, Fingerprint, ObjectEntry, fingerprint_listing, fingerprint_local
 from ml8s.store import Store, open_store
 
 

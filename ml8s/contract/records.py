@@ -1,6 +1,6 @@
 """The recorded files of a run, as the verifiers read them (pydantic, ``extra="forbid"``).
 
-``parse`` turns bytes into a model or raises :class:`Invalid` (an :class:`~ml8s.audit.report.Unavailable`)
+``parse`` turns bytes into a model or raises :class:`Invalid` (an :class:`Unavailable`)
 naming the file and the problem, so a check that merely *uses* a file skips, and the check that *owns*
 it fails.
 """
@@ -12,10 +12,14 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.audit.report import Unavailable
-from ml8s.config import JsonScalar, JsonValue
-from ml8s.fingerprint import FileEntry
-from ml8s.identity import canonical_bytes
+from ml8s.data.fingerprint import FileEntry
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.identity.variables import JsonScalar, JsonValue
+
+
+class Unavailable(Exception):
+    """A check cannot run: an input it needs is missing or unreadable. The runner reports it as SKIP
+    (the check that owns that input FAILs for it)."""
 
 
 class Invalid(Unavailable):

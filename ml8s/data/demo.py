@@ -268,7 +268,7 @@ def _fsync_dir(directory: str) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ml8s.demo_data",
+        prog="python -m ml8s.data.demo",
         description="Write the deterministic churn-like demo dataset (CSV parts) into a directory.",
     )
     parser.add_argument("--out", required=True, help="output directory (created if missing)")

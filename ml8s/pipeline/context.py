@@ -12,11 +12,11 @@ import os
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s import layout
-from ml8s.fingerprint import Fingerprint
-from ml8s.identity import RunIdentity
-from ml8s.params import RunParams
-from ml8s.settings import PlatformSettings, worker_id
+from ml8s.contract import layout
+from ml8s.data.fingerprint import Fingerprint
+from ml8s.identity.hashing import RunIdentity
+from ml8s.identity.params import RunParams
+from ml8s.identity.settings import PlatformSettings, worker_id
 from ml8s.store import Store, WriteResult, open_store
 
 log = logging.getLogger("ml8s")

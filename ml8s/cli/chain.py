@@ -14,10 +14,10 @@ import os
 import struct
 import sys
 
-from ml8s.audit.commands import guarded
 from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, collect_garbage, verify_chain
+from ml8s.cli.args import guarded
 from ml8s.errors import ConfigError
-from ml8s.settings import platform_settings
+from ml8s.identity.settings import platform_settings
 from ml8s.store import open_store
 
 _MAX_HEADER = 100 * 1024 * 1024

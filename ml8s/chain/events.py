@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain._util import list_objects, rfc3339, utc_now
 from ml8s.errors import StoreError
-from ml8s.settings import worker_id
+from ml8s.identity.settings import worker_id
 from ml8s.store import Store
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.dataset import Column, Dataset, FloatArray
+from ml8s.data.dataset import Column, Dataset, FloatArray
 from ml8s.errors import DataError
-from ml8s.params import RunParams
+from ml8s.identity.params import RunParams
 
 MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
 OTHER = "__other__"

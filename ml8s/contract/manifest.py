@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.identity import canonical_bytes
+from ml8s.identity.hashing import canonical_bytes
 
 
 class ArtifactRef(BaseModel):

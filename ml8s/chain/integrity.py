@@ -35,7 +35,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import _checks, layout
+from ml8s.chain import _checks, paths
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.store import ChainStore
 from ml8s.chain.wire import decode_block
@@ -127,7 +127,7 @@ class _Verifier:
         pointer = self._read_head()
         dirs = self.chain.version_dirs()
         block = self.chain.version_key
-        incomplete = [n for n, objects in sorted(dirs.items()) if all(o.key != block(n, layout.BLOCK) for o in objects)]
+        incomplete = [n for n, objects in sorted(dirs.items()) if all(o.key != block(n, paths.BLOCK) for o in objects)]
         for name in sorted(set(dirs) - set(incomplete)):
             self._read_block(name)
         head = self._head(pointer)
@@ -184,13 +184,13 @@ class _Verifier:
         return set()
 
     def _read_block(self, name: str) -> None:
-        parsed_name = layout.parse_version_dir(name)
+        parsed_name = paths.parse_version_dir(name)
         if parsed_name is None:
-            self.add("dir_name", f"{name} under {self.chain.uri(layout.VERSIONS)} is no version directory name")
+            self.add("dir_name", f"{name} under {self.chain.uri(paths.VERSIONS)} is no version directory name")
             return
-        where = self.chain.store.uri(self.chain.version_key(name, layout.BLOCK))
+        where = self.chain.store.uri(self.chain.version_key(name, paths.BLOCK))
         try:
-            data = self.chain.store.get(self.chain.version_key(name, layout.BLOCK))
+            data = self.chain.store.get(self.chain.version_key(name, paths.BLOCK))
         except NotFoundError:
             return  # listed, then deleted: a loser's rollback (or GC) since; it was no part of the chain
         try:
@@ -204,7 +204,7 @@ class _Verifier:
         except ChecksumError as exc:
             self.add(exc.check, exc.message, version)
         header = version.header
-        if layout.version_dir(header.counter, header.semver, version.block_hash) != name:
+        if paths.version_dir(header.counter, header.semver, version.block_hash) != name:
             self.add("dir_name", f"{name} holds block {version.block_hash} at counter {header.counter}", version)
 
     def _read_head(self) -> ChainHead | None:
@@ -214,7 +214,7 @@ class _Verifier:
             self.add("head", exc.reason)
             return None
         if pointer is None:
-            self.add("head", f"{self.chain.uri(layout.HEAD)} does not exist")
+            self.add("head", f"{self.chain.uri(paths.HEAD)} does not exist")
             return None
         return pointer[0]
 

@@ -1,7 +1,7 @@
 """The user-level variables, their defaults and the normalization rules of SPEC §2.
 
 Only the variables in :data:`USER_VARIABLES` enter the canonical config; everything else is
-platform-level (see :mod:`ml8s.settings`) and never reaches a hash.
+platform-level (see :mod:`ml8s.identity.settings`) and never reaches a hash.
 """
 
 from __future__ import annotations

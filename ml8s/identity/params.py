@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.config import CanonicalConfig, JsonValue
 from ml8s.errors import ConfigError
+from ml8s.identity.variables import CanonicalConfig, JsonValue
 
 
 class RunParams(BaseModel):

@@ -7,7 +7,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.config import CANONICALIZATION_VERSION, CanonicalConfig, JsonValue, canonical_json
+from ml8s.identity.variables import CANONICALIZATION_VERSION, CanonicalConfig, JsonValue, canonical_json
 
 
 class RunIdentity(BaseModel):

@@ -1,0 +1,72 @@
+"""Arguments and error handling shared by every ``ml8s`` subcommand.
+
+Exit codes of every command: 0 success (or PASS), 1 FAIL or a named ml8s error (one line on stderr:
+``ml8s: CODE: message``), 2 usage errors (argparse's own, a malformed RUN_ID, an unsupported --root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ml8s.errors import Ml8sError
+from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
+from ml8s.identity.variables import normalize_uri
+
+if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+Handler = Callable[[argparse.Namespace], int]
+
+
+def run_id_arg(text: str) -> str:
+    """argparse type of a RUN_ID: 12 lowercase hex digits (a usage error otherwise)."""
+    from ml8s.audit.offline import is_run_id
+
+    if not is_run_id(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a RUN_ID; expected 12 lowercase hex digits")
+    return text
+
+
+def root_arg(text: str) -> str:
+    """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
+    root = normalize_uri(text)
+    if not root.startswith(("file://", "s3://")):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a local path, file:// or s3://")
+    return root
+
+
+def add_root(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get("PIPELINE_ROOT_URI", "").strip() or DEFAULT_PIPELINE_ROOT
+    parser.add_argument(
+        "--root",
+        type=root_arg,
+        default=default,
+        help="pipeline root URI (default: PIPELINE_ROOT_URI, else ./pipeline_root)",
+    )
+
+
+def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
+    """Run a handler; a named ml8s error is one line on stderr and exit 1.
+
+    ``log_level`` None keeps the pipeline's INFO progress lines on stderr. A closed stdout (``| head``)
+    ends the command quietly, as other Unix tools do.
+    """
+
+    def run(args: argparse.Namespace) -> int:
+        from ml8s import log
+
+        log.configure(log_level)
+        try:
+            return handler(args)
+        except Ml8sError as exc:
+            print(f"ml8s: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:
+            # Python would print a traceback while flushing stdout at exit: point stdout at devnull first.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+
+    return run

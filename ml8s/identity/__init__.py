@@ -1,0 +1,41 @@
+"""Run identity (SPEC §2): the user-level variables, their normalization, the platform settings, the
+validated parameters and the hashes that name a run (FULL_CONFIG_HASH, RUN_ID).
+
+Nothing here reads data or writes anything: the fingerprint comes from :mod:`ml8s.data`.
+"""
+
+from __future__ import annotations
+
+from ml8s.identity.hashing import RunIdentity, canonical_bytes, compute_identity, full_config_hash
+from ml8s.identity.params import RunParams, validate_params
+from ml8s.identity.settings import PlatformSettings, platform_settings, worker_id
+from ml8s.identity.variables import (
+    CANONICALIZATION_VERSION,
+    USER_VARIABLES,
+    CanonicalConfig,
+    JsonValue,
+    canonical_config,
+    canonical_json,
+    normalize_uri,
+    normalize_value,
+)
+
+__all__ = [
+    "CANONICALIZATION_VERSION",
+    "USER_VARIABLES",
+    "CanonicalConfig",
+    "JsonValue",
+    "PlatformSettings",
+    "RunIdentity",
+    "RunParams",
+    "canonical_bytes",
+    "canonical_config",
+    "canonical_json",
+    "compute_identity",
+    "full_config_hash",
+    "normalize_uri",
+    "normalize_value",
+    "platform_settings",
+    "validate_params",
+    "worker_id",
+]
