@@ -42,6 +42,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint images/Dockerfile.fe images/Dockerfile.train
 	$(BIN)/python proto/build.py --check
+	$(BIN)/lint-imports
 
 typecheck: setup
 	$(BIN)/mypy ml8s

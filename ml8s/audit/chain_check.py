@@ -9,11 +9,10 @@ from collections.abc import Mapping
 from ml8s.audit.report import CheckResult, verdict
 from ml8s.audit.run_checks import use
 from ml8s.audit.state import RunState
-from ml8s.chain import ChainStore, verify_chain
-from ml8s.chain.runindex import committed
+from ml8s.chain import ChainStore, committed, verify_chain
 from ml8s.contract import layout
+from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.identity.settings import DEFAULT_MODEL_NAME
-from ml8s.pipeline.chain_commit import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 
 
 def chain_name(env: Mapping[str, str]) -> str:

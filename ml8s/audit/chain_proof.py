@@ -14,13 +14,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.audit.chain_check import chain_name
 from ml8s.audit.state import RunState
-from ml8s.chain import Block, ChainStore
-from ml8s.chain._util import content_hash, sha256_hex
-from ml8s.chain.runindex import committed
-from ml8s.chain.wire import header_hash, header_to_proto
+from ml8s.chain import Block, ChainStore, block_hash_of, committed, content_hash, sha256_hex
 from ml8s.contract import layout
+from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import ChainError
-from ml8s.pipeline.chain_commit import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 
 CHAIN_PROOF = "chain_proof.json"
 
@@ -62,7 +59,7 @@ def proof_problems(data: bytes, full_config_hash: str, weights_sha256: str | Non
     previous: Block | None = None
     for block in proof.blocks:
         h = block.header
-        if header_hash(header_to_proto(h)) != block.block_hash:
+        if block_hash_of(h) != block.block_hash:
             problems.append(f"v{h.counter}: the header does not hash to its block hash {block.block_hash[:12]}")
         if content_hash((f.name, f.sha256, f.size) for f in h.files) != h.content_hash:
             problems.append(f"v{h.counter}: the file list does not hash to its content hash")

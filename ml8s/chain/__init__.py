@@ -1,14 +1,21 @@
 """The model chain (SPEC §7): hash-linked, tamper-evident model versions shared by many committers.
 
 One implementation for every backend (``ml8s.store.Store``); see docs/chain.md for the operator's view.
+Everything outside this package uses the chain through the names below, never through its modules.
+Inside, imports go one way: the storage layer (``ChainVersions``: paths, head, versions, caches), then
+the run index, the commit protocol and retries on top of it, then the ``ChainStore`` facade.
 """
 
+from ml8s.chain._util import content_hash, sha256_hex
+from ml8s.chain.chain_store import ChainStore
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
 from ml8s.chain.integrity import Finding, VerifyReport, find_corruption, verify_chain
 from ml8s.chain.models import Block, BlockHeader, ChainHead, ChainVersion, CommitMeta, PayloadFile, PayloadKind
 from ml8s.chain.retry import RetryPolicy
-from ml8s.chain.store import ChainStore
+from ml8s.chain.runindex import committed
+from ml8s.chain.versions import ChainVersions
+from ml8s.chain.wire import block_hash_of
 
 __all__ = [
     "Block",
@@ -16,6 +23,7 @@ __all__ = [
     "ChainHead",
     "ChainStore",
     "ChainVersion",
+    "ChainVersions",
     "CommitMeta",
     "Finding",
     "Follower",
@@ -24,7 +32,11 @@ __all__ = [
     "PayloadKind",
     "RetryPolicy",
     "VerifyReport",
+    "block_hash_of",
     "collect_garbage",
+    "committed",
+    "content_hash",
     "find_corruption",
+    "sha256_hex",
     "verify_chain",
 ]

@@ -28,13 +28,14 @@ import logging
 import random
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from ml8s.chain import paths, runindex
 from ml8s.chain._util import content_hash, rfc3339, sha256_hex, utc_now
-from ml8s.chain.models import BlockHeader, ChainHead, ChainVersion, CommitMeta, PayloadFile, PayloadKind
+from ml8s.chain.models import BlockHeader, ChainVersion, CommitMeta, PayloadFile, PayloadKind
 from ml8s.chain.semver import GENESIS_SEMVER, bump
-from ml8s.chain.wire import head_json, make_block
+from ml8s.chain.versions import ChainVersions
+from ml8s.chain.wire import make_block
 from ml8s.errors import (
     ChainError,
     CommitOutcomeUnknownError,
@@ -45,9 +46,6 @@ from ml8s.errors import (
     StoreError,
 )
 from ml8s.identity.settings import worker_id
-
-if TYPE_CHECKING:
-    from ml8s.chain.store import ChainStore
 
 log = logging.getLogger(__name__)
 RESOLVE_ATTEMPTS = 5  # looks at the head after an unknown outcome
@@ -62,7 +60,7 @@ def payload_files(payload: Mapping[str, bytes]) -> tuple[PayloadFile, ...]:
 
 
 def commit(
-    chain: ChainStore,
+    chain: ChainVersions,
     payload: Mapping[str, bytes],
     meta: CommitMeta,
     expected_parent: str | None = None,
@@ -110,7 +108,7 @@ def commit(
     return version
 
 
-def init(chain: ChainStore) -> ChainVersion:
+def init(chain: ChainVersions) -> ChainVersion:
     """The head, after creating genesis if there is no chain yet (racing inits: one genesis wins)."""
     if (pointer := chain.read_head()) is not None:
         return chain.at(pointer[0])
@@ -148,17 +146,9 @@ def init(chain: ChainStore) -> ChainVersion:
 
 
 def swap(
-    chain: ChainStore, version: ChainVersion, token: str | None, written: list[str], *, named_parent: bool
+    chain: ChainVersions, version: ChainVersion, token: str | None, written: list[str], *, named_parent: bool
 ) -> None:
     """Point the head at ``version`` if the head still has ``token``; else roll back and raise."""
-    data = head_json(
-        ChainHead(
-            chain_name=chain.name,
-            counter=version.counter,
-            block_hash=version.block_hash,
-            version_dir=version.version_dir,
-        )
-    )
     try:
         now = chain.read_head()
     except BaseException:
@@ -167,19 +157,18 @@ def swap(
     if (now[1] if now else None) != token:  # moved while we uploaded: lose without sending a doomed swap
         _lost(chain, version, written, named_parent, "the head moved while uploading")
     try:
-        chain.store.put_if_match(chain.key(paths.HEAD), data, token)
+        chain.swap_head(version, token)
         return
     except PreconditionFailedError:
         _lost(chain, version, written, named_parent, "the head moved before the swap")
     except RetryableStoreError as exc:
         _audit(chain, "unknown_outcome", version, exc.message)
-        _resolve(chain, version, data, token, written, named_parent, exc)
+        _resolve(chain, version, token, written, named_parent, exc)
 
 
 def _resolve(
-    chain: ChainStore,
+    chain: ChainVersions,
     version: ChainVersion,
-    data: bytes,
     token: str | None,
     written: list[str],
     named_parent: bool,
@@ -196,7 +185,7 @@ def _resolve(
                 return
             if (pointer[1] if pointer else None) != token:
                 _lost(chain, version, written, named_parent, "unknown outcome: the head moved to another block")
-            chain.store.put_if_match(chain.key(paths.HEAD), data, token)
+            chain.swap_head(version, token)
             _audit(chain, "unknown_outcome_resolved", version, "the head was unchanged: swapped again, won")
             return
         except (RetryableStoreError, PreconditionFailedError):
@@ -208,14 +197,14 @@ def _resolve(
     ) from cause
 
 
-def _lost(chain: ChainStore, version: ChainVersion, written: list[str], named_parent: bool, why: str) -> NoReturn:
+def _lost(chain: ChainVersions, version: ChainVersion, written: list[str], named_parent: bool, why: str) -> NoReturn:
     rolled_back = chain.discard(written)
     _audit(chain, "not_fast_forward" if named_parent else "conflict", version, why, rolled_back=rolled_back)
     message = f"{version.version_dir} of chain {chain.name!r} lost: {why} (parent {version.header.parent_block_hash})"
     raise NotFastForwardError(message) if named_parent else ConflictError(message)
 
 
-def _refuse(chain: ChainStore, head: ChainVersion, meta: CommitMeta, why: str) -> NoReturn:
+def _refuse(chain: ChainVersions, head: ChainVersion, meta: CommitMeta, why: str) -> NoReturn:
     chain.audit.append(
         "not_fast_forward", counter=head.counter, block_hash=head.block_hash, run_id=meta.run_id, detail=why
     )
@@ -223,7 +212,7 @@ def _refuse(chain: ChainStore, head: ChainVersion, meta: CommitMeta, why: str) -
 
 
 def _already(
-    chain: ChainStore, version: ChainVersion, files: tuple[PayloadFile, ...], *, repaired: bool = False
+    chain: ChainVersions, version: ChainVersion, files: tuple[PayloadFile, ...], *, repaired: bool = False
 ) -> ChainVersion:
     """The run's existing version. A plain re-run writes nothing (idempotence includes the audit trail);
     what is news is recorded: a payload that differs (a determinism audit for free), a repaired record."""
@@ -264,7 +253,7 @@ def _version(header: BlockHeader) -> ChainVersion:
 
 
 def _audit(
-    chain: ChainStore, event: str, version: ChainVersion, detail: str = "", *, rolled_back: bool | None = None
+    chain: ChainVersions, event: str, version: ChainVersion, detail: str = "", *, rolled_back: bool | None = None
 ) -> None:
     chain.audit.append(
         event,

@@ -22,7 +22,7 @@ import os
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain.models import ChainVersion
-from ml8s.chain.store import ChainStore
+from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainForkError, ChainRollbackError
 
 
@@ -39,7 +39,7 @@ class SeenHead(BaseModel):
 class Follower:
     """Follows ``chain``'s head (tracking mode); ``last`` is the head it accepted most recently."""
 
-    def __init__(self, chain: ChainStore, *, state_path: str | None = None) -> None:
+    def __init__(self, chain: ChainVersions, *, state_path: str | None = None) -> None:
         self.chain, self.state_path = chain, state_path
         self.last: SeenHead | None = None
         if state_path and os.path.exists(state_path):

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import paths
 from ml8s.chain.integrity import verify_chain
-from ml8s.chain.store import ChainStore
+from ml8s.chain.versions import ChainVersions
 from ml8s.store import ObjectInfo
 
 DEFAULT_GRACE_S = 24 * 3600.0
@@ -58,7 +58,7 @@ class GcReport(BaseModel):
 
 
 def collect_garbage(
-    chain: ChainStore,
+    chain: ChainVersions,
     *,
     grace_s: float = DEFAULT_GRACE_S,
     dry_run: bool = True,
@@ -101,7 +101,7 @@ def collect_garbage(
     )
 
 
-def _delete_version(chain: ChainStore, name: str, kind: str, objects: list[ObjectInfo]) -> bool:
+def _delete_version(chain: ChainVersions, name: str, kind: str, objects: list[ObjectInfo]) -> bool:
     pointer = chain.read_head()
     if pointer is not None and pointer[0].version_dir == name:
         return False  # it became the head since verification: a commit outran the grace period
@@ -113,7 +113,7 @@ def _delete_version(chain: ChainStore, name: str, kind: str, objects: list[Objec
     return True
 
 
-def _delete_tmp(chain: ChainStore, info: ObjectInfo) -> bool:
+def _delete_tmp(chain: ChainVersions, info: ObjectInfo) -> bool:
     chain.audit.append("gc_delete", required=True, detail=f"stale_tmp {info.key}: {info.size} B")
     chain.store.delete(info.key)
     return True

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import _checks, paths
 from ml8s.chain.models import ChainHead, ChainVersion
-from ml8s.chain.store import ChainStore
+from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
 from ml8s.errors import ChainCorruptionError, ChainError, ChecksumError, NotFoundError
 
@@ -87,14 +87,14 @@ class VerifyReport(BaseModel):
 
 
 def verify_chain(
-    chain: ChainStore, *, known_head: str | None = None, payloads: bool = True, strict_orphans: bool = False
+    chain: ChainVersions, *, known_head: str | None = None, payloads: bool = True, strict_orphans: bool = False
 ) -> VerifyReport:
     """Check the whole chain (module docstring). ``payloads=False`` skips reading payload bytes
     (sizes are still checked); ``known_head`` is a block hash that must be on the chain."""
     return _Verifier(chain, payloads, strict_orphans).run(known_head)[0]
 
 
-def find_corruption(chain: ChainStore, *, known_head: str | None = None) -> ChainVersion | None:
+def find_corruption(chain: ChainVersions, *, known_head: str | None = None) -> ChainVersion | None:
     """The lowest corrupted version, None when the chain is intact; ChainCorruptionError when the
     first finding names no readable version."""
     report, parsed = _Verifier(chain, True, False).run(known_head)
@@ -108,7 +108,7 @@ def find_corruption(chain: ChainStore, *, known_head: str | None = None) -> Chai
 
 
 class _Verifier:
-    def __init__(self, chain: ChainStore, payloads: bool, strict_orphans: bool) -> None:
+    def __init__(self, chain: ChainVersions, payloads: bool, strict_orphans: bool) -> None:
         self.chain, self.payloads, self.strict = chain, payloads, strict_orphans
         self.findings: list[Finding] = []
         self.parsed: dict[str, ChainVersion] = {}  # every readable block, tampered or not, by directory
@@ -173,7 +173,7 @@ class _Verifier:
             return set()
         if pointer is None or pointer[0].block_hash == head.block_hash:
             return set()
-        reader, ahead = ChainStore(self.chain.store, self.chain.name), set[str]()
+        reader, ahead = ChainVersions(self.chain.store, self.chain.name), set[str]()
         try:
             for version in reader.walk(reader.at(pointer[0])):
                 if version.counter <= head.counter:

@@ -12,16 +12,13 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ml8s.chain.commit import commit, payload_files
 from ml8s.chain.models import ChainVersion, CommitMeta
+from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ConflictError, RetryableStoreError
-
-if TYPE_CHECKING:
-    from ml8s.chain.store import ChainStore
 
 
 class RetryPolicy(BaseModel):
@@ -38,7 +35,7 @@ class RetryPolicy(BaseModel):
 
 
 def commit_with_retry(
-    chain: ChainStore,
+    chain: ChainVersions,
     payload: Mapping[str, bytes],
     meta: CommitMeta,
     policy: RetryPolicy,

@@ -16,7 +16,7 @@ only if the head is still T, i.e. the chain is exactly the one it searched: so R
 twice. Two identical runs racing: one wins the swap; the loser's next attempt finds the winner's block
 in its walk and returns it. A crash between the swap and the record write leaves the claim in place;
 the next commit of R walks from the head, finds the block and writes the missing record. The walk is
-short (the versions committed since the claim) and each verified block is cached by the ChainStore.
+short (the versions committed since the claim) and each verified block is cached by ChainVersions.
 
 A record or claim that is not valid JSON of its model is corruption (ChainCorruptionError), never
 silently replaced: the index is part of the audit trail.
@@ -24,17 +24,13 @@ silently replaced: the index is part of the audit trail.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import paths
 from ml8s.chain._util import rfc3339, utc_now
 from ml8s.chain.models import ChainVersion, CommitMeta
+from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainCorruptionError, NotFoundError
-
-if TYPE_CHECKING:
-    from ml8s.chain.store import ChainStore
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -61,11 +57,11 @@ class RunRecord(BaseModel):
     version_dir: str
 
 
-def _key(chain: ChainStore, full_config_hash: str, suffix: str) -> str:
+def _key(chain: ChainVersions, full_config_hash: str, suffix: str) -> str:
     return chain.key(paths.RUNS, f"{full_config_hash}{suffix}")
 
 
-def committed(chain: ChainStore, full_config_hash: str) -> ChainVersion | None:
+def committed(chain: ChainVersions, full_config_hash: str) -> ChainVersion | None:
     """The version recorded for the run, checked against its block; None when none is recorded."""
     key = _key(chain, full_config_hash, ".json")
     if not chain.store.exists(key):  # the usual answer; a HEAD, cheaper than a GET's 404 on some servers
@@ -86,13 +82,11 @@ def committed(chain: ChainStore, full_config_hash: str) -> ChainVersion | None:
     return version
 
 
-def claim(chain: ChainStore, meta: CommitMeta, head_counter: int) -> int:
+def claim(chain: ChainVersions, meta: CommitMeta, head_counter: int) -> int:
     """Create the run's claim (or read the existing one); returns its ``since_counter``.
 
-    A claim never changes once created, so its counter is remembered by the ChainStore: retries skip the read.
+    A claim never changes once created, so ChainVersions remembers its bytes: retries skip the read.
     """
-    if (known := chain.claims.get(meta.full_config_hash)) is not None:
-        return known
     key = _key(chain, meta.full_config_hash, ".claim.json")
     mine = RunClaim(
         full_config_hash=meta.full_config_hash,
@@ -100,20 +94,13 @@ def claim(chain: ChainStore, meta: CommitMeta, head_counter: int) -> int:
         claimed_at=rfc3339(utc_now()),
         creator=meta.creator,
     )
-    if chain.store.put_if_absent(key, mine.model_dump_json().encode("utf-8")):
-        since = head_counter
-    else:
-        try:
-            since = RunClaim.model_validate_json(chain.store.get(key)).since_counter
-        except ValidationError as exc:
-            raise ChainCorruptionError(
-                None, f"{chain.store.uri(key)} is no valid run claim", check="run_index"
-            ) from exc
-    chain.claims[meta.full_config_hash] = since
-    return since
+    try:
+        return RunClaim.model_validate_json(chain.put_once(key, mine.model_dump_json().encode("utf-8"))).since_counter
+    except ValidationError as exc:
+        raise ChainCorruptionError(None, f"{chain.store.uri(key)} is no valid run claim", check="run_index") from exc
 
 
-def find(chain: ChainStore, head: ChainVersion, full_config_hash: str, since_counter: int) -> ChainVersion | None:
+def find(chain: ChainVersions, head: ChainVersion, full_config_hash: str, since_counter: int) -> ChainVersion | None:
     """The block of the run among the versions from ``head`` down to ``since_counter + 1``, if any."""
     for version in chain.walk(head):
         if version.counter <= since_counter:
@@ -123,7 +110,7 @@ def find(chain: ChainStore, head: ChainVersion, full_config_hash: str, since_cou
     return None
 
 
-def record(chain: ChainStore, version: ChainVersion) -> None:
+def record(chain: ChainVersions, version: ChainVersion) -> None:
     """Write the run's record (create-only: a second writer can only be writing the same version)."""
     data = RunRecord(
         full_config_hash=version.header.full_config_hash,

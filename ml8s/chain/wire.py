@@ -71,9 +71,14 @@ def header_hash(message: pb.BlockHeader) -> str:
     return sha256_hex(message.SerializeToString(deterministic=True))
 
 
+def block_hash_of(header: BlockHeader) -> str:
+    """The block hash that seals ``header``: it covers every header field (module docstring)."""
+    return header_hash(header_to_proto(header))
+
+
 def make_block(header: BlockHeader) -> Block:
-    """Seal a header: the block hash covers every header field."""
-    return Block(header=header, block_hash=header_hash(header_to_proto(header)))
+    """Seal a header into a block."""
+    return Block(header=header, block_hash=block_hash_of(header))
 
 
 def encode_block(block: Block) -> bytes:

@@ -20,6 +20,10 @@ TMP_DIR = ".tmp"
 LOGS_DIR = "logs"
 # Training curves for TensorBoard: a log (wall-clock times inside), never checksummed nor hashed.
 TENSORBOARD_EVENTS = f"{LOGS_DIR}/tensorboard/events.out.tfevents.ml8s-train"
+# A run's version in its model chain holds these two payload files (names inside the version's payload/,
+# not keys of the run): the chain commit writes them, verification and audit bundles check them.
+PAYLOAD_WEIGHTS = "model_native.safetensors"
+PAYLOAD_MANIFEST = "manifest.json"
 
 
 def model_export(model_format: str) -> str:

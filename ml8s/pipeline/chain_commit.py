@@ -17,11 +17,9 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy
 from ml8s.contract import layout
+from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import NotFoundError
 from ml8s.pipeline.context import RunContext
-
-PAYLOAD_WEIGHTS = "model_native.safetensors"
-PAYLOAD_MANIFEST = "manifest.json"
 
 
 class ChainCommit(BaseModel):

@@ -1,11 +1,15 @@
-"""ChainStore: one model chain on any :class:`ml8s.store.Store` (local and S3 share this code).
+"""The chain's storage layer: a chain's head and versions on any :class:`ml8s.store.Store`.
+
+``ChainVersions`` reads, writes and caches versions and swaps the head; it knows nothing about commits.
+The commit protocol (commit.py), the run index (runindex.py) and retries (retry.py) are built on it,
+and ``ChainStore`` (chain_store.py) puts both behind one facade; so imports go one way, upwards.
 
 Reads trust nothing but hashes: the head names a version directory, whose ``block.pb`` must hash to
 the head's block hash; a child names its parent's directory (counter - 1, parent semver, parent hash),
 whose block must hash to the parent hash the child records. So walking the chain is one GET per
 version, never a listing. Verified blocks are immutable, so they are cached per instance (a long-lived
-follower or committer reads each block once). The commit protocol is in commit.py, the run index in
-runindex.py, retries in retry.py; verify.py re-reads everything without this cache.
+follower or committer reads each block once), and so are create-only objects (``put_once``).
+integrity.py re-reads everything without these caches.
 """
 
 from __future__ import annotations
@@ -20,11 +24,9 @@ from pydantic import ValidationError
 
 from ml8s.chain import paths
 from ml8s.chain._util import list_objects, sha256_hex
-from ml8s.chain.commit import commit, init
 from ml8s.chain.events import AuditLog
-from ml8s.chain.models import ChainHead, ChainVersion, CommitMeta
-from ml8s.chain.retry import RetryPolicy, commit_with_retry
-from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, metadata_json
+from ml8s.chain.models import ChainHead, ChainVersion
+from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, head_json, metadata_json
 from ml8s.errors import (
     ChainCorruptionError,
     ChainError,
@@ -43,15 +45,9 @@ log = logging.getLogger(__name__)
 SINGLE_PUT_MAX = 512 * 1024 * 1024
 
 
-class ChainStore:
-    """The chain ``chain_name`` under ``{store root}/ml8s_chain/{chain_name}/`` (layout: paths.py).
-
-    Example::
-
-        chain = ChainStore(open_store("file:///srv/root"), "churn-model")
-        chain.init()
-        version = chain.commit_with_retry({"model.onnx": data}, meta, RetryPolicy())
-        assert chain.fetch_payload(version, "model.onnx") == data
+class ChainVersions:
+    """The stored versions and head of chain ``chain_name`` under ``{store root}/ml8s_chain/{chain_name}/``
+    (layout: paths.py). Readers (integrity, follower, GC) use it as is; committers use ``ChainStore``.
     """
 
     def __init__(self, store: Store, chain_name: str) -> None:
@@ -60,7 +56,7 @@ class ChainStore:
         self.store, self.name, self.prefix = store, chain_name, f"{paths.ROOT}/{chain_name}"
         self.audit = AuditLog(store, self.key(paths.AUDIT), chain_name)
         self._versions: dict[str, ChainVersion] = {}  # version dir -> verified version
-        self.claims: dict[str, int] = {}  # full_config_hash -> since_counter of its run claim (runindex.py)
+        self._created: dict[str, bytes] = {}  # key -> bytes of a create-only object (put_once)
 
     # -- names ----------------------------------------------------------------------------------
     def key(self, *parts: str) -> str:
@@ -176,23 +172,7 @@ class ChainStore:
         """Every object under ``prefix``, robust to files vanishing mid-listing (_util.list_objects)."""
         return list_objects(self.store, prefix)
 
-    # -- writes (the protocols are in commit.py and retry.py) -------------------------------------
-    def init(self) -> ChainVersion:
-        """Create the genesis block (counter 0, no parent) unless the chain exists; returns the head."""
-        return init(self)
-
-    def commit(
-        self, payload: Mapping[str, bytes], meta: CommitMeta, expected_parent: str | None = None
-    ) -> ChainVersion:
-        """Append one version, once (see commit.py); ConflictError / NotFastForwardError when it lost."""
-        return commit(self, payload, meta, expected_parent)
-
-    def commit_with_retry(
-        self, payload: Mapping[str, bytes], meta: CommitMeta, policy: RetryPolicy | None = None
-    ) -> ChainVersion:
-        """``commit`` with exponential backoff and jitter; the existing version if the run is already in."""
-        return commit_with_retry(self, payload, meta, policy or RetryPolicy())
-
+    # -- writes -------------------------------------------------------------------------------
     def upload_tensorboard(self, version: ChainVersion, local_dir: str) -> list[str]:
         """Upload a directory of TensorBoard logs to ``tensorboard/v{counter}/`` of a *committed* version."""
         if self.get(version.counter).block_hash != version.block_hash:
@@ -224,6 +204,29 @@ class ChainStore:
                 raise ChainError(f"{self.store.uri(key)} already exists: version directories are created once")
             written.append(key)
         self._versions[version.version_dir] = version
+
+    def swap_head(self, version: ChainVersion, token: str | None) -> None:
+        """Point ``chain.json`` at ``version`` if it still has ``token`` (None: if there is none yet).
+
+        Raises PreconditionFailedError when the head moved, RetryableStoreError when the outcome is unknown.
+        """
+        head = ChainHead(
+            chain_name=self.name,
+            counter=version.counter,
+            block_hash=version.block_hash,
+            version_dir=version.version_dir,
+        )
+        self.store.put_if_match(self.key(paths.HEAD), head_json(head), token)
+
+    def put_once(self, key: str, data: bytes) -> bytes:
+        """Create ``key`` with ``data`` unless it exists; the bytes it holds (ours or an earlier writer's).
+
+        A create-only object never changes once written, so its bytes are remembered: asking again reads nothing.
+        """
+        if (known := self._created.get(key)) is None:
+            known = data if self.store.put_if_absent(key, data) else self.store.get(key)
+            self._created[key] = known
+        return known
 
     def discard(self, written: list[str]) -> bool:
         """Delete an upload, ``block.pb`` first (a half-deleted version is incomplete, never "complete"
