@@ -48,7 +48,7 @@ typecheck: setup
 	$(BIN)/mypy ml8s
 
 test: setup lint typecheck
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 bench: setup
 	$(BIN)/python bench/run_all.py
