@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records_support import SIZES, make_rows, run_worker, write_history
+from records_support import SCHEMA, SIZES, make_rows, run_worker, write_history
 
 from ml8s.errors import RecordsFormatError
 from ml8s.records import Batch, RecencySampler, SamplerConfig, gather, generation_probabilities, load_sampler_state
@@ -128,3 +128,30 @@ def test_gather_refuses_rows_that_do_not_exist(generations: list[int], rows: lis
     maps = [make_rows(g, n) for g, n in enumerate(SIZES)]
     with pytest.raises(RecordsFormatError, match="expected"):
         gather(maps, Batch(generations=np.array(generations), rows=np.array(rows)))
+
+
+def test_gather_refuses_maps_of_another_shape() -> None:
+    maps = [make_rows(0, 5), np.zeros((5, 7), dtype=np.float32)]
+    with pytest.raises(RecordsFormatError, match=r"map 1 has shape \(5, 7\); expected \(rows, 4\)"):
+        gather(maps, Batch(generations=np.array([0, 1]), rows=np.array([1, 2])))
+
+
+def test_resume_against_a_grown_history_but_not_another_one(tmp_path: Path) -> None:
+    history = write_history(str(tmp_path))
+    config = SamplerConfig(alpha=1, batch_size=32, seed=4)
+    sampler = history.open_mapped(str(tmp_path)).sampler(config)
+    sampler.sample()
+    state = sampler.state()
+    expected = sampler.sample()
+    history.append_generation(SCHEMA, make_rows(3, 9))
+    grown = history.open_mapped(str(tmp_path))
+    resumed = grown.resume_sampler(state).sample()  # still over the generations it started with
+    assert np.array_equal(resumed.rows, expected.rows) and np.array_equal(resumed.generations, expected.generations)
+    other = write_history(str(tmp_path / "other"), sizes=(40, 8)).open_mapped(str(tmp_path))
+    with pytest.raises(RecordsFormatError, match="not the history the sampler was drawing from"):
+        other.resume_sampler(state)
+
+
+def test_numpy_row_counts_accepted() -> None:
+    counts = np.array([3, 4], dtype=np.int64)
+    assert RecencySampler(list(counts), SamplerConfig(batch_size=2, seed=0)).generation_rows == (3, 4)

@@ -51,8 +51,10 @@ def test_round_trip_layout_and_mapping(tmp_path: Path) -> None:
     mapped = history.open_mapped(str(tmp_path / "unused-cache"))
     assert not (tmp_path / "unused-cache").exists()  # local files are mapped in place
     for generation, array in enumerate(mapped.maps):
-        assert isinstance(array, np.memmap) and not array.flags.writeable
+        assert not array.flags.writeable and not array.flags.owndata  # a view of the file's mapping
         np.testing.assert_array_equal(array, make_rows(generation, SIZES[generation]))
+    mapped.release()  # drops this process's pages, not the data
+    np.testing.assert_array_equal(mapped.maps[2], make_rows(2, SIZES[2]))
 
 
 def test_schema_hash_is_sha256_of_canonical_json() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -83,12 +84,16 @@ class RecencySampler:
     """Draws :class:`Batch` es over generations of ``generation_rows`` rows each (oldest first)."""
 
     def __init__(self, generation_rows: Sequence[int], config: SamplerConfig) -> None:
-        if not generation_rows or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in generation_rows):
+        try:
+            counts = tuple(operator.index(n) for n in generation_rows)
+        except TypeError:
+            counts = ()
+        if not counts or min(counts) < 1:
             raise RecordsFormatError(
                 f"generation row counts {list(generation_rows)[:8]}: expected at least one generation, each ≥ 1 row"
             )
         self.config = config
-        self.generation_rows = tuple(generation_rows)
+        self.generation_rows = counts
         self._rows = np.asarray(self.generation_rows, dtype=np.int64)
         self._offsets = np.concatenate(([0], np.cumsum(self._rows)[:-1])).astype(np.int64)
         self._probabilities = generation_probabilities(len(self.generation_rows), config.alpha)

@@ -170,8 +170,13 @@ class RecordStore:
                 path = fetch_cached(self.store, key, info, cache_dir, verify_hash=verify_hash)
             paths.append(path)
         pairs = zip(paths, index.generations, strict=True)
-        maps = tuple(map_generation(path, info, index.record_schema) for path, info in pairs)
-        return MappedHistory(index=index, paths=tuple(paths), maps=maps)
+        mapped = [map_generation(path, info, index.record_schema) for path, info in pairs]
+        return MappedHistory(
+            index=index,
+            paths=tuple(paths),
+            maps=tuple(array for array, _ in mapped),
+            regions=tuple(region for _, region in mapped),
+        )
 
     # -- helpers --------------------------------------------------------------------------------
     def _read_index(self) -> tuple[HistoryIndex | None, str | None]:
