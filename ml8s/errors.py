@@ -190,3 +190,51 @@ class ResolutionRefusedError(Ml8sError):
     """An operator tool refused to act: the collision is not recorded, or the store is not what was audited."""
 
     code = "RESOLUTION_REFUSED"
+
+
+class RecordsError(Ml8sError):
+    """The disk-native training history (SPEC §10) refused an operation or holds something unexpected."""
+
+    code = "RECORDS_ERROR"
+
+
+class RecordsFormatError(RecordsError):
+    """Rows, an index, a manifest or a sampler state that is not what the record format says."""
+
+    code = "RECORDS_MALFORMED"
+
+
+class RecordsSchemaMismatchError(RecordsError):
+    """A record schema (or its hash) differs from the one the history was started with."""
+
+    code = "RECORDS_SCHEMA_MISMATCH"
+
+
+class RecordsAppendError(RecordsError):
+    """The history is append-only: a generation may not be rewritten, skipped, or appended concurrently."""
+
+    code = "RECORDS_APPEND_ONLY"
+
+
+class GenerationMissingError(RecordsError):
+    """A generation listed in the history index has no record file (or no manifest)."""
+
+    code = "RECORDS_GENERATION_MISSING"
+
+
+class RecordsTruncatedError(RecordsError):
+    """A record file is shorter than its listed rows × record size."""
+
+    code = "RECORDS_TRUNCATED"
+
+
+class RecordsExtraBytesError(RecordsError):
+    """A record file is longer than its listed rows × record size."""
+
+    code = "RECORDS_EXTRA_BYTES"
+
+
+class RecordsChecksumError(RecordsError):
+    """A record file's bytes do not hash to the sha256 its manifest records."""
+
+    code = "RECORDS_CHECKSUM_MISMATCH"
