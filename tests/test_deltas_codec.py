@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -195,3 +196,16 @@ def test_parameters_and_tied_weights_update_in_place() -> None:
     apply_delta_in_place(state, encode_delta(base, new))
     assert layer.weight.requires_grad and bits_equal({k: v.detach() for k, v in state.items()}, new)
     assert math.isclose(float(layer.weight.detach()[0, 0]), 1.0)
+
+
+def test_interrupted_apply_restores_the_target() -> None:
+    base = make_weights(14, torch.bfloat16)
+    new = perturb(base, 0.2, seed=15)
+    delta = encode_delta(base, new)
+    target = copy(base)
+    with (
+        mock.patch("ml8s.deltas.apply.weights_hash", side_effect=KeyboardInterrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        apply_delta_in_place(target, delta, base_hash=weights_hash(base))  # interrupted after the writes
+    assert bits_equal(target, base)

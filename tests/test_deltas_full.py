@@ -38,6 +38,15 @@ def test_full_of_non_contiguous_weights_matches_contiguous() -> None:
     assert weights_hash({"w": weights["w"].t()}) == weights_hash({"w": weights["w"].t().contiguous()})
 
 
+def test_full_of_tied_and_empty_tensors() -> None:
+    shared = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    weights = {"a": shared, "b": shared, "row": shared[1], "none": torch.zeros(0), "none2": torch.zeros(0, 3)}
+    decoded = decode_full(encode_full(weights))  # safetensors alone refuses tensors that share memory
+    assert weights_hash(decoded) == weights_hash(weights)
+    decoded["a"][0, 0] = 9.0
+    assert decoded["b"][0, 0] == 0.0 and shared[0, 0] == 0.0
+
+
 def test_full_refuses_non_float_tensors() -> None:
     with pytest.raises(DeltaDtypeError, match="steps"):
         encode_full({"w": torch.zeros(2), "steps": torch.zeros(1, dtype=torch.int64)})

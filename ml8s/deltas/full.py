@@ -31,9 +31,15 @@ def encode_full(tensors: Mapping[str, torch.Tensor]) -> bytes:
         DeltaDtypeError: a tensor of an unsupported dtype or not on the CPU.
     """
     ordered = {}
+    storages: set[int] = set()
     for name in sorted(tensors):
         tensor_kind(tensors[name], name)
-        ordered[name] = tensors[name].detach().contiguous()
+        tensor = tensors[name].detach()
+        storage = tensor.untyped_storage().data_ptr()
+        # safetensors refuses tensors that share memory (tied weights): those after the first are copied.
+        shared = storage in storages and tensor.numel() > 0
+        ordered[name] = tensor.clone(memory_format=torch.contiguous_format) if shared else tensor.contiguous()
+        storages.add(storage)
     return bytes(safetensors.torch.save(ordered, metadata={HASH_KEY: weights_hash(ordered)}))
 
 
