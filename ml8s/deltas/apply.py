@@ -14,10 +14,9 @@ import numpy as np
 import torch
 
 from ml8s.deltas import container
-from ml8s.deltas.codec import section_sizes
 from ml8s.deltas.dtypes import RawBits, kind_by_name, tensor_kind, writable_bits
 from ml8s.deltas.hashing import check_hex_digest, weights_hash
-from ml8s.deltas.header import FORMAT_VERSION, DeltaHeader, decode_header
+from ml8s.deltas.header import FORMAT_VERSION, DeltaHeader, decode_header, section_sizes
 from ml8s.deltas.indices import Positions, decode_positions
 from ml8s.errors import DeltaBaseMismatchError, DeltaDtypeError, DeltaIntegrityError
 

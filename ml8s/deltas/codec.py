@@ -36,7 +36,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ml8s.deltas import container
-from ml8s.deltas.dtypes import kind_by_name, raw_bits, tensor_kind
+from ml8s.deltas.dtypes import raw_bits, tensor_kind
 from ml8s.deltas.hashing import check_hex_digest, weights_hash
 from ml8s.deltas.header import FORMAT_VERSION, DeltaHeader, DeltaTensorInfo, decode_header, encode_header
 from ml8s.deltas.indices import encode_positions
@@ -87,6 +87,7 @@ def encode_delta(
         DeltaShapeError: the tensor names, a dtype or a shape differ: only a FULL payload can carry that.
     """
     settings = options if options is not None else DeltaOptions()
+    known_base = check_hex_digest(base_hash, "base_hash") if base_hash is not None else None
     names = _same_layout(base, new)
     infos: list[DeltaTensorInfo] = []
     index_parts: list[npt.NDArray[np.uint8]] = []
@@ -102,7 +103,7 @@ def encode_delta(
         value_parts.append(new_bits[changed])
     header = DeltaHeader(
         version=FORMAT_VERSION,
-        base_hash=check_hex_digest(base_hash, "base_hash") if base_hash is not None else weights_hash(base),
+        base_hash=known_base if known_base is not None else weights_hash(base),
         result_hash=weights_hash(new),
         tensors=tuple(infos),
     )
@@ -135,10 +136,3 @@ def _same_layout(base: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tenso
                 " send a FULL payload"
             )
     return names
-
-
-def section_sizes(header: DeltaHeader) -> tuple[int, int]:
-    """Decompressed sizes of the index planes and of the values that ``header`` implies."""
-    index_size = sum(info.count * info.index_width for info in header.tensors)
-    values_size = sum(info.count * kind_by_name(info.dtype).itemsize for info in header.tensors)
-    return index_size, values_size

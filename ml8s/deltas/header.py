@@ -70,6 +70,13 @@ class DeltaHeader(BaseModel):
     tensors: tuple[DeltaTensorInfo, ...]
 
 
+def section_sizes(header: DeltaHeader) -> tuple[int, int]:
+    """Decompressed sizes of the index planes and of the values that ``header`` implies."""
+    index_size = sum(info.count * info.index_width for info in header.tensors)
+    values_size = sum(info.count * kind_by_name(info.dtype).itemsize for info in header.tensors)
+    return index_size, values_size
+
+
 def encode_header(header: DeltaHeader) -> bytes:
     """The binary form of a header (its ``version`` is written by the payload prefix, not here)."""
     parts = [_HEAD.pack(bytes.fromhex(header.base_hash), bytes.fromhex(header.result_hash), len(header.tensors))]
