@@ -14,7 +14,7 @@ and a parser error is always one of ours, naming the field.
 Measured choices (``bench/bench_deltas.py``, 4M parameters, 1% of the elements changed):
 
 - zstd level 3, one thread. Levels 1 to 6 take the same CPU time within noise (finding the changed
-  elements dominates) and their sizes differ by under 1%; level 9 costs about a quarter more for 0.5%.
+  elements dominates) and their sizes differ by under 1%; level 9 costs 5-25% more CPU for 0.5% less.
   A second thread gains nothing while the sections stay under zstd's job size (several MB, i.e. models
   of a few hundred million parameters); the thread count never changes the bytes (``container.compress``),
   so a producer of large deltas may raise it freely.
