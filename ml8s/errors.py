@@ -238,3 +238,39 @@ class RecordsChecksumError(RecordsError):
     """A record file's bytes do not hash to the sha256 its manifest records."""
 
     code = "RECORDS_CHECKSUM_MISMATCH"
+
+
+class DeltaError(Ml8sError):
+    """A weights payload (FULL or DELTA, SPEC §8) cannot be encoded, read or applied."""
+
+    code = "DELTA_ERROR"
+
+
+class DeltaFormatError(DeltaError):
+    """Payload bytes are not a well-formed payload: bad magic or version, truncated, garbage, out-of-range index."""
+
+    code = "DELTA_FORMAT"
+
+
+class DeltaDtypeError(DeltaError):
+    """A tensor the codec cannot carry: its dtype is not float32/bfloat16/float16, or it is not a CPU tensor."""
+
+    code = "DELTA_UNSUPPORTED_TENSOR"
+
+
+class DeltaShapeError(DeltaError):
+    """Base and new weights differ in tensor names, shapes or dtypes: a DELTA cannot express that, send a FULL."""
+
+    code = "DELTA_NEEDS_FULL"
+
+
+class DeltaBaseMismatchError(DeltaError):
+    """The weights a DELTA is applied to are not the base it was computed from (names, shapes or weights hash)."""
+
+    code = "DELTA_BASE_MISMATCH"
+
+
+class DeltaIntegrityError(DeltaError):
+    """Decoded weights do not have the weights hash the payload records; nothing was changed."""
+
+    code = "DELTA_INTEGRITY"
