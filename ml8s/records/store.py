@@ -28,6 +28,7 @@ from ml8s.errors import (
     RecordsChecksumError,
     RecordsSchemaMismatchError,
 )
+from ml8s.identity import worker_id
 from ml8s.records.mapped import MappedHistory, map_generation
 from ml8s.records.models import (
     INDEX_NAME,
@@ -40,7 +41,6 @@ from ml8s.records.models import (
 from ml8s.records.rows import Rows, spool_rows
 from ml8s.records.schema import RecordSchema
 from ml8s.records.verify import check_local_file, check_manifest, check_schema, check_size, fetch_cached
-from ml8s.settings import worker_id
 from ml8s.store import LocalStore, Store
 
 TMP_DIR = ".tmp"
