@@ -190,3 +190,17 @@ class ResolutionRefusedError(Ml8sError):
     """An operator tool refused to act: the collision is not recorded, or the store is not what was audited."""
 
     code = "RESOLUTION_REFUSED"
+
+
+class RootUriError(ConfigError):
+    """A data or pipeline root is not a local path, ``file://`` path or ``s3://bucket/prefix``.
+
+    It keeps ConfigError's code (a malformed variable, as before). ``expected`` is the phrase after
+    "expected", for callers (``--root``) that name the value their own way.
+    """
+
+    code = "CONFIG_ERROR"
+
+    def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
+        super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
+        self.expected = expected
