@@ -3,10 +3,14 @@ workflow inputs kept in step with the user-level variables."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from s3_servers import S3Endpoint
 
 from ml8s.audit.chain_check import chain_name
 from ml8s.audit.mlflow_refs import tracking_uri
@@ -17,6 +21,7 @@ from ml8s.identity.variables import USER_VARIABLES, raw_values_from_env
 from ml8s.ops.tmp_cleanup import retention_days
 from ml8s.pipeline.bootstrap import bootstrap
 
+ML8S = str(Path(sys.executable).with_name("ml8s"))
 S3_ROOT = {"PIPELINE_ROOT_URI": "s3://ml8s-runs/team/"}
 
 
@@ -125,7 +130,7 @@ def test_the_class_is_frozen_and_closed() -> None:
     ],
 )
 def test_malformed_settings_name_the_variable(env: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigError, match="^CONFIG_ERROR: ") as caught:
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: ") as caught:
         PlatformSettings.load(env)
     assert message in str(caught.value)
 
@@ -163,3 +168,13 @@ def test_workflow_inputs_match_the_variables() -> None:
     assert sorted(bootstrap_run.python_interface.inputs) == expected
     assert set(WORKFLOW_PLATFORM_INPUTS) <= set(PlatformSettings.model_fields)
     assert not set(WORKFLOW_PLATFORM_INPUTS) & {name.lower() for name in USER_VARIABLES}
+
+
+def test_tools_that_never_use_mlflow_run_on_an_s3_root_without_it(moto_server: S3Endpoint) -> None:
+    drop = ("MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME", "TMP_RETENTION_DAYS")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("AWS_", "FLYTE_AWS_"))}
+    env.update(moto_server.env(), PIPELINE_ROOT_URI=f"s3://{moto_server.make_bucket()}/runs")
+    for args in (["chain", "init"], ["chain", "log"], ["tmp-cleanup", "--dry-run"], ["runs", "list"]):
+        done = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"ml8s {' '.join(args)}: {done.stderr}"
+    assert subprocess.run([ML8S, "chain", "log"], env=env, capture_output=True, text=True).stdout.startswith("v0 ")
