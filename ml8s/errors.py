@@ -274,3 +274,17 @@ class DeltaIntegrityError(DeltaError):
     """Decoded weights do not have the weights hash the payload records; nothing was changed."""
 
     code = "DELTA_INTEGRITY"
+
+
+class RootUriError(ConfigError):
+    """A data or pipeline root is not a local path, ``file://`` path or ``s3://bucket/prefix``.
+
+    It keeps ConfigError's code (a malformed variable, as before). ``expected`` is the phrase after
+    "expected", for callers (``--root``) that name the value their own way.
+    """
+
+    code = "CONFIG_ERROR"
+
+    def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
+        super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
+        self.expected = expected

@@ -19,9 +19,9 @@ def verify_run_task(run_id: str, pipeline_root_uri: str, recheck_data: bool) -> 
     """
     log.configure()
     from ml8s.audit import render_html, verify_run
-    from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
+    from ml8s.identity.settings import PlatformSettings
 
-    root = pipeline_root_uri or os.environ.get("PIPELINE_ROOT_URI", "") or DEFAULT_PIPELINE_ROOT
+    root = PlatformSettings.load(os.environ, {"pipeline_root_uri": pipeline_root_uri}).pipeline_root_uri
     report = verify_run(root, run_id, os.environ, recheck_data=recheck_data)
     Deck("verification", render_html(report))
     return report.model_dump_json(indent=2)

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from ml8s.errors import ConfigError
-from ml8s.identity.variables import normalize_uri, normalize_value
+from ml8s.identity.uri import parse_root_uri
+from ml8s.identity.variables import normalize_value
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,7 @@ def test_symlinks_are_not_resolved(tmp_path: os.PathLike[str]) -> None:
     link = os.path.join(tmp_path, "link")
     os.mkdir(real)
     os.symlink(real, link)
-    assert normalize_uri(link) == f"file://{link}"
+    assert parse_root_uri(link, variable="DATA_ROOT").uri == f"file://{link}"
 
 
 def test_other_variables_keep_slashes() -> None:

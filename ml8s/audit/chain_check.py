@@ -12,12 +12,12 @@ from ml8s.audit.state import RunState
 from ml8s.chain import ChainStore, committed, verify_chain
 from ml8s.contract import layout
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
-from ml8s.identity.settings import DEFAULT_MODEL_NAME
+from ml8s.identity.settings import PlatformSettings
 
 
 def chain_name(env: Mapping[str, str]) -> str:
-    """CHAIN_NAME, else MLFLOW_MODEL_NAME, else the default: the same rule as the pipeline's settings."""
-    return env.get("CHAIN_NAME", "").strip() or env.get("MLFLOW_MODEL_NAME", "").strip() or DEFAULT_MODEL_NAME
+    """The chain the pipeline commits to in this environment (CHAIN_NAME, else MLFLOW_MODEL_NAME, else the default)."""
+    return PlatformSettings.load(env).chain_name
 
 
 def check_chain(state: RunState) -> CheckResult:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.contract.manifest import Manifest
 from ml8s.contract.records import ConfigSnapshot, Unavailable
 from ml8s.errors import RegistryError
-from ml8s.identity.settings import platform_settings
+from ml8s.identity.settings import PlatformSettings
 from ml8s.pipeline.registry import MlflowRef
 
 CONTRACT_TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
@@ -53,16 +53,13 @@ def manifest_ref(manifest: Manifest) -> MlflowRef:
 
 
 def tracking_uri(env: Mapping[str, str], root_uri: str) -> str:
-    """MLFLOW_TRACKING_URI, else the default of a local pipeline root (settings.py). Never the URI the
-    manifest records: a verifier must not ask the registry that the verified files themselves name."""
-    explicit = env.get("MLFLOW_TRACKING_URI", "").strip()
-    if explicit:
-        return explicit
-    if root_uri.startswith("file://"):
-        return platform_settings({}, {"pipeline_root_uri": root_uri}).mlflow_tracking_uri
-    raise RegistryError(
-        f"MLFLOW_TRACKING_URI is required to verify a run under {root_uri} (only local roots have a default)"
-    )
+    """MLFLOW_TRACKING_URI, else the default of a local pipeline root (the platform settings). Never the URI
+    the manifest records: a verifier must not ask the registry that the verified files themselves name.
+
+    Raises:
+        ConfigError: the root is not local and MLFLOW_TRACKING_URI is unset.
+    """
+    return PlatformSettings.load(env, {"pipeline_root_uri": root_uri}).mlflow_tracking_uri_for_registry()
 
 
 def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:

@@ -15,7 +15,7 @@ from ml8s.contract import layout
 from ml8s.contract.manifest import Manifest
 from ml8s.contract.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata, Unavailable, parse
 from ml8s.errors import NotFoundError
-from ml8s.identity.variables import normalize_uri
+from ml8s.identity.uri import parse_root_uri
 from ml8s.store import ObjectInfo, Store, open_store
 
 _SMALL = 16 * 1024 * 1024  # files up to this size are read whole (and kept); larger ones are streamed
@@ -25,7 +25,7 @@ class RunState:
     """One run under a pipeline root. ``env`` is where MLflow's URI and the like are read from."""
 
     def __init__(self, root_uri: str, run_id: str, env: Mapping[str, str], *, store: Store | None = None) -> None:
-        self.store = store or open_store(normalize_uri(root_uri))
+        self.store = store or open_store(parse_root_uri(root_uri, variable="PIPELINE_ROOT_URI").uri)
         self.root_uri = self.store.root_uri
         self.run_id = run_id
         self.env = env

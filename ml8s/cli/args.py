@@ -12,9 +12,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ml8s.errors import Ml8sError
+from ml8s.errors import Ml8sError, RootUriError
+from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
-from ml8s.identity.variables import normalize_uri
+from ml8s.identity.uri import parse_root_uri
 
 if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
     Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -32,14 +33,16 @@ def run_id_arg(text: str) -> str:
 
 def root_arg(text: str) -> str:
     """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
-    root = normalize_uri(text)
-    if not root.startswith(("file://", "s3://")):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a local path, file:// or s3://")
-    return root
+    try:
+        return parse_root_uri(text, variable="--root").uri
+    except RootUriError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {exc.expected}") from exc
 
 
 def add_root(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get("PIPELINE_ROOT_URI", "").strip() or DEFAULT_PIPELINE_ROOT
+    # The text, not the parsed root: argparse parses a default only when --root is absent, so a malformed
+    # PIPELINE_ROOT_URI is a usage error of the commands that use it and of no other.
+    default = explicit_or_env("PIPELINE_ROOT_URI", os.environ) or DEFAULT_PIPELINE_ROOT
     parser.add_argument(
         "--root",
         type=root_arg,

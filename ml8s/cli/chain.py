@@ -17,7 +17,7 @@ import sys
 from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, collect_garbage, verify_chain
 from ml8s.cli.args import guarded
 from ml8s.errors import ConfigError
-from ml8s.identity.settings import platform_settings
+from ml8s.identity.settings import PlatformSettings
 from ml8s.store import open_store
 
 _MAX_HEADER = 100 * 1024 * 1024
@@ -51,8 +51,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = platform_settings(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_store(settings.pipeline_root_uri), args.chain or settings.chain_name)
+    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
+    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
     verb: str = args.verb
     if verb == "init":
         _print(_summary(chain.init()))

@@ -1,14 +1,18 @@
 """Run identity (SPEC §2): the user-level variables, their normalization, the platform settings, the
 validated parameters and the hashes that name a run (FULL_CONFIG_HASH, RUN_ID).
 
-Nothing here reads data or writes anything: the fingerprint comes from :mod:`ml8s.data`.
+Every variable's text comes from one priority (:mod:`ml8s.identity.priority`), every root URI from one
+parser (:mod:`ml8s.identity.uri`). Nothing here reads data or writes anything: the fingerprint comes from
+:mod:`ml8s.data`.
 """
 
 from __future__ import annotations
 
 from ml8s.identity.hashing import RunIdentity, canonical_bytes, compute_identity, full_config_hash
 from ml8s.identity.params import RunParams, validate_params
-from ml8s.identity.settings import PlatformSettings, platform_settings, worker_id
+from ml8s.identity.priority import explicit_or_env
+from ml8s.identity.settings import PlatformSettings, worker_id
+from ml8s.identity.uri import RootUri, parse_root_uri
 from ml8s.identity.variables import (
     CANONICALIZATION_VERSION,
     USER_VARIABLES,
@@ -16,7 +20,6 @@ from ml8s.identity.variables import (
     JsonValue,
     canonical_config,
     canonical_json,
-    normalize_uri,
     normalize_value,
 )
 
@@ -26,16 +29,17 @@ __all__ = [
     "CanonicalConfig",
     "JsonValue",
     "PlatformSettings",
+    "RootUri",
     "RunIdentity",
     "RunParams",
     "canonical_bytes",
     "canonical_config",
     "canonical_json",
     "compute_identity",
+    "explicit_or_env",
     "full_config_hash",
-    "normalize_uri",
     "normalize_value",
-    "platform_settings",
+    "parse_root_uri",
     "validate_params",
     "worker_id",
 ]

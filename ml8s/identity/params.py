@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import ConfigError
+from ml8s.identity.uri import parse_root_uri
 from ml8s.identity.variables import CanonicalConfig, JsonValue
 
 
@@ -40,8 +41,8 @@ class RunParams(BaseModel):
 def validate_params(config: CanonicalConfig) -> RunParams:
     """Check every canonical value's type and range; raise :class:`ConfigError` naming the variable."""
     data_root = _string(config, "data_root")
-    if not (data_root.startswith("file://") or data_root.startswith("s3://")):
-        raise ConfigError(f"DATA_ROOT={data_root!r} has an unsupported scheme; expected a local path, file:// or s3://")
+    # Checked, not rewritten: params.data_root stays the hashed value (canonical_config normalized it already).
+    parse_root_uri(data_root, variable="DATA_ROOT")
     return RunParams.model_validate(
         dict(
             data_root=data_root,

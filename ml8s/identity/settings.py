@@ -1,6 +1,16 @@
 """Platform-level settings: where things go and how the run behaves. They never enter a hash.
 
-Priority, written out once: explicit workflow input (non-empty) > environment > default below.
+:meth:`PlatformSettings.load` is the one resolver: every field's text comes from the priority of
+:mod:`ml8s.identity.priority` (explicit input > environment > the field's default below). Every default lives on
+the fields; two are derived: CHAIN_NAME defaults to MLFLOW_MODEL_NAME, and MLFLOW_TRACKING_URI of a local root
+to a sqlite file under it. A setting only some commands need is required where it is used, not at load:
+an ``s3://`` root has no MLflow default, and :meth:`PlatformSettings.mlflow_tracking_uri_for_registry` says so
+to the code that talks to MLflow, while chain commands, tmp-cleanup or ``runs list`` load the same settings
+without it.
+
+Building the class directly (``PlatformSettings(**fields)``, or reading a run context back from JSON) takes
+the values given and the defaults, never the environment: a context must mean in the next task what it meant
+when it was written.
 """
 
 from __future__ import annotations
@@ -9,81 +19,159 @@ import os
 import re
 import socket
 from collections.abc import Mapping
+from contextvars import ContextVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ml8s.errors import ConfigError
-from ml8s.identity.variables import normalize_uri
+from ml8s.identity.priority import explicit_or_env
+from ml8s.identity.uri import parse_root_uri
 
 DEFAULT_PIPELINE_ROOT = "./pipeline_root"
-DEFAULT_EXPERIMENT_PREFIX = "ml8s"
-DEFAULT_MODEL_NAME = "ml8s-model"
-DEFAULT_TMP_RETENTION_DAYS = 7
+
+# The platform settings a training run also takes as workflow inputs (besides the user variables).
+WORKFLOW_PLATFORM_INPUTS: tuple[str, ...] = ("force_rerun", "pipeline_root_uri")
+
+# (environment, explicit inputs) while PlatformSettings.load builds an instance; None otherwise.
+_LOADING: ContextVar[tuple[Mapping[str, str], Mapping[str, str]] | None] = ContextVar("_LOADING", default=None)
+
+
+class _ExplicitThenEnv(PydanticBaseSettingsSource):
+    """Each field's text by the one priority; a field neither level gives keeps its default."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str], explicit: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._env, self._explicit = env, explicit
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[object, str, bool]:
+        return explicit_or_env(field_name.upper(), self._env, self._explicit), field_name, False
+
+    def __call__(self) -> dict[str, object]:
+        found = {name: self.get_field_value(info, name)[0] for name, info in self.settings_cls.model_fields.items()}
+        return {name: value for name, value in found.items() if value is not None}
+
+
+class PlatformSettings(BaseSettings):
+    """The resolved platform settings of one run (field name = the variable's name, lower-cased)."""
+
+    model_config = SettingsConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    pipeline_root_uri: str = Field(
+        DEFAULT_PIPELINE_ROOT, description="where runs are written (local path, file:// or s3://)"
+    )
+    force_rerun: bool = Field(
+        False, strict=True, description="true: delete the run's marker and artifacts and run Steps 2-7 again"
+    )
+    strict_data_identity: bool = Field(
+        True, strict=True, description="false: identity from config alone, changed data is DATA_DRIFT"
+    )
+    mlflow_tracking_uri: str = Field(
+        "",
+        description="MLflow tracking server; default sqlite:///{PIPELINE_ROOT}/mlflow.db (local roots only: an s3:// "
+        "root needs it wherever MLflow is used)",
+    )
+    mlflow_experiment_prefix: str = Field("ml8s", description="experiment name")
+    mlflow_model_name: str = Field("ml8s-model", description="registered model name")
+    chain_name: str = Field("", description="model chain name; default MLFLOW_MODEL_NAME")
+    image_version: str = Field("dev", description="image tag, used as the Flyte cache version")
+    tmp_retention_days: int = Field(7, description="age after which stale .tmp entries are removed")
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> PlatformSettings:
+        """Resolve the settings: explicit input (non-empty) > environment (non-empty) > default.
+
+        Args:
+            env: the environment; default ``os.environ``.
+            overrides: workflow inputs or CLI flags, keyed by lower-case name; ``""`` means "not given".
+
+        Raises:
+            ConfigError: a setting is malformed; the message names the variable and what was expected.
+        """
+        token = _LOADING.set((os.environ if env is None else env, overrides or {}))
+        try:
+            return cls()
+        finally:
+            _LOADING.reset(token)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Inside :meth:`load`: the one priority. Anywhere else: only the values given (no environment)."""
+        loading = _LOADING.get()
+        return (init_settings,) if loading is None else (init_settings, _ExplicitThenEnv(settings_cls, *loading))
+
+    def mlflow_tracking_uri_for_registry(self) -> str:
+        """The MLflow tracking URI, for code that talks to MLflow.
+
+        Raises:
+            ConfigError: MLFLOW_TRACKING_URI is unset and the pipeline root is not local (sqlite needs a disk).
+        """
+        if not self.mlflow_tracking_uri:
+            raise ConfigError(
+                f"MLFLOW_TRACKING_URI is required when PIPELINE_ROOT_URI is not local ({self.pipeline_root_uri}): "
+                "only a local root has a default (sqlite needs a disk); expected an MLflow tracking URI"
+            )
+        return self.mlflow_tracking_uri
+
+    @field_validator("pipeline_root_uri")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        return parse_root_uri(value, variable="PIPELINE_ROOT_URI").uri
+
+    @field_validator("force_rerun", "strict_data_identity", mode="before")
+    @classmethod
+    def _flag(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        name = str(info.field_name).upper()
+        if value.lower() in ("true", "1", "yes"):
+            return True
+        if value.lower() in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"{name}={value!r} is invalid; expected true or false")
+
+    @field_validator("mlflow_tracking_uri")
+    @classmethod
+    def _local_tracking_default(cls, value: str, info: ValidationInfo) -> str:
+        root = info.data.get("pipeline_root_uri")
+        if value or not isinstance(root, str):
+            return value
+        parsed = parse_root_uri(root, variable="PIPELINE_ROOT_URI")
+        return "sqlite:////" + parsed.path.lstrip("/") + "/mlflow.db" if parsed.scheme == "file" else ""
+
+    @field_validator("chain_name")
+    @classmethod
+    def _chain_defaults_to_model(cls, value: str, info: ValidationInfo) -> str:
+        model = info.data.get("mlflow_model_name")
+        return value or (model if isinstance(model, str) else "")
+
+    @field_validator("tmp_retention_days", mode="before")
+    @classmethod
+    def _whole_days(cls, value: object) -> int:
+        text = str(value).strip()
+        if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text):
+            raise ConfigError(f"TMP_RETENTION_DAYS={text!r} is invalid; expected a whole number of days")
+        return int(text)
+
+
+def _described(info: FieldInfo) -> str:
+    default = info.get_default()
+    shown = str(default).lower() if isinstance(default, bool) else str(default)
+    return f"{info.description}; default {shown}" if shown else str(info.description)
+
 
 PLATFORM_VARIABLES: dict[str, str] = {
-    "PIPELINE_ROOT_URI": f"where runs are written (local path, file:// or s3://); default {DEFAULT_PIPELINE_ROOT}",
-    "FORCE_RERUN": "true: delete the run's marker and artifacts and run Steps 2-7 again; default false",
-    "STRICT_DATA_IDENTITY": "false: identity from config alone, changed data is DATA_DRIFT; default true",
-    "MLFLOW_TRACKING_URI": "MLflow tracking server; default sqlite:///{PIPELINE_ROOT}/mlflow.db (local roots)",
-    "MLFLOW_EXPERIMENT_PREFIX": f"experiment name; default {DEFAULT_EXPERIMENT_PREFIX}",
-    "MLFLOW_MODEL_NAME": f"registered model name; default {DEFAULT_MODEL_NAME}",
-    "CHAIN_NAME": "model chain name; default MLFLOW_MODEL_NAME",
-    "IMAGE_VERSION": "image tag, used as the Flyte cache version; default dev",
-    "TMP_RETENTION_DAYS": f"age after which stale .tmp entries are removed; default {DEFAULT_TMP_RETENTION_DAYS}",
+    **{name.upper(): _described(info) for name, info in PlatformSettings.model_fields.items()},
     "ML8S_WORKER_ID": "worker id in tmp names; default {hostname}-{pid}",
 }
-
-
-class PlatformSettings(BaseModel):
-    """The resolved platform settings of one run."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    pipeline_root_uri: str
-    force_rerun: bool
-    strict_data_identity: bool
-    mlflow_tracking_uri: str
-    mlflow_experiment_prefix: str
-    mlflow_model_name: str
-    chain_name: str
-    image_version: str
-    tmp_retention_days: int
-
-
-def platform_settings(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> PlatformSettings:
-    """Resolve the platform settings from workflow inputs and the environment."""
-
-    def pick(name: str, default: str) -> str:
-        value = (overrides or {}).get(name.lower(), "").strip() or env.get(name, "").strip()
-        return value or default
-
-    root = normalize_uri(pick("PIPELINE_ROOT_URI", DEFAULT_PIPELINE_ROOT))
-    if not (root.startswith("file://") or root.startswith("s3://")):
-        raise ConfigError(
-            f"PIPELINE_ROOT_URI={root!r} has an unsupported scheme; expected a local path, file:// or s3://"
-        )
-    model_name = pick("MLFLOW_MODEL_NAME", DEFAULT_MODEL_NAME)
-    tracking = pick("MLFLOW_TRACKING_URI", "")
-    if not tracking:
-        if not root.startswith("file://"):
-            raise ConfigError(
-                "MLFLOW_TRACKING_URI is required when PIPELINE_ROOT_URI is not local (sqlite needs a disk)"
-            )
-        tracking = "sqlite:////" + root[len("file://") :].lstrip("/") + "/mlflow.db"
-    retention = pick("TMP_RETENTION_DAYS", str(DEFAULT_TMP_RETENTION_DAYS))
-    if not re.fullmatch(r"[0-9]+", retention):
-        raise ConfigError(f"TMP_RETENTION_DAYS={retention!r} is invalid; expected a whole number of days")
-    return PlatformSettings(
-        pipeline_root_uri=root,
-        force_rerun=_flag(pick("FORCE_RERUN", "false"), "FORCE_RERUN"),
-        strict_data_identity=_flag(pick("STRICT_DATA_IDENTITY", "true"), "STRICT_DATA_IDENTITY"),
-        mlflow_tracking_uri=tracking,
-        mlflow_experiment_prefix=pick("MLFLOW_EXPERIMENT_PREFIX", DEFAULT_EXPERIMENT_PREFIX),
-        mlflow_model_name=model_name,
-        chain_name=pick("CHAIN_NAME", model_name),
-        image_version=pick("IMAGE_VERSION", "dev"),
-        tmp_retention_days=int(retention),
-    )
 
 
 def worker_id(env: Mapping[str, str] | None = None) -> str:
@@ -91,11 +179,3 @@ def worker_id(env: Mapping[str, str] | None = None) -> str:
     explicit = (env if env is not None else os.environ).get("ML8S_WORKER_ID", "")
     raw = explicit or f"{socket.gethostname()}-{os.getpid()}"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)[:64]
-
-
-def _flag(value: str, name: str) -> bool:
-    if value.lower() in ("true", "1", "yes"):
-        return True
-    if value.lower() in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"{name}={value!r} is invalid; expected true or false")

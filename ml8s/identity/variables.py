@@ -7,11 +7,12 @@ platform-level (see :mod:`ml8s.identity.settings`) and never reaches a hash.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 
 from ml8s.errors import ConfigError
+from ml8s.identity.priority import explicit_or_env
+from ml8s.identity.uri import parse_root_uri
 
 CANONICALIZATION_VERSION = "1.0.0"
 
@@ -41,7 +42,6 @@ USER_VARIABLES: dict[str, str | None] = {
 }
 
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
 def normalize_value(raw: str, *, name: str = "") -> JsonValue:
@@ -49,7 +49,7 @@ def normalize_value(raw: str, *, name: str = "") -> JsonValue:
 
     Args:
         raw: the string as the user set it.
-        name: the variable name; ``DATA_ROOT`` gets the path rule.
+        name: the variable name; ``DATA_ROOT`` gets the root rule of :func:`ml8s.identity.uri.parse_root_uri`.
 
     Example:
         >>> normalize_value(" b, a,,a ")
@@ -57,7 +57,7 @@ def normalize_value(raw: str, *, name: str = "") -> JsonValue:
     """
     value = raw.strip()
     if name == "DATA_ROOT" and value:
-        value = normalize_uri(value)
+        value = parse_root_uri(value, variable=name).uri
     if value == "":
         return None
     if value.lower() in ("true", "false"):
@@ -68,20 +68,6 @@ def normalize_value(raw: str, *, name: str = "") -> JsonValue:
         items = sorted({item.strip() for item in value.split(",") if item.strip()})
         return items or None
     return value
-
-
-def normalize_uri(value: str) -> str:
-    """A local path (bare or ``file://``) becomes ``file://`` + its absolute normalized path;
-    any other URI loses its trailing slashes. Symlinks are not resolved."""
-    value = value.strip()
-    if value.startswith("file://"):
-        value = value[len("file://") :]
-    elif _SCHEME.match(value):
-        stripped = value.rstrip("/")
-        return stripped if not stripped.endswith(":") else value
-    if value == "":
-        return ""
-    return "file://" + os.path.normpath(os.path.abspath(value))
 
 
 def canonical_config(values: Mapping[str, str | None]) -> CanonicalConfig:
@@ -113,18 +99,12 @@ def canonical_json(config: CanonicalConfig) -> str:
 
 
 def raw_values_from_env(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    """Raw strings for every user variable: a non-empty override wins, then the environment.
+    """Raw strings for every user variable by the one priority of :mod:`ml8s.identity.priority`.
 
-    Overrides are keyed by lower-case name (the workflow inputs); ``""`` means "take the environment".
+    Overrides are keyed by lower-case name (the workflow inputs); ``""`` means "take the environment", and an
+    empty environment variable means "take the default" (None here, filled in by :func:`canonical_config`).
     """
-    raw: dict[str, str | None] = {}
-    for name in USER_VARIABLES:
-        override = (overrides or {}).get(name.lower(), "")
-        if override != "":
-            raw[name] = override
-        else:
-            raw[name] = env.get(name)
-    return raw
+    return {name: explicit_or_env(name, env, overrides) for name in USER_VARIABLES}
 
 
 def _number(value: str, name: str) -> int | float:

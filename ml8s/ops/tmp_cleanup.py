@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import layout
 from ml8s.errors import ConfigError
-from ml8s.identity.settings import DEFAULT_TMP_RETENTION_DAYS
+from ml8s.identity.settings import PlatformSettings
 from ml8s.store import ObjectInfo, Store
 
 QUARANTINE_DIR = "ml8s_quarantine"
@@ -45,11 +45,8 @@ class CleanupReport(BaseModel):
 
 
 def retention_days(env: Mapping[str, str]) -> float:
-    """TMP_RETENTION_DAYS (platform setting), default 7."""
-    raw = env.get("TMP_RETENTION_DAYS", "").strip() or str(DEFAULT_TMP_RETENTION_DAYS)
-    if not re.fullmatch(r"[0-9]+", raw):
-        raise ConfigError(f"TMP_RETENTION_DAYS={raw!r} is invalid; expected a whole number of days")
-    return float(raw)
+    """TMP_RETENTION_DAYS (a platform setting) of the environment ``env``."""
+    return float(PlatformSettings.load(env).tmp_retention_days)
 
 
 def is_tmp_key(key: str) -> bool:

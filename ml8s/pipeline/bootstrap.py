@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from ml8s.data.sources import fingerprint_data
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.params import validate_params
-from ml8s.identity.settings import platform_settings
+from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
 from ml8s.pipeline.context import RunContext
 
@@ -23,7 +23,8 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
         >>> ctx.run_id  # doctest: +SKIP
         'a1b2c3d4e5f6'
     """
-    settings = platform_settings(env, overrides)
+    settings = PlatformSettings.load(env, overrides)
+    settings.mlflow_tracking_uri_for_registry()  # a run registers its model: fail before anything is written
     config = canonical_config(raw_values_from_env(env, overrides))
     params = validate_params(config)
     fingerprint = fingerprint_data(params.data_root)

@@ -71,7 +71,7 @@ def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: 
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    uri = ctx.settings.mlflow_tracking_uri
+    uri = ctx.settings.mlflow_tracking_uri_for_registry()  # an s3:// root has no default: ConfigError naming it
     deadline = time.monotonic() + timeout_s
     try:
         with _sqlite_lock(uri, deadline):

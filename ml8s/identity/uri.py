@@ -1,0 +1,129 @@
+"""The one parser of root URIs (DATA_ROOT, PIPELINE_ROOT_URI, ``--root``): a local path, ``file://`` or ``s3://``.
+
+Normalization (SPEC §2, step 1): a local path, bare or after ``file://``, becomes ``file://`` + its absolute,
+normalized path (``.`` and ``..`` folded, symlinks not resolved, no trailing slash); an ``s3://`` URI loses its
+trailing slashes. A valid input normalizes exactly as it always has, so no RUN_ID changes.
+
+What is rejected, each with a :class:`~ml8s.errors.RootUriError` naming the variable: an empty value; another
+scheme (``gs://``, ``http://``, ``S3://``); ``s3:`` or ``file:`` without the two slashes; ``s3://`` without a
+bucket or with an invalid bucket name; an S3 prefix with empty (``//``), ``.`` or ``..`` segments (S3 keeps them
+literally, so ``a/../b`` would be a different prefix than it reads); a path starting with ``~`` (nothing here
+expands it, so it would name a directory called ``~``). The store's own parser accepts what this one returns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.errors import RootUriError
+
+_ROOT_SCHEMES = "a local path, file:// or s3://"
+# A scheme followed by ":": only a URI when the scheme is one of ours or a slash follows ("gs:/x", "gs://x");
+# "v2:data" stays a relative path, as it always was.
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_IPV4 = re.compile(r"^[0-9]{1,3}(\.[0-9]{1,3}){3}$")
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-")
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3")
+
+
+class RootUri(BaseModel):
+    """A parsed, normalized root.
+
+    ``path`` is the absolute local path (``file``) or the key prefix without leading or trailing slashes
+    (``s3``, "" for the bucket's top); ``bucket`` is "" for ``file``; ``uri`` is the normalized string.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scheme: Literal["file", "s3"]
+    bucket: str
+    path: str
+    uri: str
+
+
+def parse_root_uri(text: str, *, variable: str) -> RootUri:
+    """Parse and normalize a root given as ``variable`` (named in every error).
+
+    Args:
+        text: the value as given; surrounding whitespace is ignored.
+        variable: the variable or flag it came from, e.g. ``DATA_ROOT`` or ``--root``.
+
+    Returns:
+        The parsed root; ``.uri`` is the normalized string.
+
+    Raises:
+        RootUriError: the value is empty or malformed (see the module docstring).
+
+    Example:
+        >>> parse_root_uri("s3://bucket/runs/", variable="PIPELINE_ROOT_URI").uri
+        's3://bucket/runs'
+    """
+    value = text.strip()
+    if value == "":
+        raise RootUriError(variable, text, "is empty", _ROOT_SCHEMES)
+    if value.startswith("s3://"):
+        return _s3(value[len("s3://") :], variable, text)
+    if value.startswith("file://"):
+        return _local(value[len("file://") :], variable, text)
+    scheme = _SCHEME.match(value)
+    if scheme is not None:
+        name, rest = scheme.group(1), value[scheme.end() :]
+        if name.lower() == "s3" and not rest.startswith("//"):
+            raise RootUriError(variable, text, "is not an S3 URI", "s3://BUCKET/PREFIX (two slashes after s3:)")
+        if name.lower() == "file" and not rest.startswith("//"):
+            raise RootUriError(variable, text, "is not a file URI", "file:// followed by a path, or a bare path")
+        if rest.startswith("/"):
+            raise RootUriError(variable, text, "has an unsupported scheme", _ROOT_SCHEMES)
+    return _local(value, variable, text)
+
+
+def _local(path: str, variable: str, text: str) -> RootUri:
+    if path == "":
+        raise RootUriError(variable, text, "names no path", "file:// followed by a path, or a bare path")
+    if path.startswith("~"):
+        raise RootUriError(variable, text, "starts with ~", "an absolute or relative path; ~ is not expanded")
+    absolute = os.path.normpath(os.path.abspath(path))
+    return RootUri(scheme="file", bucket="", path=absolute, uri="file://" + absolute)
+
+
+def _s3(rest: str, variable: str, text: str) -> RootUri:
+    bucket, _, prefix = rest.rstrip("/").partition("/")
+    if bucket == "":
+        raise RootUriError(variable, text, "names no bucket", "s3://BUCKET/PREFIX")
+    if not _valid_bucket(bucket):
+        raise RootUriError(
+            variable,
+            text,
+            f"names an invalid bucket {bucket!r}",
+            "a bucket name of 3-63 lowercase letters, digits, dots or hyphens that starts and ends with a letter "
+            "or digit (no '..', not an IP address)",
+        )
+    # Trailing slashes after a ":" were always kept ("s3://b/k://" named the prefix "k://", an empty segment):
+    # refused, rather than silently naming another prefix than before.
+    if prefix and (any(segment in ("", ".", "..") for segment in prefix.split("/")) or _colon_slashes(rest)):
+        raise RootUriError(
+            variable, text, "has an empty, '.' or '..' segment in its prefix", "a prefix of non-empty segments"
+        )
+    return RootUri(
+        scheme="s3", bucket=bucket, path=prefix, uri=f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    )
+
+
+def _colon_slashes(rest: str) -> bool:
+    stripped = rest.rstrip("/")
+    return stripped != rest and stripped.endswith(":")
+
+
+def _valid_bucket(name: str) -> bool:
+    return (
+        _BUCKET.match(name) is not None
+        and ".." not in name
+        and _IPV4.match(name) is None
+        and not name.startswith(_BUCKET_RESERVED_PREFIXES)
+        and not name.endswith(_BUCKET_RESERVED_SUFFIXES)
+    )

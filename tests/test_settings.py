@@ -1,0 +1,180 @@
+"""One settings resolver: one priority for every variable, MLflow required only where it is used, and the
+workflow inputs kept in step with the user-level variables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from s3_servers import S3Endpoint
+
+from ml8s.audit.chain_check import chain_name
+from ml8s.audit.mlflow_refs import tracking_uri
+from ml8s.errors import ConfigError
+from ml8s.identity.priority import explicit_or_env
+from ml8s.identity.settings import PLATFORM_VARIABLES, WORKFLOW_PLATFORM_INPUTS, PlatformSettings
+from ml8s.identity.variables import USER_VARIABLES, raw_values_from_env
+from ml8s.ops.tmp_cleanup import retention_days
+from ml8s.pipeline.bootstrap import bootstrap
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+S3_ROOT = {"PIPELINE_ROOT_URI": "s3://ml8s-runs/team/"}
+
+
+@pytest.mark.parametrize(
+    ("explicit", "env", "expected"),
+    [
+        ({"epochs": "3"}, {"EPOCHS": "5"}, "3"),
+        ({"epochs": " 3 "}, {}, "3"),
+        ({"epochs": ""}, {"EPOCHS": "5"}, "5"),
+        ({"epochs": "  "}, {"EPOCHS": " 5\n"}, "5"),
+        ({}, {"EPOCHS": "5"}, "5"),
+        ({}, {"EPOCHS": ""}, None),
+        ({"epochs": ""}, {"EPOCHS": " "}, None),
+        ({"EPOCHS": "3"}, {}, None),  # explicit inputs are keyed by the lower-case name only
+        ({}, {"epochs": "5"}, None),  # the environment by the variable's name only
+    ],
+)
+def test_the_one_priority(explicit: dict[str, str], env: dict[str, str], expected: str | None) -> None:
+    assert explicit_or_env("EPOCHS", env, explicit) == expected
+
+
+def test_user_variables_and_settings_share_the_priority() -> None:
+    env = {"EPOCHS": "5", "TEST_SIZE": "", "CHAIN_NAME": "from-env", "MLFLOW_MODEL_NAME": ""}
+    explicit = {"epochs": "", "random_seed": "7", "chain_name": " ", "mlflow_experiment_prefix": "exp"}
+    raw = raw_values_from_env(env, explicit)
+    assert (raw["EPOCHS"], raw["RANDOM_SEED"], raw["TEST_SIZE"], raw["DATA_ROOT"]) == ("5", "7", None, None)
+    settings = PlatformSettings.load(env, explicit)
+    assert (settings.chain_name, settings.mlflow_experiment_prefix, settings.mlflow_model_name) == (
+        "from-env",
+        "exp",
+        "ml8s-model",
+    )
+
+
+def test_defaults_live_on_the_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = PlatformSettings.load({})
+    assert settings.model_dump() == {
+        "pipeline_root_uri": f"file://{tmp_path}/pipeline_root",
+        "force_rerun": False,
+        "strict_data_identity": True,
+        "mlflow_tracking_uri": f"sqlite:///{tmp_path}/pipeline_root/mlflow.db",
+        "mlflow_experiment_prefix": "ml8s",
+        "mlflow_model_name": "ml8s-model",
+        "chain_name": "ml8s-model",
+        "image_version": "dev",
+        "tmp_retention_days": 7,
+    }
+    assert sorted(PLATFORM_VARIABLES) == sorted([name.upper() for name in settings.model_dump()] + ["ML8S_WORKER_ID"])
+    assert PLATFORM_VARIABLES["TMP_RETENTION_DAYS"].endswith("; default 7")
+
+
+def test_explicit_and_environment_values() -> None:
+    env = {
+        "PIPELINE_ROOT_URI": "/srv/env-root/",
+        "FORCE_RERUN": "YES",
+        "STRICT_DATA_IDENTITY": "0",
+        "MLFLOW_MODEL_NAME": "churn",
+        "TMP_RETENTION_DAYS": " 30 ",
+        "IMAGE_VERSION": "1.2.3",
+    }
+    settings = PlatformSettings.load(env, {"pipeline_root_uri": "/srv/input-root", "force_rerun": "false"})
+    assert settings.pipeline_root_uri == "file:///srv/input-root"
+    assert settings.mlflow_tracking_uri == "sqlite:////srv/input-root/mlflow.db"
+    assert (settings.force_rerun, settings.strict_data_identity) == (False, False)
+    assert (settings.mlflow_model_name, settings.chain_name, settings.image_version) == ("churn", "churn", "1.2.3")
+    assert settings.tmp_retention_days == 30
+
+
+def test_load_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAIN_NAME", "from-process")
+    monkeypatch.setenv("PIPELINE_ROOT_URI", "/srv/root")
+    assert PlatformSettings.load().chain_name == "from-process"
+
+
+def test_building_or_reading_back_never_consults_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    written = PlatformSettings.load({"PIPELINE_ROOT_URI": "/srv/root"})
+    monkeypatch.setenv("CHAIN_NAME", "other")
+    monkeypatch.setenv("FORCE_RERUN", "true")
+    monkeypatch.setenv("PIPELINE_ROOT_URI", "/elsewhere")
+    assert PlatformSettings.model_validate_json(written.model_dump_json()) == written
+    assert PlatformSettings(pipeline_root_uri="/srv/root") == written
+    assert PlatformSettings().chain_name == "ml8s-model"
+
+
+def test_the_class_is_frozen_and_closed() -> None:
+    settings = PlatformSettings.load({"PIPELINE_ROOT_URI": "/srv/root"})
+    with pytest.raises(ValidationError):
+        settings.chain_name = "x"  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        PlatformSettings.model_validate({"pipeline_root_uri": "/srv/root", "colour": "blue"})
+    with pytest.raises(ValidationError):
+        PlatformSettings.model_validate({"pipeline_root_uri": "/srv/root", "force_rerun": 2})
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"FORCE_RERUN": "perhaps"}, "FORCE_RERUN='perhaps' is invalid; expected true or false"),
+        ({"STRICT_DATA_IDENTITY": "on"}, "STRICT_DATA_IDENTITY='on' is invalid; expected true or false"),
+        ({"TMP_RETENTION_DAYS": "-1"}, "TMP_RETENTION_DAYS='-1' is invalid; expected a whole number of days"),
+        ({"TMP_RETENTION_DAYS": "1.5"}, "TMP_RETENTION_DAYS='1.5' is invalid; expected a whole number of days"),
+        ({"PIPELINE_ROOT_URI": "gs://b/x"}, "PIPELINE_ROOT_URI='gs://b/x' has an unsupported scheme"),
+        ({"PIPELINE_ROOT_URI": "s3:/runs"}, "PIPELINE_ROOT_URI='s3:/runs' is not an S3 URI"),
+        ({"PIPELINE_ROOT_URI": "~/runs"}, "expected an absolute or relative path; ~ is not expanded"),
+    ],
+)
+def test_malformed_settings_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: ") as caught:
+        PlatformSettings.load(env)
+    assert message in str(caught.value)
+
+
+def test_an_s3_root_loads_without_mlflow() -> None:
+    settings = PlatformSettings.load(S3_ROOT)
+    assert (settings.pipeline_root_uri, settings.mlflow_tracking_uri) == ("s3://ml8s-runs/team", "")
+    # The tools that never talk to MLflow resolve what they need from the same settings.
+    assert chain_name({**S3_ROOT, "MLFLOW_MODEL_NAME": "churn"}) == "churn"
+    assert retention_days({**S3_ROOT, "TMP_RETENTION_DAYS": "3"}) == 3.0
+    with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI is required when PIPELINE_ROOT_URI is not local"):
+        settings.mlflow_tracking_uri_for_registry()
+    with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI is required"):
+        tracking_uri({}, "s3://ml8s-runs/team")
+    explicit = PlatformSettings.load({**S3_ROOT, "MLFLOW_TRACKING_URI": "http://mlflow:5000"})
+    assert explicit.mlflow_tracking_uri_for_registry() == "http://mlflow:5000"
+    assert tracking_uri({"MLFLOW_TRACKING_URI": "http://m"}, "s3://ml8s-runs/team") == "http://m"
+    assert tracking_uri({}, "file:///srv/root") == "sqlite:////srv/root/mlflow.db"
+
+
+def test_a_training_run_needs_mlflow_before_it_reads_data(tmp_path: Path) -> None:
+    # DATA_ROOT does not exist: reaching the data would be a DataError, so the ConfigError came first.
+    env = {**S3_ROOT, "DATA_ROOT": str(tmp_path / "absent"), "TARGET_COLUMN": "y"}
+    with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI is required"):
+        bootstrap(env)
+
+
+def test_workflow_inputs_match_the_variables() -> None:
+    """Adding a user variable without its workflow input (or the reverse) fails here."""
+    from tasks.bootstrap import bootstrap_run
+    from workflows.training import training_pipeline
+
+    expected = sorted([name.lower() for name in USER_VARIABLES] + list(WORKFLOW_PLATFORM_INPUTS))
+    assert sorted(training_pipeline.python_interface.inputs) == expected
+    assert sorted(bootstrap_run.python_interface.inputs) == expected
+    assert set(WORKFLOW_PLATFORM_INPUTS) <= set(PlatformSettings.model_fields)
+    assert not set(WORKFLOW_PLATFORM_INPUTS) & {name.lower() for name in USER_VARIABLES}
+
+
+def test_tools_that_never_use_mlflow_run_on_an_s3_root_without_it(moto_server: S3Endpoint) -> None:
+    drop = ("MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME", "TMP_RETENTION_DAYS")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("AWS_", "FLYTE_AWS_"))}
+    env.update(moto_server.env(), PIPELINE_ROOT_URI=f"s3://{moto_server.make_bucket()}/runs")
+    for args in (["chain", "init"], ["chain", "log"], ["tmp-cleanup", "--dry-run"], ["runs", "list"]):
+        done = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"ml8s {' '.join(args)}: {done.stderr}"
+    assert subprocess.run([ML8S, "chain", "log"], env=env, capture_output=True, text=True).stdout.startswith("v0 ")

@@ -1,0 +1,130 @@
+"""The one root-URI parser: hand-written normalizations (SPEC §2 step 1) and every malformed root refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ml8s.errors import ConfigError, RootUriError
+from ml8s.identity.params import validate_params
+from ml8s.identity.uri import RootUri, parse_root_uri
+from ml8s.identity.variables import canonical_config
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/data/x", RootUri(scheme="file", bucket="", path="/data/x", uri="file:///data/x")),
+        ("  /data/x/\n", RootUri(scheme="file", bucket="", path="/data/x", uri="file:///data/x")),
+        ("/data//x/./y/..", RootUri(scheme="file", bucket="", path="/data/x", uri="file:///data/x")),
+        ("file:///data/./y/../x/", RootUri(scheme="file", bucket="", path="/data/x", uri="file:///data/x")),
+        ("/", RootUri(scheme="file", bucket="", path="/", uri="file:///")),
+        ("file:///", RootUri(scheme="file", bucket="", path="/", uri="file:///")),
+        ("/srv/a b/é", RootUri(scheme="file", bucket="", path="/srv/a b/é", uri="file:///srv/a b/é")),
+        ("s3://bucket", RootUri(scheme="s3", bucket="bucket", path="", uri="s3://bucket")),
+        ("s3://bucket/", RootUri(scheme="s3", bucket="bucket", path="", uri="s3://bucket")),
+        ("s3://bucket/prefix//", RootUri(scheme="s3", bucket="bucket", path="prefix", uri="s3://bucket/prefix")),
+        (
+            " s3://my.bucket-01/a/b.c/d-e/ ",
+            RootUri(scheme="s3", bucket="my.bucket-01", path="a/b.c/d-e", uri="s3://my.bucket-01/a/b.c/d-e"),
+        ),
+        ("s3://abc/k:v/x", RootUri(scheme="s3", bucket="abc", path="k:v/x", uri="s3://abc/k:v/x")),
+    ],
+)
+def test_valid_roots_normalize(text: str, expected: RootUri) -> None:
+    parsed = parse_root_uri(text, variable="DATA_ROOT")
+    assert parsed == expected
+    assert parse_root_uri(parsed.uri, variable="DATA_ROOT") == parsed  # normalizing twice changes nothing
+
+
+def test_relative_paths_are_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    here = os.getcwd()
+    assert parse_root_uri("data/", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/data"
+    assert parse_root_uri("./a/../data", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/data"
+    assert parse_root_uri("file://data", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/data"
+    # A colon without a slash after it is a file name, not a scheme: such paths always were valid.
+    assert parse_root_uri("v2:data", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/v2:data"
+
+
+# (text, a phrase the message must hold besides the variable and the text)
+MALFORMED = [
+    ("", "is empty; expected a local path, file:// or s3://"),
+    ("   ", "is empty"),
+    ("s3:/x", "is not an S3 URI; expected s3://BUCKET/PREFIX (two slashes after s3:)"),
+    ("s3:x", "is not an S3 URI"),
+    ("s3:", "is not an S3 URI"),
+    ("s3://", "names no bucket"),
+    ("s3:///prefix", "names no bucket"),
+    ("s3://Bucket/x", "invalid bucket 'Bucket'"),
+    ("s3://my_bucket", "invalid bucket 'my_bucket'"),
+    ("s3://ab", "invalid bucket 'ab'"),
+    ("s3://" + "a" * 64, "invalid bucket"),
+    ("s3://-bucket", "invalid bucket '-bucket'"),
+    ("s3://bucket-/x", "invalid bucket 'bucket-'"),
+    ("s3://a..b", "invalid bucket 'a..b'"),
+    ("s3://192.168.1.1/x", "invalid bucket '192.168.1.1'"),
+    ("s3://xn--bucket", "invalid bucket 'xn--bucket'"),
+    ("s3://bucket-s3alias", "invalid bucket"),
+    ("s3://bucket//a", "empty, '.' or '..' segment"),
+    ("s3://bucket/a//b", "empty, '.' or '..' segment"),
+    ("s3://bucket/./a", "empty, '.' or '..' segment"),
+    ("s3://bucket/a/..", "empty, '.' or '..' segment"),
+    ("s3://bucket/a/../b/", "empty, '.' or '..' segment"),
+    ("file:relative", "is not a file URI; expected file:// followed by a path, or a bare path"),
+    ("file:/x", "is not a file URI"),
+    ("File:/x", "is not a file URI"),
+    ("file:", "is not a file URI"),
+    ("file://", "names no path"),
+    ("~", "expected an absolute or relative path; ~ is not expanded"),
+    ("~/data", "expected an absolute or relative path; ~ is not expanded"),
+    ("~alice/data", "~ is not expanded"),
+    ("file://~/data", "~ is not expanded"),
+    ("gs://bucket", "has an unsupported scheme; expected a local path, file:// or s3://"),
+    ("http://host/x", "has an unsupported scheme"),
+    ("ftp://x", "has an unsupported scheme"),
+    ("S3://bucket", "has an unsupported scheme"),
+    ("FILE:///x", "has an unsupported scheme"),
+    ("hdfs:/x", "has an unsupported scheme"),
+]
+
+
+@pytest.mark.parametrize(("text", "phrase"), MALFORMED)
+@pytest.mark.parametrize("variable", ["DATA_ROOT", "PIPELINE_ROOT_URI"])
+def test_malformed_roots_name_the_variable(text: str, phrase: str, variable: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_root_uri(text, variable=variable)
+    message = str(caught.value)
+    assert message.startswith(f"CONFIG_ERROR: {variable}={text!r} ")
+    assert phrase in message
+    assert isinstance(caught.value, RootUriError) and caught.value.code == "CONFIG_ERROR"
+
+
+def test_data_root_goes_through_the_parser() -> None:
+    with pytest.raises(ConfigError, match=r"DATA_ROOT='s3:/data' is not an S3 URI"):
+        canonical_config({"DATA_ROOT": "s3:/data", "TARGET_COLUMN": "y"})
+    config = canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "y"})
+    assert validate_params(config).data_root == "file:///d"
+    with pytest.raises(ConfigError, match=r"DATA_ROOT='s3://bucket/a/\.\./b'"):
+        validate_params({**config, "data_root": "s3://bucket/a/../b"})
+
+
+def test_cli_root_flag_is_a_usage_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINE_ROOT_URI"}
+    cases = {
+        "gs://bucket": "argument --root: 'gs://bucket': expected a local path, file:// or s3://",
+        "s3:/x": "argument --root: 's3:/x': expected s3://BUCKET/PREFIX (two slashes after s3:)",
+    }
+    for root, line in cases.items():
+        done = subprocess.run([ML8S, "runs", "list", "--root", root], env=env, capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr.rstrip().endswith(line), done.stderr
+    env["PIPELINE_ROOT_URI"] = "~/runs"  # the environment's root is parsed only when --root is absent
+    assert subprocess.run([ML8S, "runs", "list", "--root", str(tmp_path)], env=env).returncode == 0
+    done = subprocess.run([ML8S, "runs", "list"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "~ is not expanded" in done.stderr
