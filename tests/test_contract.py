@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import JsonValue
 
 from ml8s.contract import (
     ArtifactDigest,
@@ -133,7 +134,7 @@ def fingerprint() -> FingerprintRecord:
 
 
 def incident() -> Incident:
-    stored = {"full_config_hash": "f" * 64, "nested": {"list": [1, 2.5, None, True]}}
+    stored: dict[str, JsonValue] = {"full_config_hash": "f" * 64, "nested": {"list": [1, 2.5, None, True]}}
     return Incident(
         kind="RUN_ID_HASH_COLLISION",
         run_id="a" * 12,

@@ -57,13 +57,15 @@ def test_verifier_and_cli_import_no_torch() -> None:
     ids=str,
 )
 def test_formulas_agree_with_the_torch_module(model_spec: ModelSpec) -> None:
+    import torch
+
     from ml8s.modeling.networks import build_model, parameter_count
 
     model = build_model(model_spec)
     assert families.parameter_count(model_spec) == parameter_count(model)
     assert len(model) == len(families.layers(model_spec))
-    linear = [m for m in model if hasattr(m, "weight")]
-    widths = [model_spec.n_features, *(int(m.weight.shape[0]) for m in linear)]
+    linear = [m for m in model if isinstance(m, torch.nn.Linear)]
+    widths = [model_spec.n_features, *(m.out_features for m in linear)]
     assert families.architecture(model_spec) == f"{model_spec.model_type}:" + "-".join(map(str, widths))
 
 

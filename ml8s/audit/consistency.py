@@ -7,6 +7,8 @@ names, classes and row counts against feature_schema.json; row counts and the fi
 metrics.json; one loss per epoch; the export's settings and its difference within tolerance; the
 determinism flags; which library versions are recorded. Not checkable from the run alone: the version
 strings themselves, the epoch losses before the last, the export's exact difference (docs/audits.md).
+Every expected value comes from ``ml8s.modeling.families``, the definitions training and export use
+(importable without torch), and each file is read through its model in ``ml8s.contract``.
 """
 
 from __future__ import annotations
