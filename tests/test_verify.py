@@ -299,17 +299,6 @@ def test_manifest_edited(tampered: Run) -> None:
     assert_fails(verify(tampered), "manifest", "artifact_root is file:///elsewhere")
 
 
-def test_pinned_constants_match_the_pipeline() -> None:
-    from ml8s.audit import consistency
-    from ml8s.modeling.determinism import flags
-    from ml8s.pipeline import export
-
-    assert (consistency.EXPORT_TOLERANCE, consistency.ONNX_OPSET) == (export.TOLERANCE, export.ONNX_OPSET)
-    assert sorted(consistency.VERSIONED) == sorted({"python", *export._VERSIONED})
-    for device in ("cpu", "cuda"):
-        assert consistency.expected_determinism(device) == flags(device)
-
-
 # ------------------------------------------------------------------------------------------- MLflow
 
 

@@ -27,8 +27,7 @@ from ml8s.audit.run_checks import maybe
 from ml8s.audit.state import RunState
 from ml8s.audit.verify import verify_state
 from ml8s.audit.verify_md import verify_md
-from ml8s.contract import layout
-from ml8s.contract.records import Unavailable, checksum_lines
+from ml8s.contract import Unavailable, checksum_lines, layout
 from ml8s.errors import AuditBundleError, ChainError, Ml8sError, VerificationFailedError
 
 FORMAT = "ml8s-audit-bundle/1"

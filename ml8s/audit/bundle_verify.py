@@ -36,14 +36,14 @@ from ml8s.audit.report import (
 )
 from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.verify_md import verify_md
-from ml8s.contract import layout
-from ml8s.contract.manifest import Manifest
-from ml8s.contract.records import (
+from ml8s.contract import (
     ConfigSnapshot,
     FingerprintRecord,
     Invalid,
+    Manifest,
     TrainingMetadata,
     Unavailable,
+    layout,
     parse,
     parse_checksum_lines,
 )

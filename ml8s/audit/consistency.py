@@ -7,34 +7,17 @@ names, classes and row counts against feature_schema.json; row counts and the fi
 metrics.json; one loss per epoch; the export's settings and its difference within tolerance; the
 determinism flags; which library versions are recorded. Not checkable from the run alone: the version
 strings themselves, the epoch losses before the last, the export's exact difference (docs/audits.md).
+Every expected value comes from ``ml8s.modeling.families``, the definitions training and export use
+(importable without torch), and each file is read through its model in ``ml8s.contract``.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 
-from ml8s.contract.records import ConfigSnapshot, TrainingMetadata
-
-# Constants of the pipeline, repeated here so that verifying needs no torch (the pipeline modules that
-# define them import it); tests/test_verify.py pins them to ml8s.pipeline.export and ml8s.modeling.determinism.
-EXPORT_TOLERANCE = 1e-4
-ONNX_OPSET = 17
-OPTIMIZER = "adam"
-VERSIONED = ("numpy", "onnx", "onnxruntime", "pyarrow", "python", "safetensors", "torch")
-
-
-def expected_determinism(device: str) -> dict[str, object]:
-    """What ``ml8s.modeling.determinism.flags(device)`` records."""
-    return {
-        "cublas_workspace_config": ":4096:8",
-        "cudnn_benchmark": False,
-        "cudnn_deterministic": True,
-        "device": device,
-        "torch_num_threads": 1 if device == "cpu" else None,
-        "use_deterministic_algorithms": True,
-    }
+from ml8s.contract import ConfigSnapshot, FeatureSchema, Invalid, Metrics, TrainingMetadata, layout, parse
+from ml8s.modeling import families
 
 
 def safetensors_shapes(head: bytes) -> list[list[int]] | None:
@@ -69,14 +52,17 @@ def cross_problems(
         for name in ("model_type", "hidden_units", "hidden_layers")
         if getattr(spec, name) != config.get(name)
     ]
-    hidden = [spec.hidden_units] * spec.hidden_layers if spec.model_type == "mlp" else []
-    widths = [spec.n_features, *hidden, spec.n_classes]
-    arch = f"{spec.model_type}:" + "-".join(str(w) for w in widths)
-    count = sum(a * b + b for a, b in itertools.pairwise(widths))  # weights and biases of each linear layer
-    if model.architecture != arch:
-        problems.append(f"model.architecture is {model.architecture!r}; its spec gives {arch!r}")
-    if model.parameter_count != count:
-        problems.append(f"model.parameter_count is {model.parameter_count}; its spec gives {count}")
+    if spec.model_type in families.FAMILIES:
+        arch, count = families.architecture(spec), families.parameter_count(spec)
+        if model.architecture != arch:
+            problems.append(f"model.architecture is {model.architecture!r}; its spec gives {arch!r}")
+        if model.parameter_count != count:
+            problems.append(f"model.parameter_count is {model.parameter_count}; its spec gives {count}")
+    else:
+        problems.append(
+            f"model.spec.model_type {spec.model_type!r} is not a model family; "
+            f"expected one of {list(families.MODEL_TYPES)}"
+        )
     if len(model.feature_names) != spec.n_features or len(model.classes) != spec.n_classes:
         problems.append(
             f"model lists {len(model.feature_names)} features and {len(model.classes)} classes; "
@@ -87,57 +73,59 @@ def cross_problems(
         counted = None if shapes is None else sum(math.prod(s) for s in shapes)
         if counted != model.parameter_count:
             problems.append(f"model.parameter_count is {model.parameter_count}; the native weights hold {counted}")
-    if len(training.epoch_losses) != training.epochs or training.optimizer != OPTIMIZER:
+    if len(training.epoch_losses) != training.epochs or training.optimizer != families.OPTIMIZER:
         problems.append(
             f"training records {len(training.epoch_losses)} losses for {training.epochs} epochs "
-            f"with optimizer {training.optimizer!r}; expected one per epoch, {OPTIMIZER!r}"
+            f"with optimizer {training.optimizer!r}; expected one per epoch, {families.OPTIMIZER!r}"
         )
-    opset = ONNX_OPSET if export.format == "onnx" else None
-    if (export.held_out_rows, export.tolerance, export.onnx_opset) != (training.test_rows, EXPORT_TOLERANCE, opset):
+    opset, tolerance = families.onnx_opset(export.format), families.EXPORT_TOLERANCE
+    if (export.held_out_rows, export.tolerance, export.onnx_opset) != (training.test_rows, tolerance, opset):
         problems.append(
             f"export records {export.held_out_rows} held-out rows, tolerance {export.tolerance}, opset "
-            f"{export.onnx_opset}; expected {training.test_rows}, {EXPORT_TOLERANCE}, {opset}"
+            f"{export.onnx_opset}; expected {training.test_rows}, {tolerance}, {opset}"
         )
     if not 0 <= export.max_abs_diff <= export.tolerance:
         problems.append(f"export.max_abs_diff {export.max_abs_diff} is not within its tolerance {export.tolerance}")
-    if sorted(metadata.versions) != sorted(VERSIONED):
-        problems.append(f"versions records {sorted(metadata.versions)}; expected the versions of {list(VERSIONED)}")
+    if sorted(metadata.versions) != list(families.RECORDED_VERSIONS):
+        problems.append(
+            f"versions records {sorted(metadata.versions)}; expected the versions of {list(families.RECORDED_VERSIONS)}"
+        )
     device = config.get("train_device")
-    if metadata.determinism.model_dump() != expected_determinism(device if isinstance(device, str) else ""):
+    if metadata.determinism != families.determinism_flags(device if isinstance(device, str) else ""):
         problems.append(f"determinism differs from the flags ml8s sets for TRAIN_DEVICE={device!r}")
     return problems + _against_schema(metadata, schema) + _against_metrics(metadata, metrics)
 
 
-def _against_schema(metadata: TrainingMetadata, schema: bytes | None) -> list[str]:
-    if schema is None:
+def _against_schema(metadata: TrainingMetadata, data: bytes | None) -> list[str]:
+    if data is None:
         return []
     try:
-        data = json.loads(schema)
-        names = [f["name"] for f in data["features"]]
-        classes, rows = data["target"]["classes"], data["rows"]
-        counts = (rows["train"], rows["test"])
-    except (ValueError, KeyError, TypeError):
+        schema = parse(layout.FEATURE_SCHEMA, data, FeatureSchema)
+    except Invalid:
         return []  # its integrity is the artifacts check's business
     problems = []
-    if metadata.model.feature_names != names:
+    if metadata.model.feature_names != [f.name for f in schema.features]:
         problems.append("model.feature_names differ from feature_schema.json's features")
-    if metadata.model.classes != classes:
+    if metadata.model.classes != schema.target.classes:
         problems.append("model.classes differ from feature_schema.json's target classes")
-    if (metadata.training.train_rows, metadata.training.test_rows) != counts:
+    if (metadata.training.train_rows, metadata.training.test_rows) != (schema.rows.train, schema.rows.test):
         problems.append("training.train_rows/test_rows differ from feature_schema.json's rows")
     return problems
 
 
-def _against_metrics(metadata: TrainingMetadata, metrics: bytes | None) -> list[str]:
-    if metrics is None:
+def _against_metrics(metadata: TrainingMetadata, data: bytes | None) -> list[str]:
+    if data is None:
         return []
     try:
-        data = json.loads(metrics)
-        recorded = (data["train_rows"], data["test_rows"], data["final_train_loss"])
-    except (ValueError, KeyError, TypeError):
+        metrics = parse(layout.METRICS, data, Metrics)
+    except Invalid:
         return []  # its integrity is the artifacts check's business
     training = metadata.training
     last = training.epoch_losses[-1] if training.epoch_losses else None
-    if (training.train_rows, training.test_rows, last) != recorded:
+    if (training.train_rows, training.test_rows, last) != (
+        metrics.train_rows,
+        metrics.test_rows,
+        metrics.final_train_loss,
+    ):
         return ["training rows or last epoch loss differ from metrics.json's train_rows/test_rows/final_train_loss"]
     return []

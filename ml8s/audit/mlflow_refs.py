@@ -15,8 +15,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.contract.manifest import Manifest
-from ml8s.contract.records import ConfigSnapshot, Unavailable
+from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.pipeline.registry import MlflowRef

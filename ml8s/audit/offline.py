@@ -10,12 +10,11 @@ import json
 import re
 from collections.abc import Mapping
 
-from ml8s.contract import layout
-from ml8s.contract.manifest import Manifest
-from ml8s.contract.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata
+from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingMetadata, layout
 from ml8s.data.fingerprint import fingerprint_entries
 from ml8s.identity.hashing import full_config_hash
 from ml8s.identity.variables import CANONICALIZATION_VERSION, USER_VARIABLES, canonical_json
+from ml8s.modeling.families import MODEL_FORMATS
 
 # Every canonicalization version this verifier can recompute (SPEC §2); add one when it is bumped.
 KNOWN_CANONICALIZATION_VERSIONS = frozenset({CANONICALIZATION_VERSION})
@@ -109,7 +108,7 @@ def fingerprint_problems(record: FingerprintRecord, snapshot: ConfigSnapshot) ->
 
 def model_format(snapshot: ConfigSnapshot) -> str:
     fmt = snapshot.canonical_config.get("model_format")
-    return fmt if isinstance(fmt, str) and fmt in ("onnx", "safetensors") else "onnx"
+    return fmt if isinstance(fmt, str) and fmt in MODEL_FORMATS else "onnx"
 
 
 def metadata_problems(metadata: TrainingMetadata, snapshot: ConfigSnapshot) -> list[str]:

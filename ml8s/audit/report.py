@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.contract.records import Unavailable
+from ml8s.contract import Unavailable
 from ml8s.errors import Ml8sError
 
 

@@ -13,8 +13,7 @@ from ml8s.audit import offline
 from ml8s.audit.consistency import cross_problems, header_length
 from ml8s.audit.report import CheckResult, failed, passed, verdict
 from ml8s.audit.state import RunState
-from ml8s.contract import layout
-from ml8s.contract.records import Unavailable
+from ml8s.contract import Unavailable, layout
 from ml8s.data.sources import fingerprint_data
 
 T = TypeVar("T")

@@ -11,9 +11,7 @@ import tempfile
 from collections.abc import Mapping
 
 from ml8s.audit.offline import Digest
-from ml8s.contract import layout
-from ml8s.contract.manifest import Manifest
-from ml8s.contract.records import ConfigSnapshot, FingerprintRecord, TrainingMetadata, Unavailable, parse
+from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingMetadata, Unavailable, layout, parse
 from ml8s.errors import NotFoundError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import ObjectInfo, Store, open_store

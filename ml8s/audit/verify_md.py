@@ -5,8 +5,7 @@ from __future__ import annotations
 from ml8s.audit.mlflow_refs import MlflowView
 from ml8s.audit.offline import model_format
 from ml8s.audit.report import Report
-from ml8s.contract import layout
-from ml8s.contract.records import ConfigSnapshot
+from ml8s.contract import ConfigSnapshot, layout
 
 _TEMPLATE = """\
 # Audit bundle of ml8s run {run_id}

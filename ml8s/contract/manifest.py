@@ -1,40 +1,25 @@
-"""The run manifest: what a completed run returns to its caller, byte for byte on every re-run.
+"""``manifest.json``: what a completed run returns to its caller, byte for byte on every re-run.
 
-Finalization writes it (``manifest.json``) just before the marker; the idempotence gate returns those
-bytes unchanged, so an early exit needs neither MLflow nor torch.
+Finalization writes it just before the marker; the idempotence gate returns those bytes unchanged, so
+an early exit needs neither MLflow nor torch.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-from ml8s.identity.hashing import canonical_bytes
-
-
-class ArtifactRef(BaseModel):
-    """One final artifact: where it is and what it must hash to."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uri: str
-    sha256: str
-    size: int
+from ml8s.contract._base import ContractFile, ContractModel
+from ml8s.contract.artifact import ArtifactRef
 
 
-class RerunAudit(BaseModel):
+class RerunAudit(ContractModel):
     """FORCE_RERUN's free determinism audit: did the regenerated artifacts equal the old ones?"""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     reproduced: bool
     changed: tuple[str, ...]
     previous_sha256: dict[str, str]
 
 
-class Manifest(BaseModel):
+class Manifest(ContractFile):
     """The canonical run manifest of Step 7."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_id: str
     full_config_hash: str
@@ -44,6 +29,3 @@ class Manifest(BaseModel):
     artifacts: dict[str, ArtifactRef]
     mlflow: dict[str, str]
     force_rerun: RerunAudit | None = None
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes(self.model_dump(mode="json"))

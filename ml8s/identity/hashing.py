@@ -11,7 +11,7 @@ from ml8s.identity.variables import CANONICALIZATION_VERSION, CanonicalConfig, J
 
 
 class RunIdentity(BaseModel):
-    """Everything that names a run. ``config_snapshot()`` is the content of ``config_snapshot.json``."""
+    """Everything that names a run (``ml8s.contract.ConfigSnapshot.of`` records it in ``config_snapshot.json``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -22,18 +22,6 @@ class RunIdentity(BaseModel):
     full_config_hash: str
     run_id: str
     canonicalization_version: str = CANONICALIZATION_VERSION
-
-    def config_snapshot(self) -> dict[str, object]:
-        return {
-            "canonical_config": self.canonical_config,
-            "canonicalization_version": self.canonicalization_version,
-            "data_fingerprint": self.data_fingerprint,
-            "full_config_hash": self.full_config_hash,
-            "run_id": self.run_id,
-        }
-
-    def config_snapshot_bytes(self) -> bytes:
-        return canonical_bytes(self.config_snapshot())
 
 
 def full_config_hash(canonical: str, data_fingerprint: str) -> str:

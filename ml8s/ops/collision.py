@@ -20,40 +20,13 @@ import tempfile
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.contract import layout
+from ml8s.contract import MovedFile, Resolution, layout
 from ml8s.errors import IntegrityError, NotFoundError, ResolutionRefusedError
-from ml8s.identity.hashing import canonical_bytes
 from ml8s.identity.settings import worker_id
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
 from ml8s.store import Store
 
 COLLISION = "RUN_ID_HASH_COLLISION"
-
-
-class MovedFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str
-    sha256: str
-    size: int
-
-
-class Resolution(BaseModel):
-    """The incident-log record of a resolution."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: str
-    action: str
-    run_id: str
-    stored_full_config_hash: str
-    artifact_root: str
-    quarantine_uri: str
-    incidents: tuple[str, ...]
-    files: tuple[MovedFile, ...]
-    reason: str
-    worker: dict[str, str]
-    resolved_at: str
 
 
 class Outcome(BaseModel):
@@ -177,7 +150,7 @@ def _record(
         worker={"worker_id": worker_id(), "hostname": socket.gethostname()},
         resolved_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     )
-    if store.put_if_absent(key, canonical_bytes(resolution.model_dump(mode="json"))):
+    if store.put_if_absent(key, resolution.to_bytes()):
         return Outcome(record_uri=store.uri(key), already_resolved=False, resolution=resolution)
     existing = Resolution.model_validate_json(store.get(key))
     return Outcome(record_uri=store.uri(key), already_resolved=True, resolution=existing)

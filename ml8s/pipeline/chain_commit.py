@@ -8,7 +8,6 @@ chain only once the commit has won.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -16,7 +15,7 @@ import tempfile
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy
-from ml8s.contract import layout
+from ml8s.contract import TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import NotFoundError
 from ml8s.pipeline.context import RunContext
@@ -39,9 +38,9 @@ class ChainCommit(BaseModel):
 def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCommit:
     """Commit the completed run (idempotent: an already committed run returns its version)."""
     store = ctx.store()
-    metadata = json.loads(store.get(ctx.key(layout.TRAINING_METADATA)))
-    training = metadata["training"]
-    steps = training["epochs"] * math.ceil(training["train_rows"] / training["batch_size"])
+    metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
+    training = metadata.training
+    steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
     payload = {
         PAYLOAD_MANIFEST: store.get(ctx.key(layout.MANIFEST)),
         PAYLOAD_WEIGHTS: store.get(ctx.key(layout.MODEL_NATIVE)),
@@ -53,8 +52,8 @@ def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCom
             run_id=ctx.run_id,
             full_config_hash=ctx.identity.full_config_hash,
             artifact_root=ctx.artifact_root,
-            architecture=metadata["model"]["architecture"],
-            parameter_count=metadata["model"]["parameter_count"],
+            architecture=metadata.model.architecture,
+            parameter_count=metadata.model.parameter_count,
             steps_since_parent=steps,
             tensorboard_logdir=logdir if has_logs else None,
         )

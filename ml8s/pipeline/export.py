@@ -1,7 +1,7 @@
 """Step 5, export and validation; writes ``training_metadata.json`` with every artifact's sha256.
 
 The export is validated against the torch model on the held-out rows (max abs logit difference,
-fail above ``TOLERANCE``). Pure, like features and training: it reads their local output directories
+fail above ``families.EXPORT_TOLERANCE``). Pure, like features and training: it reads their local output directories
 and writes ``model.<fmt>`` and ``training_metadata.json`` into its own. The checksums are computed from
 exactly the bytes that ``publish`` will write (the local files; the snapshot files from the spec), and
 finalization re-reads every stored object against them before the marker.
@@ -10,9 +10,7 @@ finalization re-reads every stored object against them before the marker.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
-import platform
 import shutil
 
 import numpy as np
@@ -21,19 +19,21 @@ import onnxruntime
 import safetensors.torch
 import torch
 
-from ml8s.contract import layout
+from ml8s.contract import ArtifactDigest, ExportRecord, ModelRecord, TrainingMetadata, TrainingRecord, layout
 from ml8s.errors import ExportValidationError, IntegrityError
-from ml8s.identity.hashing import canonical_bytes
-from ml8s.modeling.determinism import flags
+from ml8s.modeling.families import (
+    EXPORT_TOLERANCE,
+    ONNX_OPSET,
+    OPTIMIZER,
+    determinism_flags,
+    library_versions,
+    onnx_opset,
+)
 from ml8s.modeling.networks import build_model
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.features import read_matrix
 from ml8s.pipeline.publish import FEATURES, TRAINED, local_path
 from ml8s.pipeline.train import TrainSummary
-
-TOLERANCE = 1e-4
-ONNX_OPSET = 17
-_VERSIONED = ("numpy", "onnx", "onnxruntime", "pyarrow", "safetensors", "torch")
 
 
 def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: str, out_dir: str) -> None:
@@ -60,27 +60,26 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
         with torch.no_grad():
             actual = reloaded(held_out).numpy()
     diff = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
-    if not diff <= TOLERANCE:
+    if not diff <= EXPORT_TOLERANCE:
         raise ExportValidationError(
             f"model/model.{fmt} disagrees with the torch model on {len(held_out)} held-out rows: "
-            f"max abs logit difference {diff:.3e}, expected <= {TOLERANCE:.0e}"
+            f"max abs logit difference {diff:.3e}, expected <= {EXPORT_TOLERANCE:.0e}"
         )
-    validation: dict[str, object] = {
-        "format": fmt,
-        "held_out_rows": len(held_out),
-        "max_abs_diff": diff,
-        "tolerance": TOLERANCE,
-    }
+    validation = ExportRecord(
+        format=fmt,
+        held_out_rows=len(held_out),
+        max_abs_diff=diff,
+        onnx_opset=onnx_opset(fmt),
+        tolerance=EXPORT_TOLERANCE,
+    )
     spec.log("export", f"model.{fmt} validated on {len(held_out)} held-out rows, max abs diff {diff:.3e}")
     artifacts = artifact_checksums(spec, features_dir, model_dir, out_dir)
     metadata = training_metadata(spec, summary, validation, artifacts)
     with open(local_path(out_dir, layout.TRAINING_METADATA), "wb") as handle:
-        handle.write(canonical_bytes(metadata))
+        handle.write(metadata.to_bytes())
 
 
-def artifact_checksums(
-    spec: RunSpec, features_dir: str, model_dir: str, export_dir: str
-) -> dict[str, dict[str, object]]:
+def artifact_checksums(spec: RunSpec, features_dir: str, model_dir: str, export_dir: str) -> dict[str, ArtifactDigest]:
     """sha256 and size of every checksummed artifact, from the bytes that will be published."""
     fmt = spec.params.model_format
     sources: dict[str, str] = {
@@ -91,45 +90,43 @@ def artifact_checksums(
     expected = layout.checksummed_artifacts(fmt)
     if sorted(sources) != sorted(expected):
         raise IntegrityError(f"export would checksum {sorted(sources)}; expected exactly {sorted(expected)}")
-    artifacts: dict[str, dict[str, object]] = {}
+    artifacts: dict[str, ArtifactDigest] = {}
     for rel in expected:
         with open(sources[rel], "rb") as handle:
             data = handle.read()
-        artifacts[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        artifacts[rel] = ArtifactDigest(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
     return artifacts
 
 
 def training_metadata(
-    spec: RunSpec, summary: TrainSummary, validation: dict[str, object], artifacts: dict[str, dict[str, object]]
-) -> dict[str, object]:
-    """How the model was made and what every artifact hashes to. No timestamps, hosts, paths, nor the
-    run's identity (``config_snapshot.json`` holds that, and names DATA_ROOT): the file is byte-identical
-    for the same data bytes and settings, read from a disk or from a bucket."""
+    spec: RunSpec, summary: TrainSummary, validation: ExportRecord, artifacts: dict[str, ArtifactDigest]
+) -> TrainingMetadata:
+    """How the model was made and what every artifact hashes to (see ``ml8s.contract.training_metadata``)."""
     params = spec.params
-    return {
-        "artifacts": artifacts,
-        "canonicalization_version": spec.identity.canonicalization_version,
-        "determinism": flags(params.train_device),
-        "export": {**validation, "onnx_opset": ONNX_OPSET if params.model_format == "onnx" else None},
-        "model": {
-            "architecture": summary.architecture,
-            "classes": list(summary.classes),
-            "feature_names": list(summary.feature_names),
-            "parameter_count": summary.parameter_count,
-            "spec": summary.spec.model_dump(),
-        },
-        "training": {
-            "batch_size": params.batch_size,
-            "epoch_losses": list(summary.epoch_losses),
-            "epochs": params.epochs,
-            "learning_rate": params.learning_rate,
-            "optimizer": "adam",
-            "random_seed": params.random_seed,
-            "test_rows": summary.test_rows,
-            "train_rows": summary.train_rows,
-        },
-        "versions": {"python": platform.python_version(), **{p: importlib.metadata.version(p) for p in _VERSIONED}},
-    }
+    return TrainingMetadata(
+        artifacts=artifacts,
+        canonicalization_version=spec.identity.canonicalization_version,
+        determinism=determinism_flags(params.train_device),
+        export=validation,
+        model=ModelRecord(
+            architecture=summary.architecture,
+            classes=list(summary.classes),
+            feature_names=list(summary.feature_names),
+            parameter_count=summary.parameter_count,
+            spec=summary.spec,
+        ),
+        training=TrainingRecord(
+            batch_size=params.batch_size,
+            epoch_losses=list(summary.epoch_losses),
+            epochs=params.epochs,
+            learning_rate=params.learning_rate,
+            optimizer=OPTIMIZER,
+            random_seed=params.random_seed,
+            test_rows=summary.test_rows,
+            train_rows=summary.train_rows,
+        ),
+        versions=library_versions(),
+    )
 
 
 def _export_onnx(model: torch.nn.Module, n_features: int, path: str) -> None:

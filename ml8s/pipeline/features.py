@@ -15,10 +15,10 @@ import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import TypeAdapter
 
-from ml8s.contract import layout
+from ml8s.contract import Feature, FeatureSchema, RowCounts, SplitRecord, TargetRecord, layout
 from ml8s.data.dataset import FloatArray, load_dataset
-from ml8s.identity.hashing import canonical_bytes
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, prepare
 from ml8s.pipeline.publish import local_path
@@ -26,6 +26,7 @@ from ml8s.pipeline.publish import local_path
 SCHEMA_VERSION = 1
 TARGET = "__target__"
 SPLIT = "__split__"
+_FEATURE: TypeAdapter[Feature] = TypeAdapter(Feature)
 
 
 def compute_features(spec: RunSpec, out_dir: str) -> None:
@@ -38,7 +39,7 @@ def compute_features(spec: RunSpec, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     write_matrix(local_path(out_dir, layout.FEATURE_MATRIX), matrix, [str(f["name"]) for f in features], prepared)
     with open(local_path(out_dir, layout.FEATURE_SCHEMA), "wb") as handle:
-        handle.write(canonical_bytes(feature_schema(prepared, features)))
+        handle.write(feature_schema(prepared, features).to_bytes())
     spec.log(
         "features",
         f"{matrix.shape[1]} features x {matrix.shape[0]} rows ({prepared.train_rows} train, {prepared.test_rows} test)",
@@ -54,16 +55,17 @@ def write_matrix(path: str, matrix: FloatArray, names: list[str], prepared: Prep
     pq.write_table(table, path, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True)
 
 
-def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> dict[str, object]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "features": features,
-        "target": {"column": prepared.target_column, "classes": list(prepared.classes), "encoded_as": TARGET},
-        "split": {"column": SPLIT, "train": 0, "test": 1},
-        "dropped_columns": dict(sorted(prepared.dropped.items())),
-        "rows": prepared.row_counts(),
-        "rows_per_file": dict(sorted(prepared.rows_per_file.items())),
-    }
+def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> FeatureSchema:
+    """``feature_schema.json`` from the prepared rows and the encoder's description of each feature."""
+    return FeatureSchema(
+        schema_version=SCHEMA_VERSION,
+        features=[_FEATURE.validate_python(feature) for feature in features],
+        target=TargetRecord(column=prepared.target_column, classes=list(prepared.classes), encoded_as=TARGET),
+        split=SplitRecord(column=SPLIT, train=0, test=1),
+        dropped_columns=dict(sorted(prepared.dropped.items())),
+        rows=RowCounts.model_validate(prepared.row_counts()),
+        rows_per_file=dict(sorted(prepared.rows_per_file.items())),
+    )
 
 
 def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:

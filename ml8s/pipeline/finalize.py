@@ -4,23 +4,28 @@ then the marker, last."""
 from __future__ import annotations
 
 import hashlib
-import json
 
-from ml8s.contract import layout
-from ml8s.contract.manifest import ArtifactRef, Manifest, RerunAudit
+from ml8s.contract import (
+    ArtifactRef,
+    ConfigSnapshot,
+    FingerprintRecord,
+    Manifest,
+    RerunAudit,
+    TrainingMetadata,
+    layout,
+    load,
+)
 from ml8s.errors import IntegrityError, NotFoundError
-from ml8s.identity.hashing import canonical_bytes
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
 from ml8s.pipeline.registry import MlflowRef
-from ml8s.pipeline.snapshot import fingerprint_record
 
 
 def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
     """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
     store = ctx.store()
-    metadata = json.loads(store.get(ctx.key(layout.TRAINING_METADATA)))
-    recorded: dict[str, dict[str, object]] = metadata["artifacts"]
+    metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
+    recorded = metadata.artifacts
     expected = set(layout.checksummed_artifacts(ctx.params.model_format))
     if set(recorded) != expected:
         raise IntegrityError(
@@ -35,15 +40,15 @@ def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
                 f"{ctx.uri(rel)} is missing at finalization; expected it written by Steps 2-5"
             ) from exc
         digest = hashlib.sha256(data).hexdigest()
-        if digest != recorded[rel]["sha256"] or len(data) != recorded[rel]["size"]:
+        if digest != recorded[rel].sha256 or len(data) != recorded[rel].size:
             raise IntegrityError(
-                f"{ctx.uri(rel)} has sha256 {digest} ({len(data)} bytes); expected {recorded[rel]['sha256']} "
-                f"({recorded[rel]['size']} bytes) as recorded in training_metadata.json"
+                f"{ctx.uri(rel)} has sha256 {digest} ({len(data)} bytes); expected {recorded[rel].sha256} "
+                f"({recorded[rel].size} bytes) as recorded in training_metadata.json"
             )
         artifacts[rel] = ArtifactRef(uri=ctx.uri(rel), sha256=digest, size=len(data))
     expected_identity = {
-        layout.CONFIG_SNAPSHOT: ctx.identity.config_snapshot_bytes(),
-        layout.DATA_FINGERPRINT: canonical_bytes(fingerprint_record(ctx.fingerprint)),
+        layout.CONFIG_SNAPSHOT: ConfigSnapshot.of(ctx.identity).to_bytes(),
+        layout.DATA_FINGERPRINT: FingerprintRecord.of(ctx.fingerprint).to_bytes(),
     }
     for rel, want in sorted(expected_identity.items()):
         try:

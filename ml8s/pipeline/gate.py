@@ -10,11 +10,10 @@ import datetime
 import json
 import socket
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
-from ml8s.contract import layout
+from ml8s.contract import ConfigSnapshot, Incident, layout
 from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
-from ml8s.identity.hashing import canonical_bytes
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
@@ -131,20 +130,20 @@ def _recorded_sha256(ctx: RunContext, store: Store) -> dict[str, str]:
     return {str(rel): str(entry["sha256"]) for rel, entry in sorted(artifacts.items())}
 
 
-def _incident(ctx: RunContext, store: Store, kind: str, stored: dict[str, object]) -> None:
+def _incident(ctx: RunContext, store: Store, kind: str, stored: dict[str, JsonValue]) -> None:
     """An audit record outside ARTIFACT_ROOT; failing to write it must not hide the original error."""
-    record = {
-        "kind": kind,
-        "run_id": ctx.run_id,
-        "artifact_root": ctx.artifact_root,
-        "stored": stored,
-        "computed": ctx.identity.config_snapshot(),
-        "worker": {"worker_id": worker_id(), "hostname": socket.gethostname()},
-        "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
+    record = Incident(
+        kind=kind,
+        run_id=ctx.run_id,
+        artifact_root=ctx.artifact_root,
+        stored=stored,
+        computed=ConfigSnapshot.of(ctx.identity),
+        worker={"worker_id": worker_id(), "hostname": socket.gethostname()},
+        recorded_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    )
     key = layout.incident_key(ctx.run_id, kind, ctx.identity.full_config_hash)
     tmp = f"{layout.INCIDENTS_DIR}/{layout.TMP_DIR}/incident-{worker_id()}.json"
     try:
-        store.put_atomic(key, canonical_bytes(record), tmp_key=tmp)
+        store.put_atomic(key, record.to_bytes(), tmp_key=tmp)
     except Ml8sError as exc:
         ctx.log("gate", f"could not record the {kind} incident at {store.uri(key)}: {exc}")

@@ -7,7 +7,6 @@ returns the summary export needs. Pure: ``publish`` copies the files into ARTIFA
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -15,11 +14,11 @@ import safetensors.torch
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.contract import layout
+from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.errors import TrainingError
-from ml8s.identity.hashing import canonical_bytes
 from ml8s.modeling.determinism import seed_everything
-from ml8s.modeling.networks import ModelSpec, architecture, build_model, parameter_count
+from ml8s.modeling.families import architecture
+from ml8s.modeling.networks import build_model, parameter_count
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.features import read_matrix
 from ml8s.pipeline.metrics import classification_metrics
@@ -50,8 +49,9 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     params = spec.params
     device = seed_everything(params.random_seed, params.train_device)
     features, target, split, names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
-    with open(local_path(features_dir, layout.FEATURE_SCHEMA), "rb") as handle:
-        classes = tuple(json.loads(handle.read())["target"]["classes"])
+    schema_path = local_path(features_dir, layout.FEATURE_SCHEMA)
+    with open(schema_path, "rb") as handle:
+        classes = tuple(load(schema_path, handle.read(), FeatureSchema).target.classes)
     model_spec = ModelSpec(
         model_type=params.model_type,
         n_features=features.shape[1],
@@ -66,17 +66,26 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     losses = _fit(spec, model, x, y, train_idx)
     test = split == 1
     probs = predict_proba(model, x[torch.from_numpy(np.flatnonzero(test)).to(device)])
-    metrics = classification_metrics(probs, target[test], len(classes))
-    metrics.update(train_rows=int((~test).sum()), test_rows=int(test.sum()), final_train_loss=losses[-1])
+    held_out = classification_metrics(probs, target[test], len(classes))
+    metrics = Metrics(
+        accuracy=held_out["accuracy"],
+        final_train_loss=losses[-1],
+        log_loss=held_out["log_loss"],
+        macro_f1=held_out["macro_f1"],
+        majority_class_accuracy=held_out["majority_class_accuracy"],
+        roc_auc=held_out.get("roc_auc"),
+        test_rows=int(test.sum()),
+        train_rows=int((~test).sum()),
+    )
     os.makedirs(out_dir, exist_ok=True)
     with open(local_path(out_dir, layout.MODEL_NATIVE), "wb") as handle:
         handle.write(native_bytes(model))
     with open(local_path(out_dir, layout.METRICS), "wb") as handle:
-        handle.write(canonical_bytes(dict(sorted(metrics.items()))))
-    write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics)
+        handle.write(metrics.to_bytes())
+    write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics.scalars())
     spec.log(
         "train",
-        f"{architecture(model_spec)} held-out accuracy {metrics['accuracy']:.4f} log-loss {metrics['log_loss']:.4f}",
+        f"{architecture(model_spec)} held-out accuracy {metrics.accuracy:.4f} log-loss {metrics.log_loss:.4f}",
     )
     return TrainSummary(
         spec=model_spec,
@@ -110,7 +119,7 @@ def _fit(
     spec: RunSpec, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train_idx: torch.Tensor
 ) -> list[float]:
     params = spec.params
-    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)  # families.OPTIMIZER, as recorded
     generator = torch.Generator().manual_seed(params.random_seed)
     losses: list[float] = []
     model.train()

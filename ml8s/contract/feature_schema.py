@@ -1,0 +1,80 @@
+"""``features/feature_schema.json``: everything needed to reproduce the feature transform at inference."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from ml8s.contract._base import ContractFile, ContractModel
+from ml8s.identity.hashing import canonical_bytes
+
+
+class NumberFeature(ContractModel):
+    """A numeric or boolean column: missing values imputed with the training mean; numeric columns are
+    standardized with the training mean and standard deviation when STANDARDIZE is on."""
+
+    kind: Literal["boolean", "numeric"]
+    name: str
+    source: str
+    impute: float
+    train_variance: float
+    scale_mean: float | None = None  # absent from the file when not standardized, never null
+    scale_std: float | None = None
+
+
+class OneHotFeature(ContractModel):
+    """One category of a categorical column (rare categories share ``__other__``)."""
+
+    kind: Literal["onehot"]
+    name: str
+    source: str
+    category: str
+    train_variance: float
+
+
+class IndicatorFeature(ContractModel):
+    """1.0 where a numeric or boolean column was missing."""
+
+    kind: Literal["indicator"]
+    name: str
+    source: str
+    train_variance: float
+
+
+Feature = Annotated[NumberFeature | OneHotFeature | IndicatorFeature, Field(discriminator="kind")]
+
+
+class TargetRecord(ContractModel):
+    column: str
+    classes: list[str]
+    encoded_as: str
+
+
+class SplitRecord(ContractModel):
+    column: str
+    train: int
+    test: int
+
+
+class RowCounts(ContractModel):
+    read: int
+    missing_target_dropped: int
+    kept: int
+    train: int
+    test: int
+
+
+class FeatureSchema(ContractFile):
+    """The features in matrix order (sorted by name), the target, the split and what was dropped."""
+
+    schema_version: int
+    features: list[Feature]
+    target: TargetRecord
+    split: SplitRecord
+    dropped_columns: dict[str, str]
+    rows: RowCounts
+    rows_per_file: dict[str, int]
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self.model_dump(mode="json", exclude_none=True))
