@@ -30,7 +30,16 @@ from ml8s.shards import (
     write_metadata,
     write_shard,
 )
-from ml8s.shards.format import FIXED_SIZE
+from ml8s.shards.format import (
+    FIXED_SIZE,
+    ShardHeader,
+    TensorEntry,
+    align,
+    block_count,
+    decode_header,
+    encode_header,
+    header_length,
+)
 from ml8s.shards.reader import ShardFile
 from ml8s.store import LocalStore
 
@@ -64,7 +73,7 @@ def test_header_layout_is_as_documented(store: LocalStore) -> None:
 
 @pytest.mark.parametrize(
     ("rank", "world"),
-    [(0, 0), (-1, 2), (2, 2), (5, 3)],
+    [(0, 0), (-1, 2), (2, 2), (5, 3), (0, 2**32)],
 )
 def test_bad_rank_or_world_size(tmp_path: Path, rank: int, world: int) -> None:
     store = LocalStore(str(tmp_path))
@@ -87,6 +96,17 @@ def test_bad_pieces(tmp_path: Path, tensors: dict[str, torch.Tensor] | list[Tens
     store = LocalStore(str(tmp_path))
     with pytest.raises(ShardInputError, match=match):
         write_shard(store, PREFIX, 0, 1, tensors, checkpoint_id=CID)
+    assert store.list("") == []
+
+
+def test_tensor_resized_while_saving_stores_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ml8s.shards import writer
+
+    original = writer._chunks
+    monkeypatch.setattr(writer, "_chunks", lambda t, n: list(original(t, n))[:-1])  # one chunk short
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(ShardInputError, match="gave 0 bytes, 8 expected"):
+        write_shard(store, PREFIX, 0, 1, {"a": torch.zeros(2)}, checkpoint_id=CID)
     assert store.list("") == []
 
 
@@ -275,3 +295,51 @@ def test_load_arguments(store: LocalStore) -> None:
     with pytest.raises(NotFoundError, match=r"shard_1\.shard does not exist"):
         _load(store)
     assert issubclass(ShardInputError, ShardError) and ShardError.code == "SHARD_ERROR"
+
+
+def _entry(name: str, shape: tuple[int, ...], at: int, length: int, row_start: int = 0, rows: int = -1) -> TensorEntry:
+    """An entry whose piece sits ``at`` bytes into the data section (placed by _crafted)."""
+    global_rows = rows if rows >= 0 else (shape[0] if shape else 1)
+    return TensorEntry(
+        name=name, dtype="float32", shape=shape, row_start=row_start, global_rows=global_rows, offset=at, length=length
+    )
+
+
+def _crafted(*entries: TensorEntry, data_length: int) -> bytes:
+    """A header around hand-made entries, sealed with a correct header_sha256, as an attacker would make it."""
+    blocks = block_count(data_length, 64)
+    length = header_length([e.name for e in entries], [len(e.shape) for e in entries], blocks)
+    placed = tuple(e.model_copy(update={"offset": align(length) + e.offset}) for e in entries)
+    header = ShardHeader(
+        format_version=1,
+        rank=0,
+        world_size=1,
+        checkpoint_id=CID,
+        block_size=64,
+        header_length=length,
+        data_length=data_length,
+        data_sha256="00" * 32,
+        entries=placed,
+        block_sha256=("00" * 32,) * blocks,
+        header_sha256="00" * 32,
+    )
+    return encode_header(header)[:length]
+
+
+@pytest.mark.parametrize(
+    ("entries", "data_length", "match"),
+    [
+        ((_entry("a", (0, 2**63), 0, 0),), 0, "too large to address"),
+        ((_entry("a", (2**40, 2**40), 0, 64),), 64, "too large to address"),
+        ((_entry("b", (2,), 0, 8), _entry("a", (2,), 64, 8)), 72, "not after 'b'"),
+        ((_entry("a", (2,), 0, 8), _entry("b", (2,), 4, 8)), 12, "not 64-aligned"),
+        ((_entry("a", (4,), 0, 8),), 8, "length 8, its shape and dtype make 16"),
+        ((_entry("a", (4,), 0, 16, row_start=3, rows=5),), 16, r"rows 3\.\.7 outside 0\.\.5"),
+        ((_entry("a", (), 0, 4, rows=3),), 4, "0-d piece"),
+        ((_entry("a", (2,), 0, 8),), 100, "data section ends at"),
+    ],
+)
+def test_crafted_entries_with_a_valid_checksum(entries: tuple[TensorEntry, ...], data_length: int, match: str) -> None:
+    with pytest.raises(ShardFormatError, match=match) as err:
+        decode_header(_crafted(*entries, data_length=data_length), "crafted")
+    assert err.value.check == "header_invalid"

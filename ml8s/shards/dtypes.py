@@ -77,3 +77,8 @@ def row_count(shape: tuple[int, ...]) -> int:
 def row_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     """Bytes of one dim-0 row (a 0-d tensor: its one element)."""
     return math.prod(shape[1:]) * itemsize(dtype)
+
+
+def shape_fits(dtype: str, shape: tuple[int, ...]) -> bool:
+    """Whether torch can describe the shape: its strides in bytes (zero dims aside) stay below 2**63."""
+    return math.prod(max(d, 1) for d in shape) * itemsize(dtype) < 2**63

@@ -137,6 +137,8 @@ def metadata_problems(meta: CheckpointMetadata, prefix: str) -> list[tuple[str, 
 def _record_problems(record: TensorRecord, files: dict[int, ShardFileInfo]) -> list[str]:
     if record.dtype not in dtypes.SUPPORTED_DTYPES:
         return [f"unknown dtype {record.dtype!r}"]
+    if not dtypes.shape_fits(record.dtype, record.shape):
+        return [f"shape {record.shape} too large to address"]
     problems, row = [], 0
     per_row = dtypes.row_bytes(record.dtype, record.shape)
     for p in record.pieces:

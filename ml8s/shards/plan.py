@@ -25,6 +25,7 @@ from ml8s.errors import ShardInputError
 from ml8s.shards import dtypes
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+_MAX_WORLD = 0xFFFFFFFF  # the header's u32
 
 
 class PlanConfig(BaseModel):
@@ -89,8 +90,8 @@ class TensorPiece:
 
 def check_world(rank: int, world_size: int) -> None:
     """ShardInputError unless world_size >= 1 and 0 <= rank < world_size."""
-    if world_size < 1:
-        raise ShardInputError(f"world size {world_size}: expected at least 1")
+    if not 1 <= world_size <= _MAX_WORLD:
+        raise ShardInputError(f"world size {world_size}: expected 1..{_MAX_WORLD}")
     if not 0 <= rank < world_size:
         raise ShardInputError(f"rank {rank}: expected 0 <= rank < world size {world_size}")
 

@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -62,32 +63,64 @@ class ShardFile:
         return tensor
 
     def read_into(self, offset: int, out: memoryview) -> None:
-        """Fill ``out`` with the bytes at ``offset``, reading and verifying only the blocks that hold them."""
-        h, start, stop = self.header, offset, offset + len(out)
-        if start < h.data_offset or stop > h.file_size:
+        """Fill ``out`` with the bytes at ``offset``, reading and verifying only the blocks that hold them.
+
+        Runs of whole blocks are read straight into ``out`` and hashed on a thread pool (hashlib releases
+        the GIL) while the next run is read; a partial block at either end is read aside and copied.
+        """
+        h, stop = self.header, offset + len(out)
+        if offset < h.data_offset or stop > h.file_size:
             raise ShardFormatError(
-                f"{self.where}: bytes {start}..{stop} outside the data section", check="header_invalid"
+                f"{self.where}: bytes {offset}..{stop} outside the data section", check="header_invalid"
             )
-        block = (start - h.data_offset) // h.block_size
+        pending: list[tuple[int, Future[str]]] = []
+        start, block = offset, (offset - h.data_offset) // h.block_size
         while start < stop:
             first = h.data_offset + block * h.block_size
             size = min(h.block_size, h.data_length - block * h.block_size)
             lo, hi = start - first, min(stop - first, size)
             self._handle.seek(first)
-            if (lo, hi) == (0, size):  # the whole block lands in ``out``: read it there, no copy
-                target = out[start - offset : start - offset + size]
-                got, digest = self._handle.readinto(target), hashlib.sha256(target).hexdigest()
-            else:
+            if (lo, hi) != (0, size):
                 data = self._handle.read(size)
-                got, digest = len(data), hashlib.sha256(data).hexdigest()
+                self._expect(len(data), size, block)
                 out[start - offset : start - offset + hi - lo] = data[lo:hi]
-            if got != size:
-                raise ShardFormatError(f"{self.where}: block {block} cut short at {got} of {size}", check="truncated")
-            if digest != h.block_sha256[block]:
+                pending.append((block, _pool().submit(_sha256, data)))
+                start, block = first + hi, block + 1
+                continue
+            run = 1  # whole blocks that lie inside ``out``, up to _RUN_BLOCKS of them
+            while run < _RUN_BLOCKS and first + (run + 1) * h.block_size <= min(stop, h.file_size):
+                run += 1
+            end = min(first + run * h.block_size, h.file_size)
+            target = out[start - offset : end - offset]
+            self._expect(self._handle.readinto(target), len(target), block)
+            for k in range(run):
+                piece = target[k * h.block_size : (k + 1) * h.block_size]
+                pending.append((block + k, _pool().submit(_sha256, piece)))
+            start, block = end, block + run
+        for index, digest in pending:
+            if digest.result() != h.block_sha256[index]:
                 raise ShardChecksumError(
-                    f"{self.where}: block {block} does not match its sha256", check="block_checksum"
+                    f"{self.where}: block {index} does not match its sha256", check="block_checksum"
                 )
-            start, block = first + hi, block + 1
+
+    def _expect(self, got: int, size: int, block: int) -> None:
+        if got != size:
+            raise ShardFormatError(f"{self.where}: block {block} cut short at {got} of {size}", check="truncated")
+
+
+_RUN_BLOCKS = 8
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One process-wide pool for block hashes, sized to the machine, created on first use."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="ml8s-shard-hash"))
+    return _POOL[0]
+
+
+def _sha256(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def as_bytes(tensor: torch.Tensor) -> memoryview:

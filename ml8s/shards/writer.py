@@ -98,9 +98,13 @@ def write_shard(
             gap = bytes(entry.offset - position)
             handle.write(gap)
             hasher.update(gap)
+            wrote = 0
             for chunk in _chunks(piece.tensor, config.chunk_bytes):
                 handle.write(chunk)
                 hasher.update(chunk)
+                wrote += len(chunk)
+            if wrote != entry.length:  # the tensor was resized while being saved: the layout no longer holds
+                raise ShardInputError(f"{name}: tensor {entry.name!r} gave {wrote} bytes, {entry.length} expected")
             position = entry.offset + entry.length
         data_sha, blocks = hasher.finish()
         header = header.model_copy(update={"data_sha256": data_sha, "block_sha256": blocks})
@@ -126,6 +130,7 @@ def write_metadata(
 ) -> CheckpointMetadata:
     """Rank 0, after every rank's write_shard returned: check each shard is stored, then write the metadata.
 
+    ``plan`` is recorded as the default target layout for resharding: pass the writers' ``WriterConfig.plan``.
     ShardInputError when the receipts are not one checkpoint's; ShardVerificationError when a shard is
     missing from the store or has another size than its receipt.
     """
