@@ -8,6 +8,7 @@ sha256, computed during the download, compared with the metadata's before anythi
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -109,14 +110,12 @@ class ShardFile:
 
 
 _RUN_BLOCKS = 8
-_POOL: list[ThreadPoolExecutor] = []
 
 
+@functools.cache
 def _pool() -> ThreadPoolExecutor:
     """One process-wide pool for block hashes, sized to the machine, created on first use."""
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="ml8s-shard-hash"))
-    return _POOL[0]
+    return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="ml8s-shard-hash")
 
 
 def _sha256(data: bytes | memoryview) -> str:
