@@ -16,6 +16,7 @@ from ml8s.errors import (
     ShardError,
     ShardFormatError,
     ShardInputError,
+    ShardVerificationError,
     ShardVersionError,
     WrongCheckpointError,
 )
@@ -132,6 +133,10 @@ def test_receipts_that_do_not_form_one_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(ShardInputError, match="different checkpoints"):
         write_metadata(store, PREFIX, [r0, other])
     with pytest.raises(ShardInputError, match="do not form one checkpoint"):  # tensor "a" written by both ranks
+        write_metadata(store, PREFIX, [r0, r1])
+    r1 = write_shard(store, PREFIX, 1, 2, {"b": torch.zeros(2)}, checkpoint_id=CID)
+    store.delete(SHARD1)
+    with pytest.raises(ShardVerificationError, match=r"shard_1\.shard: expected in the store before the metadata"):
         write_metadata(store, PREFIX, [r0, r1])
     assert not store.exists(META)
 
