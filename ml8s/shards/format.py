@@ -34,13 +34,14 @@ holds each piece's C-contiguous bytes at its offset, zero padding between pieces
 and ends with the last piece: the file is exactly ``data_offset + data_length`` bytes.
 
 Departures from the seed, on purpose: the seed's header is magic, rank, a length-prefixed checksum string,
-tensor count, then a 32-bit data length and the data. Its 32-bit length caps a shard at 4 GiB, so every
-length and offset here is 64-bit. A format version, world size and checkpoint id are added so a reader can
-refuse a shard of another format or another checkpoint. The checksum is a fixed 32-byte sha256 of the data
-plus one of the header itself (the seed's only checksum sat in the header it could not cover). The seed
-keeps tensor descriptions only in the metadata file; here each shard describes its own pieces, so a shard
-is readable and checkable alone, and per-block hashes let a resharding reader fetch and verify only the
-byte ranges it needs.
+tensor count, then the data length and the data. Its writer stores that length as a 32-bit int (its table
+says 8 bytes), which caps a shard at 2-4 GiB, so every length and offset here is 64-bit. A format version,
+world size and checkpoint id are added so a reader can refuse a shard of another format or another
+checkpoint. The checksum is a fixed 32-byte sha256 of the data plus one of the header itself (the seed's
+only checksum sat in the header it could not cover). The seed keeps tensor descriptions only in the
+metadata file; here each shard describes its own pieces, so a shard is readable and checkable alone, and
+per-block hashes let a resharding reader fetch and verify only the byte ranges it needs. Pieces start
+64-byte aligned, so a reader can hand their bytes to torch in place.
 """
 
 from __future__ import annotations
