@@ -288,3 +288,49 @@ class RootUriError(ConfigError):
     def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
         super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
         self.expected = expected
+
+
+class ShardError(Ml8sError):
+    """A multi-rank checkpoint (``ml8s.shards``) cannot be written, read or trusted."""
+
+    code = "SHARD_ERROR"
+
+
+class ShardInputError(ShardError):
+    """A bad argument: world size < 1, rank outside [0, world size), malformed prefix or checkpoint id, bad pieces."""
+
+    code = "SHARD_BAD_INPUT"
+
+
+class ShardFormatError(ShardError):
+    """A shard or metadata file is not what format 1 describes; ``check`` names the rule (e.g. ``bad_magic``)."""
+
+    code = "SHARD_FORMAT_ERROR"
+
+    def __init__(self, message: str, *, check: str = "header_invalid") -> None:
+        super().__init__(message)
+        self.check = check
+
+
+class ShardVersionError(ShardFormatError):
+    """A shard or metadata file has a format version this ml8s does not know."""
+
+    code = "SHARD_FORMAT_VERSION"
+
+
+class ShardChecksumError(ShardFormatError):
+    """Shard bytes do not match the sha256 recorded for them (header, block, data or file)."""
+
+    code = "SHARD_CHECKSUM_MISMATCH"
+
+
+class WrongCheckpointError(ShardError):
+    """A shard belongs to another checkpoint: its rank, world size or checkpoint id differ from the expected."""
+
+    code = "SHARD_WRONG_CHECKPOINT"
+
+
+class ShardVerificationError(ShardError):
+    """A sharded checkpoint failed verification; the report names every finding."""
+
+    code = "SHARD_VERIFICATION_FAILED"

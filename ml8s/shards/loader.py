@@ -1,0 +1,160 @@
+"""Loading a sharded checkpoint: one rank's shard, the whole state dict, or any rank of another world size.
+
+Every shard opened is first checked against the metadata (rank, world size, checkpoint id, tensor entries,
+header sha256), so a shard of another checkpoint is refused (WrongCheckpointError) before its bytes are
+used. Tensor bytes are read through the block hashes: resharding reads only the blocks holding the rows
+the target rank needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from types import TracebackType
+
+import torch
+
+from ml8s.errors import ShardChecksumError, ShardFormatError, WrongCheckpointError
+from ml8s.shards import dtypes, layout
+from ml8s.shards.metadata import (
+    CheckpointMetadata,
+    TensorRecord,
+    decode_metadata,
+    header_disagreements,
+    metadata_problems,
+)
+from ml8s.shards.plan import PlanConfig, TensorPiece, TensorSpec, check_world, plan_shards
+from ml8s.shards.reader import ShardFile, as_bytes, local_shard
+from ml8s.store import Store
+
+_WRONG_CHECKPOINT = {"header_rank", "header_world_size", "header_checkpoint_id"}
+
+
+def read_metadata(store: Store, prefix: str) -> CheckpointMetadata:
+    """The checkpoint's metadata, checked for internal consistency (ShardFormatError naming the first problem)."""
+    key = layout.metadata_key(prefix)
+    meta = decode_metadata(store.get(key), store.uri(key))
+    if problems := metadata_problems(meta, prefix):
+        reasons = "; ".join(reason for _, reason in problems[:5])
+        raise ShardFormatError(f"{store.uri(key)}: {reasons}", check=problems[0][0])
+    return meta
+
+
+def load_shard(
+    store: Store, prefix: str, rank: int, *, metadata: CheckpointMetadata | None = None
+) -> list[TensorPiece]:
+    """The pieces rank ``rank`` wrote, as written (sorted by name), every byte verified."""
+    meta = metadata or read_metadata(store, prefix)
+    check_world(rank, meta.world_size)
+    with _Shards(store, prefix, meta) as shards:
+        shard = shards.get(rank)
+        return [
+            TensorPiece(
+                name=e.name,
+                tensor=shard.read_entry(e),
+                row_start=e.row_start,
+                global_rows=None if (e.row_start, e.row_stop) == (0, e.global_rows) else e.global_rows,
+            )
+            for e in shard.header.entries
+        ]
+
+
+def load_state_dict(
+    store: Store, prefix: str, *, metadata: CheckpointMetadata | None = None
+) -> dict[str, torch.Tensor]:
+    """Every tensor whole, assembled from all shards, keyed by name in sorted order."""
+    meta = metadata or read_metadata(store, prefix)
+    with _Shards(store, prefix, meta) as shards:
+        return {
+            name: _assemble(shards, name, record, 0, dtypes.row_count(record.shape))
+            for name, record in sorted(meta.tensors.items())
+        }
+
+
+def load_resharded(
+    store: Store,
+    prefix: str,
+    world_size: int,
+    rank: int,
+    *,
+    plan: PlanConfig | None = None,
+    metadata: CheckpointMetadata | None = None,
+) -> list[TensorPiece]:
+    """What the plan assigns to ``rank`` of ``world_size`` ranks (any world size, not only the written one).
+
+    Args:
+        plan: the plan config of the target layout; default: the one the checkpoint was written with.
+
+    Returns:
+        The rank's pieces, sorted by name: whole tensors (``global_rows`` None) and dim-0 row slices.
+    """
+    meta = metadata or read_metadata(store, prefix)
+    check_world(rank, world_size)
+    specs = [TensorSpec(name=n, dtype=r.dtype, shape=r.shape) for n, r in meta.tensors.items()]
+    target = plan_shards(specs, world_size, plan or meta.plan).ranks[rank]
+    pieces = []
+    with _Shards(store, prefix, meta) as shards:
+        for s in target:
+            record, rows = meta.tensors[s.name], dtypes.row_count(meta.tensors[s.name].shape)
+            tensor = _assemble(shards, s.name, record, s.row_start, s.row_stop)
+            whole = (s.row_start, s.row_stop) == (0, rows)
+            global_rows = None if whole else rows
+            pieces.append(TensorPiece(name=s.name, tensor=tensor, row_start=s.row_start, global_rows=global_rows))
+    return pieces
+
+
+def _assemble(shards: _Shards, name: str, record: TensorRecord, start: int, stop: int) -> torch.Tensor:
+    """Rows [start, stop) of a tensor, read from the pieces that hold them straight into a new tensor."""
+    dtype = dtypes.torch_dtype(record.dtype, where=f"tensor {name!r}")
+    per_row = dtypes.row_bytes(record.dtype, record.shape)
+    needed = [(p, max(start, p.row_start), min(stop, p.row_stop)) for p in record.pieces]
+    needed = [(p, lo, hi) for p, lo, hi in needed if lo < hi and per_row]
+    # open (and check against the metadata) first: a shard's header bounds its pieces by the file's real size,
+    # so an edited shape in the metadata fails here instead of allocating whatever it claims
+    sources = [shards.get(p.rank) for p, _, _ in needed]
+    out = torch.empty((stop - start, *record.shape[1:]) if record.shape else (), dtype=dtype)
+    view = as_bytes(out)
+    for source, (p, lo, hi) in zip(sources, needed, strict=True):
+        target = view[(lo - start) * per_row : (hi - start) * per_row]
+        source.read_into(p.offset + (lo - p.row_start) * per_row, target)
+    return out
+
+
+class _Shards:
+    """The checkpoint's shards, each opened (downloaded, off a LocalStore) once, on first use, and checked."""
+
+    def __init__(self, store: Store, prefix: str, meta: CheckpointMetadata) -> None:
+        self.store, self.prefix, self.meta = store, prefix, meta
+        self._open: dict[int, ShardFile] = {}
+        self._stack = contextlib.ExitStack()
+        self._scratch = ""
+
+    def __enter__(self) -> _Shards:
+        self._scratch = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="ml8s-shards-"))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stack.close()
+
+    def get(self, rank: int) -> ShardFile:
+        if (shard := self._open.get(rank)) is not None:
+            return shard
+        key, info = layout.shard_key(self.prefix, rank), self.meta.shards[rank]
+        where = self.store.uri(key)
+        path, sha256 = self._stack.enter_context(local_shard(self.store, key, self._scratch))
+        shard = ShardFile(path, where)
+        self._stack.callback(shard.close)
+        if problems := header_disagreements(shard.header, self.meta, rank):
+            check, reason = problems[0]
+            if check in _WRONG_CHECKPOINT:
+                raise WrongCheckpointError(
+                    f"{where} is not rank {rank} of checkpoint {self.meta.checkpoint_id}: {reason}"
+                )
+            error = ShardChecksumError if check == "header_metadata" else ShardFormatError
+            raise error(f"{where}: {reason}", check=check)
+        if sha256 is not None and sha256 != info.sha256:  # downloaded: the whole file's hash is known for free
+            raise ShardChecksumError(
+                f"{where}: sha256 {sha256}, the metadata lists {info.sha256}", check="shard_checksum"
+            )
+        self._open[rank] = shard
+        return shard

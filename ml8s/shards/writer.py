@@ -1,0 +1,235 @@
+"""Writing a sharded checkpoint: each rank its own shard, then rank 0 the metadata, last.
+
+A shard is streamed: its header's size is known from the pieces' names and shapes, so a zeroed header is
+written first, then each tensor's bytes straight from the tensor's memory in chunks (hashed on the way),
+then the real header over the zeros. Only one chunk of one tensor is in flight: never the whole shard.
+The finished local file goes to the store through ``Store.put_file_atomic`` (validated tmp key, then moved),
+so a reader never sees half a shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from typing import BinaryIO
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from ml8s.errors import ShardInputError, ShardVerificationError
+from ml8s.shards import dtypes, layout
+from ml8s.shards.format import (
+    FORMAT_VERSION,
+    MAX_NDIM,
+    ShardHeader,
+    TensorEntry,
+    align,
+    block_count,
+    encode_header,
+    header_length,
+)
+from ml8s.shards.hashing import DataHasher
+from ml8s.shards.metadata import CheckpointMetadata, ShardFileInfo, ShardReceipt, build_metadata, encode_metadata
+from ml8s.shards.plan import PlanConfig, TensorPiece, check_world, split_state_dict
+from ml8s.store import Store
+
+MiB = 1024 * 1024
+
+
+class WriterConfig(BaseModel):
+    """How shards are written. ``block_size``: the unit a reader verifies ranged reads by; ``chunk_bytes``:
+    how much of a tensor is written (and hashed) per call; ``local_tmp_dir``: where the shard is built
+    before upload (None: the system temp dir); ``plan``: recorded in the metadata for resharding."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_size: int = Field(default=4 * MiB, ge=64, le=1 << 30, multiple_of=64)
+    chunk_bytes: int = Field(default=8 * MiB, ge=1)
+    local_tmp_dir: str | None = None
+    plan: PlanConfig = PlanConfig()
+
+
+def write_shard(
+    store: Store,
+    prefix: str,
+    rank: int,
+    world_size: int,
+    tensors: Sequence[TensorPiece] | Mapping[str, torch.Tensor],
+    *,
+    checkpoint_id: str,
+    config: WriterConfig | None = None,
+) -> ShardReceipt:
+    """Write rank ``rank``'s shard, ``{prefix}_shard_{rank}.shard``; returns the receipt rank 0 needs.
+
+    Args:
+        tensors: this rank's pieces (:func:`pieces_for_rank` of a replicated state dict, or the rank's own
+            slices), or a mapping of whole tensors. Names must be unique within a shard.
+        checkpoint_id: 64 hex digits naming the checkpoint, the same on every rank.
+    """
+    config = config or WriterConfig()
+    check_world(rank, world_size)
+    layout.check_checkpoint_id(checkpoint_id)
+    key, name = layout.shard_key(prefix, rank), layout.shard_name(prefix, rank)
+    if sys.byteorder != "little":
+        raise ShardInputError(f"{name}: shards hold little-endian bytes; this machine is {sys.byteorder}-endian")
+    pieces = _pieces(tensors, where=name)
+    entries, data_length = _layout(pieces, config.block_size)
+    header = ShardHeader(
+        format_version=FORMAT_VERSION,
+        rank=rank,
+        world_size=world_size,
+        checkpoint_id=checkpoint_id,
+        block_size=config.block_size,
+        header_length=_header_length([(e.name, len(e.shape)) for e in entries], data_length, config.block_size),
+        data_length=data_length,
+        data_sha256="00" * 32,
+        entries=tuple(entries),
+        block_sha256=("00" * 32,) * block_count(data_length, config.block_size),
+        header_sha256="00" * 32,
+    )
+    with _local_file(config.local_tmp_dir, name) as (handle, path):
+        handle.write(bytes(header.data_offset))
+        hasher = DataHasher(config.block_size)
+        position = header.data_offset
+        for entry, piece in zip(header.entries, pieces, strict=True):
+            gap = bytes(entry.offset - position)
+            handle.write(gap)
+            hasher.update(gap)
+            wrote = 0
+            for chunk in _chunks(piece.tensor, config.chunk_bytes):
+                handle.write(chunk)
+                hasher.update(chunk)
+                wrote += len(chunk)
+            if wrote != entry.length:  # the tensor was resized while being saved: the layout no longer holds
+                raise ShardInputError(f"{name}: tensor {entry.name!r} gave {wrote} bytes, {entry.length} expected")
+            position = entry.offset + entry.length
+        data_sha, blocks = hasher.finish()
+        header = header.model_copy(update={"data_sha256": data_sha, "block_sha256": blocks})
+        encoded = encode_header(header)
+        handle.seek(0)
+        handle.write(encoded)
+        handle.close()
+        written = store.put_file_atomic(key, path, tmp_key=layout.tmp_key(prefix, name))
+    info = ShardFileInfo(
+        rank=rank,
+        file=name,
+        size=written.size,
+        sha256=written.sha256,
+        header_sha256=encoded[header.header_length - 32 : header.header_length].hex(),
+        data_sha256=data_sha,
+        tensor_count=len(entries),
+    )
+    return ShardReceipt(checkpoint_id=checkpoint_id, world_size=world_size, shard=info, entries=header.entries)
+
+
+def write_metadata(
+    store: Store, prefix: str, receipts: Sequence[ShardReceipt], *, plan: PlanConfig | None = None
+) -> CheckpointMetadata:
+    """Rank 0, after every rank's write_shard returned: check each shard is stored, then write the metadata.
+
+    ``plan`` is recorded as the default target layout for resharding: pass the writers' ``WriterConfig.plan``.
+    ShardInputError when the receipts are not one checkpoint's; ShardVerificationError when a shard is
+    missing from the store.
+    """
+    meta = build_metadata(prefix, receipts, plan or PlanConfig())
+    # existence only: each receipt's size and sha256 were validated by put_file_atomic, and listing would
+    # make a LocalStore hash every shard again
+    if missing := [key for s in meta.shards if not store.exists(key := layout.shard_key(prefix, s.rank))]:
+        raise ShardVerificationError(f"{store.uri(missing[0])}: expected in the store before the metadata, absent")
+    mkey = layout.metadata_key(prefix)
+    store.put_atomic(mkey, encode_metadata(meta), tmp_key=layout.tmp_key(prefix, mkey.rsplit("/", 1)[-1]))
+    return meta
+
+
+def save_state_dict(
+    store: Store,
+    prefix: str,
+    state_dict: Mapping[str, torch.Tensor],
+    *,
+    world_size: int,
+    checkpoint_id: str,
+    config: WriterConfig | None = None,
+) -> CheckpointMetadata:
+    """One process writing every rank's shard of a full state dict (split by the plan), then the metadata."""
+    config = config or WriterConfig()
+    receipts = [
+        write_shard(store, prefix, rank, world_size, pieces, checkpoint_id=checkpoint_id, config=config)
+        for rank, pieces in enumerate(split_state_dict(state_dict, world_size, config.plan))
+    ]
+    return write_metadata(store, prefix, receipts, plan=config.plan)
+
+
+def _pieces(tensors: Sequence[TensorPiece] | Mapping[str, torch.Tensor], where: str) -> list[TensorPiece]:
+    """The pieces sorted by name, each checked (name, dtype, dims, rows) before anything is written."""
+    if isinstance(tensors, Mapping):
+        pieces = [TensorPiece(name=n, tensor=t) for n, t in tensors.items()]
+    else:
+        pieces = list(tensors)
+    pieces.sort(key=lambda p: p.name)
+    for i, p in enumerate(pieces):
+        what = f"{where}: tensor {p.name!r}"
+        dtypes.dtype_name(p.tensor.dtype, where=what)
+        if not p.name or len(p.name.encode()) > 0xFFFF:
+            raise ShardInputError(f"{what}: expected a name of 1..65535 UTF-8 bytes")
+        if i and p.name == pieces[i - 1].name:
+            raise ShardInputError(f"{what} given twice; expected one piece per tensor in a shard")
+        if p.tensor.dim() > MAX_NDIM:
+            raise ShardInputError(f"{what}: {p.tensor.dim()} dims, at most {MAX_NDIM}")
+        rows = dtypes.row_count(tuple(p.tensor.shape))
+        if p.global_rows is not None and (p.tensor.dim() == 0 or p.row_start < 0 or p.row_start + rows > p.global_rows):
+            raise ShardInputError(
+                f"{what}: rows {p.row_start}..{p.row_start + rows} of {p.global_rows}; expected a dim-0 slice inside"
+            )
+    return pieces
+
+
+def _layout(pieces: list[TensorPiece], block_size: int) -> tuple[list[TensorEntry], int]:
+    """Entries with offsets; the data section starts after a header whose size depends only on names,
+    dims and the block count, and pieces sit 64-aligned relative to it, so the layout is solved in two steps."""
+    relative, end = [], 0
+    for p in pieces:
+        start = align(end)
+        relative.append(start)
+        end = start + p.tensor.numel() * p.tensor.element_size()
+    data_offset = align(_header_length([(p.name, p.tensor.dim()) for p in pieces], end, block_size))
+    entries = [
+        TensorEntry(
+            name=p.name,
+            dtype=dtypes.dtype_name(p.tensor.dtype, where=p.name),
+            shape=tuple(p.tensor.shape),
+            row_start=p.row_start,
+            global_rows=p.total_rows,
+            offset=data_offset + rel,
+            length=p.tensor.numel() * p.tensor.element_size(),
+        )
+        for p, rel in zip(pieces, relative, strict=True)
+    ]
+    return entries, end
+
+
+def _header_length(names_and_dims: list[tuple[str, int]], data_length: int, block_size: int) -> int:
+    names, dims = [n for n, _ in names_and_dims], [d for _, d in names_and_dims]
+    return header_length(names, dims, block_count(data_length, block_size))
+
+
+def _chunks(tensor: torch.Tensor, chunk_bytes: int) -> Iterator[memoryview]:
+    """The tensor's C-contiguous bytes, ``chunk_bytes`` at a time, without copying a CPU tensor already contiguous."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+    view = flat.numpy().data
+    for start in range(0, len(view), chunk_bytes):
+        yield view[start : start + chunk_bytes]
+
+
+@contextlib.contextmanager
+def _local_file(directory: str | None, name: str) -> Iterator[tuple[BinaryIO, str]]:
+    """A fresh local file to build a shard in, removed afterwards whatever happens."""
+    fd, path = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w+b") as handle:
+            yield handle, path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

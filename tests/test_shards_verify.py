@@ -1,0 +1,161 @@
+"""The shard verifier on the local store and on moto's S3 server: every problem found, each by its name."""
+
+from __future__ import annotations
+
+import json
+import struct
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from s3_servers import S3Endpoint
+from shards_support import CID, OTHER_CID, PREFIX, SMALL, flip, make_state, reseal, rewrite
+
+from ml8s.errors import ShardVerificationError
+from ml8s.shards import load_resharded, load_state_dict, pieces_for_rank, save_state_dict, verify_checkpoint
+from ml8s.store import LocalStore, S3Store, Store
+
+SHARD0, SHARD1 = f"{PREFIX}_shard_0.shard", f"{PREFIX}_shard_1.shard"
+META = f"{PREFIX}.metadata.json"
+
+
+@pytest.fixture(params=["local", "moto"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A 2-rank checkpoint in a fresh store of each backend (S3: a new bucket, rooted below a prefix)."""
+    if request.param == "local":
+        store: Store = LocalStore(str(tmp_path / "root"))
+    else:
+        endpoint: S3Endpoint = request.getfixturevalue("moto_server")
+        store = S3Store(f"s3://{endpoint.make_bucket()}/some/prefix", env=endpoint.env())
+    save_state_dict(store, PREFIX, make_state(), world_size=2, checkpoint_id=CID, config=SMALL)
+    return store
+
+
+def _findings(store: Store) -> dict[str, set[str]]:
+    """file -> names of the checks that failed on it."""
+    found: dict[str, set[str]] = {}
+    for f in verify_checkpoint(store, PREFIX).findings:
+        found.setdefault(f.file, set()).add(f.check)
+    return found
+
+
+def test_intact_checkpoint(store: Store) -> None:
+    report = verify_checkpoint(store, PREFIX)
+    assert report.ok and report.findings == () and report.checkpoint_id == CID and report.world_size == 2
+    assert report.files == (META, SHARD0, SHARD1)
+    report.raise_for_findings()
+    assert verify_checkpoint(store, PREFIX, read_data=False).ok
+    state = make_state()
+    loaded = load_state_dict(store, PREFIX)
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], v) for k, v in state.items())
+    pieces = load_resharded(store, PREFIX, 3, 1)
+    assert [p.name for p in pieces] == [p.name for p in pieces_for_rank(state, 1, 3, SMALL.plan)]
+
+
+def _delete(store: Store) -> None:
+    store.delete(SHARD1)
+
+
+def _truncate(store: Store) -> None:
+    rewrite(store, SHARD1, store.get(SHARD1)[:-100])
+
+
+def _flip_data(store: Store) -> None:
+    piece = json.loads(store.get(META))["tensors"]["layer.weight"]["pieces"][1]
+    assert piece["rank"] == 1
+    rewrite(store, SHARD1, flip(store.get(SHARD1), piece["offset"] + 100))
+
+
+def _flip_header(store: Store) -> None:
+    rewrite(store, SHARD1, flip(store.get(SHARD1), 130))
+
+
+def _stray(store: Store) -> None:
+    rewrite(store, f"{PREFIX}_shard_7.shard", store.get(SHARD0))
+
+
+def _metadata_size(store: Store) -> None:
+    raw = json.loads(store.get(META))
+    raw["shards"][1]["size"] += 5
+    rewrite(store, META, json.dumps(raw).encode())
+
+
+def _bad_magic(store: Store) -> None:
+    rewrite(store, SHARD1, b"XXXX" + store.get(SHARD1)[4:])
+
+
+def _version(store: Store) -> None:
+    data = store.get(SHARD1)
+    rewrite(store, SHARD1, reseal(data[:4] + struct.pack("<H", 9) + data[6:]))
+
+
+def _other_checkpoint(store: Store) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        other = LocalStore(root)
+        save_state_dict(other, PREFIX, make_state(), world_size=2, checkpoint_id=OTHER_CID, config=SMALL)
+        rewrite(store, SHARD1, other.get(SHARD1))
+
+
+def _padding(store: Store) -> None:
+    data = store.get(SHARD1)
+    (length,) = struct.unpack_from("<Q", data, 56)
+    if length % 64 == 0:
+        pytest.fail("this layout has no header padding to corrupt; change the test state")
+    rewrite(store, SHARD1, data[:length] + b"\x01" + data[length + 1 :])
+
+
+def _drop_metadata(store: Store) -> None:
+    store.delete(META)
+
+
+CASES: dict[str, tuple[Callable[[Store], None], dict[str, set[str]]]] = {
+    "deleted": (_delete, {SHARD1: {"shard_missing"}}),
+    "truncated": (
+        _truncate,
+        {SHARD1: {"truncated", "shard_size", "shard_checksum", "data_checksum", "block_checksum"}},
+    ),
+    "flipped_data": (_flip_data, {SHARD1: {"shard_checksum", "data_checksum", "block_checksum"}}),
+    "flipped_header": (_flip_header, {SHARD1: {"shard_checksum", "header_checksum"}}),
+    "stray_rank_7": (_stray, {f"{PREFIX}_shard_7.shard": {"stray_shard"}}),
+    "metadata_wrong_size": (_metadata_size, {SHARD1: {"metadata_size"}}),
+    "bad_magic": (_bad_magic, {SHARD1: {"shard_checksum", "bad_magic"}}),
+    "unknown_version": (_version, {SHARD1: {"shard_checksum", "format_version"}}),
+    "other_checkpoint": (_other_checkpoint, {SHARD1: {"shard_checksum", "header_checkpoint_id", "header_metadata"}}),
+    "nonzero_padding": (_padding, {SHARD1: {"shard_checksum", "padding"}}),
+    "metadata_missing": (_drop_metadata, {META: {"metadata_missing"}}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_problem_is_found_and_named(store: Store, case: str) -> None:
+    damage, expected = CASES[case]
+    damage(store)
+    assert _findings(store) == expected
+    report = verify_checkpoint(store, PREFIX)
+    assert all(f.reason for f in report.findings)
+    with pytest.raises(ShardVerificationError, match=sorted(report.checks)[0]):
+        report.raise_for_findings()
+
+
+def test_every_problem_at_once(store: Store) -> None:
+    _delete(store)
+    _stray(store)
+    rewrite(store, SHARD0, flip(store.get(SHARD0), -1))  # the last byte of the last piece
+    found = _findings(store)
+    assert found == {
+        SHARD0: {"shard_checksum", "data_checksum", "block_checksum"},
+        SHARD1: {"shard_missing"},
+        f"{PREFIX}_shard_7.shard": {"stray_shard"},
+    }
+
+
+def test_listing_only_mode(store: Store) -> None:
+    _truncate(store)
+    _stray(store)
+    report = verify_checkpoint(store, PREFIX, read_data=False)
+    assert {(f.file, f.check) for f in report.findings} == {
+        (SHARD1, "shard_size"),
+        (f"{PREFIX}_shard_7.shard", "stray_shard"),
+    }
