@@ -190,3 +190,9 @@ class ResolutionRefusedError(Ml8sError):
     """An operator tool refused to act: the collision is not recorded, or the store is not what was audited."""
 
     code = "RESOLUTION_REFUSED"
+
+
+class ChainHeadMissingError(ChainCorruptionError):
+    """The head (``chain.json``) is missing or unreadable while the chain has history: never a new genesis."""
+
+    code = "CHAIN_HEAD_MISSING"

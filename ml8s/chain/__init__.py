@@ -8,9 +8,11 @@ the run index, the commit protocol and retries on top of it, then the ``ChainSto
 
 from ml8s.chain._util import content_hash, sha256_hex
 from ml8s.chain.chain_store import ChainStore
+from ml8s.chain.evidence import named_versions
+from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
-from ml8s.chain.integrity import Finding, VerifyReport, find_corruption, verify_chain
+from ml8s.chain.integrity import find_corruption, verify_chain
 from ml8s.chain.models import Block, BlockHeader, ChainHead, ChainVersion, CommitMeta, PayloadFile, PayloadKind
 from ml8s.chain.retry import RetryPolicy
 from ml8s.chain.runindex import committed
@@ -37,6 +39,7 @@ __all__ = [
     "committed",
     "content_hash",
     "find_corruption",
+    "named_versions",
     "sha256_hex",
     "verify_chain",
 ]

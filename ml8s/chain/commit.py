@@ -78,8 +78,9 @@ def commit(
         pointer = chain.read_head()
     head, token = pointer
     parent = chain.at(head)
-    since = runindex.claim(chain, meta, head.counter)
-    if (found := runindex.find(chain, parent, meta.full_config_hash, since)) is not None:
+    since, fresh = runindex.claim(chain, meta, head.counter)
+    # A fresh claim: the run was never claimed, or runs/ was deleted; only the whole chain can tell.
+    if (found := runindex.find(chain, parent, meta.full_config_hash, -1 if fresh else since)) is not None:
         runindex.record(chain, found)
         return _already(chain, found, files, repaired=True)
     if expected_parent is not None and parent.block_hash != expected_parent:
@@ -112,6 +113,8 @@ def init(chain: ChainVersions) -> ChainVersion:
     """The head, after creating genesis if there is no chain yet (racing inits: one genesis wins)."""
     if (pointer := chain.read_head()) is not None:
         return chain.at(pointer[0])
+    if (missing := chain.missing_head()) is not None:
+        raise missing
     header = BlockHeader(
         counter=0,
         parent_block_hash="",

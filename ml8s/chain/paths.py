@@ -28,6 +28,7 @@ METADATA = "metadata.json"
 CONTENT_HASH = "content_hash.txt"
 PAYLOAD = "payload"
 
+# Patterns are applied with fullmatch: ``$`` alone would let a trailing newline through.
 CHAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
 _VERSION_DIR = re.compile(r"^v([0-9]{10})_((?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*))_([0-9a-f]{12})$")
@@ -41,7 +42,7 @@ def version_dir(counter: int, semver: str, block_hash: str) -> str:
 
 def parse_version_dir(name: str) -> tuple[int, str, str] | None:
     """(counter, semver, hash12) of a version directory name, or None when it is not one."""
-    match = _VERSION_DIR.match(name)
+    match = _VERSION_DIR.fullmatch(name)
     return (int(match.group(1)), match.group(2), match.group(3)) if match else None
 
 

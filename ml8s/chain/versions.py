@@ -23,13 +23,14 @@ from collections.abc import Iterator, Mapping
 from pydantic import ValidationError
 
 from ml8s.chain import paths
-from ml8s.chain._util import list_objects, sha256_hex
+from ml8s.chain._util import list_objects, prune_empty_dirs, sha256_hex
 from ml8s.chain.events import AuditLog
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, head_json, metadata_json
 from ml8s.errors import (
     ChainCorruptionError,
     ChainError,
+    ChainHeadMissingError,
     ChecksumError,
     ConfigError,
     NotFoundError,
@@ -51,7 +52,7 @@ class ChainVersions:
     """
 
     def __init__(self, store: Store, chain_name: str) -> None:
-        if not paths.CHAIN_NAME.match(chain_name):
+        if not paths.CHAIN_NAME.fullmatch(chain_name):
             raise ConfigError(f"chain name {chain_name!r}: expected letters, digits, '.', '_' or '-' (at most 128)")
         self.store, self.name, self.prefix = store, chain_name, f"{paths.ROOT}/{chain_name}"
         self.audit = AuditLog(store, self.key(paths.AUDIT), chain_name)
@@ -87,8 +88,26 @@ class ChainVersions:
         """The head version, its block verified against the head pointer."""
         pointer = self.read_head()
         if pointer is None:
+            if (missing := self.missing_head()) is not None:
+                raise missing
             raise VersionNotFoundError(f"chain {self.name!r} at {self.uri()} is not initialized (no chain.json)")
         return self.at(pointer[0])
+
+    def missing_head(self) -> ChainHeadMissingError | None:
+        """Without a head: the error to raise when the chain has history (so a head existed and was lost),
+        None for a chain never initialized. Versions, run index and audit events are all written only
+        while a head exists; a head that appears meanwhile (a racing init) means nothing is lost."""
+        # Only versions above genesis count: a racing init's genesis exists before its head swap.
+        history = [i.key for i in self.objects(self.key(paths.VERSIONS)) if self._above_genesis(i.key)][-1:]
+        history += [i.key for part in (paths.RUNS, paths.AUDIT) for i in self.objects(self.key(part))[:1]]
+        if not history or self.read_head() is not None:
+            return None
+        return ChainHeadMissingError(
+            None,
+            f"{self.uri(paths.HEAD)} is missing but the chain has history ({self.store.uri(history[0])}, ...): "
+            "restore the head from a known block hash (verify --known-head, an anchor); a new genesis would fork it",
+            check="head",
+        )
 
     def at(self, head: ChainHead) -> ChainVersion:
         """The version a head pointer names, checked against it."""
@@ -239,6 +258,7 @@ class ChainVersions:
                 return False
         for version_dir in {k.removeprefix(self.key(paths.VERSIONS) + "/").split("/", 1)[0] for k in written}:
             self._versions.pop(version_dir, None)
+            prune_empty_dirs(self.store, self.version_key(version_dir), include_base=True)
         return True
 
     # -- helpers --------------------------------------------------------------------------------
@@ -257,6 +277,10 @@ class ChainVersions:
                 child.counter, f"{name} holds {parent.block_hash}, not the parent named", check="parent_link"
             )
         return parent
+
+    def _above_genesis(self, key: str) -> bool:
+        parsed = paths.parse_version_dir(key.removeprefix(self.key(paths.VERSIONS) + "/").split("/", 1)[0])
+        return parsed is not None and parsed[0] > 0
 
     def _tmp_key(self) -> str:
         return self.key(paths.TMP, f"{worker_id()}-{uuid.uuid4().hex}")
