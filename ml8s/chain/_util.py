@@ -13,8 +13,21 @@ from ml8s.store import LocalStore, ObjectInfo, Store
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
+CHUNK = 8 * 1024 * 1024
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str) -> tuple[str, int]:
+    """(sha256 hex, size) of a local file, read in chunks: memory does not grow with the file."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def content_hash(files: Iterable[tuple[str, str, int]]) -> str:

@@ -31,14 +31,24 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from ml8s.chain import paths, runindex
-from ml8s.chain._util import content_hash, rfc3339, sha256_hex, utc_now
-from ml8s.chain.models import BlockHeader, ChainVersion, CommitMeta, PayloadFile, PayloadKind
+from ml8s.chain._util import content_hash, rfc3339, sha256_file, sha256_hex, utc_now
+from ml8s.chain.models import (
+    MAX_U63,
+    BlockHeader,
+    ChainVersion,
+    CommitMeta,
+    LocalFile,
+    PayloadFile,
+    PayloadKind,
+    PayloadSource,
+)
 from ml8s.chain.semver import GENESIS_SEMVER, bump
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import make_block
 from ml8s.errors import (
     ChainError,
     CommitOutcomeUnknownError,
+    ConfigError,
     ConflictError,
     NotFastForwardError,
     PreconditionFailedError,
@@ -52,16 +62,28 @@ RESOLVE_ATTEMPTS = 5  # looks at the head after an unknown outcome
 RESOLVE_DELAY_S = 0.1  # before look n: uniform(0.5, 2) * RESOLVE_DELAY_S * 2**n, ~3 s in all
 
 
-def payload_files(payload: Mapping[str, bytes]) -> tuple[PayloadFile, ...]:
-    """The sorted file list of a payload (names checked by PayloadFile's pattern)."""
+def local_file(path: str) -> LocalFile:
+    """A local file as a payload entry, hashed once in chunks (commit streams it; memory stays flat)."""
+    digest, size = sha256_file(path)
+    return LocalFile(path=path, sha256=digest, size=size)
+
+
+def payload_files(payload: Mapping[str, PayloadSource]) -> tuple[PayloadFile, ...]:
+    """The sorted file list of a payload (names checked by PayloadFile's pattern); a LocalFile brings its
+    own measured sha256 and size, so a large file is read once to hash it and once to upload it."""
     if not payload:
         raise ChainError("a version needs at least one payload file")
-    return tuple(PayloadFile(name=n, sha256=sha256_hex(d), size=len(d)) for n, d in sorted(payload.items()))
+    return tuple(
+        PayloadFile(name=n, sha256=d.sha256, size=d.size)
+        if isinstance(d, LocalFile)
+        else PayloadFile(name=n, sha256=sha256_hex(d), size=len(d))
+        for n, d in sorted(payload.items())
+    )
 
 
 def commit(
     chain: ChainVersions,
-    payload: Mapping[str, bytes],
+    payload: Mapping[str, PayloadSource],
     meta: CommitMeta,
     expected_parent: str | None = None,
     files: tuple[PayloadFile, ...] | None = None,
@@ -78,6 +100,10 @@ def commit(
         pointer = chain.read_head()
     head, token = pointer
     parent = chain.at(head)
+    if meta.step_after(parent.global_step) > MAX_U63:  # before the claim: nothing written for a bad commit
+        raise ConfigError(
+            f"global_step {meta.step_after(parent.global_step)} exceeds {MAX_U63} (the head's is {parent.global_step})"
+        )
     since, fresh = runindex.claim(chain, meta, head.counter)
     # A fresh claim: the run was never claimed, or runs/ was deleted; only the whole chain can tell.
     if (found := runindex.find(chain, parent, meta.full_config_hash, -1 if fresh else since)) is not None:

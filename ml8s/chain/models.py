@@ -41,6 +41,23 @@ class PayloadFile(BaseModel):
     size: int = Field(ge=0)
 
 
+class LocalFile(BaseModel):
+    """A payload file committed from local disk, streamed (never read into memory whole): its path and
+    the sha256 and size measured once (``local_file``); the upload is checked against them."""
+
+    model_config = _FROZEN
+
+    path: str
+    sha256: Hex64
+    size: int = Field(ge=0)
+
+
+# A payload file's bytes, or a local file to stream.
+PayloadSource = bytes | LocalFile
+
+MAX_U63 = 2**63 - 1  # uint64 on the wire, but kept within a signed 64-bit int for every reader
+
+
 class BlockHeader(BaseModel):
     """Everything a block hash covers. Field meanings: proto/ml8s/chain/v1/chain.proto."""
 
@@ -137,9 +154,9 @@ class CommitMeta(BaseModel):
     full_config_hash: Hex64
     artifact_root: str
     architecture: str
-    parameter_count: int = Field(ge=0)
-    global_step: int | None = Field(default=None, ge=0)
-    steps_since_parent: int | None = Field(default=None, ge=0)
+    parameter_count: int = Field(ge=0, le=MAX_U63)
+    global_step: int | None = Field(default=None, ge=0, le=MAX_U63)
+    steps_since_parent: int | None = Field(default=None, ge=0, le=MAX_U63)
     creator: str = Field(default_factory=worker_id)
     tensorboard_logdir: str | None = None
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from ml8s.chain.commit import commit, payload_files
-from ml8s.chain.models import ChainVersion, CommitMeta
+from ml8s.chain.models import ChainVersion, CommitMeta, PayloadSource
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ConflictError, RetryableStoreError
 
@@ -36,7 +36,7 @@ class RetryPolicy(BaseModel):
 
 def commit_with_retry(
     chain: ChainVersions,
-    payload: Mapping[str, bytes],
+    payload: Mapping[str, PayloadSource],
     meta: CommitMeta,
     policy: RetryPolicy,
     *,

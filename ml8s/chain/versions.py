@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from ml8s.chain import paths
 from ml8s.chain._util import list_objects, prune_empty_dirs, sha256_hex
 from ml8s.chain.events import AuditLog
-from ml8s.chain.models import ChainHead, ChainVersion
+from ml8s.chain.models import ChainHead, ChainVersion, LocalFile, PayloadSource
 from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, head_json, metadata_json
 from ml8s.errors import (
     ChainCorruptionError,
@@ -207,16 +207,31 @@ class ChainVersions:
                 keys.append(key)
         return keys
 
-    def write_version(self, version: ChainVersion, payload: Mapping[str, bytes], written: list[str]) -> None:
-        """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land."""
+    def write_version(self, version: ChainVersion, payload: Mapping[str, PayloadSource], written: list[str]) -> None:
+        """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land.
+
+        Local files are streamed (put_file_atomic) and what landed is checked against the block's
+        sha256 and size: a file changed since it was hashed fails the commit, never the chain."""
         at = self.version_key
-        files = [(at(version.version_dir, paths.PAYLOAD, f.name), payload[f.name]) for f in version.header.files]
+        files: list[tuple[str, PayloadSource]] = [
+            (at(version.version_dir, paths.PAYLOAD, f.name), payload[f.name]) for f in version.header.files
+        ]
         files += [
             (at(version.version_dir, paths.METADATA), metadata_json(version.block)),
             (at(version.version_dir, paths.CONTENT_HASH), content_hash_txt(version.block)),
             (at(version.version_dir, paths.BLOCK), encode_block(version.block)),
         ]
         for key, data in files:
+            if isinstance(data, LocalFile):
+                written.append(key)  # before the upload: a half-done one is deleted too
+                landed = self.store.put_file_atomic(key, data.path, tmp_key=self._tmp_key())
+                if (landed.sha256, landed.size) != (data.sha256, data.size):
+                    raise ChecksumError(
+                        f"{data.path} changed while committing: uploaded {landed.size} bytes sha256 {landed.sha256}, "
+                        f"hashed {data.size} bytes sha256 {data.sha256}",
+                        check="payload_hash",
+                    )
+                continue
             if len(data) > SINGLE_PUT_MAX:
                 self.store.put_atomic(key, data, tmp_key=self._tmp_key())
             elif not self.store.put_if_absent(key, data):

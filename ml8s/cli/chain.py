@@ -8,19 +8,26 @@ naming the first bad version.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import struct
 import sys
 
-from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, collect_garbage, verify_chain
+from ml8s.chain import (
+    ChainStore,
+    ChainVersion,
+    CommitMeta,
+    RetryPolicy,
+    check_safetensors,
+    collect_garbage,
+    local_file,
+    verify_chain,
+)
 from ml8s.cli.args import guarded
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import platform_settings
 from ml8s.store import open_store
 
-_MAX_HEADER = 100 * 1024 * 1024
+MAX_STEPS = 2**63 - 1
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,47 +102,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _commit_external(chain: ChainStore, path: str, steps: int) -> ChainVersion:
-    """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file)."""
+    """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file).
+
+    Everything is checked before anything is written (no run claim for a bad payload), and the file
+    is streamed: hashed once in chunks, then uploaded from disk.
+    """
+    if not 0 <= steps <= MAX_STEPS:
+        raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
+    summary = check_safetensors(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        source = local_file(path)
     except OSError as exc:
         raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
-    architecture, parameters = _describe_safetensors(data, path)
-    digest = hashlib.sha256(data).hexdigest()
     meta = CommitMeta(
-        run_id=digest[:12],
-        full_config_hash=digest,
+        run_id=source.sha256[:12],
+        full_config_hash=source.sha256,
         artifact_root=os.path.abspath(path),
-        architecture=architecture,
-        parameter_count=parameters,
+        architecture=summary.architecture,
+        parameter_count=summary.parameter_count,
         steps_since_parent=steps,
     )
-    return chain.commit_with_retry({"model_native.safetensors": data}, meta, RetryPolicy())
-
-
-def _describe_safetensors(data: bytes, path: str) -> tuple[str, int]:
-    """(architecture, parameter count) from the safetensors header. The architecture names the tensors,
-    their dtypes and ranks but not their sizes: a wider layer is a minor bump (more parameters), a new
-    or removed tensor a major one."""
-    try:
-        (length,) = struct.unpack("<Q", data[:8])
-        if not 0 < length <= min(_MAX_HEADER, len(data) - 8):
-            raise ValueError(f"header length {length}")
-        header = json.loads(data[8 : 8 + length])
-        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
-        layout = [f"{name}:{t['dtype']}:{len(t['shape'])}d" for name, t in sorted(tensors.items())]
-        count = 0
-        for t in tensors.values():
-            size = 1
-            for d in t["shape"]:
-                size *= int(d)
-            count += size
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
-        raise ConfigError(
-            f"--payload {path} is not a safetensors file ({exc}); expected a .safetensors checkpoint"
-        ) from exc
-    return "safetensors:" + hashlib.sha256("|".join(layout).encode()).hexdigest()[:16], count
+    return chain.commit_with_retry({"model_native.safetensors": source}, meta, RetryPolicy())
 
 
 def _summary(version: ChainVersion) -> dict[str, object]:
