@@ -196,3 +196,9 @@ class ChainHeadMissingError(ChainCorruptionError):
     """The head (``chain.json``) is missing or unreadable while the chain has history: never a new genesis."""
 
     code = "CHAIN_HEAD_MISSING"
+
+
+class CommitDeadlineError(CommitError):
+    """A commit kept failing (store unreachable, or conflicts) past its RetryPolicy deadline: it gave up."""
+
+    code = "CHAIN_COMMIT_DEADLINE"
