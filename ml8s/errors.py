@@ -202,3 +202,9 @@ class CommitDeadlineError(CommitError):
     """A commit kept failing (store unreachable, or conflicts) past its RetryPolicy deadline: it gave up."""
 
     code = "CHAIN_COMMIT_DEADLINE"
+
+
+class SigningRequiredError(ChainError):
+    """The chain's trust policy requires a signature by a trusted key, and the committer has none."""
+
+    code = "CHAIN_SIGNING_REQUIRED"

@@ -8,7 +8,6 @@ the run index, the commit protocol and retries on top of it, then the ``ChainSto
 
 from ml8s.chain._util import content_hash, sha256_hex
 from ml8s.chain.chain_store import ChainStore
-from ml8s.chain.commit import local_file
 from ml8s.chain.evidence import named_versions
 from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
@@ -24,9 +23,12 @@ from ml8s.chain.models import (
     PayloadFile,
     PayloadKind,
 )
+from ml8s.chain.payload import local_file
 from ml8s.chain.retry import RetryPolicy
 from ml8s.chain.runindex import committed
 from ml8s.chain.safetensors_check import SafetensorsSummary, check_safetensors
+from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, SigningKey
+from ml8s.chain.trust import TrustPolicy, adopt_policy, load_policies
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import block_hash_of
 
@@ -38,6 +40,8 @@ __all__ = [
     "ChainVersion",
     "ChainVersions",
     "CommitMeta",
+    "ENV_KEY",
+    "ENV_KEY_FILE",
     "Finding",
     "Follower",
     "GcReport",
@@ -46,13 +50,17 @@ __all__ = [
     "PayloadKind",
     "RetryPolicy",
     "SafetensorsSummary",
+    "SigningKey",
+    "TrustPolicy",
     "VerifyReport",
+    "adopt_policy",
     "block_hash_of",
     "check_safetensors",
     "collect_garbage",
     "committed",
     "content_hash",
     "find_corruption",
+    "load_policies",
     "local_file",
     "named_versions",
     "sha256_hex",

@@ -23,7 +23,8 @@ class Finding(BaseModel):
 class VerifyReport(BaseModel):
     """What verify_chain found. ``chain``: the version directories from genesis to the head read;
     ``orphans``: complete versions off it; ``ahead``: versions committed on top of it while verifying;
-    ``incomplete``: directories without block.pb (uploads in flight, or cut short)."""
+    ``incomplete``: directories without block.pb (uploads in flight, or cut short); ``unchecked``: what
+    could not be checked (no trust policy, no known head or anchor)."""
 
     model_config = _FROZEN
 
@@ -34,6 +35,7 @@ class VerifyReport(BaseModel):
     orphans: tuple[str, ...]
     ahead: tuple[str, ...]
     incomplete: tuple[str, ...]
+    unchecked: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -49,3 +51,19 @@ class VerifyReport(BaseModel):
             first = self.findings[0]
             more = f" (+{len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
             raise ChainCorruptionError(first.counter, f"{first.reason}{more}", check=first.check)
+
+
+def unchecked_limits(signed_from: int | None, known_head: str | None) -> tuple[str, ...]:
+    """What a verification could not establish (docs/chain.md, "What verify detects"): ``signed_from`` is
+    the first policy's (None: the chain has no trust policy), ``known_head`` a head seen before, if any."""
+    missing = []
+    if signed_from is None:
+        missing.append(
+            "authenticity: the chain has no trust policy, so its versions are not signed (anyone with write "
+            "access to the store could have appended or rewritten them)"
+        )
+    elif signed_from > 0:
+        missing.append(f"authenticity of versions below {signed_from}: committed before the first trust policy")
+    if known_head is None:
+        missing.append("rollback, freeze and a forged head: give --known-head or --anchor (a head seen before)")
+    return tuple(missing)

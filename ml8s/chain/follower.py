@@ -1,8 +1,10 @@
 """Follower: track a chain's head and refuse any head that does not extend the last one seen.
 
 An inference node (or an auditor) polls the head; a head that moved must descend from the head it
-saw before, proved by walking parent hashes back to it. A head with a lower counter is a rollback
-(ChainRollbackError), a different block at or below the last counter is a fork (ChainForkError):
+saw before, proved by walking parent hashes back to it, and every version new to the follower must
+be signed as the chain's trust policy requires (ChainCorruptionError naming ``unsigned``,
+``untrusted_key``, ...). A head with a lower counter is a rollback (ChainRollbackError), a
+different block at or below the last counter is a fork (ChainForkError):
 either means the chain's history was rewritten, and the follower keeps serving what it had.
 
 The last head seen is kept in memory and, with ``state_path``, in a small JSON file (written by
@@ -21,9 +23,10 @@ import os
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.chain import trust
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainForkError, ChainRollbackError
+from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError
 
 
 class SeenHead(BaseModel):
@@ -56,8 +59,20 @@ class Follower:
             return None
         if last is not None:
             self._check_extends(head, last)
+        self._check_signed(head, last.counter if last is not None else -1)
         self._remember(head)
         return head
+
+    def _check_signed(self, head: ChainVersion, seen: int) -> None:
+        """Every version new to this follower must satisfy the chain's trust policy (trust.py)."""
+        policies, problems = trust.load_policies(self.chain)
+        if problems:
+            raise ChainCorruptionError(None, problems[0][1], check=problems[0][0])
+        for version in self.chain.walk(head):
+            if version.counter <= seen:
+                return
+            for check, reason in trust.block_problems(version, policies):
+                raise ChainCorruptionError(version.counter, f"{version.version_dir}: {reason}", check=check)
 
     def _check_extends(self, head: ChainVersion, last: SeenHead) -> None:
         name = self.chain.name

@@ -38,8 +38,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ml8s.chain import _checks, evidence, paths
-from ml8s.chain.findings import Finding, VerifyReport
+from ml8s.chain import _checks, evidence, paths, trust
+from ml8s.chain.findings import Finding, VerifyReport, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
@@ -112,11 +112,15 @@ class _Verifier:
         head = self._head(pointer)
         start = head if head is not None else self._best_guess()
         walked = list(self._walk(start)) if start is not None else []
+        policies, policy_problems = trust.load_policies(self.chain)
+        for check, reason in policy_problems:
+            self.add(check, reason)
         for version in walked:
             base = self.chain.version_key(version.version_dir) + "/"
             self.add_all(
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
             )
+            self.add_all(trust.block_problems(version, policies), version)
         on_chain = {v.version_dir for v in walked}
         off = sorted(set(self.parsed) - on_chain)
         ahead = self._ahead(head) if head is not None else set()
@@ -139,6 +143,7 @@ class _Verifier:
             orphans=tuple(orphans),
             ahead=tuple(sorted(ahead)),
             incomplete=tuple(incomplete),
+            unchecked=unchecked_limits(policies[0].signed_from if policies else None, known_head),
         )
         return report, self.parsed
 

@@ -79,6 +79,7 @@ class BlockHeader(BaseModel):
     architecture: str
     parameter_count: int = Field(ge=0)
     files: tuple[PayloadFile, ...]
+    trust_policy_version: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _files_sorted_unique(self) -> BlockHeader:
@@ -89,12 +90,15 @@ class BlockHeader(BaseModel):
 
 
 class Block(BaseModel):
-    """A header and the sha256 of its deterministic protobuf serialization."""
+    """A header, the sha256 of its deterministic protobuf serialization, and (signed blocks) the
+    committer's ed25519 signature over those same bytes, hex, with the signing key's id."""
 
     model_config = _FROZEN
 
     header: BlockHeader
     block_hash: Hex64
+    signature: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{128})?$")] = ""
+    signer_key_id: OptionalHex64 = ""
 
 
 class ChainHead(BaseModel):

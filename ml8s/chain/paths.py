@@ -8,6 +8,7 @@ runs/{full_config_hash}.claim.json          run index: first committer's claim (
 runs/{full_config_hash}.json                run index: the version that holds the run (create-only)
 audit/{yyyymmddThhmmssffffff}Z-{worker}-{seq}.json   append-only events, sorted = chronological
 tensorboard/v{counter:010d}/...             per-version TensorBoard logs, uploaded after the commit won
+trust/policy-{version:010d}.json            trust policies: which keys may sign (create-only, each signed)
 .tmp/                                       in-flight multipart uploads (removed by GC when stale)
 ```
 """
@@ -22,6 +23,7 @@ VERSIONS = "versions"
 RUNS = "runs"
 AUDIT = "audit"
 TENSORBOARD = "tensorboard"
+TRUST = "trust"
 TMP = ".tmp"
 BLOCK = "block.pb"
 METADATA = "metadata.json"

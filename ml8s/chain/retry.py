@@ -23,8 +23,9 @@ from contextlib import contextmanager
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ml8s.chain.commit import commit, payload_files
+from ml8s.chain.commit import commit
 from ml8s.chain.models import ChainVersion, CommitMeta, PayloadSource
+from ml8s.chain.payload import payload_files
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import CommitDeadlineError, ConflictError, RetryableStoreError
 from ml8s.store import S3Store, Store

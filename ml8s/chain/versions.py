@@ -15,7 +15,6 @@ integrity.py re-reads everything without these caches.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -26,6 +25,7 @@ from ml8s.chain import paths
 from ml8s.chain._util import list_objects, prune_empty_dirs, sha256_hex
 from ml8s.chain.events import AuditLog
 from ml8s.chain.models import ChainHead, ChainVersion, LocalFile, PayloadSource
+from ml8s.chain.signing import SigningKey
 from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, head_json, metadata_json
 from ml8s.errors import (
     ChainCorruptionError,
@@ -51,10 +51,11 @@ class ChainVersions:
     (layout: paths.py). Readers (integrity, follower, GC) use it as is; committers use ``ChainStore``.
     """
 
-    def __init__(self, store: Store, chain_name: str) -> None:
+    def __init__(self, store: Store, chain_name: str, *, signer: SigningKey | None = None) -> None:
         if not paths.CHAIN_NAME.fullmatch(chain_name):
             raise ConfigError(f"chain name {chain_name!r}: expected letters, digits, '.', '_' or '-' (at most 128)")
         self.store, self.name, self.prefix = store, chain_name, f"{paths.ROOT}/{chain_name}"
+        self.signer = signer  # signs the blocks this instance commits (trust.py: when the chain requires it)
         self.audit = AuditLog(store, self.key(paths.AUDIT), chain_name)
         self._versions: dict[str, ChainVersion] = {}  # version dir -> verified version
         self._created: dict[str, bytes] = {}  # key -> bytes of a create-only object (put_once)
@@ -192,21 +193,6 @@ class ChainVersions:
         return list_objects(self.store, prefix)
 
     # -- writes -------------------------------------------------------------------------------
-    def upload_tensorboard(self, version: ChainVersion, local_dir: str) -> list[str]:
-        """Upload a directory of TensorBoard logs to ``tensorboard/v{counter}/`` of a *committed* version."""
-        if self.get(version.counter).block_hash != version.block_hash:
-            raise VersionNotFoundError(f"version {version.version_dir} is not on chain {self.name!r}")
-        keys: list[str] = []
-        for directory, dirs, files in os.walk(local_dir):
-            dirs.sort()
-            for name in sorted(files):
-                path = os.path.join(directory, name)
-                rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
-                key = self.key(version.header.tensorboard_logdir, rel)
-                self.store.put_file_atomic(key, path, tmp_key=self._tmp_key())
-                keys.append(key)
-        return keys
-
     def write_version(self, version: ChainVersion, payload: Mapping[str, PayloadSource], written: list[str]) -> None:
         """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land.
 
@@ -224,7 +210,7 @@ class ChainVersions:
         for key, data in files:
             if isinstance(data, LocalFile):
                 written.append(key)  # before the upload: a half-done one is deleted too
-                landed = self.store.put_file_atomic(key, data.path, tmp_key=self._tmp_key())
+                landed = self.store.put_file_atomic(key, data.path, tmp_key=self.tmp_key())
                 if (landed.sha256, landed.size) != (data.sha256, data.size):
                     raise ChecksumError(
                         f"{data.path} changed while committing: uploaded {landed.size} bytes sha256 {landed.sha256}, "
@@ -233,7 +219,7 @@ class ChainVersions:
                     )
                 continue
             if len(data) > SINGLE_PUT_MAX:
-                self.store.put_atomic(key, data, tmp_key=self._tmp_key())
+                self.store.put_atomic(key, data, tmp_key=self.tmp_key())
             elif not self.store.put_if_absent(key, data):
                 raise ChainError(f"{self.store.uri(key)} already exists: version directories are created once")
             written.append(key)
@@ -297,7 +283,7 @@ class ChainVersions:
         parsed = paths.parse_version_dir(key.removeprefix(self.key(paths.VERSIONS) + "/").split("/", 1)[0])
         return parsed is not None and parsed[0] > 0
 
-    def _tmp_key(self) -> str:
+    def tmp_key(self) -> str:
         return self.key(paths.TMP, f"{worker_id()}-{uuid.uuid4().hex}")
 
     # last in the class: below it, ``list`` in an annotation would mean this method

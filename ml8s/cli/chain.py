@@ -13,10 +13,14 @@ import os
 import sys
 
 from ml8s.chain import (
+    ENV_KEY,
+    ENV_KEY_FILE,
     ChainStore,
     ChainVersion,
     CommitMeta,
     RetryPolicy,
+    SigningKey,
+    adopt_policy,
     check_safetensors,
     collect_garbage,
     local_file,
@@ -43,6 +47,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("verify", "verify the chain from genesis to head; exit 1 naming the first bad version"),
         ("gc", "find (and with --execute delete) orphaned or incomplete versions"),
         ("tensorboard", "print the TensorBoard log directories of versions (default: all)"),
+        ("keygen", "write a new ed25519 signing key (PEM) to --out; prints its key id and public key"),
+        ("trust", "adopt the next trust policy: the keys that may sign, signed by ML8S_SIGNING_KEY(_FILE)"),
     ):
         verb = verbs.add_parser(name, help=text, description=text)
         verb.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
@@ -54,14 +60,25 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["verify"].add_argument("--known-head", default=None, help="a block hash seen before")
     verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
+    verbs.choices["keygen"].add_argument("--out", required=True, help="private key file to create (mode 0600)")
+    verbs.choices["trust"].add_argument(
+        "--public-key", action="append", required=True, help="base64 raw ed25519 public key (repeat)"
+    )
     verbs.choices["tensorboard"].add_argument("counters", nargs="*", type=int, help="versions (default: all)")
 
 
 def run(args: argparse.Namespace) -> int:
     settings = platform_settings(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_store(settings.pipeline_root_uri), args.chain or settings.chain_name)
     verb: str = args.verb
-    if verb == "init":
+    if verb == "keygen":
+        return _keygen(args.out)
+    signer = SigningKey.from_env(os.environ)
+    chain = ChainStore(open_store(settings.pipeline_root_uri), args.chain or settings.chain_name, signer=signer)
+    if verb == "trust":
+        if signer is None:
+            raise ConfigError(f"chain trust: set {ENV_KEY} or {ENV_KEY_FILE} to a key the current policy trusts")
+        _print(adopt_policy(chain, signer, args.public_key).model_dump(mode="json"))
+    elif verb == "init":
         _print(_summary(chain.init()))
     elif verb == "commit":
         _print(_summary(_commit_external(chain, args.payload, args.steps)))
@@ -81,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
             _print(report.model_dump(mode="json"))
         elif report.ok:
             print(f"PASS chain {chain.name!r}: {len(report.chain)} versions, head v{report.head_counter}")
+            for line in report.unchecked:
+                print(f"  not checked: {line}", file=sys.stderr)
         else:
             first = min(report.findings, key=lambda f: (f.counter is None, f.counter or 0))
             print(
@@ -98,6 +117,18 @@ def run(args: argparse.Namespace) -> int:
         for v in sorted(chain.list(), key=lambda v: v.counter):
             if v.counter and (not wanted or v.counter in wanted):
                 print(f"v{v.counter:010d}:{chain.store.uri(chain.key(v.header.tensorboard_logdir))}")
+    return 0
+
+
+def _keygen(out: str) -> int:
+    key = SigningKey.generate()
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: {exc.strerror or exc}; expected a new file") from exc
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key.private_pem())
+    _print({"key_id": key.key_id, "private_key_file": out, "public_key": key.public_key})
     return 0
 
 
