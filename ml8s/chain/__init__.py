@@ -7,6 +7,7 @@ the run index, the commit protocol and retries on top of it, then the ``ChainSto
 """
 
 from ml8s.chain._util import content_hash, sha256_hex
+from ml8s.chain.anchor import Anchor, Checkpoint, make_anchor, read_anchor
 from ml8s.chain.chain_store import ChainStore
 from ml8s.chain.evidence import named_versions
 from ml8s.chain.findings import Finding, VerifyReport
@@ -33,15 +34,17 @@ from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import block_hash_of
 
 __all__ = [
+    "ENV_KEY",
+    "ENV_KEY_FILE",
+    "Anchor",
     "Block",
     "BlockHeader",
     "ChainHead",
     "ChainStore",
     "ChainVersion",
     "ChainVersions",
+    "Checkpoint",
     "CommitMeta",
-    "ENV_KEY",
-    "ENV_KEY_FILE",
     "Finding",
     "Follower",
     "GcReport",
@@ -62,7 +65,9 @@ __all__ = [
     "find_corruption",
     "load_policies",
     "local_file",
+    "make_anchor",
     "named_versions",
+    "read_anchor",
     "sha256_hex",
     "verify_chain",
 ]

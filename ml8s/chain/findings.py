@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import ChainCorruptionError
+from ml8s.errors import ChainCorruptionError, ConfigError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+_KNOWN_HEAD = re.compile(r"[0-9A-Fa-f]{12,64}")
 
 
 class Finding(BaseModel):
@@ -53,9 +56,9 @@ class VerifyReport(BaseModel):
             raise ChainCorruptionError(first.counter, f"{first.reason}{more}", check=first.check)
 
 
-def unchecked_limits(signed_from: int | None, known_head: str | None) -> tuple[str, ...]:
+def unchecked_limits(signed_from: int | None, anchored: bool) -> tuple[str, ...]:
     """What a verification could not establish (docs/chain.md, "What verify detects"): ``signed_from`` is
-    the first policy's (None: the chain has no trust policy), ``known_head`` a head seen before, if any."""
+    the first policy's (None: the chain has no trust policy); ``anchored``: a known head or anchor was given."""
     missing = []
     if signed_from is None:
         missing.append(
@@ -64,6 +67,15 @@ def unchecked_limits(signed_from: int | None, known_head: str | None) -> tuple[s
         )
     elif signed_from > 0:
         missing.append(f"authenticity of versions below {signed_from}: committed before the first trust policy")
-    if known_head is None:
+    if not anchored:
         missing.append("rollback, freeze and a forged head: give --known-head or --anchor (a head seen before)")
     return tuple(missing)
+
+
+def normalize_known_head(known_head: str | None) -> str | None:
+    """A block hash or a prefix of it (>= 12 hex digits, any case) in lower case; ConfigError otherwise."""
+    if known_head is None:
+        return None
+    if not _KNOWN_HEAD.fullmatch(known_head):
+        raise ConfigError(f"known head {known_head!r}: expected 12 to 64 hex digits of a block hash")
+    return known_head.lower()

@@ -34,12 +34,14 @@ rolled back by one version looks the same, which is why followers pass ``known_h
 
 from __future__ import annotations
 
-import re
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterator
 
 from ml8s.chain import _checks, evidence, paths, trust
-from ml8s.chain.findings import Finding, VerifyReport, unchecked_limits
+from ml8s.chain._util import utc_now
+from ml8s.chain.anchor import Anchor, anchor_problems
+from ml8s.chain.findings import Finding, VerifyReport, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
@@ -47,30 +49,27 @@ from ml8s.errors import (
     ChainCorruptionError,
     ChainError,
     ChecksumError,
-    ConfigError,
     NotFoundError,
     RetryableStoreError,
     StoreError,
 )
 
-_KNOWN_HEAD = re.compile(r"[0-9A-Fa-f]{12,64}")
-
 
 def verify_chain(
-    chain: ChainVersions, *, known_head: str | None = None, payloads: bool = True, strict_orphans: bool = False
+    chain: ChainVersions,
+    *,
+    known_head: str | None = None,
+    payloads: bool = True,
+    strict_orphans: bool = False,
+    anchor: Anchor | None = None,
+    now: dt.datetime | None = None,
 ) -> VerifyReport:
     """Check the whole chain (module docstring). ``payloads=False`` skips reading payload bytes
-    (sizes are still checked); ``known_head`` is a block hash that must be on the chain."""
-    return _Verifier(chain, payloads, strict_orphans).run(normalize_known_head(known_head))[0]
-
-
-def normalize_known_head(known_head: str | None) -> str | None:
-    """A block hash or a prefix of it (>= 12 hex digits, any case) in lower case; ConfigError otherwise."""
-    if known_head is None:
-        return None
-    if not _KNOWN_HEAD.fullmatch(known_head):
-        raise ConfigError(f"known head {known_head!r}: expected 12 to 64 hex digits of a block hash")
-    return known_head.lower()
+    (sizes are still checked); ``known_head`` is a block hash that must be on the chain; ``anchor`` a
+    signed checkpoint (anchor.py), checked as of ``now`` (default: the current time)."""
+    verifier = _Verifier(chain, payloads, strict_orphans)
+    verifier.anchor, verifier.now = anchor, now or utc_now()
+    return verifier.run(normalize_known_head(known_head))[0]
 
 
 def find_corruption(chain: ChainVersions, *, known_head: str | None = None) -> ChainVersion | None:
@@ -90,6 +89,8 @@ class _Verifier:
     def __init__(self, chain: ChainVersions, payloads: bool, strict_orphans: bool) -> None:
         self.chain, self.payloads, self.strict = chain, payloads, strict_orphans
         self.findings: list[Finding] = []
+        self.anchor: Anchor | None = None
+        self.now = utc_now()
         self.parsed: dict[str, ChainVersion] = {}  # every readable block, tampered or not, by directory
 
     def add(self, check: str, reason: str, version: ChainVersion | None = None, *, counter: int | None = None) -> None:
@@ -134,6 +135,8 @@ class _Verifier:
         if known_head is not None and not any(v.block_hash.startswith(known_head) for v in walked):
             self._known_head(known_head, head)
         self._evidence(on_chain | ahead)
+        for check, reason, counter in anchor_problems(self.chain, self.anchor, walked, self.now) if self.anchor else []:
+            self.add(check, reason, counter=counter)
         findings = sorted(self.findings, key=lambda f: (f.counter is None, f.counter or 0, f.check, f.version_dir))
         report = VerifyReport(
             chain_name=self.chain.name,
@@ -143,7 +146,9 @@ class _Verifier:
             orphans=tuple(orphans),
             ahead=tuple(sorted(ahead)),
             incomplete=tuple(incomplete),
-            unchecked=unchecked_limits(policies[0].signed_from if policies else None, known_head),
+            unchecked=unchecked_limits(
+                policies[0].signed_from if policies else None, known_head is not None or self.anchor is not None
+            ),
         )
         return report, self.parsed
 

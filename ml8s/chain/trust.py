@@ -136,7 +136,7 @@ def block_problems(version: ChainVersion, policies: list[TrustPolicy]) -> Proble
     block, wanted = version.block, version.header.trust_policy_version
     if wanted > len(policies):
         return [("trust_policy_missing", f"names trust policy {wanted}, the chain has {len(policies)}")]
-    if not policies or version.counter < policies[0].signed_from:
+    if wanted == 0 and (not policies or version.counter < policies[0].signed_from):
         return []  # a legacy chain, or a version from before the first policy: nothing to check against
     if not block.signature:
         return [("unsigned", f"unsigned, but the chain requires signatures from version {policies[0].signed_from}")]

@@ -8,6 +8,7 @@ naming the first bad version.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ import sys
 from ml8s.chain import (
     ENV_KEY,
     ENV_KEY_FILE,
+    Anchor,
     ChainStore,
     ChainVersion,
     CommitMeta,
@@ -24,6 +26,8 @@ from ml8s.chain import (
     check_safetensors,
     collect_garbage,
     local_file,
+    make_anchor,
+    read_anchor,
     verify_chain,
 )
 from ml8s.cli.args import guarded
@@ -47,6 +51,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("verify", "verify the chain from genesis to head; exit 1 naming the first bad version"),
         ("gc", "find (and with --execute delete) orphaned or incomplete versions"),
         ("tensorboard", "print the TensorBoard log directories of versions (default: all)"),
+        ("anchor", "write a signed checkpoint of the head (keep it outside the store) to --out"),
         ("keygen", "write a new ed25519 signing key (PEM) to --out; prints its key id and public key"),
         ("trust", "adopt the next trust policy: the keys that may sign, signed by ML8S_SIGNING_KEY(_FILE)"),
     ):
@@ -57,7 +62,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["commit"].add_argument("--payload", required=True, help="a .safetensors checkpoint file")
     verbs.choices["commit"].add_argument("--steps", type=int, default=0, help="training steps since the parent")
     verbs.choices["show"].add_argument("counter", nargs="?", type=int, help="version counter (default: head)")
-    verbs.choices["verify"].add_argument("--known-head", default=None, help="a block hash seen before")
+    verbs.choices["verify"].add_argument("--known-head", default=None, help="a block hash seen before (>= 12 hex)")
+    verbs.choices["verify"].add_argument("--anchor", default=None, help="an anchor file (ml8s chain anchor)")
+    verbs.choices["anchor"].add_argument("--out", required=True, help="anchor file to write")
+    verbs.choices["anchor"].add_argument("--ttl-hours", type=float, default=24.0, help="validity (default 24)")
     verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
     verbs.choices["keygen"].add_argument("--out", required=True, help="private key file to create (mode 0600)")
@@ -74,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
         return _keygen(args.out)
     signer = SigningKey.from_env(os.environ)
     chain = ChainStore(open_store(settings.pipeline_root_uri), args.chain or settings.chain_name, signer=signer)
-    if verb == "trust":
+    if verb == "anchor":
+        if signer is None or not 0 < args.ttl_hours <= 24 * 366:
+            raise ConfigError(f"chain anchor: needs {ENV_KEY} or {ENV_KEY_FILE}, and --ttl-hours in (0, 8784]")
+        anchor = make_anchor(chain, signer, dt.timedelta(hours=args.ttl_hours), dt.datetime.now(dt.UTC))
+        _write_new(args.out, anchor.model_dump_json(indent=2).encode("utf-8") + b"\n", mode=0o644)
+        _print(anchor.checkpoint.model_dump(mode="json"))
+    elif verb == "trust":
         if signer is None:
             raise ConfigError(f"chain trust: set {ENV_KEY} or {ENV_KEY_FILE} to a key the current policy trusts")
         _print(adopt_policy(chain, signer, args.public_key).model_dump(mode="json"))
@@ -93,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         version = chain.head() if args.counter is None else chain.get(args.counter)
         _print({**_summary(version), "header": version.header.model_dump(mode="json")})
     elif verb == "verify":
-        report = verify_chain(chain, known_head=args.known_head)
+        report = verify_chain(chain, known_head=args.known_head, anchor=_read_anchor(args.anchor))
         if args.json:
             _print(report.model_dump(mode="json"))
         elif report.ok:
@@ -120,14 +134,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_new(path: str, data: bytes, *, mode: int) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except OSError as exc:
+        raise ConfigError(f"--out {path}: {exc.strerror or exc}; expected a new file") from exc
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _read_anchor(path: str | None) -> Anchor | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return read_anchor(handle.read(), where=f"--anchor {path}")
+    except OSError as exc:
+        raise ConfigError(f"--anchor {path}: {exc.strerror or exc}; expected an anchor file") from exc
+
+
 def _keygen(out: str) -> int:
     key = SigningKey.generate()
-    try:
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: {exc.strerror or exc}; expected a new file") from exc
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key.private_pem())
+    _write_new(out, key.private_pem(), mode=0o600)
     _print({"key_id": key.key_id, "private_key_file": out, "public_key": key.public_key})
     return 0
 
