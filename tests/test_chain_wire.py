@@ -87,6 +87,7 @@ CHANGES = {
     "parameter_count": 1001,
     "files": FILES[:1],
     "trust_policy_version": 3,
+    "run_claim_sha256": "c" * 64,
 }
 
 

@@ -87,7 +87,7 @@ def commit(
             f"global_step {meta.step_after(parent.global_step)} exceeds {MAX_U63} (the head's is {parent.global_step})"
         )
     policy = trust.commit_policy(chain, chain.signer)  # before the claim: a refused commit writes nothing
-    since, fresh = runindex.claim(chain, meta, head.counter)
+    since, fresh, claim_sha256 = runindex.claim(chain, meta, head.counter)
     # A fresh claim: the run was never claimed, or runs/ was deleted; only the whole chain can tell.
     if (found := runindex.find(chain, parent, meta.full_config_hash, -1 if fresh else since)) is not None:
         runindex.record(chain, found)
@@ -96,7 +96,7 @@ def commit(
         _refuse(chain, parent, meta, f"expected parent {expected_parent}, the head is {parent.block_hash}")
     if meta.step_after(parent.global_step) < parent.global_step:
         _refuse(chain, parent, meta, f"global_step {meta.global_step} < the head's {parent.global_step}")
-    version = _seal(parent, meta, files, policy, chain.signer)
+    version = _seal(parent, meta, files, policy, chain.signer, claim_sha256)
     written: list[str] = []
     try:
         chain.write_version(version, payload, written)
@@ -242,6 +242,7 @@ def _seal(
     files: tuple[PayloadFile, ...],
     policy: int = 0,
     signer: SigningKey | None = None,
+    claim_sha256: str = "",
 ) -> ChainVersion:
     counter = parent.counter + 1
     header = BlockHeader(
@@ -262,6 +263,7 @@ def _seal(
         parameter_count=meta.parameter_count,
         files=files,
         trust_policy_version=policy,
+        run_claim_sha256=claim_sha256,
     )
     return _version(header, signer)
 

@@ -6,6 +6,11 @@ the head, and must stay reachable from the head: one that is not proves the head
 history rewritten, even when the blocks alone look like a consistent, shorter chain. verify reports
 such a version (``committed_off_chain``), GC never deletes one, and a commit never trusts a record
 whose version is off the chain.
+
+Deleting or editing the index and the trail is visible too (``index_problems``): a block records the
+sha256 of its run's claim, written before it was sealed (so a signature covers it), and a version
+committed since has a winning audit event (best effort at commit time: a failed audit write, logged
+as a warning then, also shows here as ``audit_missing``).
 """
 
 from __future__ import annotations
@@ -13,13 +18,16 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import paths
+from ml8s.chain._util import sha256_hex
 from ml8s.chain.events import AuditEvent
+from ml8s.chain.models import ChainVersion
 from ml8s.chain.runindex import RunRecord
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainError, NotFoundError
 
-# Events written only by the committer that won the head swap of the version they name.
-WINNING_EVENTS = frozenset({"init", "committed", "unknown_outcome_resolved"})
+# Events written only for a version that is (or was) the head: by the committer that won its swap, or
+# (already_committed) by one that found it on the chain.
+WINNING_EVENTS = frozenset({"init", "committed", "unknown_outcome_resolved", "already_committed"})
 
 
 class Named(BaseModel):
@@ -77,3 +85,27 @@ def reachable_now(chain: ChainVersions, named: Named) -> bool:
     except ChainError:
         return False
     return False
+
+
+def index_problems(
+    chain: ChainVersions, walked: list[ChainVersion], named: list[Named]
+) -> list[tuple[str, str, ChainVersion]]:
+    """(check, reason, version) for each walked version whose run claim (recorded in its header) is
+    missing or edited, or that no audit event names."""
+    audited = {n.version_dir for n in named if n.source.startswith(chain.key(paths.AUDIT) + "/")}
+    found: list[tuple[str, str, ChainVersion]] = []
+    for version in walked:
+        header = version.header
+        if not header.run_claim_sha256:
+            continue  # a block from before claims were recorded in headers
+        key = chain.key(paths.RUNS, f"{header.full_config_hash}.claim.json")
+        try:
+            digest = sha256_hex(chain.store.get(key))
+        except NotFoundError:
+            found.append(("run_index", f"its run claim {chain.store.uri(key)} is missing (runs/ deleted?)", version))
+            digest = header.run_claim_sha256
+        if digest != header.run_claim_sha256:
+            found.append(("run_index", f"its run claim {chain.store.uri(key)} was edited (sha256 {digest})", version))
+        if version.version_dir not in audited:
+            found.append(("audit_missing", "no audit event records its commit (audit/ edited or deleted?)", version))
+    return found

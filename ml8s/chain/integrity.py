@@ -134,7 +134,7 @@ class _Verifier:
                 self.add("fork", f"{name} {what} (head: {head.version_dir if head else '<none>'})", orphan)
         if known_head is not None and not any(v.block_hash.startswith(known_head) for v in walked):
             self._known_head(known_head, head)
-        self._evidence(on_chain | ahead)
+        self._evidence(on_chain | ahead, walked)
         for check, reason, counter in anchor_problems(self.chain, self.anchor, walked, self.now) if self.anchor else []:
             self.add(check, reason, counter=counter)
         findings = sorted(self.findings, key=lambda f: (f.counter is None, f.counter or 0, f.check, f.version_dir))
@@ -263,11 +263,13 @@ class _Verifier:
                 parent = resume[0] if len(resume) == 1 else None
             child = parent
 
-    def _evidence(self, reachable: set[str]) -> None:
+    def _evidence(self, reachable: set[str], walked: list[ChainVersion]) -> None:
         """Versions the run index or the audit trail record as committed must be on the chain."""
         named, problems = evidence.named_versions(self.chain)
         for check, reason in problems:
             self.add(check, reason)
+        for check, reason, version in evidence.index_problems(self.chain, walked, named):
+            self.add(check, reason, version)
         sources: dict[str, list[evidence.Named]] = defaultdict(list)
         for item in named:
             if item.version_dir not in reachable:

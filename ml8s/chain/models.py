@@ -80,6 +80,7 @@ class BlockHeader(BaseModel):
     parameter_count: int = Field(ge=0)
     files: tuple[PayloadFile, ...]
     trust_policy_version: int = Field(default=0, ge=0)
+    run_claim_sha256: OptionalHex64 = ""
 
     @model_validator(mode="after")
     def _files_sorted_unique(self) -> BlockHeader:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import paths
-from ml8s.chain._util import rfc3339, utc_now
+from ml8s.chain._util import rfc3339, sha256_hex, utc_now
 from ml8s.chain.models import ChainVersion, CommitMeta
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, NotFoundError
@@ -101,10 +101,11 @@ def _on_chain(chain: ChainVersions, version: ChainVersion, where: str) -> None:
     raise ChainForkError(version.counter, why.format(what="forked (history rewritten)"), check="run_index")
 
 
-def claim(chain: ChainVersions, meta: CommitMeta, head_counter: int) -> tuple[int, bool]:
-    """Create the run's claim (or read the existing one); returns its ``since_counter`` and whether the
-    claim is this committer's (new). A new claim proves nothing about the past when ``runs/`` was
-    deleted, so the caller then searches the whole chain, not just above ``since_counter``.
+def claim(chain: ChainVersions, meta: CommitMeta, head_counter: int) -> tuple[int, bool, str]:
+    """Create the run's claim (or read the existing one); returns its ``since_counter``, whether the
+    claim is this committer's (new), and the sha256 of its bytes (the block records it). A new claim
+    proves nothing about the past when ``runs/`` was deleted, so the caller then searches the whole
+    chain, not just above ``since_counter``.
 
     A claim never changes once created, so ChainVersions remembers its bytes: retries skip the read.
     """
@@ -118,7 +119,7 @@ def claim(chain: ChainVersions, meta: CommitMeta, head_counter: int) -> tuple[in
     data = mine.model_dump_json().encode("utf-8")
     try:
         stored = chain.put_once(key, data)
-        return RunClaim.model_validate_json(stored).since_counter, stored == data
+        return RunClaim.model_validate_json(stored).since_counter, stored == data, sha256_hex(stored)
     except ValidationError as exc:
         raise ChainCorruptionError(None, f"{chain.store.uri(key)} is no valid run claim", check="run_index") from exc
 

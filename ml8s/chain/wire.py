@@ -44,6 +44,7 @@ def header_to_proto(header: BlockHeader) -> pb.BlockHeader:
         parameter_count=header.parameter_count,
         files=[pb.PayloadFile(name=f.name, sha256=f.sha256, size=f.size) for f in header.files],
         trust_policy_version=header.trust_policy_version,
+        run_claim_sha256=header.run_claim_sha256,
     )
 
 
@@ -67,6 +68,7 @@ def header_from_proto(message: pb.BlockHeader) -> BlockHeader:
         parameter_count=message.parameter_count,
         files=tuple(PayloadFile(name=f.name, sha256=f.sha256, size=f.size) for f in message.files),
         trust_policy_version=message.trust_policy_version,
+        run_claim_sha256=message.run_claim_sha256,
     )
 
 
@@ -143,8 +145,9 @@ def metadata_json(block: Block) -> bytes:
     for key in ("signature", "signer_key_id"):
         if not rendered[key]:
             del rendered[key]
-    if not rendered["header"]["trust_policy_version"]:
-        del rendered["header"]["trust_policy_version"]
+    for key in ("trust_policy_version", "run_claim_sha256"):
+        if not rendered["header"][key]:
+            del rendered["header"][key]
     return canonical_bytes(rendered)
 
 
