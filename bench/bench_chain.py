@@ -37,7 +37,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ml8s.chain import ChainStore, CommitMeta, RetryPolicy, check_safetensors, local_file, verify_chain
+from ml8s.chain import (
+    ChainStore,
+    CommitMeta,
+    RetryPolicy,
+    SigningKey,
+    adopt_policy,
+    check_safetensors,
+    local_file,
+    verify_chain,
+)
+from ml8s.chain.signing import signature_valid
 from ml8s.store import LocalStore, S3Store, Store
 
 MiB = 1024 * 1024
@@ -155,6 +165,35 @@ def bench_stream(workdir: str, size_mb: int, repeat: int) -> None:
     print(f"  verify, {repeat + 1} versions        {verify_s:8.3f} s   peak RSS {verify_rss:7.1f} MiB", flush=True)
 
 
+def bench_signing(workdir: str, versions: int) -> None:
+    """Signing and verification cost per version: commits and a full verify, unsigned vs signed chains."""
+    key = SigningKey.generate()
+    results = {}
+    for label, signer in (("unsigned", None), ("signed", key)):
+        chain = ChainStore(LocalStore(os.path.join(workdir, f"sign-{label}")), "bench-sign", signer=signer)
+        chain.init()
+        if signer is not None:
+            adopt_policy(chain, signer, [signer.public_key])
+        start = time.perf_counter()
+        for i in range(versions):
+            chain.commit({"model.bin": os.urandom(4096)}, meta(f"sign-{label}-{i}"))
+        commit_s = (time.perf_counter() - start) / versions
+        verify_s = timed(lambda: verify_chain(ChainStore(chain.store, "bench-sign")).raise_for_findings()) / versions  # noqa: B023
+        results[label] = (commit_s, verify_s)
+    data = os.urandom(1024)
+    sign_us = timed(lambda: [key.sign(data) for _ in range(1000)]) * 1000
+    signature = key.sign(data)
+    check_us = timed(lambda: [signature_valid(key.public_key, signature, data) for _ in range(1000)]) * 1000
+    (uc, uv), (sc, sv) = results["unsigned"], results["signed"]
+    print(f"[local] signing, {versions} versions of 4 KiB")
+    print(f"  ed25519 sign / verify of a header      {sign_us:8.1f} / {check_us:.1f} us")
+    print(f"  commit per version unsigned / signed   {uc * 1000:8.2f} / {sc * 1000:.2f} ms  (ratio {sc / uc:.2f})")
+    print(
+        f"  verify per version unsigned / signed   {uv * 1000:8.2f} / {sv * 1000:.2f} ms  (ratio {sv / uv:.2f})",
+        flush=True,
+    )
+
+
 def _contender(spec: StoreSpec, chain_name: str, worker: int, commits: int, barrier: Any, out: Any) -> None:
     chain = ChainStore(open_spec(spec), chain_name)
     barrier.wait()
@@ -239,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_chain: python {platform.python_version()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="ml8s-bench-chain-", dir=args.tmpdir) as workdir:
         local = ("local", workdir)
+        bench_signing(workdir, 20 if args.quick else 100)
         bench_stream(workdir, stream_mb, repeat)
         if args.only_stream:
             return 0
