@@ -1,4 +1,4 @@
-"""``ml8s chain init|commit|log|show|verify|gc|tensorboard``: operate a model chain from a shell.
+"""``ml8s chain init|commit|log|show|verify|gc|tensorboard|anchor|keygen|trust``: operate a model chain from a shell.
 
 Every subcommand takes ``--root URI`` (default PIPELINE_ROOT_URI) and ``--chain NAME`` (default
 CHAIN_NAME, else MLFLOW_MODEL_NAME's default). ``verify`` exits 0 when the chain is intact and 1
