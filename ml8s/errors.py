@@ -334,3 +334,21 @@ class ShardVerificationError(ShardError):
     """A sharded checkpoint failed verification; the report names every finding."""
 
     code = "SHARD_VERIFICATION_FAILED"
+
+
+class ChainHeadMissingError(ChainCorruptionError):
+    """The head (``chain.json``) is missing or unreadable while the chain has history: never a new genesis."""
+
+    code = "CHAIN_HEAD_MISSING"
+
+
+class CommitDeadlineError(CommitError):
+    """A commit kept failing (store unreachable, or conflicts) past its RetryPolicy deadline: it gave up."""
+
+    code = "CHAIN_COMMIT_DEADLINE"
+
+
+class SigningRequiredError(ChainError):
+    """The chain's trust policy requires a signature by a trusted key, and the committer has none."""
+
+    code = "CHAIN_SIGNING_REQUIRED"

@@ -129,19 +129,20 @@ def fork_from_v4(root: Path, v: list[ChainVersion]) -> None:
     set_head(root, forge(root, v[6], keep_original=True, parent_block_hash=v5.block_hash))
 
 
-# tamper -> (checks that must be reported, counter of the lowest finding)
+# tamper -> (checks that must be reported, counter of the lowest finding). A committed version that a
+# rewrite removes from the chain is named too (committed_off_chain: the run index and audit trail say it won).
 CASES: dict[str, tuple[Tamper, set[str], int | None]] = {
     "payload byte flip": (flip_payload_byte, {"payload_hash"}, 3),
     "truncated payload": (truncate_payload, {"payload_size"}, 3),
     "header field edit": (edit_header_field, {"header_hash"}, 3),
-    "broken parent link": (break_parent_link, {"parent_link"}, 4),
-    "re-hashed forged block": (forge_rehashed_block, {"parent_link"}, 4),
-    "skipped counter": (skip_counter, {"counter_sequence"}, 7),
+    "broken parent link": (break_parent_link, {"parent_link", "committed_off_chain"}, 3),
+    "re-hashed forged block": (forge_rehashed_block, {"parent_link", "committed_off_chain"}, 3),
+    "skipped counter": (skip_counter, {"counter_sequence", "committed_off_chain"}, 6),
     "duplicated counter": (duplicate_counter, {"counter_sequence"}, 5),
     "non-monotonic step": (step_backwards, {"global_step"}, 6),
     "reordered versions": (reorder_versions, {"dir_name"}, 3),
-    "deleted middle version": (delete_middle_version, {"missing_parent"}, 4),
-    "truncated history": (delete_genesis, {"missing_parent"}, 1),
+    "deleted middle version": (delete_middle_version, {"missing_parent", "committed_off_chain"}, 3),
+    "truncated history": (delete_genesis, {"missing_parent", "committed_off_chain"}, 0),
     "swapped payloads": (swap_payloads, {"payload_hash"}, 3),
     "metadata.json inconsistent": (edit_metadata_json, {"metadata_json"}, 3),
     "content_hash.txt inconsistent": (edit_content_hash_txt, {"content_hash_txt"}, 3),
@@ -197,7 +198,8 @@ def test_rollback_is_caught_by_known_head(
 def test_forked_head_is_caught_by_known_head(chain: ChainStore, versions: list[ChainVersion], local_root: Path) -> None:
     """A sibling of the head replaces it: no longer history looks different, only a head seen before tells."""
     set_head(local_root, forge(local_root, versions[6], keep_original=True, new_payload=payload("alt6")))
-    assert verify_chain(chain).ok  # the old head looks like a commit's loser
+    # The old head looks like a commit's loser, but the run index and the audit trail say it won.
+    assert "committed_off_chain" in verify_chain(chain).checks
     report = verify_chain(chain, known_head=versions[6].block_hash)
     assert "known_head" in report.checks and any("forked" in f.reason for f in report.findings)
     assert "fork" in verify_chain(chain, strict_orphans=True).checks

@@ -4,6 +4,7 @@ and the generated code in ml8s/proto_gen matches proto/ (drift)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -21,9 +22,11 @@ from ml8s.chain.wire import (
     encode_block,
     head_from_proto,
     head_to_proto,
+    header_bytes,
     header_from_proto,
     header_to_proto,
     make_block,
+    metadata_json,
 )
 from ml8s.errors import ChainCorruptionError, ChecksumError
 from ml8s.proto_gen.ml8s.chain.v1 import chain_pb2 as pb
@@ -83,6 +86,8 @@ CHANGES = {
     "architecture": "mlp[8,9]",
     "parameter_count": 1001,
     "files": FILES[:1],
+    "trust_policy_version": 3,
+    "run_claim_sha256": "c" * 64,
 }
 
 
@@ -155,3 +160,12 @@ def test_drift_is_detected(tmp_path: Path) -> None:
     (edited / "stray_pb2.py").write_text("")
     assert build.differences(fresh, edited) == ["differs ml8s/chain/v1/chain_pb2.py", "stale stray_pb2.py"]
     assert build.sync(fresh, edited) and build.differences(fresh, edited) == []
+
+
+def test_blocks_from_before_the_signature_fields_hash_and_render_as_before() -> None:
+    """trust_policy_version 0 and an empty signature are left out of the bytes and of metadata.json."""
+    block = make_block(header())
+    assert block.header.trust_policy_version == 0 and block.signature == ""
+    rendered = json.loads(metadata_json(block))
+    assert "signature" not in rendered and "trust_policy_version" not in rendered["header"]
+    assert b"\x88\x01" not in header_bytes(block.header)  # field 17 (varint) is absent at 0

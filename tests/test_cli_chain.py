@@ -56,3 +56,25 @@ def test_chain_cli_rejects_a_non_safetensors_payload(tmp_path: Path) -> None:
     proc = chain(tmp_path / "root", "commit", "--payload", str(junk))
     assert proc.returncode == 1
     assert proc.stderr.startswith("ml8s: CONFIG_ERROR") and "safetensors" in proc.stderr
+
+
+def test_chain_cli_signed(tmp_path: Path) -> None:
+    """keygen, trust (adopt a policy), then commits need ML8S_SIGNING_KEY_FILE; verify passes signed."""
+    root, key = tmp_path / "root", tmp_path / "committer.pem"
+    generated = json.loads(chain(root, "keygen", "--out", str(key)).stdout)
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    assert chain(root, "init").returncode == 0
+    os.environ["ML8S_SIGNING_KEY_FILE"] = str(key)
+    try:
+        adopted = chain(root, "trust", "--public-key", generated["public_key"])
+        assert adopted.returncode == 0, adopted.stderr
+        checkpoint = tmp_path / "w.safetensors"
+        save_file({"layer.weight": np.ones((3, 4), dtype=np.float32)}, str(checkpoint))
+        assert chain(root, "commit", "--payload", str(checkpoint)).returncode == 0
+    finally:
+        del os.environ["ML8S_SIGNING_KEY_FILE"]
+    save_file({"layer.weight": np.zeros((3, 4), dtype=np.float32)}, str(checkpoint))
+    unsigned = chain(root, "commit", "--payload", str(checkpoint))
+    assert unsigned.returncode == 1 and "CHAIN_SIGNING_REQUIRED" in unsigned.stderr, unsigned.stderr
+    ok = chain(root, "verify")
+    assert ok.returncode == 0 and "no trust policy" not in ok.stderr, ok.stdout + ok.stderr

@@ -7,36 +7,67 @@ the run index, the commit protocol and retries on top of it, then the ``ChainSto
 """
 
 from ml8s.chain._util import content_hash, sha256_hex
+from ml8s.chain.anchor import Anchor, Checkpoint, make_anchor, read_anchor
 from ml8s.chain.chain_store import ChainStore
+from ml8s.chain.evidence import named_versions
+from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
-from ml8s.chain.integrity import Finding, VerifyReport, find_corruption, verify_chain
-from ml8s.chain.models import Block, BlockHeader, ChainHead, ChainVersion, CommitMeta, PayloadFile, PayloadKind
+from ml8s.chain.integrity import find_corruption, verify_chain
+from ml8s.chain.models import (
+    Block,
+    BlockHeader,
+    ChainHead,
+    ChainVersion,
+    CommitMeta,
+    LocalFile,
+    PayloadFile,
+    PayloadKind,
+)
+from ml8s.chain.payload import local_file
 from ml8s.chain.retry import RetryPolicy
 from ml8s.chain.runindex import committed
+from ml8s.chain.safetensors_check import SafetensorsSummary, check_safetensors
+from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, SigningKey
+from ml8s.chain.trust import TrustPolicy, adopt_policy, load_policies
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import block_hash_of
 
 __all__ = [
+    "ENV_KEY",
+    "ENV_KEY_FILE",
+    "Anchor",
     "Block",
     "BlockHeader",
     "ChainHead",
     "ChainStore",
     "ChainVersion",
     "ChainVersions",
+    "Checkpoint",
     "CommitMeta",
     "Finding",
     "Follower",
     "GcReport",
+    "LocalFile",
     "PayloadFile",
     "PayloadKind",
     "RetryPolicy",
+    "SafetensorsSummary",
+    "SigningKey",
+    "TrustPolicy",
     "VerifyReport",
+    "adopt_policy",
     "block_hash_of",
+    "check_safetensors",
     "collect_garbage",
     "committed",
     "content_hash",
     "find_corruption",
+    "load_policies",
+    "local_file",
+    "make_anchor",
+    "named_versions",
+    "read_anchor",
     "sha256_hex",
     "verify_chain",
 ]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from ml8s.chain import paths
-from ml8s.chain._util import sha256_hex
 from ml8s.chain.models import ChainVersion, PayloadKind
 from ml8s.chain.semver import GENESIS_SEMVER, bump
 from ml8s.chain.wire import content_hash_txt, metadata_json
 from ml8s.errors import NotFoundError
-from ml8s.store import ObjectInfo, Store
+from ml8s.store import LocalStore, ObjectInfo, Store
 
 Problems = list[tuple[str, str]]
 
@@ -59,10 +61,19 @@ def files(store: Store, base: str, version: ChainVersion, objects: list[ObjectIn
         elif info.size != entry.size:
             found.append(("payload_size", f"payload {entry.name}: {info.size} bytes, block says {entry.size}"))
         elif payloads:
-            try:
-                digest = sha256_hex(store.get(info.key))
-            except NotFoundError:
-                digest = "<missing>"
+            digest = stored_sha256(store, info)
             if digest != entry.sha256:
                 found.append(("payload_hash", f"payload {entry.name}: sha256 {digest}, block says {entry.sha256}"))
     return found
+
+
+def stored_sha256(store: Store, info: ObjectInfo) -> str:
+    """sha256 of a stored object without holding it in memory: the local backend's listing already
+    hashed the file in chunks; other backends download it to a temporary file (streamed)."""
+    if isinstance(store, LocalStore):
+        return info.checksum or "<missing>"
+    with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
+        try:
+            return store.download(info.key, os.path.join(tmp, "object")).sha256
+        except NotFoundError:
+            return "<missing>"

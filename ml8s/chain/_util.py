@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import re
 from collections.abc import Iterable
 
-from ml8s.store import ObjectInfo, Store
+from ml8s.store import LocalStore, ObjectInfo, Store
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
+CHUNK = 8 * 1024 * 1024
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str) -> tuple[str, int]:
+    """(sha256 hex, size) of a local file, read in chunks: memory does not grow with the file."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def content_hash(files: Iterable[tuple[str, str, int]]) -> str:
@@ -45,3 +59,29 @@ def list_objects(store: Store, prefix: str, attempts: int = 20) -> list[ObjectIn
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def prune_empty_dirs(
+    store: Store, prefix: str, *, older_than: float | None = None, include_base: bool = False
+) -> list[str]:
+    """Remove empty directories under ``prefix`` of a local store (deepest first); the keys removed.
+
+    Object stores have no directories, but the local backend creates them on write and leaves them when
+    the files go, so a loser's rollback would leave ``payload/`` behind where no listing shows it.
+    ``older_than``: only directories last modified before this time (a commit may be creating files).
+    """
+    if not isinstance(store, LocalStore):
+        return []
+    base = os.path.join(store.root, *prefix.split("/"))
+    removed: list[str] = []
+    for directory, _, _ in sorted(os.walk(base), key=lambda entry: entry[0], reverse=True):
+        if directory == base and not include_base:
+            continue
+        try:
+            if older_than is not None and os.path.getmtime(directory) >= older_than:
+                continue
+            os.rmdir(directory)  # fails unless empty: a concurrent writer's file keeps it
+        except OSError:
+            continue
+        removed.append(os.path.relpath(directory, store.root).replace(os.sep, "/"))
+    return removed

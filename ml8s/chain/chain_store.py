@@ -7,12 +7,12 @@ go one way: this module knows the layers, the layers never know it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ml8s.chain.commit import commit as commit_once
 from ml8s.chain.commit import init as init_chain
-from ml8s.chain.models import ChainVersion, CommitMeta
-from ml8s.chain.retry import RetryPolicy, commit_with_retry
+from ml8s.chain.models import ChainVersion, CommitMeta, PayloadSource
+from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
 from ml8s.chain.versions import ChainVersions
 
 
@@ -32,13 +32,19 @@ class ChainStore(ChainVersions):
         return init_chain(self)
 
     def commit(
-        self, payload: Mapping[str, bytes], meta: CommitMeta, expected_parent: str | None = None
+        self, payload: Mapping[str, PayloadSource], meta: CommitMeta, expected_parent: str | None = None
     ) -> ChainVersion:
         """Append one version, once (see commit.py); ConflictError / NotFastForwardError when it lost."""
         return commit_once(self, payload, meta, expected_parent)
 
     def commit_with_retry(
-        self, payload: Mapping[str, bytes], meta: CommitMeta, policy: RetryPolicy | None = None
+        self,
+        payload: Mapping[str, PayloadSource],
+        meta: CommitMeta,
+        policy: RetryPolicy | None = None,
+        *,
+        notify: Callable[[str], None] = to_stderr,
     ) -> ChainVersion:
-        """``commit`` with exponential backoff and jitter; the existing version if the run is already in."""
-        return commit_with_retry(self, payload, meta, policy or RetryPolicy())
+        """``commit`` with exponential backoff and jitter; the existing version if the run is already in.
+        ``notify`` gets a line whenever the store is slow or unreachable (default: stderr)."""
+        return commit_with_retry(self, payload, meta, policy or RetryPolicy(), notify=notify)

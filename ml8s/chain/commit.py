@@ -30,15 +30,26 @@ import time
 from collections.abc import Mapping
 from typing import NoReturn
 
-from ml8s.chain import paths, runindex
-from ml8s.chain._util import content_hash, rfc3339, sha256_hex, utc_now
-from ml8s.chain.models import BlockHeader, ChainVersion, CommitMeta, PayloadFile, PayloadKind
+from ml8s.chain import paths, runindex, trust
+from ml8s.chain._util import content_hash, rfc3339, utc_now
+from ml8s.chain.models import (
+    MAX_U63,
+    BlockHeader,
+    ChainVersion,
+    CommitMeta,
+    PayloadFile,
+    PayloadKind,
+    PayloadSource,
+)
+from ml8s.chain.payload import payload_files
 from ml8s.chain.semver import GENESIS_SEMVER, bump
+from ml8s.chain.signing import SigningKey
+from ml8s.chain.tensorboard import upload_tensorboard
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import make_block
 from ml8s.errors import (
-    ChainError,
     CommitOutcomeUnknownError,
+    ConfigError,
     ConflictError,
     NotFastForwardError,
     PreconditionFailedError,
@@ -52,16 +63,9 @@ RESOLVE_ATTEMPTS = 5  # looks at the head after an unknown outcome
 RESOLVE_DELAY_S = 0.1  # before look n: uniform(0.5, 2) * RESOLVE_DELAY_S * 2**n, ~3 s in all
 
 
-def payload_files(payload: Mapping[str, bytes]) -> tuple[PayloadFile, ...]:
-    """The sorted file list of a payload (names checked by PayloadFile's pattern)."""
-    if not payload:
-        raise ChainError("a version needs at least one payload file")
-    return tuple(PayloadFile(name=n, sha256=sha256_hex(d), size=len(d)) for n, d in sorted(payload.items()))
-
-
 def commit(
     chain: ChainVersions,
-    payload: Mapping[str, bytes],
+    payload: Mapping[str, PayloadSource],
     meta: CommitMeta,
     expected_parent: str | None = None,
     files: tuple[PayloadFile, ...] | None = None,
@@ -78,15 +82,21 @@ def commit(
         pointer = chain.read_head()
     head, token = pointer
     parent = chain.at(head)
-    since = runindex.claim(chain, meta, head.counter)
-    if (found := runindex.find(chain, parent, meta.full_config_hash, since)) is not None:
+    if meta.step_after(parent.global_step) > MAX_U63:  # before the claim: nothing written for a bad commit
+        raise ConfigError(
+            f"global_step {meta.step_after(parent.global_step)} exceeds {MAX_U63} (the head's is {parent.global_step})"
+        )
+    policy = trust.commit_policy(chain, chain.signer)  # before the claim: a refused commit writes nothing
+    since, fresh, claim_sha256 = runindex.claim(chain, meta, head.counter)
+    # A fresh claim: the run was never claimed, or runs/ was deleted; only the whole chain can tell.
+    if (found := runindex.find(chain, parent, meta.full_config_hash, -1 if fresh else since)) is not None:
         runindex.record(chain, found)
         return _already(chain, found, files, repaired=True)
     if expected_parent is not None and parent.block_hash != expected_parent:
         _refuse(chain, parent, meta, f"expected parent {expected_parent}, the head is {parent.block_hash}")
     if meta.step_after(parent.global_step) < parent.global_step:
         _refuse(chain, parent, meta, f"global_step {meta.global_step} < the head's {parent.global_step}")
-    version = _seal(parent, meta, files)
+    version = _seal(parent, meta, files, policy, chain.signer, claim_sha256)
     written: list[str] = []
     try:
         chain.write_version(version, payload, written)
@@ -100,7 +110,7 @@ def commit(
     try:
         runindex.record(chain, version)
         if meta.tensorboard_logdir:
-            chain.upload_tensorboard(version, meta.tensorboard_logdir)
+            upload_tensorboard(chain, version, meta.tensorboard_logdir)
     except (StoreError, OSError) as exc:
         notes.append(f"after the win: {exc}")
         log.warning("chain %s, %s committed, but: %s", chain.name, version.version_dir, exc)
@@ -112,6 +122,8 @@ def init(chain: ChainVersions) -> ChainVersion:
     """The head, after creating genesis if there is no chain yet (racing inits: one genesis wins)."""
     if (pointer := chain.read_head()) is not None:
         return chain.at(pointer[0])
+    if (missing := chain.missing_head()) is not None:
+        raise missing
     header = BlockHeader(
         counter=0,
         parent_block_hash="",
@@ -224,7 +236,14 @@ def _already(
     return version
 
 
-def _seal(parent: ChainVersion, meta: CommitMeta, files: tuple[PayloadFile, ...]) -> ChainVersion:
+def _seal(
+    parent: ChainVersion,
+    meta: CommitMeta,
+    files: tuple[PayloadFile, ...],
+    policy: int = 0,
+    signer: SigningKey | None = None,
+    claim_sha256: str = "",
+) -> ChainVersion:
     counter = parent.counter + 1
     header = BlockHeader(
         counter=counter,
@@ -243,12 +262,14 @@ def _seal(parent: ChainVersion, meta: CommitMeta, files: tuple[PayloadFile, ...]
         architecture=meta.architecture,
         parameter_count=meta.parameter_count,
         files=files,
+        trust_policy_version=policy,
+        run_claim_sha256=claim_sha256,
     )
-    return _version(header)
+    return _version(header, signer)
 
 
-def _version(header: BlockHeader) -> ChainVersion:
-    block = make_block(header)
+def _version(header: BlockHeader, signer: SigningKey | None = None) -> ChainVersion:
+    block = make_block(header, signer)
     return ChainVersion(block=block, version_dir=paths.version_dir(header.counter, header.semver, block.block_hash))
 
 

@@ -2,7 +2,8 @@
 
 One object per event (never an appended log file) because object stores cannot append, and
 create-only writes (``put_if_absent``) mean no event is ever overwritten. Names start with a
-fixed-width UTC timestamp, so a sorted listing is chronological. Nothing here is hashed: times are fine.
+fixed-width UTC timestamp, so a sorted listing is chronological. Times are fine here: events are not
+hashed into blocks, but verify checks each version committed has one (evidence.py).
 
 Commit events are best effort: the commit has already won or lost when they are written, and a
 failing audit write must not turn a won commit into an error. GC deletions are audited strictly
@@ -14,17 +15,19 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain._util import list_objects, rfc3339, utc_now
-from ml8s.errors import StoreError
+from ml8s.errors import RetryableStoreError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.store import Store
 
 log = logging.getLogger(__name__)
 _SEQ = itertools.count()
 _SEQ_LOCK = threading.Lock()
+WRITE_ATTEMPTS = 3
 
 
 class AuditEvent(BaseModel):
@@ -71,16 +74,25 @@ class AuditLog:
         )
         data = record.model_dump_json().encode("utf-8") + b"\n"
         stamp = moment.strftime("%Y%m%dT%H%M%S%f")
-        try:
-            while True:
-                with _SEQ_LOCK:
-                    seq = next(_SEQ)
-                if self.store.put_if_absent(f"{self.prefix}/{stamp}Z-{worker}-{seq:08d}.json", data):
-                    return
-        except StoreError as exc:
-            if required:
-                raise
-            log.warning("audit event %s of chain %s not written: %s", event, self.chain_name, exc.message)
+        for attempt in range(WRITE_ATTEMPTS):  # verify reports a commit without its event (audit_missing)
+            try:
+                while True:
+                    with _SEQ_LOCK:
+                        seq = next(_SEQ)
+                    if self.store.put_if_absent(f"{self.prefix}/{stamp}Z-{worker}-{seq:08d}.json", data):
+                        return
+            except RetryableStoreError:
+                if attempt < WRITE_ATTEMPTS - 1:
+                    time.sleep(0.1 * 2**attempt)
+                    continue
+                if required:
+                    raise
+                log.warning("audit event %s of chain %s not written (store unavailable)", event, self.chain_name)
+            except StoreError as exc:
+                if required:
+                    raise
+                log.warning("audit event %s of chain %s not written: %s", event, self.chain_name, exc.message)
+            return
 
     def events(self) -> list[AuditEvent]:
         """Every event, oldest first."""

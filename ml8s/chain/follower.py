@@ -1,8 +1,10 @@
 """Follower: track a chain's head and refuse any head that does not extend the last one seen.
 
 An inference node (or an auditor) polls the head; a head that moved must descend from the head it
-saw before, proved by walking parent hashes back to it. A head with a lower counter is a rollback
-(ChainRollbackError), a different block at or below the last counter is a fork (ChainForkError):
+saw before, proved by walking parent hashes back to it, and every version new to the follower must
+be signed as the chain's trust policy requires (ChainCorruptionError naming ``unsigned``,
+``untrusted_key``, ...). A head with a lower counter is a rollback (ChainRollbackError), a
+different block at or below the last counter is a fork (ChainForkError):
 either means the chain's history was rewritten, and the follower keeps serving what it had.
 
 The last head seen is kept in memory and, with ``state_path``, in a small JSON file (written by
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ml8s.chain import trust
+from ml8s.chain.anchor import Anchor
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainForkError, ChainRollbackError
+from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
 
 
 class SeenHead(BaseModel):
@@ -39,14 +43,26 @@ class SeenHead(BaseModel):
 class Follower:
     """Follows ``chain``'s head (tracking mode); ``last`` is the head it accepted most recently."""
 
-    def __init__(self, chain: ChainVersions, *, state_path: str | None = None) -> None:
+    def __init__(self, chain: ChainVersions, *, state_path: str | None = None, anchor: Anchor | None = None) -> None:
+        """``anchor``: where a follower with no state yet starts (a signed checkpoint kept outside the store),
+        so even its first poll refuses a head that does not extend the anchored one."""
         self.chain, self.state_path = chain, state_path
         self.last: SeenHead | None = None
+        if anchor is not None:
+            point = anchor.checkpoint
+            self.last = SeenHead(chain_name=point.chain_name, counter=point.counter, block_hash=point.block_hash)
         if state_path and os.path.exists(state_path):
             with open(state_path, "rb") as handle:
-                self.last = SeenHead.model_validate_json(handle.read())
-            if self.last.chain_name != chain.name:
-                raise ValueError(f"{state_path} follows chain {self.last.chain_name!r}, not {chain.name!r}")
+                try:
+                    saved = SeenHead.model_validate_json(handle.read())
+                except ValidationError as exc:
+                    raise ConfigError(f"{state_path} is no follower state; expected a saved head") from exc
+            if self.last is None or saved.counter >= self.last.counter:  # the newer of state and anchor
+                self.last = saved
+        if self.last is not None and self.last.chain_name != chain.name:
+            raise ConfigError(
+                f"{state_path or 'the anchor'} follows chain {self.last.chain_name!r}, not {chain.name!r}"
+            )
 
     def poll(self) -> ChainVersion | None:
         """The new head if it moved (and extends the last one), None if unchanged; raises on rollback/fork."""
@@ -56,8 +72,20 @@ class Follower:
             return None
         if last is not None:
             self._check_extends(head, last)
+        self._check_signed(head, last.counter if last is not None else -1)
         self._remember(head)
         return head
+
+    def _check_signed(self, head: ChainVersion, seen: int) -> None:
+        """Every version new to this follower must satisfy the chain's trust policy (trust.py)."""
+        policies, problems = trust.load_policies(self.chain)
+        if problems:
+            raise ChainCorruptionError(None, problems[0][1], check=problems[0][0])
+        for version in self.chain.walk(head):
+            if version.counter <= seen:
+                return
+            for check, reason in trust.block_problems(version, policies):
+                raise ChainCorruptionError(version.counter, f"{version.version_dir}: {reason}", check=check)
 
     def _check_extends(self, head: ChainVersion, last: SeenHead) -> None:
         name = self.chain.name

@@ -2,12 +2,15 @@
 
 Candidates are directories under ``versions/`` off the chain: *orphans* (complete, but a loser whose
 rollback did not finish, or a crashed committer's) and *incomplete* ones (no block.pb: an upload cut
-short), plus stale objects under ``.tmp/``. Safety, in order:
+short), plus stale objects under ``.tmp/`` and, on the local backend, empty directories left under
+``versions/`` (``empty_dir``: object stores have no directories). Safety, in order:
 
 - dry run by default: the report says what would go;
 - the chain is verified first, and GC refuses to touch a chain with findings (fix that first: an
   "orphan" of a corrupted chain may be the evidence, or the real history);
-- nothing reachable from the head is ever a candidate, and the head is re-read before each deletion;
+- nothing reachable from the head is ever a candidate, nor any version a run record or a winning audit
+  event names (evidence.py: it was the head once, so it is evidence of a rollback, never garbage), and
+  the head is re-read before each deletion;
 - a grace period (default 24 h) on the age of a directory's *newest* object: a commit in flight
   uploads, then swaps the head, and the grace period must outlast that (never use 0 while commits run);
 - every deletion is audit-logged *before* it happens (a failed audit write deletes nothing);
@@ -22,7 +25,8 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import paths
+from ml8s.chain import evidence, paths
+from ml8s.chain._util import prune_empty_dirs
 from ml8s.chain.integrity import verify_chain
 from ml8s.chain.versions import ChainVersions
 from ml8s.store import ObjectInfo
@@ -32,7 +36,7 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
 class GcItem(BaseModel):
-    """One candidate: a version directory (``orphan``/``incomplete``) or a ``stale_tmp`` object."""
+    """One candidate: a version directory (``orphan``/``incomplete``/``empty_dir``) or a ``stale_tmp`` object."""
 
     model_config = _FROZEN
 
@@ -69,9 +73,11 @@ def collect_garbage(
     before = verify_chain(chain, payloads=verify_payloads)
     before.raise_for_findings()
     now = time.time() if now is None else now
-    reachable = set(before.chain) | set(before.ahead)
+    reachable = set(before.chain) | set(before.ahead) | {n.version_dir for n in evidence.named_versions(chain)[0]}
     items: list[GcItem] = []
     recent: list[str] = []
+    for key in [] if dry_run else prune_empty_dirs(chain.store, chain.key(paths.VERSIONS), older_than=now - grace_s):
+        items.append(GcItem(path=key, kind="empty_dir", age_s=grace_s, objects=0, size=0, deleted=True))
     for name, objects in sorted(chain.version_dirs().items()):
         if name in reachable:
             continue
@@ -110,6 +116,7 @@ def _delete_version(chain: ChainVersions, name: str, kind: str, objects: list[Ob
     block = chain.version_key(name, paths.BLOCK)
     for key in sorted((o.key for o in objects), key=lambda k: (k != block, k)):
         chain.store.delete(key)
+    prune_empty_dirs(chain.store, chain.version_key(name), include_base=True)
     return True
 
 

@@ -21,7 +21,11 @@ and the versions around it are still checked, then reports what does not hold. C
 ``metadata_json`` / ``content_hash_txt``  the derived files disagree with block.pb
 ``fork``             an unreachable branch of two or more versions (history rewritten or rolled back);
                      with ``strict_orphans``, any complete version off the chain
-``known_head``       a head seen before is not on the chain (rolled back or forked)
+``known_head``       a head seen before is not on the chain (rolled back or forked); it may be given as
+                     any unique prefix of at least 12 hex digits, in either case
+``committed_off_chain`` a version that a run record or a winning audit event names is not on the chain
+                     (evidence.py): the head was rolled back or history rewritten
+``run_index`` / ``audit_event``  a run record or audit event that is no valid JSON of its model
 
 Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
 are reported as ``orphans``, not as findings: they are the normal residue that GC removes. A head
@@ -30,74 +34,48 @@ rolled back by one version looks the same, which is why followers pass ``known_h
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterator
 
-from pydantic import BaseModel, ConfigDict
-
-from ml8s.chain import _checks, paths
+from ml8s.chain import _checks, evidence, paths, trust
+from ml8s.chain._util import utc_now
+from ml8s.chain.anchor import Anchor, anchor_problems
+from ml8s.chain.findings import Finding, VerifyReport, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
-from ml8s.errors import ChainCorruptionError, ChainError, ChecksumError, NotFoundError
-
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
-
-
-class Finding(BaseModel):
-    """One violated rule: its name, where (counter, version directory) and why."""
-
-    model_config = _FROZEN
-
-    check: str
-    reason: str
-    counter: int | None = None
-    version_dir: str = ""
-
-
-class VerifyReport(BaseModel):
-    """What verify_chain found. ``chain``: the version directories from genesis to the head read;
-    ``orphans``: complete versions off it; ``ahead``: versions committed on top of it while verifying;
-    ``incomplete``: directories without block.pb (uploads in flight, or cut short)."""
-
-    model_config = _FROZEN
-
-    chain_name: str
-    head_counter: int | None
-    chain: tuple[str, ...]
-    findings: tuple[Finding, ...]
-    orphans: tuple[str, ...]
-    ahead: tuple[str, ...]
-    incomplete: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    @property
-    def checks(self) -> set[str]:
-        return {f.check for f in self.findings}
-
-    def raise_for_findings(self) -> None:
-        """ChainCorruptionError naming the first finding (lowest counter) when the chain is not intact."""
-        if self.findings:
-            first = self.findings[0]
-            more = f" (+{len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
-            raise ChainCorruptionError(first.counter, f"{first.reason}{more}", check=first.check)
+from ml8s.errors import (
+    ChainCorruptionError,
+    ChainError,
+    ChecksumError,
+    NotFoundError,
+    RetryableStoreError,
+    StoreError,
+)
 
 
 def verify_chain(
-    chain: ChainVersions, *, known_head: str | None = None, payloads: bool = True, strict_orphans: bool = False
+    chain: ChainVersions,
+    *,
+    known_head: str | None = None,
+    payloads: bool = True,
+    strict_orphans: bool = False,
+    anchor: Anchor | None = None,
+    now: dt.datetime | None = None,
 ) -> VerifyReport:
     """Check the whole chain (module docstring). ``payloads=False`` skips reading payload bytes
-    (sizes are still checked); ``known_head`` is a block hash that must be on the chain."""
-    return _Verifier(chain, payloads, strict_orphans).run(known_head)[0]
+    (sizes are still checked); ``known_head`` is a block hash that must be on the chain; ``anchor`` a
+    signed checkpoint (anchor.py), checked as of ``now`` (default: the current time)."""
+    verifier = _Verifier(chain, payloads, strict_orphans)
+    verifier.anchor, verifier.now = anchor, now or utc_now()
+    return verifier.run(normalize_known_head(known_head))[0]
 
 
 def find_corruption(chain: ChainVersions, *, known_head: str | None = None) -> ChainVersion | None:
     """The lowest corrupted version, None when the chain is intact; ChainCorruptionError when the
     first finding names no readable version."""
-    report, parsed = _Verifier(chain, True, False).run(known_head)
+    report, parsed = _Verifier(chain, True, False).run(normalize_known_head(known_head))
     for finding in report.findings:
         if (version := parsed.get(finding.version_dir)) is not None:
             return version
@@ -111,6 +89,8 @@ class _Verifier:
     def __init__(self, chain: ChainVersions, payloads: bool, strict_orphans: bool) -> None:
         self.chain, self.payloads, self.strict = chain, payloads, strict_orphans
         self.findings: list[Finding] = []
+        self.anchor: Anchor | None = None
+        self.now = utc_now()
         self.parsed: dict[str, ChainVersion] = {}  # every readable block, tampered or not, by directory
 
     def add(self, check: str, reason: str, version: ChainVersion | None = None, *, counter: int | None = None) -> None:
@@ -133,11 +113,15 @@ class _Verifier:
         head = self._head(pointer)
         start = head if head is not None else self._best_guess()
         walked = list(self._walk(start)) if start is not None else []
+        policies, policy_problems = trust.load_policies(self.chain)
+        for check, reason in policy_problems:
+            self.add(check, reason)
         for version in walked:
             base = self.chain.version_key(version.version_dir) + "/"
             self.add_all(
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
             )
+            self.add_all(trust.block_problems(version, policies), version)
         on_chain = {v.version_dir for v in walked}
         off = sorted(set(self.parsed) - on_chain)
         ahead = self._ahead(head) if head is not None else set()
@@ -148,8 +132,11 @@ class _Verifier:
             if self.strict or orphan.block_hash in parents:
                 what = "has a child: a rewritten or rolled-back branch" if not self.strict else "is off the chain"
                 self.add("fork", f"{name} {what} (head: {head.version_dir if head else '<none>'})", orphan)
-        if known_head is not None and known_head not in {v.block_hash for v in walked}:
+        if known_head is not None and not any(v.block_hash.startswith(known_head) for v in walked):
             self._known_head(known_head, head)
+        self._evidence(on_chain | ahead, walked)
+        for check, reason, counter in anchor_problems(self.chain, self.anchor, walked, self.now) if self.anchor else []:
+            self.add(check, reason, counter=counter)
         findings = sorted(self.findings, key=lambda f: (f.counter is None, f.counter or 0, f.check, f.version_dir))
         report = VerifyReport(
             chain_name=self.chain.name,
@@ -159,6 +146,9 @@ class _Verifier:
             orphans=tuple(orphans),
             ahead=tuple(sorted(ahead)),
             incomplete=tuple(incomplete),
+            unchecked=unchecked_limits(
+                policies[0].signed_from if policies else None, known_head is not None or self.anchor is not None
+            ),
         )
         return report, self.parsed
 
@@ -212,6 +202,11 @@ class _Verifier:
             pointer = self.chain.read_head()
         except ChainCorruptionError as exc:
             self.add("head", exc.reason)
+            return None
+        except RetryableStoreError:
+            raise
+        except StoreError as exc:  # e.g. a directory where chain.json should be: a finding, and a report
+            self.add("head", f"{self.chain.uri(paths.HEAD)} is unreadable: {exc.message}")
             return None
         if pointer is None:
             self.add("head", f"{self.chain.uri(paths.HEAD)} does not exist")
@@ -268,8 +263,33 @@ class _Verifier:
                 parent = resume[0] if len(resume) == 1 else None
             child = parent
 
+    def _evidence(self, reachable: set[str], walked: list[ChainVersion]) -> None:
+        """Versions the run index or the audit trail record as committed must be on the chain."""
+        named, problems = evidence.named_versions(self.chain)
+        for check, reason in problems:
+            self.add(check, reason)
+        for check, reason, version in evidence.index_problems(self.chain, walked, named):
+            self.add(check, reason, version)
+        sources: dict[str, list[evidence.Named]] = defaultdict(list)
+        for item in named:
+            if item.version_dir not in reachable:
+                sources[item.version_dir].append(item)
+        for version_dir, items in sorted(sources.items()):
+            if evidence.reachable_now(self.chain, items[0]):
+                continue  # committed after our listing
+            said = ", ".join(sorted({i.source.removeprefix(self.chain.prefix + "/") for i in items}))
+            gone = "" if version_dir in self.parsed else " (its directory is gone)"
+            reason = f"recorded as committed by {said} but not on the chain{gone}: rolled back or rewritten"
+            self.findings.append(
+                Finding(check="committed_off_chain", reason=reason, counter=items[0].counter, version_dir=version_dir)
+            )
+
     def _known_head(self, known: str, head: ChainVersion | None) -> None:
-        seen = next((v for v in self.parsed.values() if v.block_hash == known), None)
+        matches = {v.block_hash: v for v in self.parsed.values() if v.block_hash.startswith(known)}
+        if len(matches) > 1:
+            self.add("known_head", f"known head prefix {known} matches {len(matches)} blocks: give more digits")
+            return
+        seen = next(iter(matches.values()), None)
         now = f"the head is {head.version_dir}" if head else "there is no head"
         if seen is None:
             self.add("known_head", f"known head {known} is nowhere in the chain's store; {now}")

@@ -41,6 +41,23 @@ class PayloadFile(BaseModel):
     size: int = Field(ge=0)
 
 
+class LocalFile(BaseModel):
+    """A payload file committed from local disk, streamed (never read into memory whole): its path and
+    the sha256 and size measured once (``local_file``); the upload is checked against them."""
+
+    model_config = _FROZEN
+
+    path: str
+    sha256: Hex64
+    size: int = Field(ge=0)
+
+
+# A payload file's bytes, or a local file to stream.
+PayloadSource = bytes | LocalFile
+
+MAX_U63 = 2**63 - 1  # uint64 on the wire, but kept within a signed 64-bit int for every reader
+
+
 class BlockHeader(BaseModel):
     """Everything a block hash covers. Field meanings: proto/ml8s/chain/v1/chain.proto."""
 
@@ -62,6 +79,8 @@ class BlockHeader(BaseModel):
     architecture: str
     parameter_count: int = Field(ge=0)
     files: tuple[PayloadFile, ...]
+    trust_policy_version: int = Field(default=0, ge=0)
+    run_claim_sha256: OptionalHex64 = ""
 
     @model_validator(mode="after")
     def _files_sorted_unique(self) -> BlockHeader:
@@ -72,12 +91,15 @@ class BlockHeader(BaseModel):
 
 
 class Block(BaseModel):
-    """A header and the sha256 of its deterministic protobuf serialization."""
+    """A header, the sha256 of its deterministic protobuf serialization, and (signed blocks) the
+    committer's ed25519 signature over those same bytes, hex, with the signing key's id."""
 
     model_config = _FROZEN
 
     header: BlockHeader
     block_hash: Hex64
+    signature: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{128})?$")] = ""
+    signer_key_id: OptionalHex64 = ""
 
 
 class ChainHead(BaseModel):
@@ -137,9 +159,9 @@ class CommitMeta(BaseModel):
     full_config_hash: Hex64
     artifact_root: str
     architecture: str
-    parameter_count: int = Field(ge=0)
-    global_step: int | None = Field(default=None, ge=0)
-    steps_since_parent: int | None = Field(default=None, ge=0)
+    parameter_count: int = Field(ge=0, le=MAX_U63)
+    global_step: int | None = Field(default=None, ge=0, le=MAX_U63)
+    steps_since_parent: int | None = Field(default=None, ge=0, le=MAX_U63)
     creator: str = Field(default_factory=worker_id)
     tensorboard_logdir: str | None = None
 

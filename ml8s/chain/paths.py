@@ -8,6 +8,7 @@ runs/{full_config_hash}.claim.json          run index: first committer's claim (
 runs/{full_config_hash}.json                run index: the version that holds the run (create-only)
 audit/{yyyymmddThhmmssffffff}Z-{worker}-{seq}.json   append-only events, sorted = chronological
 tensorboard/v{counter:010d}/...             per-version TensorBoard logs, uploaded after the commit won
+trust/policy-{version:010d}.json            trust policies: which keys may sign (create-only, each signed)
 .tmp/                                       in-flight multipart uploads (removed by GC when stale)
 ```
 """
@@ -22,12 +23,14 @@ VERSIONS = "versions"
 RUNS = "runs"
 AUDIT = "audit"
 TENSORBOARD = "tensorboard"
+TRUST = "trust"
 TMP = ".tmp"
 BLOCK = "block.pb"
 METADATA = "metadata.json"
 CONTENT_HASH = "content_hash.txt"
 PAYLOAD = "payload"
 
+# Patterns are applied with fullmatch: ``$`` alone would let a trailing newline through.
 CHAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
 _VERSION_DIR = re.compile(r"^v([0-9]{10})_((?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*))_([0-9a-f]{12})$")
@@ -41,7 +44,7 @@ def version_dir(counter: int, semver: str, block_hash: str) -> str:
 
 def parse_version_dir(name: str) -> tuple[int, str, str] | None:
     """(counter, semver, hash12) of a version directory name, or None when it is not one."""
-    match = _VERSION_DIR.match(name)
+    match = _VERSION_DIR.fullmatch(name)
     return (int(match.group(1)), match.group(2), match.group(3)) if match else None
 
 

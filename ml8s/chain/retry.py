@@ -1,58 +1,121 @@
-"""Retrying commits: exponential backoff with full jitter, a bounded number of attempts.
+"""Retrying commits: exponential backoff with full jitter, a bounded number of attempts and a deadline.
 
 Full jitter (a uniform delay in [0, cap]) spreads contending committers out instead of letting them
 collide again in lockstep; each attempt re-reads the head, so a retry builds on the latest version.
 Retried: ConflictError (another committer won; includes an unknown swap outcome) and
 RetryableStoreError (the store was briefly unavailable). Not retried: NotFastForwardError and
 integrity errors, which another attempt cannot fix.
+
+Waits are bounded and never silent: an attempt still running after ``report_after_s`` (a hung
+endpoint) and every store error retried say so in one line naming the store's endpoint (stderr by
+default), and no attempt starts after ``deadline_s``: CommitDeadlineError. A single request that hangs
+is bounded by the S3 client's connect/read timeouts (ml8s/store/s3.py), not by this loop.
 """
 
 from __future__ import annotations
 
 import random
+import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ml8s.chain.commit import commit, payload_files
-from ml8s.chain.models import ChainVersion, CommitMeta
+from ml8s.chain.commit import commit
+from ml8s.chain.models import ChainVersion, CommitMeta, PayloadSource
+from ml8s.chain.payload import payload_files
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ConflictError, RetryableStoreError
+from ml8s.errors import CommitDeadlineError, ConflictError, RetryableStoreError
+from ml8s.store import S3Store, Store
+
+REPEAT_REPORT_S = 30.0  # after the first "still waiting" line, one more per this many seconds
 
 
 class RetryPolicy(BaseModel):
-    """How hard ``commit_with_retry`` tries: attempt n waits uniform(0, min(max_delay_s, base_delay_s * 2**n))."""
+    """How hard ``commit_with_retry`` tries: attempt n waits uniform(0, min(max_delay_s, base_delay_s * 2**n));
+    no attempt starts after ``deadline_s`` (default 120 s); an attempt slower than ``report_after_s`` is reported."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_attempts: int = Field(default=20, ge=1)
     base_delay_s: float = Field(default=0.05, ge=0)
     max_delay_s: float = Field(default=5.0, ge=0)
+    deadline_s: float = Field(default=120.0, gt=0)
+    report_after_s: float = Field(default=5.0, gt=0)
 
     def delay(self, attempt: int) -> float:
         return random.uniform(0.0, min(self.max_delay_s, self.base_delay_s * 2.0**attempt))
 
 
+def endpoint_of(store: Store) -> str:
+    """Where the store's requests go: the S3 endpoint URL (and bucket URI), else the root URI."""
+    return f"{store.endpoint} ({store.root_uri})" if isinstance(store, S3Store) else store.root_uri
+
+
+def to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def commit_with_retry(
     chain: ChainVersions,
-    payload: Mapping[str, bytes],
+    payload: Mapping[str, PayloadSource],
     meta: CommitMeta,
     policy: RetryPolicy,
     *,
     sleep: Callable[[float], None] = time.sleep,
+    notify: Callable[[str], None] = to_stderr,
 ) -> ChainVersion:
-    """Commit until won (or the run is found in the chain); the last error after ``max_attempts``."""
+    """Commit until won (or the run is found in the chain); the last error after ``max_attempts``,
+    CommitDeadlineError once ``deadline_s`` has passed."""
     files = payload_files(payload)
+    start = time.monotonic()
+    what = f"chain {chain.name!r}: the store at {endpoint_of(chain.store)}"
+    where = f"ml8s: {what}"
     last: ConflictError | RetryableStoreError | None = None
     for attempt in range(policy.max_attempts):
         if attempt:
-            sleep(policy.delay(attempt - 1))
+            left = policy.deadline_s - (time.monotonic() - start)
+            if left <= 0:
+                raise CommitDeadlineError(
+                    f"{what}: gave up after {policy.deadline_s:.0f} s (RetryPolicy.deadline_s) and {attempt} "
+                    f"attempts; last: {last.message if last else '?'}"
+                ) from last
+            sleep(min(policy.delay(attempt - 1), left))
         try:
-            return commit(chain, payload, meta, files=files, check_record=attempt == 0)
-        except (ConflictError, RetryableStoreError) as exc:
+            with _watchdog(policy, start, where, notify):
+                return commit(chain, payload, meta, files=files, check_record=attempt == 0)
+        except RetryableStoreError as exc:
+            left = max(0.0, policy.deadline_s - (time.monotonic() - start))
+            notify(f"{where} failed ({exc.message}); retrying for up to {left:.0f} s more")
+            last = exc
+        except ConflictError as exc:
             last = exc
     assert last is not None
     if isinstance(last, ConflictError):
         raise ConflictError(f"gave up after {policy.max_attempts} attempts; last: {last.message}") from last
     raise last
+
+
+@contextmanager
+def _watchdog(policy: RetryPolicy, start: float, where: str, notify: Callable[[str], None]) -> Iterator[None]:
+    """Say so while an attempt is stuck (a hung endpoint answers nothing, so no error would ever tell)."""
+    done = threading.Event()
+
+    def watch() -> None:
+        wait = policy.report_after_s
+        while not done.wait(wait):
+            notify(
+                f"{where} has not answered for {time.monotonic() - start:.0f} s; still waiting "
+                f"(no new attempt after {policy.deadline_s:.0f} s)"
+            )
+            wait = REPEAT_REPORT_S
+
+    thread = threading.Thread(target=watch, name="ml8s-commit-watchdog", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

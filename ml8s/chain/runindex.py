@@ -27,10 +27,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import paths
-from ml8s.chain._util import rfc3339, utc_now
+from ml8s.chain._util import rfc3339, sha256_hex, utc_now
 from ml8s.chain.models import ChainVersion, CommitMeta
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainCorruptionError, NotFoundError
+from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, NotFoundError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,11 +79,33 @@ def committed(chain: ChainVersions, full_config_hash: str) -> ChainVersion | Non
             f"{chain.store.uri(key)} names {record.version_dir}, which holds another run",
             check="run_index",
         )
+    _on_chain(chain, version, chain.store.uri(key))
     return version
 
 
-def claim(chain: ChainVersions, meta: CommitMeta, head_counter: int) -> int:
-    """Create the run's claim (or read the existing one); returns its ``since_counter``.
+def _on_chain(chain: ChainVersions, version: ChainVersion, where: str) -> None:
+    """A record is trusted only for a version reachable from the head: records are written after the
+    swap won, so one off the chain means the head was rolled back (or history rewritten) since."""
+    head = chain.head()
+    for seen in chain.walk(head):
+        if seen.counter <= version.counter:
+            if seen.block_hash == version.block_hash:
+                return
+            break
+    why = (
+        f"{where} names {version.version_dir}, which is not on the chain from the head {head.version_dir}: "
+        "the head was {what}; restore it (verify --known-head, an anchor) before committing"
+    )
+    if version.counter > head.counter:
+        raise ChainRollbackError(version.counter, why.format(what="rolled back"), check="run_index")
+    raise ChainForkError(version.counter, why.format(what="forked (history rewritten)"), check="run_index")
+
+
+def claim(chain: ChainVersions, meta: CommitMeta, head_counter: int) -> tuple[int, bool, str]:
+    """Create the run's claim (or read the existing one); returns its ``since_counter``, whether the
+    claim is this committer's (new), and the sha256 of its bytes (the block records it). A new claim
+    proves nothing about the past when ``runs/`` was deleted, so the caller then searches the whole
+    chain, not just above ``since_counter``.
 
     A claim never changes once created, so ChainVersions remembers its bytes: retries skip the read.
     """
@@ -94,8 +116,10 @@ def claim(chain: ChainVersions, meta: CommitMeta, head_counter: int) -> int:
         claimed_at=rfc3339(utc_now()),
         creator=meta.creator,
     )
+    data = mine.model_dump_json().encode("utf-8")
     try:
-        return RunClaim.model_validate_json(chain.put_once(key, mine.model_dump_json().encode("utf-8"))).since_counter
+        stored = chain.put_once(key, data)
+        return RunClaim.model_validate_json(stored).since_counter, stored == data, sha256_hex(stored)
     except ValidationError as exc:
         raise ChainCorruptionError(None, f"{chain.store.uri(key)} is no valid run claim", check="run_index") from exc
 

@@ -15,7 +15,6 @@ integrity.py re-reads everything without these caches.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -23,13 +22,15 @@ from collections.abc import Iterator, Mapping
 from pydantic import ValidationError
 
 from ml8s.chain import paths
-from ml8s.chain._util import list_objects, sha256_hex
+from ml8s.chain._util import list_objects, prune_empty_dirs, sha256_hex
 from ml8s.chain.events import AuditLog
-from ml8s.chain.models import ChainHead, ChainVersion
+from ml8s.chain.models import ChainHead, ChainVersion, LocalFile, PayloadSource
+from ml8s.chain.signing import SigningKey
 from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, head_json, metadata_json
 from ml8s.errors import (
     ChainCorruptionError,
     ChainError,
+    ChainHeadMissingError,
     ChecksumError,
     ConfigError,
     NotFoundError,
@@ -50,10 +51,11 @@ class ChainVersions:
     (layout: paths.py). Readers (integrity, follower, GC) use it as is; committers use ``ChainStore``.
     """
 
-    def __init__(self, store: Store, chain_name: str) -> None:
-        if not paths.CHAIN_NAME.match(chain_name):
+    def __init__(self, store: Store, chain_name: str, *, signer: SigningKey | None = None) -> None:
+        if not paths.CHAIN_NAME.fullmatch(chain_name):
             raise ConfigError(f"chain name {chain_name!r}: expected letters, digits, '.', '_' or '-' (at most 128)")
         self.store, self.name, self.prefix = store, chain_name, f"{paths.ROOT}/{chain_name}"
+        self.signer = signer  # signs the blocks this instance commits (trust.py: when the chain requires it)
         self.audit = AuditLog(store, self.key(paths.AUDIT), chain_name)
         self._versions: dict[str, ChainVersion] = {}  # version dir -> verified version
         self._created: dict[str, bytes] = {}  # key -> bytes of a create-only object (put_once)
@@ -87,8 +89,26 @@ class ChainVersions:
         """The head version, its block verified against the head pointer."""
         pointer = self.read_head()
         if pointer is None:
+            if (missing := self.missing_head()) is not None:
+                raise missing
             raise VersionNotFoundError(f"chain {self.name!r} at {self.uri()} is not initialized (no chain.json)")
         return self.at(pointer[0])
+
+    def missing_head(self) -> ChainHeadMissingError | None:
+        """Without a head: the error to raise when the chain has history (so a head existed and was lost),
+        None for a chain never initialized. Versions, run index and audit events are all written only
+        while a head exists; a head that appears meanwhile (a racing init) means nothing is lost."""
+        # Only versions above genesis count: a racing init's genesis exists before its head swap.
+        history = [i.key for i in self.objects(self.key(paths.VERSIONS)) if self._above_genesis(i.key)][-1:]
+        history += [i.key for part in (paths.RUNS, paths.AUDIT) for i in self.objects(self.key(part))[:1]]
+        if not history or self.read_head() is not None:
+            return None
+        return ChainHeadMissingError(
+            None,
+            f"{self.uri(paths.HEAD)} is missing but the chain has history ({self.store.uri(history[0])}, ...): "
+            "restore the head from a known block hash (verify --known-head, an anchor); a new genesis would fork it",
+            check="head",
+        )
 
     def at(self, head: ChainHead) -> ChainVersion:
         """The version a head pointer names, checked against it."""
@@ -173,33 +193,33 @@ class ChainVersions:
         return list_objects(self.store, prefix)
 
     # -- writes -------------------------------------------------------------------------------
-    def upload_tensorboard(self, version: ChainVersion, local_dir: str) -> list[str]:
-        """Upload a directory of TensorBoard logs to ``tensorboard/v{counter}/`` of a *committed* version."""
-        if self.get(version.counter).block_hash != version.block_hash:
-            raise VersionNotFoundError(f"version {version.version_dir} is not on chain {self.name!r}")
-        keys: list[str] = []
-        for directory, dirs, files in os.walk(local_dir):
-            dirs.sort()
-            for name in sorted(files):
-                path = os.path.join(directory, name)
-                rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
-                key = self.key(version.header.tensorboard_logdir, rel)
-                self.store.put_file_atomic(key, path, tmp_key=self._tmp_key())
-                keys.append(key)
-        return keys
+    def write_version(self, version: ChainVersion, payload: Mapping[str, PayloadSource], written: list[str]) -> None:
+        """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land.
 
-    def write_version(self, version: ChainVersion, payload: Mapping[str, bytes], written: list[str]) -> None:
-        """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land."""
+        Local files are streamed (put_file_atomic) and what landed is checked against the block's
+        sha256 and size: a file changed since it was hashed fails the commit, never the chain."""
         at = self.version_key
-        files = [(at(version.version_dir, paths.PAYLOAD, f.name), payload[f.name]) for f in version.header.files]
+        files: list[tuple[str, PayloadSource]] = [
+            (at(version.version_dir, paths.PAYLOAD, f.name), payload[f.name]) for f in version.header.files
+        ]
         files += [
             (at(version.version_dir, paths.METADATA), metadata_json(version.block)),
             (at(version.version_dir, paths.CONTENT_HASH), content_hash_txt(version.block)),
             (at(version.version_dir, paths.BLOCK), encode_block(version.block)),
         ]
         for key, data in files:
+            if isinstance(data, LocalFile):
+                written.append(key)  # before the upload: a half-done one is deleted too
+                landed = self.store.put_file_atomic(key, data.path, tmp_key=self.tmp_key())
+                if (landed.sha256, landed.size) != (data.sha256, data.size):
+                    raise ChecksumError(
+                        f"{data.path} changed while committing: uploaded {landed.size} bytes sha256 {landed.sha256}, "
+                        f"hashed {data.size} bytes sha256 {data.sha256}",
+                        check="payload_hash",
+                    )
+                continue
             if len(data) > SINGLE_PUT_MAX:
-                self.store.put_atomic(key, data, tmp_key=self._tmp_key())
+                self.store.put_atomic(key, data, tmp_key=self.tmp_key())
             elif not self.store.put_if_absent(key, data):
                 raise ChainError(f"{self.store.uri(key)} already exists: version directories are created once")
             written.append(key)
@@ -239,6 +259,7 @@ class ChainVersions:
                 return False
         for version_dir in {k.removeprefix(self.key(paths.VERSIONS) + "/").split("/", 1)[0] for k in written}:
             self._versions.pop(version_dir, None)
+            prune_empty_dirs(self.store, self.version_key(version_dir), include_base=True)
         return True
 
     # -- helpers --------------------------------------------------------------------------------
@@ -258,7 +279,11 @@ class ChainVersions:
             )
         return parent
 
-    def _tmp_key(self) -> str:
+    def _above_genesis(self, key: str) -> bool:
+        parsed = paths.parse_version_dir(key.removeprefix(self.key(paths.VERSIONS) + "/").split("/", 1)[0])
+        return parsed is not None and parsed[0] > 0
+
+    def tmp_key(self) -> str:
         return self.key(paths.TMP, f"{worker_id()}-{uuid.uuid4().hex}")
 
     # last in the class: below it, ``list`` in an annotation would mean this method

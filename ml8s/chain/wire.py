@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from ml8s.chain._util import content_hash, sha256_hex
 from ml8s.chain.models import Block, BlockHeader, ChainHead, PayloadFile, PayloadKind
+from ml8s.chain.signing import SigningKey
 from ml8s.errors import ChainCorruptionError, ChecksumError
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.proto_gen.ml8s.chain.v1 import chain_pb2 as pb
@@ -42,6 +43,8 @@ def header_to_proto(header: BlockHeader) -> pb.BlockHeader:
         architecture=header.architecture,
         parameter_count=header.parameter_count,
         files=[pb.PayloadFile(name=f.name, sha256=f.sha256, size=f.size) for f in header.files],
+        trust_policy_version=header.trust_policy_version,
+        run_claim_sha256=header.run_claim_sha256,
     )
 
 
@@ -64,6 +67,8 @@ def header_from_proto(message: pb.BlockHeader) -> BlockHeader:
         architecture=message.architecture,
         parameter_count=message.parameter_count,
         files=tuple(PayloadFile(name=f.name, sha256=f.sha256, size=f.size) for f in message.files),
+        trust_policy_version=message.trust_policy_version,
+        run_claim_sha256=message.run_claim_sha256,
     )
 
 
@@ -71,19 +76,32 @@ def header_hash(message: pb.BlockHeader) -> str:
     return sha256_hex(message.SerializeToString(deterministic=True))
 
 
+def header_bytes(header: BlockHeader) -> bytes:
+    """The bytes a block hash and a block signature cover: the header's deterministic serialization."""
+    return header_to_proto(header).SerializeToString(deterministic=True)
+
+
 def block_hash_of(header: BlockHeader) -> str:
     """The block hash that seals ``header``: it covers every header field (module docstring)."""
     return header_hash(header_to_proto(header))
 
 
-def make_block(header: BlockHeader) -> Block:
-    """Seal a header into a block."""
-    return Block(header=header, block_hash=block_hash_of(header))
+def make_block(header: BlockHeader, signer: SigningKey | None = None) -> Block:
+    """Seal a header into a block, signed over the same header bytes when a ``signer`` is given."""
+    data = header_bytes(header)
+    if signer is None:
+        return Block(header=header, block_hash=sha256_hex(data))
+    return Block(header=header, block_hash=sha256_hex(data), signature=signer.sign(data), signer_key_id=signer.key_id)
 
 
 def encode_block(block: Block) -> bytes:
     """``block.pb``: the Block message, deterministic bytes."""
-    message = pb.Block(header=header_to_proto(block.header), block_hash=block.block_hash)
+    message = pb.Block(
+        header=header_to_proto(block.header),
+        block_hash=block.block_hash,
+        signature=bytes.fromhex(block.signature),
+        signer_key_id=block.signer_key_id,
+    )
     return message.SerializeToString(deterministic=True)
 
 
@@ -97,7 +115,12 @@ def decode_block(data: bytes, *, where: str, verify: bool = True) -> Block:
     message = pb.Block()
     try:
         message.ParseFromString(data)
-        block = Block(header=header_from_proto(message.header), block_hash=message.block_hash)
+        block = Block(
+            header=header_from_proto(message.header),
+            block_hash=message.block_hash,
+            signature=message.signature.hex(),
+            signer_key_id=message.signer_key_id,
+        )
     except (DecodeError, ValidationError, KeyError) as exc:
         raise ChainCorruptionError(None, f"{where} is not a valid block: {exc}", check="invalid_block") from exc
     if not verify:
@@ -117,7 +140,15 @@ def decode_block(data: bytes, *, where: str, verify: bool = True) -> Block:
 
 def metadata_json(block: Block) -> bytes:
     """``metadata.json``: a human-readable rendering of block.pb (derived, checked against it by verify)."""
-    return canonical_bytes(block.model_dump(mode="json"))
+    rendered = block.model_dump(mode="json")
+    # Fields added later are left out while unset, so blocks written before them render as they did.
+    for key in ("signature", "signer_key_id"):
+        if not rendered[key]:
+            del rendered[key]
+    for key in ("trust_policy_version", "run_claim_sha256"):
+        if not rendered["header"][key]:
+            del rendered["header"][key]
+    return canonical_bytes(rendered)
 
 
 def content_hash_txt(block: Block) -> bytes:

@@ -1,4 +1,4 @@
-"""``ml8s chain init|commit|log|show|verify|gc|tensorboard``: operate a model chain from a shell.
+"""``ml8s chain init|commit|log|show|verify|gc|tensorboard|anchor|keygen|trust``: operate a model chain from a shell.
 
 Every subcommand takes ``--root URI`` (default PIPELINE_ROOT_URI) and ``--chain NAME`` (default
 CHAIN_NAME, else MLFLOW_MODEL_NAME's default). ``verify`` exits 0 when the chain is intact and 1
@@ -8,19 +8,34 @@ naming the first bad version.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import datetime as dt
 import json
 import os
-import struct
 import sys
 
-from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, collect_garbage, verify_chain
+from ml8s.chain import (
+    ENV_KEY,
+    ENV_KEY_FILE,
+    Anchor,
+    ChainStore,
+    ChainVersion,
+    CommitMeta,
+    RetryPolicy,
+    SigningKey,
+    adopt_policy,
+    check_safetensors,
+    collect_garbage,
+    local_file,
+    make_anchor,
+    read_anchor,
+    verify_chain,
+)
 from ml8s.cli.args import guarded
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import open_store
 
-_MAX_HEADER = 100 * 1024 * 1024
+MAX_STEPS = 2**63 - 1
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +51,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("verify", "verify the chain from genesis to head; exit 1 naming the first bad version"),
         ("gc", "find (and with --execute delete) orphaned or incomplete versions"),
         ("tensorboard", "print the TensorBoard log directories of versions (default: all)"),
+        ("anchor", "write a signed checkpoint of the head (keep it outside the store) to --out"),
+        ("keygen", "write a new ed25519 signing key (PEM) to --out; prints its key id and public key"),
+        ("trust", "adopt the next trust policy: the keys that may sign, signed by ML8S_SIGNING_KEY(_FILE)"),
     ):
         verb = verbs.add_parser(name, help=text, description=text)
         verb.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
@@ -44,17 +62,37 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["commit"].add_argument("--payload", required=True, help="a .safetensors checkpoint file")
     verbs.choices["commit"].add_argument("--steps", type=int, default=0, help="training steps since the parent")
     verbs.choices["show"].add_argument("counter", nargs="?", type=int, help="version counter (default: head)")
-    verbs.choices["verify"].add_argument("--known-head", default=None, help="a block hash seen before")
+    verbs.choices["verify"].add_argument("--known-head", default=None, help="a block hash seen before (>= 12 hex)")
+    verbs.choices["verify"].add_argument("--anchor", default=None, help="an anchor file (ml8s chain anchor)")
+    verbs.choices["anchor"].add_argument("--out", required=True, help="anchor file to write")
+    verbs.choices["anchor"].add_argument("--ttl-hours", type=float, default=24.0, help="validity (default 24)")
     verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
+    verbs.choices["keygen"].add_argument("--out", required=True, help="private key file to create (mode 0600)")
+    verbs.choices["trust"].add_argument(
+        "--public-key", action="append", required=True, help="base64 raw ed25519 public key (repeat)"
+    )
     verbs.choices["tensorboard"].add_argument("counters", nargs="*", type=int, help="versions (default: all)")
 
 
 def run(args: argparse.Namespace) -> int:
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
     verb: str = args.verb
-    if verb == "init":
+    if verb == "keygen":
+        return _keygen(args.out)
+    signer = SigningKey.from_env(os.environ)
+    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name, signer=signer)
+    if verb == "anchor":
+        if signer is None or not 0 < args.ttl_hours <= 24 * 366:
+            raise ConfigError(f"chain anchor: needs {ENV_KEY} or {ENV_KEY_FILE}, and --ttl-hours in (0, 8784]")
+        anchor = make_anchor(chain, signer, dt.timedelta(hours=args.ttl_hours), dt.datetime.now(dt.UTC))
+        _write_new(args.out, anchor.model_dump_json(indent=2).encode("utf-8") + b"\n", mode=0o644)
+        _print(anchor.checkpoint.model_dump(mode="json"))
+    elif verb == "trust":
+        if signer is None:
+            raise ConfigError(f"chain trust: set {ENV_KEY} or {ENV_KEY_FILE} to a key the current policy trusts")
+        _print(adopt_policy(chain, signer, args.public_key).model_dump(mode="json"))
+    elif verb == "init":
         _print(_summary(chain.init()))
     elif verb == "commit":
         _print(_summary(_commit_external(chain, args.payload, args.steps)))
@@ -69,11 +107,13 @@ def run(args: argparse.Namespace) -> int:
         version = chain.head() if args.counter is None else chain.get(args.counter)
         _print({**_summary(version), "header": version.header.model_dump(mode="json")})
     elif verb == "verify":
-        report = verify_chain(chain, known_head=args.known_head)
+        report = verify_chain(chain, known_head=args.known_head, anchor=_read_anchor(args.anchor))
         if args.json:
             _print(report.model_dump(mode="json"))
         elif report.ok:
             print(f"PASS chain {chain.name!r}: {len(report.chain)} versions, head v{report.head_counter}")
+            for line in report.unchecked:
+                print(f"  not checked: {line}", file=sys.stderr)
         else:
             first = min(report.findings, key=lambda f: (f.counter is None, f.counter or 0))
             print(
@@ -94,48 +134,54 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _commit_external(chain: ChainStore, path: str, steps: int) -> ChainVersion:
-    """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file)."""
+def _write_new(path: str, data: bytes, *, mode: int) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except OSError as exc:
+        raise ConfigError(f"--out {path}: {exc.strerror or exc}; expected a new file") from exc
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _read_anchor(path: str | None) -> Anchor | None:
+    if path is None:
+        return None
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            return read_anchor(handle.read(), where=f"--anchor {path}")
+    except OSError as exc:
+        raise ConfigError(f"--anchor {path}: {exc.strerror or exc}; expected an anchor file") from exc
+
+
+def _keygen(out: str) -> int:
+    key = SigningKey.generate()
+    _write_new(out, key.private_pem(), mode=0o600)
+    _print({"key_id": key.key_id, "private_key_file": out, "public_key": key.public_key})
+    return 0
+
+
+def _commit_external(chain: ChainStore, path: str, steps: int) -> ChainVersion:
+    """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file).
+
+    Everything is checked before anything is written (no run claim for a bad payload), and the file
+    is streamed: hashed once in chunks, then uploaded from disk.
+    """
+    if not 0 <= steps <= MAX_STEPS:
+        raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
+    summary = check_safetensors(path)
+    try:
+        source = local_file(path)
     except OSError as exc:
         raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
-    architecture, parameters = _describe_safetensors(data, path)
-    digest = hashlib.sha256(data).hexdigest()
     meta = CommitMeta(
-        run_id=digest[:12],
-        full_config_hash=digest,
+        run_id=source.sha256[:12],
+        full_config_hash=source.sha256,
         artifact_root=os.path.abspath(path),
-        architecture=architecture,
-        parameter_count=parameters,
+        architecture=summary.architecture,
+        parameter_count=summary.parameter_count,
         steps_since_parent=steps,
     )
-    return chain.commit_with_retry({"model_native.safetensors": data}, meta, RetryPolicy())
-
-
-def _describe_safetensors(data: bytes, path: str) -> tuple[str, int]:
-    """(architecture, parameter count) from the safetensors header. The architecture names the tensors,
-    their dtypes and ranks but not their sizes: a wider layer is a minor bump (more parameters), a new
-    or removed tensor a major one."""
-    try:
-        (length,) = struct.unpack("<Q", data[:8])
-        if not 0 < length <= min(_MAX_HEADER, len(data) - 8):
-            raise ValueError(f"header length {length}")
-        header = json.loads(data[8 : 8 + length])
-        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
-        layout = [f"{name}:{t['dtype']}:{len(t['shape'])}d" for name, t in sorted(tensors.items())]
-        count = 0
-        for t in tensors.values():
-            size = 1
-            for d in t["shape"]:
-                size *= int(d)
-            count += size
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
-        raise ConfigError(
-            f"--payload {path} is not a safetensors file ({exc}); expected a .safetensors checkpoint"
-        ) from exc
-    return "safetensors:" + hashlib.sha256("|".join(layout).encode()).hexdigest()[:16], count
+    return chain.commit_with_retry({"model_native.safetensors": source}, meta, RetryPolicy())
 
 
 def _summary(version: ChainVersion) -> dict[str, object]:

@@ -1,0 +1,141 @@
+"""Anchors: a signed head checkpoint kept outside the store, against rollback, freeze and fork.
+
+Hashes make a chain tamper-evident only relative to something the tamperer cannot rewrite: whoever
+can write the store can roll the head back, delete the versions after it, or re-hash a whole rewrite,
+and the result is a consistent chain. An anchor is that something, as signed tree heads are in
+Certificate Transparency and Go's checksum database, and timestamped metadata in TUF: the chain's name,
+a head (counter, block hash), the sha256 of the newest trust policy file, an issue time and an expiry,
+signed by a trusted committer's ed25519 key. Kept elsewhere (a file the auditor keeps, a second bucket,
+a model-registry tag), it lets verify tell:
+
+- ``anchor_rollback``: the head is below the anchored counter (versions after it were dropped);
+- ``anchor_fork``: the chain at the anchored counter holds another block (history rewritten);
+- ``anchor_expired``: the anchor's expiry has passed (a frozen head: whoever publishes anchors stopped,
+  or someone replays an old anchor to hide newer versions); publish a fresh one at least once per TTL;
+- ``anchor_policy``: the trust policy the anchor pinned was replaced;
+- ``anchor_signature``: the anchor is not signed by a key the chain's policy (or the verifier) trusts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import hashlib
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ml8s.chain import trust
+from ml8s.chain._util import rfc3339
+from ml8s.chain.models import ChainVersion, Hex64, OptionalHex64, Rfc3339
+from ml8s.chain.signing import SigningKey, key_id, signature_valid
+from ml8s.chain.versions import ChainVersions
+from ml8s.errors import ConfigError, NotFoundError
+from ml8s.identity.hashing import canonical_bytes
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+Problems = list[tuple[str, str]]
+
+
+class Checkpoint(BaseModel):
+    model_config = _FROZEN
+
+    chain_name: str
+    counter: int = Field(ge=0)
+    block_hash: Hex64
+    policy_sha256: OptionalHex64
+    issued_at: Rfc3339
+    expires_at: Rfc3339
+
+
+class Anchor(BaseModel):
+    """A checkpoint and its signature (hex) by ``public_key`` (base64 raw ed25519)."""
+
+    model_config = _FROZEN
+
+    checkpoint: Checkpoint
+    public_key: str
+    signature: str
+
+
+def make_anchor(chain: ChainVersions, signer: SigningKey, ttl: dt.timedelta, now: dt.datetime) -> Anchor:
+    """An anchor of the chain's current head, valid for ``ttl``."""
+    head = chain.head()
+    checkpoint = Checkpoint(
+        chain_name=chain.name,
+        counter=head.counter,
+        block_hash=head.block_hash,
+        policy_sha256=_policy_sha256(chain),
+        issued_at=rfc3339(now),
+        expires_at=rfc3339(now + ttl),
+    )
+    return Anchor(checkpoint=checkpoint, public_key=signer.public_key, signature=signer.sign(_bytes(checkpoint)))
+
+
+def read_anchor(data: bytes, *, where: str) -> Anchor:
+    try:
+        return Anchor.model_validate_json(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where} is no ml8s chain anchor: {exc.error_count()} problem(s)") from exc
+
+
+def anchor_problems(
+    chain: ChainVersions, anchor: Anchor, walked: list[ChainVersion], now: dt.datetime
+) -> list[tuple[str, str, int | None]]:
+    """(check, reason, counter) for every way the chain read (``walked``, head first) disagrees with ``anchor``."""
+    point, found = anchor.checkpoint, list[tuple[str, str, int | None]]()
+    if point.chain_name != chain.name:
+        found.append(("anchor_chain", f"the anchor is for chain {point.chain_name!r}", None))
+    policies, _ = trust.load_policies(chain)
+    signer = key_id(_raw(anchor.public_key))
+    trusted = not policies or any(p.trusts(signer) for p in policies)
+    if not trusted or not signature_valid(anchor.public_key, anchor.signature, _bytes(point)):
+        found.append(("anchor_signature", f"not validly signed by a trusted key (key {signer})", None))
+    head = walked[0] if walked else None
+    at = next((v for v in walked if v.counter == point.counter), None)
+    if head is None or head.counter < point.counter:
+        found.append(
+            (
+                "anchor_rollback",
+                f"head {head.counter if head else '<none>'} is below the anchored {point.counter}",
+                None,
+            )
+        )
+    elif at is None or at.block_hash != point.block_hash:
+        held = at.block_hash if at else "<nothing>"
+        found.append(
+            ("anchor_fork", f"version {point.counter} is {held}, the anchor says {point.block_hash}", point.counter)
+        )
+    if rfc3339(now) > point.expires_at:
+        found.append(
+            ("anchor_expired", f"expired at {point.expires_at} (issued {point.issued_at}): frozen or replayed", None)
+        )
+    if point.policy_sha256 and point.policy_sha256 not in _policy_hashes(chain, len(policies)):
+        found.append(("anchor_policy", "the trust policy the anchor pinned is no longer in the chain", None))
+    return found
+
+
+def _bytes(checkpoint: Checkpoint) -> bytes:
+    return canonical_bytes(checkpoint.model_dump(mode="json"))
+
+
+def _raw(public_key: str) -> bytes:
+    try:
+        return base64.b64decode(public_key, validate=True)
+    except binascii.Error:
+        return b""
+
+
+def _policy_sha256(chain: ChainVersions) -> str:
+    policies, _ = trust.load_policies(chain)
+    return _policy_hashes(chain, len(policies))[-1] if policies else ""
+
+
+def _policy_hashes(chain: ChainVersions, count: int) -> list[str]:
+    hashes = []
+    for version in range(1, count + 1):
+        try:
+            hashes.append(hashlib.sha256(chain.store.get(trust.policy_key(chain, version))).hexdigest())
+        except NotFoundError:
+            break
+    return hashes

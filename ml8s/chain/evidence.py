@@ -1,0 +1,111 @@
+"""What the run index and the audit trail say was committed: versions that must be on the chain.
+
+A run record (``runs/{hash}.json``) is written only after its head swap won, and so are the audit
+events ``init``, ``committed`` and ``unknown_outcome_resolved``. So every version they name was once
+the head, and must stay reachable from the head: one that is not proves the head was rolled back or
+history rewritten, even when the blocks alone look like a consistent, shorter chain. verify reports
+such a version (``committed_off_chain``), GC never deletes one, and a commit never trusts a record
+whose version is off the chain.
+
+Deleting or editing the index and the trail is visible too (``index_problems``): a block records the
+sha256 of its run's claim, written before it was sealed (so a signature covers it), and a version
+committed since has a winning audit event (best effort at commit time: a failed audit write, logged
+as a warning then, also shows here as ``audit_missing``).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ml8s.chain import paths
+from ml8s.chain._util import sha256_hex
+from ml8s.chain.events import AuditEvent
+from ml8s.chain.models import ChainVersion
+from ml8s.chain.runindex import RunRecord
+from ml8s.chain.versions import ChainVersions
+from ml8s.errors import ChainError, NotFoundError
+
+# Events written only for a version that is (or was) the head: by the committer that won its swap, or
+# (already_committed) by one that found it on the chain.
+WINNING_EVENTS = frozenset({"init", "committed", "unknown_outcome_resolved", "already_committed"})
+
+
+class Named(BaseModel):
+    """A version the run index or the audit trail records as committed, and which object says so."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version_dir: str
+    counter: int
+    block_hash: str
+    source: str
+
+
+def named_versions(chain: ChainVersions) -> tuple[list[Named], list[tuple[str, str]]]:
+    """Every (version, source) the run records and winning audit events name, sorted; and the
+    ``(check, reason)`` problems met reading them (an unreadable record or event is itself a finding)."""
+    named: list[Named] = []
+    problems: list[tuple[str, str]] = []
+    for info in chain.objects(chain.key(paths.RUNS)):
+        if not info.key.endswith(".json") or info.key.endswith(".claim.json"):
+            continue
+        try:
+            record = RunRecord.model_validate_json(chain.store.get(info.key))
+        except NotFoundError:
+            continue
+        except ValidationError:
+            problems.append(("run_index", f"{chain.store.uri(info.key)} is no valid run record"))
+            continue
+        named.append(Named(**record.model_dump(exclude={"full_config_hash"}), source=info.key))
+    for info in chain.objects(chain.key(paths.AUDIT)):
+        try:
+            event = AuditEvent.model_validate_json(chain.store.get(info.key))
+        except NotFoundError:
+            continue
+        except ValidationError:
+            problems.append(("audit_event", f"{chain.store.uri(info.key)} is no valid audit event"))
+            continue
+        if event.event in WINNING_EVENTS and event.version_dir and event.counter is not None:
+            named.append(
+                Named(
+                    version_dir=event.version_dir, counter=event.counter, block_hash=event.block_hash, source=info.key
+                )
+            )
+    return sorted(named, key=lambda n: (n.counter, n.version_dir, n.source)), problems
+
+
+def reachable_now(chain: ChainVersions, named: Named) -> bool:
+    """Whether ``named`` is on the chain from the head as it is *now* (a fresh read, no cache): a commit
+    that landed after a verifier's listing is not evidence of anything."""
+    reader = ChainVersions(chain.store, chain.name)
+    try:
+        for version in reader.walk():
+            if version.counter <= named.counter:
+                return version.block_hash == named.block_hash
+    except ChainError:
+        return False
+    return False
+
+
+def index_problems(
+    chain: ChainVersions, walked: list[ChainVersion], named: list[Named]
+) -> list[tuple[str, str, ChainVersion]]:
+    """(check, reason, version) for each walked version whose run claim (recorded in its header) is
+    missing or edited, or that no audit event names."""
+    audited = {n.version_dir for n in named if n.source.startswith(chain.key(paths.AUDIT) + "/")}
+    found: list[tuple[str, str, ChainVersion]] = []
+    for version in walked:
+        header = version.header
+        if not header.run_claim_sha256:
+            continue  # a block from before claims were recorded in headers
+        key = chain.key(paths.RUNS, f"{header.full_config_hash}.claim.json")
+        try:
+            digest = sha256_hex(chain.store.get(key))
+        except NotFoundError:
+            found.append(("run_index", f"its run claim {chain.store.uri(key)} is missing (runs/ deleted?)", version))
+            digest = header.run_claim_sha256
+        if digest != header.run_claim_sha256:
+            found.append(("run_index", f"its run claim {chain.store.uri(key)} was edited (sha256 {digest})", version))
+        if version.version_dir not in audited:
+            found.append(("audit_missing", "no audit event records its commit (audit/ edited or deleted?)", version))
+    return found

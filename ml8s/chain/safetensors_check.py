@@ -1,0 +1,142 @@
+"""Validate a safetensors checkpoint's whole structure before anything is written, reading only its header.
+
+A safetensors file is an 8-byte little-endian header length N, N bytes of a JSON object, then the data
+section. The header maps each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}``
+(offsets relative to the data section), plus an optional ``"__metadata__"`` of strings. A file that
+``safetensors.load_file`` would reject must be rejected here too, so every rule it relies on is
+checked: the header's types, known dtypes, non-negative integer dimensions, each tensor's byte span
+equal to dtype size x element count, and spans that tile the data section exactly (no gap, overlap or
+trailing byte), so the file size must match. Each failure is one ConfigError naming the file and rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from typing import NoReturn
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.errors import ConfigError
+
+MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit
+MAX_DIM = 2**62
+DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
+
+
+class SafetensorsSummary(BaseModel):
+    """What the chain records of a checkpoint: its architecture fingerprint and parameter count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    architecture: str
+    parameter_count: int
+    tensors: int
+
+
+def check_safetensors(path: str) -> SafetensorsSummary:
+    """The checkpoint's summary; ConfigError naming the first structural problem (module docstring).
+
+    The architecture names the tensors, their dtypes and ranks but not their sizes: a wider layer is a
+    minor bump (more parameters), a new or removed tensor a major one.
+    """
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                _fail(path, f"{size} bytes: too short for the 8-byte header length")
+            (length,) = struct.unpack("<Q", prefix)
+            if not 2 <= length <= min(MAX_HEADER, size - 8):
+                _fail(path, f"header length {length} does not fit a {size}-byte file (at most {MAX_HEADER})")
+            raw = handle.read(length)
+    except OSError as exc:
+        raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
+    try:
+        header = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        _fail(path, f"the header is not UTF-8 JSON ({type(exc).__name__})")
+    if not isinstance(header, dict):
+        _fail(path, f"the header is a JSON {type(header).__name__}, expected an object")
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        _fail(path, "__metadata__ must be an object of strings")
+    if not header:
+        _fail(path, "the header lists no tensors")
+    spans: list[tuple[int, int, str]] = []
+    layout: list[str] = []
+    count = 0
+    for name, entry in sorted(header.items()):
+        begin, end, elements, dtype, rank = _entry(path, name, entry)
+        spans.append((begin, end, name))
+        layout.append(f"{name}:{dtype}:{rank}d")
+        count += elements
+    _tiles(path, spans, size - 8 - length)
+    digest = hashlib.sha256("|".join(layout).encode()).hexdigest()[:16]
+    return SafetensorsSummary(architecture=f"safetensors:{digest}", parameter_count=count, tensors=len(spans))
+
+
+def _entry(path: str, name: str, entry: object) -> tuple[int, int, int, str, int]:
+    """(begin, end, element count, dtype, rank) of one tensor entry, every field checked."""
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        _fail(path, f"tensor {name!r}: expected an object with exactly dtype, shape and data_offsets")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        _fail(path, f"tensor {name!r}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+    if not isinstance(shape, list) or not all(_is_int(d) and 0 <= d <= MAX_DIM for d in shape):
+        _fail(path, f"tensor {name!r}: shape {shape!r} must be a list of integers in [0, 2**62]")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) and o >= 0 for o in offsets):
+        _fail(path, f"tensor {name!r}: data_offsets {offsets!r} must be two non-negative integers")
+    elements = 1
+    for dim in shape:
+        elements *= dim
+    begin, end = offsets
+    if end < begin or end - begin != elements * DTYPE_BYTES[dtype]:
+        _fail(
+            path,
+            f"tensor {name!r}: data_offsets {offsets} span {end - begin} bytes, but {dtype} x {shape} needs "
+            f"{elements * DTYPE_BYTES[dtype]}",
+        )
+    return begin, end, elements, dtype, len(shape)
+
+
+def _tiles(path: str, spans: list[tuple[int, int, str]], data_size: int) -> None:
+    """The spans, sorted, must cover [0, data_size) exactly: no gap, no overlap, nothing after."""
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            what = "overlaps the previous tensor" if begin < position else f"leaves a gap at byte {position}"
+            _fail(path, f"tensor {name!r} starts at data byte {begin} and {what}")
+        position = end
+    if position != data_size:
+        _fail(path, f"the tensors end at data byte {position}, the data section has {data_size} bytes (truncated?)")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _fail(path: str, why: str) -> NoReturn:
+    raise ConfigError(f"--payload {path} is not a valid safetensors file: {why}; expected a .safetensors checkpoint")

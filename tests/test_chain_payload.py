@@ -1,0 +1,137 @@
+"""Payload validation before anything is written (issue 12 defects 5, 8) and streamed commits (defect 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+from test_chain_support import CHAIN, StoreSpec, meta, moto_spec_fixture, open_spec  # noqa: F401  (fixtures)
+
+from ml8s.chain import ChainStore, check_safetensors, local_file, paths, verify_chain
+from ml8s.errors import ChecksumError, ConfigError
+from ml8s.store import LocalStore
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+
+
+def raw(header: object, data: bytes = b"", *, length: int | None = None) -> bytes:
+    body = json.dumps(header).encode() if not isinstance(header, bytes) else header
+    return struct.pack("<Q", len(body) if length is None else length) + body + data
+
+
+def good(tmp_path: Path) -> Path:
+    path = tmp_path / "good.safetensors"
+    save_file({"a": np.ones((3, 4), dtype=np.float32), "b": np.arange(5, dtype=np.int64)}, str(path))
+    return path
+
+
+T = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+BAD: dict[str, bytes] = {
+    "empty file": b"",
+    "short length": b"\x01\x00",
+    "header longer than file": raw({"t": T}, length=10**6),
+    "header length 2**64-1": b"\xff" * 8 + b"{}",
+    "not json": raw(b"{nope", b"x" * 8),
+    "not utf-8": raw(b'{"\xff": 1}'),
+    "header is a list": raw([1, 2]),
+    "header is null": raw(None),
+    "header is a string": raw("x"),
+    "empty header": raw({}),
+    "metadata not strings": raw({"__metadata__": {"a": 1}, "t": T}, b"x" * 8),
+    "entry not an object": raw({"t": [1]}, b"x" * 8),
+    "missing data_offsets": raw({"t": {"dtype": "F32", "shape": [2]}}, b"x" * 8),
+    "extra key": raw({"t": {**T, "x": 1}}, b"x" * 8),
+    "unknown dtype": raw({"t": {**T, "dtype": "F33"}}, b"x" * 8),
+    "negative dim": raw({"t": {**T, "shape": [-1]}}, b"x" * 8),
+    "float dim": raw({"t": {**T, "shape": [2.0]}}, b"x" * 8),
+    "bool dim": raw({"t": {**T, "shape": [True, 2]}}, b"x" * 8),
+    "dim 1e400": raw(b'{"t": {"dtype": "F32", "shape": [1e400], "data_offsets": [0, 8]}}', b"x" * 8),
+    "dim Infinity": raw(b'{"t": {"dtype": "F32", "shape": [Infinity], "data_offsets": [0, 8]}}', b"x" * 8),
+    "dim 10**30": raw({"t": {**T, "shape": [10**30]}}, b"x" * 8),
+    "million parameters, no data": raw({"t": {**T, "shape": [10**6], "data_offsets": [0, 4 * 10**6]}}),
+    "offsets reversed": raw({"t": {**T, "data_offsets": [8, 0]}}, b"x" * 8),
+    "offsets not a pair": raw({"t": {**T, "data_offsets": [0]}}, b"x" * 8),
+    "size mismatch": raw({"t": {**T, "shape": [3]}}, b"x" * 8),
+    "gap": raw({"t": {**T, "data_offsets": [4, 12]}}, b"x" * 12),
+    "overlap": raw({"t": T, "u": T}, b"x" * 8),
+    "trailing bytes": raw({"t": T}, b"x" * 9),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_structure_is_one_named_error(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(BAD[case])
+    with pytest.raises(ConfigError, match="safetensors") as caught:
+        check_safetensors(str(path))
+    assert "\n" not in str(caught.value)
+
+
+def test_truncated_file_is_rejected(tmp_path: Path) -> None:
+    """Defect 5: ``truncate -s -100`` used to pass; safetensors itself refuses the file, and so do we."""
+    path = good(tmp_path)
+    summary = check_safetensors(str(path))
+    assert (summary.parameter_count, summary.tensors) == (17, 2)
+    os.truncate(path, path.stat().st_size - 100)
+    with pytest.raises(Exception):  # noqa: B017  (whatever safetensors raises: it must refuse too)
+        load_file(str(path))
+    with pytest.raises(ConfigError, match="truncated"):
+        check_safetensors(str(path))
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "CHAIN_NAME"} | {"PIPELINE_ROOT_URI": str(root)}
+    return subprocess.run([ML8S, "chain", *args, "--chain", CHAIN], env=env, capture_output=True, text=True)
+
+
+def test_cli_refuses_before_writing_anything(tmp_path: Path) -> None:
+    """Defect 8: one ``ml8s:`` line, no traceback, and no claim file for a payload or --steps that fails."""
+    root = tmp_path / "root"
+    assert _cli(root, "init").returncode == 0
+    header_list = tmp_path / "list.safetensors"
+    header_list.write_bytes(BAD["header is a list"])
+    runs = root / paths.ROOT / CHAIN / paths.RUNS
+    for args in (
+        ("--payload", str(header_list)),
+        ("--payload", str(good(tmp_path)), "--steps", "-1"),
+        ("--payload", str(good(tmp_path)), "--steps", str(2**64)),
+    ):
+        proc = _cli(root, "commit", *args)
+        assert proc.returncode == 1 and proc.stderr.startswith("ml8s: CONFIG_ERROR"), proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert not runs.exists() or not list(runs.iterdir())
+
+
+@pytest.fixture(name="spec", params=["local", "moto"])
+def spec_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
+    if request.param == "local":
+        return ("local", str(tmp_path / "root"))
+    spec: StoreSpec = request.getfixturevalue("moto_spec")
+    return spec
+
+
+def test_streamed_commit_and_verify(spec: StoreSpec, tmp_path: Path) -> None:
+    path = good(tmp_path)
+    chain = ChainStore(open_spec(spec), CHAIN)
+    chain.init()
+    version = chain.commit({"model.safetensors": local_file(str(path))}, meta("streamed"))
+    assert chain.fetch_payload(version, "model.safetensors") == path.read_bytes()
+    assert verify_chain(ChainStore(chain.store, CHAIN), strict_orphans=True).ok
+
+
+def test_file_changed_after_hashing_fails_the_commit(tmp_path: Path) -> None:
+    path = good(tmp_path)
+    source = local_file(str(path))
+    path.write_bytes(path.read_bytes() + b"!")
+    chain = ChainStore(LocalStore(str(tmp_path / "root")), CHAIN)
+    chain.init()
+    with pytest.raises(ChecksumError, match="changed while committing"):
+        chain.commit({"model.safetensors": source}, meta("changed"))
+    assert chain.head().counter == 0 and verify_chain(chain, strict_orphans=True).ok
