@@ -260,3 +260,23 @@ def test_steps_since_parent_count_from_the_head(chain: ChainStore) -> None:
     assert (b.global_step, c.global_step) == (130, 130)
     with pytest.raises(ValueError, match="not both"):
         meta("d", step=1, steps_since_parent=1)
+
+
+def test_verify_between_the_swap_and_the_committed_event_finds_nothing(
+    chain: ChainStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verifier running while a commit lands (after its head swap, before its "committed" event) must not
+    report the new head as audit_missing: the commit records a "sealed" event before it swaps."""
+    chain.init()
+    seen = []
+    record = commit_module.runindex.record
+
+    def verify_then_record(chain_: object, version: object) -> None:
+        seen.append(verify_chain(ChainStore(chain.store, CHAIN), payloads=False))
+        record(chain_, version)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commit_module.runindex, "record", verify_then_record)
+    version = chain.commit(payload("a"), meta("a"))
+    assert len(seen) == 1 and seen[0].ok, seen[0].findings
+    assert [e.event for e in chain.audit.events()][-2:] == ["sealed", "committed"]
+    assert verify_chain(chain).ok and chain.head().block_hash == version.block_hash

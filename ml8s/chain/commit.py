@@ -103,6 +103,7 @@ def commit(
     except BaseException:
         chain.discard(written)
         raise
+    _audit(chain, "sealed", version)  # before the swap: a version on the chain always has an event
     swap(chain, version, token, written, named_parent=expected_parent is not None)
     # Won: from here on nothing may turn the commit into an error. The record is a shortcut (the walk
     # finds the run without it) and TensorBoard logs can be uploaded again (upload_tensorboard).

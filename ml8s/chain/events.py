@@ -49,6 +49,7 @@ class AuditEvent(BaseModel):
 
 EVENTS = (
     "init",  # the genesis block was committed
+    "sealed",  # a commit is about to swap the head to its uploaded version (it may still lose)
     "committed",  # a commit won the head swap
     "conflict",  # a commit lost the head swap (the head moved under it); rolled_back says if its upload went
     "not_fast_forward",  # expected_parent was not the head, or global_step would go back

@@ -39,6 +39,10 @@ class Named(BaseModel):
     counter: int
     block_hash: str
     source: str
+    # A "sealed" event: written before the head swap, so a version on the chain is never without an
+    # event, even while a verifier runs between its swap and its "committed" event. It proves nothing
+    # was committed (the swap may have lost), so only the audit_missing check counts it.
+    intent: bool = False
 
 
 def named_versions(chain: ChainVersions) -> tuple[list[Named], list[tuple[str, str]]]:
@@ -65,10 +69,15 @@ def named_versions(chain: ChainVersions) -> tuple[list[Named], list[tuple[str, s
         except ValidationError:
             problems.append(("audit_event", f"{chain.store.uri(info.key)} is no valid audit event"))
             continue
-        if event.event in WINNING_EVENTS and event.version_dir and event.counter is not None:
+        winning = event.event in WINNING_EVENTS
+        if (winning or event.event == "sealed") and event.version_dir and event.counter is not None:
             named.append(
                 Named(
-                    version_dir=event.version_dir, counter=event.counter, block_hash=event.block_hash, source=info.key
+                    version_dir=event.version_dir,
+                    counter=event.counter,
+                    block_hash=event.block_hash,
+                    source=info.key,
+                    intent=not winning,
                 )
             )
     return sorted(named, key=lambda n: (n.counter, n.version_dir, n.source)), problems

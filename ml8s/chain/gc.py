@@ -73,7 +73,11 @@ def collect_garbage(
     before = verify_chain(chain, payloads=verify_payloads)
     before.raise_for_findings()
     now = time.time() if now is None else now
-    reachable = set(before.chain) | set(before.ahead) | {n.version_dir for n in evidence.named_versions(chain)[0]}
+    reachable = (
+        set(before.chain)
+        | set(before.ahead)
+        | {n.version_dir for n in evidence.named_versions(chain)[0] if not n.intent}
+    )
     items: list[GcItem] = []
     recent: list[str] = []
     for key in [] if dry_run else prune_empty_dirs(chain.store, chain.key(paths.VERSIONS), older_than=now - grace_s):

@@ -272,7 +272,7 @@ class _Verifier:
             self.add(check, reason, version)
         sources: dict[str, list[evidence.Named]] = defaultdict(list)
         for item in named:
-            if item.version_dir not in reachable:
+            if not item.intent and item.version_dir not in reachable:
                 sources[item.version_dir].append(item)
         for version_dir, items in sorted(sources.items()):
             if evidence.reachable_now(self.chain, items[0]):
