@@ -84,3 +84,22 @@ def test_same_run_into_two_fresh_chains_in_two_processes(tmp_path: Path) -> None
     heads = [ChainStore(LocalStore(str(root)), name).head() for name in ("first", "second")]
     assert heads[0].content_hash == heads[1].content_hash
     assert heads[0].header.files == heads[1].header.files  # every payload file's sha256 and size
+
+
+def test_pipeline_signs_its_commit_on_a_chain_with_a_trust_policy(tmp_path: Path) -> None:
+    """A chain that trusts only signed commits takes the pipeline's version when the task's environment holds
+    a trusted key (ML8S_SIGNING_KEY), and refuses it, writing no version, when it holds none."""
+    from ml8s.chain import SigningKey, adopt_policy
+
+    data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
+    key = SigningKey.generate()
+    chain = ChainStore(LocalStore(str(root)), "ml8s-model", signer=key)
+    chain.init()
+    adopt_policy(chain, key, [key.public_key])
+    unsigned = subprocess.run([ML8S, "run"], env=_env(data, root), capture_output=True, text=True, timeout=300)
+    assert unsigned.returncode == 1 and "requires signed commits" in unsigned.stderr
+    assert chain.head().counter == 0
+    signed = json.loads(_ml8s(_env(data, root, ML8S_SIGNING_KEY=key.private_pem().decode()), "run"))
+    head = ChainStore(LocalStore(str(root)), "ml8s-model").head()
+    assert (head.counter, head.header.run_id, head.block.signer_key_id) == (1, signed["run_id"], key.key_id)
+    assert verify_chain(ChainStore(LocalStore(str(root)), "ml8s-model")).ok

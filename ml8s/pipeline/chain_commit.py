@@ -14,7 +14,7 @@ import tempfile
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, CommitMeta, RetryPolicy
+from ml8s.chain import ChainStore, CommitMeta, RetryPolicy, SigningKey
 from ml8s.contract import TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import NotFoundError
@@ -45,7 +45,9 @@ def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCom
         PAYLOAD_MANIFEST: store.get(ctx.key(layout.MANIFEST)),
         PAYLOAD_WEIGHTS: store.get(ctx.key(layout.MODEL_NATIVE)),
     }
-    chain = ChainStore(store, ctx.settings.chain_name)
+    # The committer's key comes from this process's environment (a Kubernetes secret on a cluster), never
+    # from the run context: the context travels between Flyte tasks and must hold no secret.
+    chain = ChainStore(store, ctx.settings.chain_name, signer=SigningKey.from_env(os.environ))
     with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
         has_logs = _fetch_events(ctx, logdir)
         meta = CommitMeta(
