@@ -9,6 +9,7 @@ from pathlib import Path
 from test_chain_support import CHAIN, meta, payload
 
 from ml8s.chain import ChainStore, paths, verify_chain
+from ml8s.chain.events import AuditEvent
 from ml8s.store import LocalStore
 
 
@@ -49,7 +50,10 @@ def test_edited_claim_is_a_finding(tmp_path: Path) -> None:
 def test_deleted_audit_trail_is_a_finding(tmp_path: Path) -> None:
     chain = _chain(tmp_path)
     events = chain.store.list(chain.key(paths.AUDIT))
-    chain.store.delete(events[2].key)  # one event: the commit of v2
+    v2 = chain.get(2).version_dir
+    for info in events:  # the events of v2's commit: "sealed" (before its head swap) and "committed"
+        if AuditEvent.model_validate_json(chain.store.get(info.key)).version_dir == v2:
+            chain.store.delete(info.key)
     report = verify_chain(ChainStore(chain.store, CHAIN))
     assert [(f.check, f.counter) for f in report.findings] == [("audit_missing", 2)], report.findings
     for info in events:
