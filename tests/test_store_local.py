@@ -36,6 +36,21 @@ def test_put_file_atomic_validates(tmp_path: Path) -> None:
     assert store.get("x/y.bin") == src.read_bytes()
 
 
+@pytest.mark.parametrize("size", [0, 5, 8 * 1024 * 1024 - 1, 8 * 1024 * 1024, 9 * 1024 * 1024 + 3])
+def test_atomic_writes_of_every_size(tmp_path: Path, size: int) -> None:
+    """Inline below 8 MiB, hashed by a second thread above (bytes and files alike): the same result."""
+    data = os.urandom(size)
+    (tmp_path / "src.bin").write_bytes(data)
+    store = LocalStore(str(tmp_path / "root"))
+    expected = (size, hashlib.sha256(data).hexdigest())
+    written = store.put_atomic("a/bytes", data, tmp_key=".tmp/a")
+    copied = store.put_file_atomic("a/file", str(tmp_path / "src.bin"), tmp_key=".tmp/b")
+    downloaded = store.download("a/file", str(tmp_path / "out.bin"))
+    assert (written.size, written.sha256) == (copied.size, copied.sha256) == expected
+    assert (downloaded.size, downloaded.sha256) == expected
+    assert store.get("a/bytes") == store.get("a/file") == (tmp_path / "out.bin").read_bytes() == data
+
+
 def test_integrity_failure_keeps_old_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = LocalStore(str(tmp_path))
     store.put_atomic("k", b"old", tmp_key=".tmp/k-1")
@@ -46,6 +61,33 @@ def test_integrity_failure_keeps_old_final(tmp_path: Path, monkeypatch: pytest.M
         store.put_atomic("k", b"new", tmp_key=".tmp/k-2")
     assert (tmp_path / "k").read_bytes() == b"old"
     assert not (tmp_path / ".tmp" / "k-2").exists()
+
+
+def test_bytes_changed_on_disk_before_validation_are_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-read after fsync is a real check: a byte flipped in the tmp file (or one cut off) fails the write."""
+    import ml8s.store.local as local
+
+    store = LocalStore(str(tmp_path / "root"))
+    store.put_atomic("k", b"old", tmp_key=".tmp/k")
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(9 * 1024 * 1024))
+    real = local.write_file
+
+    def then_tamper(path: str, source: Any) -> tuple[str, int]:
+        result = real(path, source)
+        with open(path, "r+b") as handle:
+            handle.seek(4096)
+            byte = handle.read(1)
+            handle.seek(4096)
+            handle.write(bytes([byte[0] ^ 1]))
+        return result
+
+    monkeypatch.setattr(local, "write_file", then_tamper)
+    with pytest.raises(IntegrityError, match=r"expected 9437184 bytes sha256 [0-9a-f]{64}, read back 9437184 bytes"):
+        store.put_file_atomic("k", str(src), tmp_key=".tmp/k")
+    with pytest.raises(IntegrityError, match="expected 10485760 bytes"):
+        store.put_atomic("k", bytes(10 * 1024 * 1024), tmp_key=".tmp/k")
+    assert store.get("k") == b"old" and not (tmp_path / "root" / ".tmp" / "k").exists()
 
 
 def test_put_if_absent(tmp_path: Path) -> None:

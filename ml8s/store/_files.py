@@ -7,12 +7,17 @@ import errno
 import hashlib
 import io
 import os
-from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+import queue
+import threading
+from collections.abc import Callable
+from typing import BinaryIO, TypeVar
 
 from ml8s.errors import StoreError
 
 _CHUNK = 4 * 1024 * 1024
+_BUFFERS = 8  # chunks in flight between the writing and the hashing thread
+_PIPELINE_FROM = 2 * _CHUNK  # below, a second thread costs more than it saves
+_FLUSH_EVERY = 16 * _CHUNK
 _DIR_ATTEMPTS = 20  # a directory removed under a writer by concurrent deletes is recreated this often
 _T = TypeVar("_T")
 
@@ -24,24 +29,15 @@ def open_source(path: str, what: str) -> io.FileIO:
         raise StoreError(f"cannot read {what}: {exc.strerror or exc}") from exc
 
 
-def read_chunks(source: io.FileIO) -> Iterator[memoryview]:
-    """The file's bytes in views of one reused buffer: each is consumed before the next read overwrites it."""
-    buffer = memoryview(bytearray(_CHUNK))
-    while count := source.readinto(buffer):
-        yield buffer[:count]
+def write_file(path: str, source: bytes | io.FileIO) -> tuple[str, int]:
+    """Write ``source`` (bytes, or an open file read to its end) to ``path`` (created fresh) and fsync it.
 
-
-def write_file(path: str, chunks: Iterable[bytes | memoryview]) -> tuple[str, int]:
-    """Write chunks to ``path`` (created fresh), fsync, and return (sha256, size) of what was written."""
-    digest = hashlib.sha256()
-    size = 0
+    Returns (sha256, size) of the bytes written, hashed once, from the same buffers that were written.
+    """
     try:
         handle = in_fresh_dir(path, lambda: open(path, "wb"))
         with handle:
-            for chunk in chunks:
-                handle.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
+            digest, size = _write_hashed(handle, source)
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:
@@ -50,7 +46,81 @@ def write_file(path: str, chunks: Iterable[bytes | memoryview]) -> tuple[str, in
         if exc.errno == errno.ENOSPC:
             raise StoreError(f"no space left writing {path}") from exc
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    return digest.hexdigest(), size
+    return digest, size
+
+
+def _write_hashed(out: BinaryIO, source: bytes | io.FileIO) -> tuple[str, int]:
+    """Small inputs inline; large ones hashed by a second thread while this one reads, writes and flushes."""
+    if not isinstance(source, io.FileIO):
+        if len(source) < _PIPELINE_FROM:
+            out.write(source)
+            return hashlib.sha256(source).hexdigest(), len(source)
+        view = memoryview(source)  # immutable: its slices can be hashed while later ones are written
+        with _Hasher() as hasher:
+            for start in range(0, len(view), _CHUNK):
+                out.write(view[start : start + _CHUNK])
+                hasher.add(view[start : start + _CHUNK])
+                _flush_now_and_then(out, start + _CHUNK)
+            return hasher.hexdigest(), len(view)
+    size = 0
+    if os.fstat(source.fileno()).st_size < _PIPELINE_FROM:
+        digest, buffer = hashlib.sha256(), memoryview(bytearray(_CHUNK))
+        while count := source.readinto(buffer):
+            out.write(buffer[:count])
+            digest.update(buffer[:count])
+            size += count
+        return digest.hexdigest(), size
+    with _Hasher() as hasher:
+        for _ in range(_BUFFERS):
+            hasher.free.put(memoryview(bytearray(_CHUNK)))
+        while count := source.readinto(buffer := hasher.free.get()):
+            out.write(buffer[:count])
+            hasher.add(buffer[:count], recycle=buffer)
+            size += count
+            _flush_now_and_then(out, size)
+        return hasher.hexdigest(), size
+
+
+def _flush_now_and_then(out: BinaryIO, written: int) -> None:
+    """Start the disk writes every few chunks, while the hashing thread catches up: the final fsync then
+    has little left to wait for (one sync, not one long one after all the hashing)."""
+    if written % _FLUSH_EVERY < _CHUNK:
+        out.flush()
+        os.fdatasync(out.fileno())
+
+
+class _Hasher:
+    """sha256 of the buffers handed to :meth:`add`, in order, computed by a second thread (hashlib releases
+    the GIL), so hashing overlaps the caller's reads and writes. Buffers to ``recycle`` come back on ``free``."""
+
+    def __init__(self) -> None:
+        self.free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
+        self._todo: queue.SimpleQueue[tuple[memoryview, memoryview | None] | None] = queue.SimpleQueue()
+        self._digest = hashlib.sha256()
+        self._thread = threading.Thread(target=self._run, name="ml8s-store-sha256", daemon=True)
+
+    def __enter__(self) -> _Hasher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._todo.put(None)
+        self._thread.join()
+
+    def add(self, data: memoryview, recycle: memoryview | None = None) -> None:
+        self._todo.put((data, recycle))
+
+    def hexdigest(self) -> str:
+        """The digest of everything added: waits for the thread to finish."""
+        self._todo.put(None)
+        self._thread.join()
+        return self._digest.hexdigest()
+
+    def _run(self) -> None:
+        while (item := self._todo.get()) is not None:
+            self._digest.update(item[0])
+            if item[1] is not None:
+                self.free.put(item[1])
 
 
 def in_fresh_dir(path: str, action: Callable[[], _T], source: str | None = None) -> _T:

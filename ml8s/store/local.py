@@ -23,7 +23,6 @@ from ml8s.store._files import (
     fsync_dir,
     into_dir,
     open_source,
-    read_chunks,
     sha256_or_none,
     size_or_none,
     write_file,
@@ -44,20 +43,20 @@ class LocalStore(Store):
     # -- writes ---------------------------------------------------------------------------------
     def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
         tmp = self._path(tmp_key)
-        digest, size = write_file(tmp, [data])
+        digest, size = write_file(tmp, data)
         return self._validate_and_move(key, tmp, tmp_key, digest, size)
 
     def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
         tmp = self._path(tmp_key)
         with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
             # One pass: the digest of the chunks written is the expected value the re-read tmp file must match.
-            digest, size = write_file(tmp, read_chunks(source))
+            digest, size = write_file(tmp, source)
         return self._validate_and_move(key, tmp, tmp_key, digest, size)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         final = self._path(key)
         tmp = self._scratch(final)
-        write_file(tmp, [data])
+        write_file(tmp, data)
         try:
             into_dir(tmp, final, os.link)  # atomic create-if-absent, unlike rename
         except FileExistsError:
@@ -77,7 +76,7 @@ class LocalStore(Store):
                     f"{self.uri(key)} changed: expected version {token or '<absent>'}, found {current or '<absent>'}"
                 )
             tmp = self._scratch(final)
-            digest, _ = write_file(tmp, [data])
+            digest, _ = write_file(tmp, data)
             into_dir(tmp, final, os.replace)
             fsync_dir(os.path.dirname(final))
         return digest
@@ -125,7 +124,7 @@ class LocalStore(Store):
         if not os.path.isfile(source):
             raise NotFoundError(f"{self.uri(key)} does not exist")
         with open_source(source, self.uri(key)) as handle:
-            digest, size = write_file(path, read_chunks(handle))
+            digest, size = write_file(path, handle)
         return WriteResult(key=key, size=size, sha256=digest)
 
     def exists(self, key: str) -> bool:
