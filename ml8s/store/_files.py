@@ -17,7 +17,6 @@ from ml8s.errors import StoreError
 _CHUNK = 4 * 1024 * 1024
 _BUFFERS = 8  # chunks in flight between the writing and the hashing thread
 _PIPELINE_FROM = 2 * _CHUNK  # below, a second thread costs more than it saves
-_FLUSH_EVERY = 16 * _CHUNK
 _DIR_ATTEMPTS = 20  # a directory removed under a writer by concurrent deletes is recreated this often
 _T = TypeVar("_T")
 
@@ -50,7 +49,7 @@ def write_file(path: str, source: bytes | io.FileIO) -> tuple[str, int]:
 
 
 def _write_hashed(out: BinaryIO, source: bytes | io.FileIO) -> tuple[str, int]:
-    """Small inputs inline; large ones hashed by a second thread while this one reads, writes and flushes."""
+    """Small inputs inline; large ones hashed by a second thread while this one reads and writes."""
     if not isinstance(source, io.FileIO):
         if len(source) < _PIPELINE_FROM:
             out.write(source)
@@ -60,7 +59,6 @@ def _write_hashed(out: BinaryIO, source: bytes | io.FileIO) -> tuple[str, int]:
             for start in range(0, len(view), _CHUNK):
                 out.write(view[start : start + _CHUNK])
                 hasher.add(view[start : start + _CHUNK])
-                _flush_now_and_then(out, start + _CHUNK)
             return hasher.hexdigest(), len(view)
     size = 0
     if os.fstat(source.fileno()).st_size < _PIPELINE_FROM:
@@ -77,16 +75,7 @@ def _write_hashed(out: BinaryIO, source: bytes | io.FileIO) -> tuple[str, int]:
             out.write(buffer[:count])
             hasher.add(buffer[:count], recycle=buffer)
             size += count
-            _flush_now_and_then(out, size)
         return hasher.hexdigest(), size
-
-
-def _flush_now_and_then(out: BinaryIO, written: int) -> None:
-    """Start the disk writes every few chunks, while the hashing thread catches up: the final fsync then
-    has little left to wait for (one sync, not one long one after all the hashing)."""
-    if written % _FLUSH_EVERY < _CHUNK:
-        out.flush()
-        os.fdatasync(out.fileno())
 
 
 class _Hasher:
@@ -97,6 +86,7 @@ class _Hasher:
         self.free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
         self._todo: queue.SimpleQueue[tuple[memoryview, memoryview | None] | None] = queue.SimpleQueue()
         self._digest = hashlib.sha256()
+        self._error: Exception | None = None
         self._thread = threading.Thread(target=self._run, name="ml8s-store-sha256", daemon=True)
 
     def __enter__(self) -> _Hasher:
@@ -114,11 +104,16 @@ class _Hasher:
         """The digest of everything added: waits for the thread to finish."""
         self._todo.put(None)
         self._thread.join()
+        if self._error is not None:
+            raise StoreError(f"hashing the bytes written failed: {self._error}") from self._error
         return self._digest.hexdigest()
 
     def _run(self) -> None:
         while (item := self._todo.get()) is not None:
-            self._digest.update(item[0])
+            try:
+                self._digest.update(item[0])
+            except Exception as exc:  # kept for hexdigest; buffers still go back, so the writer never waits forever
+                self._error = self._error or exc
             if item[1] is not None:
                 self.free.put(item[1])
 
