@@ -109,7 +109,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
-        """Delete ``key``; deleting a missing key is not an error."""
+        """Delete ``key``; deleting a missing key is not an error. Locally, the directories this leaves empty
+        are removed too, up to (not including) the root."""
 
     def uri(self, key: str) -> str:
         return f"{self.root_uri}/{key}" if key else self.root_uri
