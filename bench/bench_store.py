@@ -39,7 +39,7 @@ from ml8s.store import LocalStore
 
 MiB = 1024 * 1024
 GOAL = 1.25
-_CHUNK = 4 * MiB  # what the store uses: a fair baseline copies with the same chunk size
+_CHUNK = MiB  # what the store uses: a fair baseline copies with the same chunk size
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ def test_put_file_atomic_validates(tmp_path: Path) -> None:
     assert store.get("x/y.bin") == src.read_bytes()
 
 
-@pytest.mark.parametrize("size", [0, 5, 8 * 1024 * 1024 - 1, 8 * 1024 * 1024, 9 * 1024 * 1024 + 3])
+@pytest.mark.parametrize("size", [0, 5, 1024 * 1024 - 1, 1024 * 1024, 3 * 1024 * 1024 + 3])
 def test_atomic_writes_of_every_size(tmp_path: Path, size: int) -> None:
-    """Inline below 8 MiB, hashed by a second thread above (bytes and files alike): the same result."""
+    """Bytes and files alike, around the 1 MiB chunk boundary: exact bytes, size and sha256."""
     data = os.urandom(size)
     (tmp_path / "src.bin").write_bytes(data)
     store = LocalStore(str(tmp_path / "root"))

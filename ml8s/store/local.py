@@ -1,8 +1,8 @@
 """Local-filesystem backend: tmp file + fsync + validate + ``os.replace`` + directory fsync.
 
 Costs: a listing is a directory walk and one ``stat`` per file (no file is read); an atomic write reads
-its source once and hashes each byte twice: while writing the tmp file (in a second thread for large
-writes, overlapping the writes) and re-reading it after fsync (the validation).
+its source once and hashes each byte twice: while writing the tmp file and re-reading it after fsync
+(the validation).
 Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
 would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
