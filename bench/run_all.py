@@ -2,7 +2,14 @@
 
 `make bench` calls this. Each benchmark measures its own baseline in the same run and prints ratios;
 this runner only sequences them (never in parallel: they would disturb each other's timings) and
-exits non-zero if any of them failed to run. ``--quick`` is passed on to every benchmark.
+exits non-zero if any of them failed to run. ``--quick`` is passed on to every benchmark; names given
+(``run_all.py --quick store chain``) run only ``bench_store.py`` and ``bench_chain.py``.
+
+- bench_chain.py: model-chain commits against plain atomic writes, and under contention;
+- bench_early_exit.py: re-running a completed run against a no-op `pyflyte run`;
+- bench_fingerprint.py: DATA_FINGERPRINT against ``sha256sum``;
+- bench_store.py: operator listings (``runs list``, ``tmp-cleanup``) against ``find``, and the atomic
+  write against a plain write+fsync(+sha256).
 """
 
 from __future__ import annotations
@@ -19,10 +26,15 @@ BENCH_DIR = Path(__file__).resolve().parent
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run every ml8s benchmark in order.")
     parser.add_argument("--quick", action="store_true", help="smaller sizes in every benchmark")
+    parser.add_argument("only", nargs="*", help="run only these benchmarks (NAME for bench_NAME.py)")
     args = parser.parse_args(argv)
     passthrough = ["--quick"] if args.quick else []
+    scripts = sorted(BENCH_DIR.glob("bench_*.py"))
+    unknown = sorted(set(args.only) - {s.stem.removeprefix("bench_") for s in scripts})
+    if unknown:
+        parser.error(f"no such benchmark: {', '.join(unknown)}; expected one of the bench_NAME.py in {BENCH_DIR}")
     failed: list[str] = []
-    for script in sorted(BENCH_DIR.glob("bench_*.py")):
+    for script in (s for s in scripts if not args.only or s.stem.removeprefix("bench_") in args.only):
         print(f"=== {script.name} {' '.join(passthrough)}".rstrip(), flush=True)
         started = time.perf_counter()
         code = subprocess.run([sys.executable, str(script), *passthrough], cwd=BENCH_DIR.parent, check=False).returncode

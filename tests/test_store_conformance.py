@@ -7,17 +7,19 @@ S3 has (multipart, pagination, endpoints, server-side checksums, unknown outcome
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError, ResponseStreamingError
 from botocore.stub import Stubber
 from s3_servers import S3Endpoint, free_port
 
+import ml8s.store._files as files_module
 import ml8s.store.s3 as s3_module
 from ml8s.errors import (
     ConfigError,
@@ -112,12 +114,145 @@ def test_list_sorted_recursive_relative(store: Store) -> None:
         store.put_atomic(key, key.encode(), tmp_key=f".tmp/{key.replace('/', '_')}")
     listed = store.list("")
     assert [info.key for info in listed] == sorted(keys)
-    assert all(info.size == len(info.key) and info.checksum and info.mtime > 0 for info in listed)
+    assert all(info.size == len(info.key) and info.mtime > 0 for info in listed)
+    # the checksum a listing carries is free: the ETag on S3; locally none (it would read every file)
+    assert all(
+        info.checksum == (None if isinstance(store, LocalStore) else store.checksum(info.key)) for info in listed
+    )
     assert [info.key for info in store.list("a")] == ["a/.hidden", "a/1", "a/sub/deep"]  # not ab/x
     assert [info.key for info in store.list("a/")] == ["a/.hidden", "a/1", "a/sub/deep"]
     assert [info.key for info in store.list("a/1")] == ["a/1"]
     assert store.list("nope") == []
     assert [info.key for info in store.list("b")] == ["b/10", "b/2"]
+
+
+def test_checksum_is_the_version_token(store: Store) -> None:
+    store.put_atomic("d/k", b"v1", tmp_key=".tmp/k")
+    token = store.get_versioned("d/k").token
+    assert store.checksum("d/k") == token
+    assert store.get("d/k", if_match=store.checksum("d/k")) == b"v1"
+    store.put_atomic("d/k", b"v2", tmp_key=".tmp/k")
+    assert store.checksum("d/k") == store.get_versioned("d/k").token != token
+    with pytest.raises(NotFoundError):
+        store.checksum("d/nope")
+
+
+def test_listing_reads_no_object(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing costs names and sizes, never contents: no file is opened locally, no GET or HEAD on S3."""
+    for key in ("a/1", "a/b/2", "c"):
+        store.put_atomic(key, key.encode() * 1000, tmp_key=".tmp/x")
+    opened: list[str] = []
+    if isinstance(store, LocalStore):
+        os.chmod(os.path.join(store.root, "a", "1"), 0)  # unreadable (unless running as root: hence the patches)
+
+        def refuse(file: object, *args: object, **kwargs: object) -> object:
+            opened.append(str(file))
+            raise PermissionError(13, "opened during a listing", str(file))
+
+        monkeypatch.setattr("builtins.open", refuse)
+        monkeypatch.setattr(os, "open", refuse)
+    else:
+        assert isinstance(store, S3Store)
+        for operation in ("GetObject", "HeadObject"):
+            store._client.meta.events.register(f"before-call.s3.{operation}", lambda **_: opened.append("request"))
+    assert [(i.key, i.size) for i in store.list("")] == [("a/1", 3000), ("a/b/2", 5000), ("c", 1000)]
+    assert [i.key for i in store.list("a/")] == ["a/1", "a/b/2"]
+    assert [i.key for i in store.list("c")] == ["c"]
+    assert opened == []
+
+
+class _CountingFile(io.FileIO):
+    """A file that adds every byte read from it to ``counts[name]``."""
+
+    counts: ClassVar[dict[str, int]] = {}
+
+    def _count(self, n: int) -> int:
+        self.counts[str(self.name)] = self.counts.get(str(self.name), 0) + n
+        return n
+
+    def readinto(self, buffer: Any) -> int:
+        return self._count(super().readinto(buffer) or 0)
+
+    def read(self, size: int = -1) -> bytes:
+        data = super().read(size)
+        self._count(len(data))
+        return data
+
+    def readall(self) -> bytes:
+        data = super().readall()
+        self._count(len(data))
+        return data
+
+
+class _Counted:
+    """A hash object that adds the bytes it hashes to ``counts[name]``."""
+
+    def __init__(self, name: str, counts: dict[str, int], data: bytes = b"", **options: bool) -> None:
+        self._hash, self._name, self._counts = hashlib.new(name, **options), name, counts
+        self.update(data)
+
+    def update(self, data: Any) -> None:
+        self._counts[self._name] += memoryview(data).nbytes
+        self._hash.update(data)
+
+    def digest(self) -> bytes:
+        return self._hash.digest()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+class _CountingHashlib:
+    """Stands in for ``hashlib`` in the store modules: counts the bytes each algorithm hashes there."""
+
+    def __init__(self) -> None:
+        self.counts = {"sha256": 0, "md5": 0}
+
+    def sha256(self, data: bytes = b"") -> _Counted:
+        return _Counted("sha256", self.counts, data)
+
+    def md5(self, data: bytes = b"", *, usedforsecurity: bool = True) -> _Counted:
+        return _Counted("md5", self.counts, data, usedforsecurity=usedforsecurity)
+
+    def file_digest(self, handle: Any, name: str) -> _Counted:
+        counted = _Counted(name, self.counts)
+        while chunk := handle.read(MiB):
+            counted.update(chunk)
+        return counted
+
+
+def test_put_file_atomic_reads_the_source_once(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source is read once and each byte hashed once while writing; locally the tmp file is read back
+    (and hashed) once more, the validation. S3 hashes a single-request upload once per algorithm."""
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(9 * MiB + 5))
+    size = src.stat().st_size
+    counts: dict[str, int] = {}
+    monkeypatch.setattr(_CountingFile, "counts", counts)
+    hashes = _CountingHashlib()
+    for module in (files_module, s3_module):
+        monkeypatch.setattr(module, "hashlib", hashes)
+    real_open = open
+
+    def counting_open(file: Any, mode: str = "r", buffering: int = -1, *args: Any, **kwargs: Any) -> Any:
+        if mode == "rb" and not args and not kwargs:
+            raw = _CountingFile(file, "r")
+            return raw if buffering == 0 else io.BufferedReader(raw)
+        return real_open(file, mode, buffering, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    result = store.put_file_atomic("model/m.bin", str(src), tmp_key=".tmp/m-w.bin")
+    monkeypatch.undo()
+    assert (result.size, result.sha256) == (size, sha(src.read_bytes()))
+    assert counts.pop(str(src)) == size
+    if isinstance(store, LocalStore):
+        assert counts == {os.path.join(store.root, ".tmp", "m-w.bin"): size}
+        assert hashes.counts == {"sha256": 2 * size, "md5": 0}
+    else:
+        assert counts == {}
+        # plus the few bytes of the part digests that the ETag and composite checksum are made of
+        assert size <= hashes.counts["sha256"] < size + 1024 and size <= hashes.counts["md5"] < size + 1024
+    assert store.get("model/m.bin") == src.read_bytes()
 
 
 def test_missing_objects(store: Store, tmp_path: Path) -> None:

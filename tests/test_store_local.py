@@ -1,13 +1,20 @@
-"""Local backend: atomic writes, create-if-absent, compare-and-swap, sorted listing."""
+"""Local backend: atomic writes, conditional writes, sorted listing that reads no file, pruning deletes."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError
+from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, StoreError
+from ml8s.ops.runs import list_runs
+from ml8s.ops.tmp_cleanup import cleanup_tmp
 from ml8s.store import LocalStore, open_store
 
 
@@ -29,16 +36,58 @@ def test_put_file_atomic_validates(tmp_path: Path) -> None:
     assert store.get("x/y.bin") == src.read_bytes()
 
 
+@pytest.mark.parametrize("size", [0, 5, 1024 * 1024 - 1, 1024 * 1024, 3 * 1024 * 1024 + 3])
+def test_atomic_writes_of_every_size(tmp_path: Path, size: int) -> None:
+    """Bytes and files alike, around the 1 MiB chunk boundary: exact bytes, size and sha256."""
+    data = os.urandom(size)
+    (tmp_path / "src.bin").write_bytes(data)
+    store = LocalStore(str(tmp_path / "root"))
+    expected = (size, hashlib.sha256(data).hexdigest())
+    written = store.put_atomic("a/bytes", data, tmp_key=".tmp/a")
+    copied = store.put_file_atomic("a/file", str(tmp_path / "src.bin"), tmp_key=".tmp/b")
+    downloaded = store.download("a/file", str(tmp_path / "out.bin"))
+    assert (written.size, written.sha256) == (copied.size, copied.sha256) == expected
+    assert (downloaded.size, downloaded.sha256) == expected
+    assert store.get("a/bytes") == store.get("a/file") == (tmp_path / "out.bin").read_bytes() == data
+
+
 def test_integrity_failure_keeps_old_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = LocalStore(str(tmp_path))
     store.put_atomic("k", b"old", tmp_key=".tmp/k-1")
     import ml8s.store.local as local
 
-    monkeypatch.setattr(local, "_sha256_or_none", lambda path: "0" * 64)
+    monkeypatch.setattr(local, "sha256_or_none", lambda path: "0" * 64)
     with pytest.raises(IntegrityError, match="expected 3 bytes"):
         store.put_atomic("k", b"new", tmp_key=".tmp/k-2")
     assert (tmp_path / "k").read_bytes() == b"old"
     assert not (tmp_path / ".tmp" / "k-2").exists()
+
+
+def test_bytes_changed_on_disk_before_validation_are_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-read after fsync is a real check: a byte flipped in the tmp file (or one cut off) fails the write."""
+    import ml8s.store.local as local
+
+    store = LocalStore(str(tmp_path / "root"))
+    store.put_atomic("k", b"old", tmp_key=".tmp/k")
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(9 * 1024 * 1024))
+    real = local.write_file
+
+    def then_tamper(path: str, source: Any) -> tuple[str, int]:
+        result = real(path, source)
+        with open(path, "r+b") as handle:
+            handle.seek(4096)
+            byte = handle.read(1)
+            handle.seek(4096)
+            handle.write(bytes([byte[0] ^ 1]))
+        return result
+
+    monkeypatch.setattr(local, "write_file", then_tamper)
+    with pytest.raises(IntegrityError, match=r"expected 9437184 bytes sha256 [0-9a-f]{64}, read back 9437184 bytes"):
+        store.put_file_atomic("k", str(src), tmp_key=".tmp/k")
+    with pytest.raises(IntegrityError, match="expected 10485760 bytes"):
+        store.put_atomic("k", bytes(10 * 1024 * 1024), tmp_key=".tmp/k")
+    assert store.get("k") == b"old" and not (tmp_path / "root" / ".tmp" / "k").exists()
 
 
 def test_put_if_absent(tmp_path: Path) -> None:
@@ -78,3 +127,130 @@ def test_get_if_match(tmp_path: Path) -> None:
     store.put_atomic("k", b"v2", tmp_key=".tmp/k-2")
     with pytest.raises(PreconditionFailedError, match="changed"):
         store.get("k", if_match=token)
+
+
+def test_checksum_streams_the_file(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path))
+    store.put_atomic("a/k", b"bytes", tmp_key=".tmp/k")
+    assert store.checksum("a/k") == hashlib.sha256(b"bytes").hexdigest() == store.get_versioned("a/k").token
+    assert [info.checksum for info in store.list("a")] == [None]
+    (tmp_path / "a" / "dir").mkdir()
+    with pytest.raises(StoreError, match="cannot read"):
+        store.checksum("a/dir")
+
+
+def test_listing_leaves_out_what_is_no_regular_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stray entries (a FIFO, dangling and directory links, the lock directory) are neither listed nor opened."""
+    store = LocalStore(str(tmp_path))
+    store.put_atomic("d/real", b"x", tmp_key=".tmp/r")
+    os.mkfifo(tmp_path / "d" / "fifo")  # opening it would block the listing forever
+    os.symlink(tmp_path / "nowhere", tmp_path / "d" / "dangling")
+    os.symlink(tmp_path / "d", tmp_path / "loop")
+    os.symlink(tmp_path / "d" / "real", tmp_path / "d" / "alias")
+    store.get_versioned("d/real")  # creates the lock directory
+    monkeypatch.setattr("builtins.open", _refuse)
+    assert [(i.key, i.size) for i in store.list("")] == [("d/alias", 1), ("d/real", 1)]
+    assert store.list("d/fifo") == [] and store.list("d/dangling") == [] and store.list("d/real/x") == []
+    assert [i.key for i in store.list("d/real/")] == ["d/real"]
+
+
+def _refuse(file: object, *args: object, **kwargs: object) -> object:
+    raise PermissionError(13, "opened where only a listing was expected", str(file))
+
+
+def test_operator_listings_read_no_artifact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`runs list` and `tmp-cleanup` read a run's snapshot and manifest, never its (large) artifacts."""
+    run = "0123456789ab"
+    store = LocalStore(str(tmp_path))
+    for rel in ("config_snapshot.json", "manifest.json", "model/model.onnx", "success.marker", ".tmp/x.bin"):
+        store.put_atomic(f"ml8s_training_runs/{run}/{rel}", b"{}", tmp_key=".tmp/w")
+    opened: list[str] = []
+    real_open = open
+
+    def only_records(file: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(os.path.basename(file))
+        return real_open(file, *args, **kwargs) if file.endswith(".json") else _refuse(file)
+
+    monkeypatch.setattr("builtins.open", only_records)
+    assert [(e.run_id, e.status, e.files) for e in list_runs(store)] == [(run, "complete", 5)]
+    assert [e.uri for e in cleanup_tmp(store, 0, dry_run=True, now=time.time() + 1).removed] == [
+        store.uri(f"ml8s_training_runs/{run}/.tmp/x.bin")
+    ]
+    assert sorted(opened) == ["config_snapshot.json", "manifest.json"]
+
+
+def test_conditional_writes_stage_under_the_root_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never a staging file beside the target; a crash's leftover is a tmp entry the cleanup removes."""
+    store = LocalStore(str(tmp_path))
+    moves: list[tuple[str, list[str]]] = []
+    real_link, real_replace = os.link, os.replace
+
+    def watch(real: Callable[[str, str], None]) -> Callable[[str, str], None]:
+        def move(src: str, dst: str) -> None:
+            moves.append((os.path.dirname(src), sorted(os.listdir(os.path.dirname(dst)))))
+            real(src, dst)
+
+        return move
+
+    monkeypatch.setattr(os, "link", watch(real_link))
+    monkeypatch.setattr(os, "replace", watch(real_replace))
+    assert store.put_if_absent("runs/r/success.marker", b"")
+    token = store.put_if_match("claims/c.json", b"1", None)
+    store.put_if_match("claims/c.json", b"2", token)
+    monkeypatch.undo()
+    assert moves == [(str(tmp_path / ".tmp"), []), (str(tmp_path / ".tmp"), []), (str(tmp_path / ".tmp"), ["c.json"])]
+    assert os.listdir(tmp_path / ".tmp") == []
+    stale, young = tmp_path / ".tmp" / "success.marker.1.dead.new", tmp_path / ".tmp" / "c.json.2.live.new"
+    for path, age_days in ((stale, 8), (young, 0)):
+        path.write_bytes(b"")
+        os.utime(path, (time.time() - age_days * 86400,) * 2)
+    report = cleanup_tmp(store, 7)
+    assert [e.uri for e in report.removed] == [store.uri(".tmp/success.marker.1.dead.new")] and report.kept == 1
+    assert not stale.exists() and young.exists()
+
+
+def test_delete_removes_empty_directories_up_to_the_root(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "root"))
+    store.put_atomic("a/b/c/k1", b"1", tmp_key="a/.tmp/k1")
+    store.put_atomic("a/b/k2", b"2", tmp_key="a/.tmp/k2")
+    store.delete("a/b/c/k1")
+    assert sorted(os.listdir(tmp_path / "root" / "a")) == [".tmp", "b"]
+    assert os.listdir(tmp_path / "root" / "a" / "b") == ["k2"]  # c/ went, b/ holds k2
+    store.delete("a/b/k2")
+    assert os.listdir(tmp_path / "root" / "a") == [".tmp"]  # b/ went, a/ holds the (empty) .tmp/
+    store.delete("a/b/k2")  # missing: not an error
+    (tmp_path / "root" / "a" / ".tmp").rmdir()
+    store.put_atomic("top", b"t", tmp_key=".tmp/t")
+    store.delete("top")
+    assert (tmp_path / "root").is_dir()  # never the root itself
+    with pytest.raises(StoreError, match="cannot delete"):
+        store.delete("")
+
+
+def test_concurrent_deletes_and_writes_in_shared_directories(tmp_path: Path) -> None:
+    """Deletes prune directories that other writers are about to use: every write still lands."""
+    store = LocalStore(str(tmp_path))
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            for i in range(60):
+                key = f"shared/deep/dir/w{n}-{i}"
+                if i % 3 == 0:
+                    assert store.put_if_absent(key, b"x")
+                elif i % 3 == 1:
+                    store.put_if_match(key, b"x", None)
+                else:
+                    store.put_atomic(key, b"x", tmp_key=f"shared/.tmp/w{n}")
+                assert store.get(key) == b"x"
+                store.delete(key)
+        except BaseException as exc:  # collected: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert store.list("shared") == []

@@ -21,11 +21,13 @@ def fingerprint_data(data_root: str) -> Fingerprint:
     if data_root.startswith("file://"):
         return fingerprint_local(data_root[len("file://") :])
     if data_root.startswith("s3://"):
-        listed = open_store(data_root).list("")
+        store = open_store(data_root)
+        listed = store.list("")
         parent, _, name = data_root.rpartition("/")
         if not listed and name and parent.count("/") >= 3:  # no key under the prefix: maybe it names one object
-            listed = [o for o in open_store(parent).list(name) if o.key == name]
-        objects = [ObjectEntry(key=o.key, etag=o.checksum, size=o.size) for o in listed]
+            store = open_store(parent)
+            listed = [o for o in store.list(name) if o.key == name]
+        objects = [ObjectEntry(key=o.key, etag=o.checksum or store.checksum(o.key), size=o.size) for o in listed]
         return fingerprint_listing(data_root, "", objects)
     raise DataError(f"DATA_ROOT={data_root!r} has an unsupported scheme; expected a local path, file:// or s3://")
 

@@ -1,8 +1,9 @@
 """``ml8s tmp-cleanup``: remove stale in-flight writes (``.tmp/`` entries), never a final artifact.
 
-Only keys of the form ``ml8s_training_runs/{RUN_ID}/.tmp/…``, ``ml8s_incidents/.tmp/…`` and
-``ml8s_quarantine/.tmp/…`` are candidates, and only when their age (the store's mtime: the file's
-mtime locally, ``LastModified`` on S3) exceeds the retention. A live write is always younger: every
+Only keys of the form ``ml8s_training_runs/{RUN_ID}/.tmp/…``, ``ml8s_incidents/.tmp/…``,
+``ml8s_quarantine/.tmp/…`` and ``.tmp/…`` (the root's, where a local store stages conditional writes)
+are candidates, and only when their age (the store's mtime: the file's mtime locally, ``LastModified``
+on S3) exceeds the retention. A live write is always younger: every
 write creates its tmp object fresh. The model chain's ``.tmp/`` is the chain GC's business.
 """
 
@@ -50,8 +51,10 @@ def retention_days(env: Mapping[str, str]) -> float:
 
 
 def is_tmp_key(key: str) -> bool:
-    """True only for keys inside a run's, the incident log's or the quarantine's ``.tmp/`` directory."""
+    """True only for keys inside a run's, the incident log's, the quarantine's or the root's ``.tmp/`` directory."""
     parts = key.split("/")
+    if len(parts) >= 2 and parts[0] == layout.TMP_DIR:
+        return True
     in_run = len(parts) >= 4 and parts[0] == layout.RUNS_DIR and bool(_RUN_ID.match(parts[1]))
     if in_run:
         return parts[2] == layout.TMP_DIR
@@ -64,6 +67,7 @@ def tmp_entries(store: Store) -> list[ObjectInfo]:
         *store.list(f"{layout.RUNS_DIR}/"),
         *store.list(f"{layout.INCIDENTS_DIR}/{layout.TMP_DIR}/"),
         *store.list(f"{QUARANTINE_DIR}/{layout.TMP_DIR}/"),
+        *store.list(f"{layout.TMP_DIR}/"),
     ]
     return sorted((info for info in listed if is_tmp_key(info.key)), key=lambda info: info.key)
 

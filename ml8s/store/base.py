@@ -4,7 +4,10 @@ Keys are ``/``-separated paths relative to the store's root URI. Every backend g
 - ``put_atomic`` never exposes a partial object at the final key (tmp write, validate, move);
 - ``put_if_absent`` creates an object only when none exists (the run marker);
 - ``put_if_match`` replaces an object only when its current version token matches (compare-and-swap);
-- ``list`` returns entries sorted by key.
+- ``list`` returns entries sorted by key, at a cost proportional to the number of objects: names,
+  sizes, times, and a checksum only where the backend has one for free (S3's ETag). A local listing
+  reads no file's contents (``checksum`` is None); a caller that needs a checksum asks for it, per
+  key, with :meth:`Store.checksum`.
 """
 
 from __future__ import annotations
@@ -15,13 +18,17 @@ from pydantic import BaseModel, ConfigDict
 
 
 class ObjectInfo(BaseModel):
-    """A listed object: key relative to the store root, size, backend checksum (ETag or sha256)."""
+    """A listed object: key relative to the store root, size in bytes, modification time (epoch seconds).
+
+    ``checksum`` is what the listing carries at no extra cost: the ETag on S3 (unquoted), None locally,
+    where it would mean reading every byte listed. It equals :meth:`Store.checksum` of the key when set.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str
     size: int
-    checksum: str
+    checksum: str | None = None
     mtime: float
 
 
@@ -90,11 +97,20 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def list(self, prefix: str) -> list[ObjectInfo]:
-        """Every object under ``prefix`` (recursive), sorted by key."""
+        """Every object under ``prefix`` (recursive), sorted by key; never reads an object's contents."""
+
+    def checksum(self, key: str) -> str:
+        """The object's version token, the value ``get(if_match=)`` compares: its ETag on S3, its sha256 locally.
+
+        Costs one request on S3 and one streamed read of the file locally; :class:`ml8s.errors.NotFoundError`
+        when absent. This default reads the object; the backends override it with the cheaper way.
+        """
+        return self.get_versioned(key).token
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
-        """Delete ``key``; deleting a missing key is not an error."""
+        """Delete ``key``; deleting a missing key is not an error. Locally, the directories this leaves empty
+        are removed too, up to (not including) the root."""
 
     def uri(self, key: str) -> str:
         return f"{self.root_uri}/{key}" if key else self.root_uri

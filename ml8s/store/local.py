@@ -1,19 +1,37 @@
-"""Local-filesystem backend: tmp file + fsync + validate + ``os.replace`` + directory fsync."""
+"""Local-filesystem backend: tmp file + fsync + validate + ``os.replace`` + directory fsync.
+
+Costs: a listing is a directory walk and one ``stat`` per file (no file is read); an atomic write reads
+its source once and hashes each byte twice: while writing the tmp file and re-reading it after fsync
+(the validation).
+Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
+would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
+filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
+directory that a concurrent delete removed under them.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import os
+import secrets
+import stat
 from collections.abc import Iterator
 
 from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, StoreError
+from ml8s.store._files import (
+    fsync_dir,
+    into_dir,
+    open_source,
+    sha256_or_none,
+    size_or_none,
+    write_file,
+)
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 
-_CHUNK = 1024 * 1024
 LOCK_DIR = ".ml8s-locks"
+TMP_DIR = ".tmp"
 
 
 class LocalStore(Store):
@@ -25,59 +43,54 @@ class LocalStore(Store):
 
     # -- writes ---------------------------------------------------------------------------------
     def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
-        expected = hashlib.sha256(data).hexdigest()
         tmp = self._path(tmp_key)
-        digest, size = _write_file(tmp, iter([data]))
-        return self._validate_and_move(key, tmp, tmp_key, expected, len(data), digest, size)
+        digest, size = write_file(tmp, data)
+        return self._validate_and_move(key, tmp, tmp_key, digest, size)
 
     def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
         tmp = self._path(tmp_key)
-        source = hashlib.sha256()
-        length = 0
-
-        def chunks() -> Iterator[bytes]:
-            nonlocal length
-            with open(path, "rb") as handle:
-                while chunk := handle.read(_CHUNK):
-                    source.update(chunk)
-                    length += len(chunk)
-                    yield chunk
-
-        digest, size = _write_file(tmp, chunks())
-        return self._validate_and_move(key, tmp, tmp_key, source.hexdigest(), length, digest, size)
+        with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
+            # One pass: the digest of the chunks written is the expected value the re-read tmp file must match.
+            digest, size = write_file(tmp, source)
+        return self._validate_and_move(key, tmp, tmp_key, digest, size)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         final = self._path(key)
-        tmp = final + f".{os.getpid()}.new"
-        _write_file(tmp, iter([data]))
+        tmp = self._scratch(final)
+        write_file(tmp, data)
         try:
-            os.link(tmp, final)  # atomic create-if-absent, unlike rename
+            into_dir(tmp, final, os.link)  # atomic create-if-absent, unlike rename
         except FileExistsError:
             return False
         finally:
-            os.unlink(tmp)
-        _fsync_dir(os.path.dirname(final))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        fsync_dir(os.path.dirname(final))
         return True
 
     def put_if_match(self, key: str, data: bytes, token: str | None) -> str:
         final = self._path(key)
         with self._lock(key):
-            current = _sha256_or_none(final)
+            current = sha256_or_none(final)
             if current != token:
                 raise PreconditionFailedError(
                     f"{self.uri(key)} changed: expected version {token or '<absent>'}, found {current or '<absent>'}"
                 )
-            tmp = final + f".{os.getpid()}.new"
-            _write_file(tmp, iter([data]))
-            os.replace(tmp, final)
-            _fsync_dir(os.path.dirname(final))
-        return hashlib.sha256(data).hexdigest()
+            tmp = self._scratch(final)
+            digest, _ = write_file(tmp, data)
+            into_dir(tmp, final, os.replace)
+            fsync_dir(os.path.dirname(final))
+        return digest
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(path)
-            _fsync_dir(os.path.dirname(path))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreError(f"cannot delete {self.uri(key)}: {exc.strerror or exc}") from exc
+        fsync_dir(self._prune(os.path.dirname(path)))
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, key: str, *, if_match: str | None = None) -> bytes:
@@ -97,60 +110,89 @@ class LocalStore(Store):
             data = self.get(key)
         return Versioned(data=data, token=hashlib.sha256(data).hexdigest())
 
+    def checksum(self, key: str) -> str:
+        """The file's sha256, streamed (the token :meth:`get_versioned` returns)."""
+        try:
+            with open(self._path(key), "rb") as handle:
+                return hashlib.file_digest(handle, "sha256").hexdigest()
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"{self.uri(key)} does not exist") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
+
     def download(self, key: str, path: str) -> WriteResult:
         source = self._path(key)
         if not os.path.isfile(source):
             raise NotFoundError(f"{self.uri(key)} does not exist")
-
-        def chunks() -> Iterator[bytes]:
-            with open(source, "rb") as handle:
-                while chunk := handle.read(_CHUNK):
-                    yield chunk
-
-        digest, size = _write_file(path, chunks())
+        with open_source(source, self.uri(key)) as handle:
+            digest, size = write_file(path, handle)
         return WriteResult(key=key, size=size, sha256=digest)
 
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
 
     def list(self, prefix: str) -> list[ObjectInfo]:
-        base = self._path(prefix) if prefix else self.root
-        if os.path.isfile(base):
-            return [self._info(prefix)]
+        """Regular files under ``prefix`` from a walk and a ``stat`` each; files that vanish meanwhile are left out."""
+        rel = "/".join(p for p in prefix.split("/") if p)
+        base = self._path(rel)
+        if rel:
+            try:
+                info = os.stat(base)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            except OSError as exc:
+                raise StoreError(f"cannot list {self.uri(rel)}: {exc.strerror or exc}") from exc
+            if stat.S_ISREG(info.st_mode):
+                return [ObjectInfo(key=rel, size=info.st_size, mtime=info.st_mtime)]
         found: list[ObjectInfo] = []
-        for directory, dirs, files in os.walk(base):
-            dirs[:] = [d for d in dirs if d != LOCK_DIR]
-            for name in files:
-                rel = os.path.relpath(os.path.join(directory, name), self.root).replace(os.sep, "/")
-                found.append(self._info(rel))
-        return sorted(found, key=lambda info: info.key)
+        pending = [(base, rel)]
+        while pending:
+            directory, under = pending.pop()
+            try:
+                _scan(directory, under, found, pending)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed while we walked (a delete prunes empty directories)
+            except OSError as exc:
+                raise StoreError(f"cannot list {self.uri(under)}: {exc.strerror or exc}") from exc
+        return sorted(found, key=lambda item: item.key)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _info(self, key: str) -> ObjectInfo:
-        path = self._path(key)
-        stat = os.stat(path)
-        return ObjectInfo(key=key, size=stat.st_size, checksum=_sha256_or_none(path) or "", mtime=stat.st_mtime)
-
     def _path(self, key: str) -> str:
         parts = [p for p in key.split("/") if p]
         if any(p in (".", "..") for p in parts):
             raise StoreError(f"invalid key {key!r}: '.' and '..' are not allowed")
         return os.path.join(self.root, *parts)
 
-    def _validate_and_move(
-        self, key: str, tmp: str, tmp_key: str, expected: str, length: int, digest: str, size: int
-    ) -> WriteResult:
-        on_disk = _sha256_or_none(tmp)
-        if (digest, size) != (expected, length) or on_disk != expected or os.path.getsize(tmp) != length:
-            os.unlink(tmp)
+    def _scratch(self, final: str) -> str:
+        """A fresh file name under the root's ``.tmp/`` for staging a conditional write to ``final``."""
+        name = f"{os.path.basename(final)[:64]}.{os.getpid()}.{secrets.token_hex(8)}.new"
+        return os.path.join(self.root, TMP_DIR, name)
+
+    def _prune(self, directory: str) -> str:
+        """Remove ``directory`` and its parents while empty, never the root; returns the deepest one left."""
+        while directory != self.root and directory.startswith(self.root + os.sep):
+            try:
+                os.rmdir(directory)
+            except OSError:  # not empty (ENOTEMPTY), already gone (ENOENT), or not ours to tidy: stop
+                break
+            directory = os.path.dirname(directory)
+        return directory
+
+    def _validate_and_move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
+        """Re-read the fsynced tmp file; only bytes equal to those written (sha256 and size) move to ``key``."""
+        on_disk = sha256_or_none(tmp)
+        found = size_or_none(tmp)
+        if (on_disk, found) != (digest, size):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
             raise IntegrityError(
-                f"{self.uri(tmp_key)}: expected {length} bytes sha256 {expected}, wrote {size} bytes sha256 {on_disk}"
+                f"{self.uri(tmp_key)}: expected {size} bytes sha256 {digest}, read back {found} bytes sha256 "
+                f"{on_disk} after fsync (None: the tmp file vanished)"
             )
         final = self._path(key)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        os.replace(tmp, final)
-        _fsync_dir(os.path.dirname(final))
-        return WriteResult(key=key, size=size, sha256=expected)
+        into_dir(tmp, final, os.replace)
+        fsync_dir(os.path.dirname(final))
+        return WriteResult(key=key, size=size, sha256=digest)
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
@@ -165,39 +207,18 @@ class LocalStore(Store):
             os.close(fd)
 
 
-def _write_file(path: str, chunks: Iterator[bytes]) -> tuple[str, int]:
-    """Write chunks to ``path`` (created fresh), fsync, and return (sha256, size) of what was written."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with open(path, "wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        if exc.errno == errno.ENOSPC:
-            raise StoreError(f"no space left writing {path}") from exc
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    return digest.hexdigest(), size
-
-
-def _sha256_or_none(path: str) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
-    except FileNotFoundError:
-        return None
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _scan(directory: str, under: str, found: list[ObjectInfo], pending: list[tuple[str, str]]) -> None:
+    """One directory of :meth:`list`: regular files into ``found``, subdirectories onto ``pending``."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            key = f"{under}/{entry.name}" if under else entry.name
+            try:
+                if entry.is_dir():  # like os.walk: a link to a directory is neither listed nor followed
+                    if entry.name != LOCK_DIR and not entry.is_symlink():
+                        pending.append((entry.path, key))
+                    continue
+                info = entry.stat()
+            except FileNotFoundError:
+                continue  # deleted since the directory was read, or a dangling link
+            if stat.S_ISREG(info.st_mode):
+                found.append(ObjectInfo(key=key, size=info.st_size, mtime=info.st_mtime))

@@ -49,29 +49,46 @@ _SLOW = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "Ope
 
 
 class _Digest:
-    """sha256 and md5 of what was uploaded, with the per-part digests S3 combines for multipart objects."""
+    """sha256 and md5 of what was uploaded, with the per-part digests S3 combines for multipart objects.
+
+    Each part is hashed once for its request headers; the whole-object digests are the part's own while
+    there is one part (every single-request PUT), and are computed apart only once a second part arrives.
+    """
 
     def __init__(self) -> None:
         self.sha, self.md5, self.size = hashlib.sha256(), hashlib.md5(usedforsecurity=False), 0
         self.parts: list[tuple[bytes, bytes, int]] = []  # (sha256, md5, size) of each part
+        self._first: bytes | None = None  # the lone part's bytes, hashed into sha/md5 if a second one comes
 
     def add(self, data: bytes) -> tuple[str, str]:
         """Account for one part; returns its base64 sha256 and md5, the request's checksum headers."""
-        self.sha.update(data)
-        self.md5.update(data)
+        part = (hashlib.sha256(data).digest(), hashlib.md5(data, usedforsecurity=False).digest(), len(data))
+        if self.parts:
+            for earlier in (self._first, data) if self._first is not None else (data,):
+                self.sha.update(earlier)
+                self.md5.update(earlier)
+            self._first = None
+        else:
+            self._first = data
         self.size += len(data)
-        self.parts.append((hashlib.sha256(data).digest(), hashlib.md5(data, usedforsecurity=False).digest(), len(data)))
-        return _b64(self.parts[-1][0]), _b64(self.parts[-1][1])
+        self.parts.append(part)
+        return _b64(part[0]), _b64(part[1])
+
+    def sha256(self) -> bytes:
+        return self.parts[0][0] if len(self.parts) == 1 else self.sha.digest()
+
+    def md5_hex(self) -> str:
+        return self.parts[0][1].hex() if len(self.parts) == 1 else self.md5.hexdigest()
 
     def etags(self) -> set[str]:
         """ETags a server computes for these bytes: the md5, or the md5 of the part md5s and ``-N``."""
         joined = hashlib.md5(b"".join(p[1] for p in self.parts), usedforsecurity=False).hexdigest()
-        return {self.md5.hexdigest(), f"{joined}-{len(self.parts)}"}
+        return {self.md5_hex(), f"{joined}-{len(self.parts)}"}
 
     def checksums(self) -> set[str]:
         """SHA256 checksums a server reports: full-object, or composite (sha256 of the part sha256s)."""
         composite = _b64(hashlib.sha256(b"".join(p[0] for p in self.parts)).digest())
-        return {_b64(self.sha.digest()), composite, f"{composite}-{len(self.parts)}"}
+        return {_b64(self.sha256()), composite, f"{composite}-{len(self.parts)}"}
 
 
 class S3Store(Store):
@@ -181,7 +198,7 @@ class S3Store(Store):
         except PreconditionFailedError as exc:  # the tmp object changed after it was validated
             raise IntegrityError(exc.message) from exc
         self._delete_quietly(tmp)  # on failure the final object is in place; the cleanup job takes the tmp key
-        return WriteResult(key=key, size=digest.size, sha256=digest.sha.hexdigest())
+        return WriteResult(key=key, size=digest.size, sha256=digest.sha256().hex())
 
     def _copy_parts(self, key: str, tmp: str, etag: str, digest: _Digest) -> None:
         """Copy over 5 GiB by UploadPartCopy on the upload's part boundaries (so the same multipart ETag)."""
@@ -229,7 +246,7 @@ class S3Store(Store):
         if size == digest.size and sum_ok is not False and (sum_ok if kms else _unquote(etag) in digest.etags()):
             return
         raise IntegrityError(
-            f"{self.uri(key)}: expected {digest.size} bytes sha256 {digest.sha.hexdigest()} (ETag one of "
+            f"{self.uri(key)}: expected {digest.size} bytes sha256 {digest.sha256().hex()} (ETag one of "
             f"{sorted(digest.etags())}); the server has {size} bytes, ETag {etag}, checksum {checksum or '<none>'}"
         )
 
@@ -348,6 +365,12 @@ class S3Store(Store):
                         raise
             time.sleep(random.uniform(0, 0.05 * 2**attempt))
         raise AssertionError("unreachable")
+
+    def checksum(self, key: str) -> str:
+        """The object's ETag (unquoted), from one HeadObject: what a listing reports, without the listing."""
+        with self._errors("HEAD", key):
+            head = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+        return _unquote(head["ETag"])
 
     def exists(self, key: str) -> bool:
         try:
