@@ -131,9 +131,11 @@ class S3Store(Store):
             region_name=_first(env, "AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",
             botocore_session=core,
         )
+        # Bounded waits: a hung endpoint fails a request within seconds (and the chain's retry loop says so on
+        # stderr) instead of holding a commit for minutes; a part upload's answer still fits in 30 s.
         config = Config(
             connect_timeout=5,
-            read_timeout=60,
+            read_timeout=30,
             s3={"addressing_style": "path" if endpoint else "auto"},
             retries={"mode": "standard", "total_max_attempts": self.attempts},
             request_checksum_calculation="when_required",  # we send our own sha256: no CRC32 trailers
