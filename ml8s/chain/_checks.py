@@ -68,12 +68,13 @@ def files(store: Store, base: str, version: ChainVersion, objects: list[ObjectIn
 
 
 def stored_sha256(store: Store, info: ObjectInfo) -> str:
-    """sha256 of a stored object without holding it in memory: the local backend's listing already
-    hashed the file in chunks; other backends download it to a temporary file (streamed)."""
-    if isinstance(store, LocalStore):
-        return info.checksum or "<missing>"
-    with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
-        try:
+    """sha256 of a stored object without holding it in memory: the local backend streams the file
+    (``Store.checksum``, its version token); other backends download it to a temporary file (streamed),
+    since an S3 ETag is no sha256."""
+    try:
+        if isinstance(store, LocalStore):
+            return store.checksum(info.key)
+        with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
             return store.download(info.key, os.path.join(tmp, "object")).sha256
-        except NotFoundError:
-            return "<missing>"
+    except NotFoundError:
+        return "<missing>"
