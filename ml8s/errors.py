@@ -238,3 +238,9 @@ class RecordsChecksumError(RecordsError):
     """A record file's bytes do not hash to the sha256 its manifest records."""
 
     code = "RECORDS_CHECKSUM_MISMATCH"
+
+
+class RegistrySchemaError(RegistryError):
+    """The MLflow database holds a schema that is incomplete or older than this MLflow expects."""
+
+    code = "REGISTRY_SCHEMA_INCOMPLETE"

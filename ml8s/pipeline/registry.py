@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.registry_schema import ensure_schema
 from ml8s.store import Store
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only registration pays for it, not MlflowRef users
@@ -75,6 +76,7 @@ def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: 
     deadline = time.monotonic() + timeout_s
     try:
         with _sqlite_lock(uri, deadline):
+            ensure_schema(uri)  # before any MLflow client opens it: created whole, or named when broken
             return _register(ctx, MlflowClient(tracking_uri=uri), deadline, lease_s)
     except MlflowException as exc:
         raise RegistryError(
