@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.registry_query import hash_filter, versions_of_hash
 from ml8s.pipeline.registry_schema import ensure_schema
 from ml8s.store import Store
 
@@ -174,7 +175,7 @@ def _ensure_experiment(ctx: RunContext, client: MlflowClient) -> str:
 
 def _ensure_run(ctx: RunContext, client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> tuple[str, bool]:
     """The MLflow run of this hash (reused or created), with params and metrics filled in idempotently."""
-    runs = client.search_runs([experiment_id], f"tags.full_config_hash = '{ctx.identity.full_config_hash}'")
+    runs = client.search_runs([experiment_id], hash_filter(ctx.identity.full_config_hash))
     created = not runs
     run = min(runs, key=lambda r: (int(r.info.start_time), str(r.info.run_id))) if runs else None
     if run is None:
@@ -221,8 +222,7 @@ def _tags(ctx: RunContext) -> dict[str, str]:
 
 def _versions(client: MlflowClient, ctx: RunContext) -> list[ModelVersion]:
     """Every version of the model tagged with this hash, lowest version number first."""
-    query = f"name = '{ctx.settings.mlflow_model_name}' and tags.full_config_hash = '{ctx.identity.full_config_hash}'"
-    return sorted(client.search_model_versions(query), key=lambda v: int(v.version))
+    return versions_of_hash(client, ctx.settings.mlflow_model_name, ctx.identity.full_config_hash)
 
 
 def _find_version(client: MlflowClient, ctx: RunContext) -> ModelVersion | None:
