@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 from ml8s.errors import ConfigError
 
-CANONICALIZATION_VERSION = "1.0.0"
+# 1.1.0: missing-value tokens read as missing in every column (ml8s.data.missing); RUN_IDs unchanged.
+CANONICALIZATION_VERSION = "1.1.0"
 
 JsonScalar = str | int | float | bool | None
 JsonValue = JsonScalar | list[str]

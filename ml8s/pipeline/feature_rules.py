@@ -12,6 +12,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.dataset import Column, Dataset, FloatArray
+from ml8s.data.missing import DataWarning
 from ml8s.errors import DataError
 from ml8s.identity.params import RunParams
 
@@ -36,6 +37,7 @@ class Prepared(BaseModel):
     rows_read: int
     rows_missing_target: int
     rows_per_file: dict[str, int]
+    warnings: tuple[DataWarning, ...] = ()
 
     @property
     def train_rows(self) -> int:
@@ -107,6 +109,7 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
         rows_read=data.rows,
         rows_missing_target=int((~keep).sum()),
         rows_per_file=data.rows_per_file,
+        warnings=tuple(w for w in data.warnings if w.column not in params.exclude_columns),
     )
 
 

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from ml8s.contract import layout
 from ml8s.data.dataset import FloatArray, load_dataset
+from ml8s.data.missing import missing_values_record
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, prepare
@@ -39,6 +40,8 @@ def compute_features(spec: RunSpec, out_dir: str) -> None:
     write_matrix(local_path(out_dir, layout.FEATURE_MATRIX), matrix, [str(f["name"]) for f in features], prepared)
     with open(local_path(out_dir, layout.FEATURE_SCHEMA), "wb") as handle:
         handle.write(canonical_bytes(feature_schema(prepared, features)))
+    for warning in prepared.warnings:
+        spec.log("features", f"WARNING {warning.code}: {warning.message}")
     spec.log(
         "features",
         f"{matrix.shape[1]} features x {matrix.shape[0]} rows ({prepared.train_rows} train, {prepared.test_rows} test)",
@@ -63,6 +66,8 @@ def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> dic
         "dropped_columns": dict(sorted(prepared.dropped.items())),
         "rows": prepared.row_counts(),
         "rows_per_file": dict(sorted(prepared.rows_per_file.items())),
+        "missing_values": missing_values_record(),
+        "warnings": [w.model_dump(mode="json") for w in sorted(prepared.warnings, key=lambda w: (w.column, w.code))],
     }
 
 
