@@ -45,7 +45,7 @@ def validate_params(config: CanonicalConfig) -> RunParams:
     return RunParams.model_validate(
         dict(
             data_root=data_root,
-            target_column=_string(config, "target_column"),
+            target_column=_column(config, "target_column"),
             model_format=_choice(config, "model_format", ("onnx", "safetensors")),
             model_type=_choice(config, "model_type", ("mlp", "logreg")),
             test_size=_fraction(config, "test_size"),
@@ -79,6 +79,15 @@ def _string(config: CanonicalConfig, key: str) -> str:
     if not isinstance(value, str):
         raise _fail(key, value, "a single non-empty string")
     return value
+
+
+def _column(config: CanonicalConfig, key: str) -> str:
+    """A column name; one holding commas is canonically the list of its parts, kept joined by commas
+    (the data step matches it against the headers normalized the same way)."""
+    value = config[key]
+    if isinstance(value, list) and value:
+        return ",".join(value)
+    return _string(config, key)
 
 
 def _choice(config: CanonicalConfig, key: str, choices: tuple[str, ...]) -> str:

@@ -20,13 +20,12 @@ from ml8s.contract import layout
 from ml8s.data.dataset import FloatArray, load_dataset
 from ml8s.data.missing import missing_values_record
 from ml8s.identity.hashing import canonical_bytes
+from ml8s.pipeline.column_names import SPLIT, TARGET
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, prepare
 from ml8s.pipeline.publish import local_path
 
 SCHEMA_VERSION = 1
-TARGET = "__target__"
-SPLIT = "__split__"
 
 
 def compute_features(spec: RunSpec, out_dir: str) -> None:
