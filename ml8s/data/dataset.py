@@ -30,6 +30,8 @@ FloatArray = npt.NDArray[np.float64]
 ObjectArray = npt.NDArray[np.object_]
 
 _NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+# Spelled infinities are numbers too (so they are found and refused below, not one-hot encoded).
+_INFINITY = r"^[+-]?(inf|infinity)$"
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
@@ -96,12 +98,34 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     if names is None or total == 0:
         raise DataError(f"DATA_ROOT {fingerprint.data_root} holds no data rows; expected at least 2 rows")
     typed = [_type_column(name, [t.column(name) for t in tables]) for name in names]
+    for column, _ in typed:
+        _check_finite(column, tables, list(rows_per_file), fingerprint.data_root)
     return Dataset(
         columns=tuple(column for column, _ in typed),
         rows=total,
         rows_per_file=rows_per_file,
         warnings=tuple(warning for _, warning in typed if warning is not None),
     )
+
+
+def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root: str) -> None:
+    """A number that overflowed (``1e999``) or an infinity is a DataError naming the file, column and row."""
+    if column.kind == "categorical":
+        return
+    bad = np.flatnonzero(np.isinf(column.values.astype(np.float64)))
+    if not len(bad):
+        return
+    row = int(bad[0])
+    for path, table in zip(files, tables, strict=True):
+        if row < table.num_rows:
+            cell = table.column(column.name)[row].as_py()
+            shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
+            raise DataError(
+                f"data file {path} (under {root}), column {column.name!r}, data row {row + 1} (1 = the first row "
+                f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
+                f"empty or one of {list(MISSING_TOKENS)})"
+            )
+        row -= table.num_rows
 
 
 def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
@@ -177,7 +201,8 @@ def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning 
     non_missing = pc.drop_null(values)
     if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
         return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64()))), None
-    is_number = pc.fill_null(pc.match_substring_regex(values, _NUMBER), False)
+    spelled_infinity = pc.match_substring_regex(values, _INFINITY, ignore_case=True)
+    is_number = pc.fill_null(pc.or_(pc.match_substring_regex(values, _NUMBER), spelled_infinity), False)
     numbers = int(pc.sum(is_number).as_py() or 0)
     if not is_mostly_numeric(numbers, len(non_missing)):
         return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object)), None
