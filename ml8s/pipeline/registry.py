@@ -28,7 +28,7 @@ from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, S
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.registry_query import hash_filter, versions_of_hash
-from ml8s.pipeline.registry_schema import ensure_schema
+from ml8s.pipeline.registry_schema import ensure_schema, first_line
 from ml8s.store import Store
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only registration pays for it, not MlflowRef users
@@ -72,6 +72,7 @@ def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: 
     """Register ARTIFACT_ROOT/model once per FULL_CONFIG_HASH, reusing whatever already exists."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
 
     uri = ctx.settings.mlflow_tracking_uri
     deadline = time.monotonic() + timeout_s
@@ -79,10 +80,10 @@ def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: 
         with _sqlite_lock(uri, deadline):
             ensure_schema(uri)  # before any MLflow client opens it: created whole, or named when broken
             return _register(ctx, MlflowClient(tracking_uri=uri), deadline, lease_s)
-    except MlflowException as exc:
+    except (MlflowException, SQLAlchemyError, OSError) as exc:  # a full disk surfaces as any of them
         raise RegistryError(
             f"MLflow at {uri} failed registering model {ctx.settings.mlflow_model_name!r} for "
-            f"full_config_hash {ctx.identity.full_config_hash}: {exc.message}"
+            f"full_config_hash {ctx.identity.full_config_hash}: {first_line(exc)}"
         ) from exc
 
 

@@ -45,6 +45,11 @@ def sqlite_path(uri: str) -> str:
     return "" if path in ("", ":memory:") else path
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error (sqlalchemy appends the SQL statement and a link on lines of their own)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def ensure_schema(uri: str) -> None:
     """Create the complete MLflow schema of a ``sqlite:///`` URI if its file is absent; check it if not.
 
@@ -88,7 +93,9 @@ def _has_no_tables(path: str, uri: str) -> bool:
     try:
         return not sqlalchemy.inspect(engine).get_table_names()
     except sqlalchemy.exc.SQLAlchemyError as exc:
-        raise RegistryError(f"MLflow database {path} ({uri}) cannot be read as sqlite: {exc.__cause__ or exc}") from exc
+        raise RegistryError(
+            f"MLflow database {path} ({uri}) cannot be read as sqlite: {first_line(exc.__cause__ or exc)}"
+        ) from exc
     finally:
         engine.dispose()
 
@@ -133,7 +140,9 @@ def _check_complete(path: str, uri: str) -> None:
             return
         rows = _rows(engine)
     except sqlalchemy.exc.SQLAlchemyError as exc:
-        raise RegistryError(f"MLflow database {path} ({uri}) cannot be read as sqlite: {exc.__cause__ or exc}") from exc
+        raise RegistryError(
+            f"MLflow database {path} ({uri}) cannot be read as sqlite: {first_line(exc.__cause__ or exc)}"
+        ) from exc
     finally:
         engine.dispose()
     found = "; ".join(problems)
@@ -184,7 +193,7 @@ def _create(path: str, uri: str) -> None:
     except Exception as exc:  # MLflow and alembic raise their own types
         engine.dispose()
         _remove_dead_attempts(path)
-        raise RegistryError(f"creating the MLflow schema of {uri} in {tmp} failed: {exc}") from exc
+        raise RegistryError(f"creating the MLflow schema of {uri} in {tmp} failed: {first_line(exc)}") from exc
     engine.dispose()
     if problems:
         _remove_dead_attempts(path)
