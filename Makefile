@@ -14,7 +14,7 @@ FE_IMAGE ?= localhost:30000/ml8s-fe:$(IMAGE_VERSION)
 TRAIN_IMAGE ?= localhost:30000/ml8s-train:$(IMAGE_VERSION)
 PACKAGE := dist/ml8s-flyte-package.tgz
 
-.PHONY: setup run test lint typecheck bench clean demo-data proto package images sandbox-register sandbox-run
+.PHONY: setup run test lint typecheck bench faults clean demo-data proto package images sandbox-register sandbox-run
 
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
@@ -52,6 +52,12 @@ test: setup lint typecheck
 
 bench: setup
 	$(BIN)/python bench/run_all.py
+
+# Not a test: kill -9 at random points and inside writes, racing runs, forced re-runs killed midway, a full
+# disk (tmpfs, needs root). Prints trials / recovered / lost / duplicates / wedged; exit 1 on any of the last three.
+TRIALS ?= 50
+faults: setup
+	$(BIN)/python bench/faults.py --trials $(TRIALS)
 
 # Serialize the workflows for a cluster, offline (no Flyte backend needed). The unnamed --image is the
 # default image, of every task that names none (bootstrap, gate, snapshot, publishing, finalization):

@@ -352,3 +352,9 @@ class SigningRequiredError(ChainError):
     """The chain's trust policy requires a signature by a trusted key, and the committer has none."""
 
     code = "CHAIN_SIGNING_REQUIRED"
+
+
+class RegistrySchemaError(RegistryError):
+    """The MLflow database holds a schema that is incomplete or older than this MLflow expects."""
+
+    code = "REGISTRY_SCHEMA_INCOMPLETE"

@@ -19,6 +19,7 @@ from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.pipeline.registry import MlflowRef
+from ml8s.pipeline.registry_query import versions_of_hash
 
 CONTRACT_TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
 
@@ -78,8 +79,7 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
         version = client.get_model_version(ref.model_name, ref.model_version)
         run = client.get_run(ref.mlflow_run_id)
         experiment = client.get_experiment(str(run.info.experiment_id))
-        query = f"name = '{ref.model_name}' and tags.full_config_hash = '{full_config_hash}'"
-        same_hash = sorted((str(v.version) for v in client.search_model_versions(query)), key=int)
+        same_hash = [str(v.version) for v in versions_of_hash(client, ref.model_name, full_config_hash)]
     except MlflowException as exc:
         missing = exc.error_code == "RESOURCE_DOES_NOT_EXIST"
         raise RegistryError(f"{where}: {'not found' if missing else 'MLflow error'}: {exc.message}") from exc

@@ -17,7 +17,8 @@ from ml8s.identity.variables import CANONICALIZATION_VERSION, USER_VARIABLES, ca
 from ml8s.modeling.families import MODEL_FORMATS
 
 # Every canonicalization version this verifier can recompute (SPEC §2); add one when it is bumped.
-KNOWN_CANONICALIZATION_VERSIONS = frozenset({CANONICALIZATION_VERSION})
+# 1.0.0 -> 1.1.0 changed only how features are made (missing-value tokens), not the hash formula.
+KNOWN_CANONICALIZATION_VERSIONS = frozenset({"1.0.0", "1.1.0", CANONICALIZATION_VERSION})
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 # training_metadata.json "training" fields that must equal the canonical config's values.

@@ -65,6 +65,25 @@ class RowCounts(ContractModel):
     test: int
 
 
+class MissingValues(ContractModel):
+    """How missing values were read (``ml8s.data.missing``): the tokens, how a cell matches one, and how
+    much stray text a mostly-numeric column may hold before it is typed as text."""
+
+    tokens: list[str]
+    match: str
+    stray_text_max_fraction: float
+
+
+class DataWarningRecord(ContractModel):
+    """Something in the data that a documented rule handled but that a person should know."""
+
+    code: str
+    column: str
+    cells: int
+    examples: list[str]
+    message: str
+
+
 class FeatureSchema(ContractFile):
     """The features in matrix order (sorted by name), the target, the split and what was dropped."""
 
@@ -75,6 +94,9 @@ class FeatureSchema(ContractFile):
     dropped_columns: dict[str, str]
     rows: RowCounts
     rows_per_file: dict[str, int]
+    # Absent from files written under canonicalization 1.0.0 (before the token set was recorded).
+    missing_values: MissingValues | None = None
+    warnings: list[DataWarningRecord] = []
 
     def to_bytes(self) -> bytes:
         return canonical_bytes(self.model_dump(mode="json", exclude_none=True))

@@ -3,7 +3,8 @@
 Files are read in fingerprint order and each is re-checked against its fingerprint entry while it is
 read (local: sha256 and size of the bytes parsed), so the data that trains is the data that was
 hashed. CSV cells are read as text and typed over *all* rows at once, so how the rows are split into
-files never changes a column's type.
+files never changes a column's type. Text cells that spell a missing value (:mod:`ml8s.data.missing`)
+are missing in every column; a mostly-numeric column's stray text is read as missing and reported.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.fingerprint import FileEntry, Fingerprint
+from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.data.sources import read_verified
 from ml8s.errors import DataError
 
@@ -28,6 +30,8 @@ FloatArray = npt.NDArray[np.float64]
 ObjectArray = npt.NDArray[np.object_]
 
 _NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+# Spelled infinities are numbers too (so they are found and refused below, not one-hot encoded).
+_INFINITY = r"^[+-]?(inf|infinity)$"
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
@@ -54,6 +58,7 @@ class Dataset(BaseModel):
     columns: tuple[Column, ...]
     rows: int
     rows_per_file: dict[str, int]
+    warnings: tuple[DataWarning, ...] = ()
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -92,8 +97,35 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     total = sum(rows_per_file.values())
     if names is None or total == 0:
         raise DataError(f"DATA_ROOT {fingerprint.data_root} holds no data rows; expected at least 2 rows")
-    columns = tuple(_type_column(name, [t.column(name) for t in tables]) for name in names)
-    return Dataset(columns=columns, rows=total, rows_per_file=rows_per_file)
+    typed = [_type_column(name, [t.column(name) for t in tables]) for name in names]
+    for column, _ in typed:
+        _check_finite(column, tables, list(rows_per_file), fingerprint.data_root)
+    return Dataset(
+        columns=tuple(column for column, _ in typed),
+        rows=total,
+        rows_per_file=rows_per_file,
+        warnings=tuple(warning for _, warning in typed if warning is not None),
+    )
+
+
+def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root: str) -> None:
+    """A number that overflowed (``1e999``) or an infinity is a DataError naming the file, column and row."""
+    if column.kind == "categorical":
+        return
+    bad = np.flatnonzero(np.isinf(column.values.astype(np.float64)))
+    if not len(bad):
+        return
+    row = int(bad[0])
+    for path, table in zip(files, tables, strict=True):
+        if row < table.num_rows:
+            cell = table.column(column.name)[row].as_py()
+            shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
+            raise DataError(
+                f"data file {path} (under {root}), column {column.name!r}, data row {row + 1} (1 = the first row "
+                f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
+                f"empty or one of {list(MISSING_TOKENS)})"
+            )
+        row -= table.num_rows
 
 
 def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
@@ -131,7 +163,7 @@ def _csv_header(data: bytes, where: str) -> list[str]:
     return header
 
 
-def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> Column:
+def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> tuple[Column, DataWarning | None]:
     common = _common_type(name, chunks)
     try:  # files may disagree on a column's type (CSV text vs Parquet int, int32 vs int64, ...)
         parts = [c if c.type == common else _convert(c, common) for chunk in chunks for c in chunk.chunks]
@@ -144,8 +176,8 @@ def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> Column:
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return _infer_text(name, array)
     if pa.types.is_boolean(array.type):
-        return Column(name=name, kind="boolean", values=_floats(_convert(array, pa.float64())))
-    return Column(name=name, kind="numeric", values=_floats(_convert(array, pa.float64())))
+        return Column(name=name, kind="boolean", values=_floats(_convert(array, pa.float64()))), None
+    return Column(name=name, kind="numeric", values=_floats(_convert(array, pa.float64()))), None
 
 
 def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
@@ -161,17 +193,25 @@ def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
     return pa.string()
 
 
-def _infer_text(name: str, array: pa.ChunkedArray) -> Column:
+def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning | None]:
     text = pc.utf8_trim_whitespace(array)
-    present = pc.fill_null(pc.not_equal(text, ""), False)
+    present = pc.invert(pc.fill_null(pc.is_in(text, value_set=pa.array(MISSING_TOKENS, pa.string())), True))
     values = pc.if_else(present, text, pa.scalar(None, pa.string()))
     lower = pc.utf8_lower(values)
     non_missing = pc.drop_null(values)
     if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
-        return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64())))
-    if len(non_missing) and pc.all(pc.match_substring_regex(non_missing, _NUMBER)).as_py():
-        return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64())))
-    return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object))
+        return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64()))), None
+    spelled_infinity = pc.match_substring_regex(values, _INFINITY, ignore_case=True)
+    is_number = pc.fill_null(pc.or_(pc.match_substring_regex(values, _NUMBER), spelled_infinity), False)
+    numbers = int(pc.sum(is_number).as_py() or 0)
+    if not is_mostly_numeric(numbers, len(non_missing)):
+        return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object)), None
+    warning = None
+    if numbers < len(non_missing):
+        stray = pc.drop_null(pc.if_else(is_number, pa.scalar(None, pa.string()), values)).to_pylist()
+        warning = stray_text_warning(name, [str(v) for v in stray], numbers)
+        values = pc.if_else(is_number, values, pa.scalar(None, pa.string()))
+    return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64()))), warning
 
 
 def _floats(array: pa.ChunkedArray | pa.Array) -> FloatArray:

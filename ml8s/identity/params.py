@@ -1,7 +1,10 @@
 """Typed, validated view of the canonical config: what the pipeline steps consume.
 
 Validation happens once, in bootstrap, before anything is written; every message names the variable
-and what was expected.
+and what was expected. Ranges are what the run can actually use: a seed numpy's legacy seeding takes
+(``np.random.seed`` refuses 2**32 and above), an Adam step that cannot diverge to infinity at once,
+counts that fit a 32-bit index, and a network whose hidden layers fit in memory on any machine (the
+bounds are fixed, never measured, so a config is valid or not wherever it is checked).
 """
 
 from __future__ import annotations
@@ -13,6 +16,16 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.errors import ConfigError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.identity.variables import CanonicalConfig, JsonValue
+
+MAX_SEED = 2**32 - 1  # np.random.seed (seed_everything) takes 0 .. 2**32 - 1
+MAX_COUNT = 2**31 - 1  # rows, features, batch size, epochs: 32-bit indices
+MAX_LEARNING_RATE = 1.0
+MAX_HIDDEN_UNITS = 65536
+MAX_HIDDEN_LAYERS = 256
+# Hidden-to-hidden weights: each is held four times in float32 while training (weight, gradient and
+# Adam's two moments): 2**28 of them is 4 GiB.
+MAX_HIDDEN_WEIGHTS = 2**28
+_BYTES_PER_WEIGHT = 16
 
 
 class RunParams(BaseModel):
@@ -43,26 +56,39 @@ def validate_params(config: CanonicalConfig) -> RunParams:
     data_root = _string(config, "data_root")
     # Checked, not rewritten: params.data_root stays the hashed value (canonical_config normalized it already).
     parse_root_uri(data_root, variable="DATA_ROOT")
-    return RunParams.model_validate(
+    params = RunParams.model_validate(
         dict(
             data_root=data_root,
-            target_column=_string(config, "target_column"),
+            target_column=_column(config, "target_column"),
             model_format=_choice(config, "model_format", ("onnx", "safetensors")),
             model_type=_choice(config, "model_type", ("mlp", "logreg")),
             test_size=_fraction(config, "test_size"),
-            random_seed=_integer(config, "random_seed", minimum=0),
+            random_seed=_integer(config, "random_seed", minimum=0, maximum=MAX_SEED),
             sample_rows=_optional_integer(config, "sample_rows", minimum=1),
             max_features=_optional_integer(config, "max_features", minimum=1),
             exclude_columns=_names(config, "exclude_columns"),
             standardize=_boolean(config, "standardize"),
-            hidden_units=_integer(config, "hidden_units", minimum=1),
-            hidden_layers=_integer(config, "hidden_layers", minimum=0),
+            hidden_units=_integer(config, "hidden_units", minimum=1, maximum=MAX_HIDDEN_UNITS),
+            hidden_layers=_integer(config, "hidden_layers", minimum=0, maximum=MAX_HIDDEN_LAYERS),
             epochs=_integer(config, "epochs", minimum=1),
             batch_size=_integer(config, "batch_size", minimum=1),
-            learning_rate=_positive(config, "learning_rate"),
+            learning_rate=_positive(config, "learning_rate", maximum=MAX_LEARNING_RATE),
             train_device=_choice(config, "train_device", ("cpu", "cuda")),
         )
     )
+    _check_network(params)
+    return params
+
+
+def _check_network(params: RunParams) -> None:
+    weights = params.hidden_units**2 * max(params.hidden_layers - 1, 0)
+    if weights > MAX_HIDDEN_WEIGHTS:
+        gib, max_gib = weights * _BYTES_PER_WEIGHT / 2**30, MAX_HIDDEN_WEIGHTS * _BYTES_PER_WEIGHT // 2**30
+        raise ConfigError(
+            f"HIDDEN_UNITS={params.hidden_units} with HIDDEN_LAYERS={params.hidden_layers} makes {weights:,} "
+            f"hidden-to-hidden weights ({gib:,.0f} GiB while training); expected at most {MAX_HIDDEN_WEIGHTS:,} "
+            f"({max_gib} GiB): fewer units or layers"
+        )
 
 
 def _fail(key: str, value: JsonValue, expected: str) -> ConfigError:
@@ -82,6 +108,15 @@ def _string(config: CanonicalConfig, key: str) -> str:
     return value
 
 
+def _column(config: CanonicalConfig, key: str) -> str:
+    """A column name; one holding commas is canonically the list of its parts, kept joined by commas
+    (the data step matches it against the headers normalized the same way)."""
+    value = config[key]
+    if isinstance(value, list) and value:
+        return ",".join(value)
+    return _string(config, key)
+
+
 def _choice(config: CanonicalConfig, key: str, choices: tuple[str, ...]) -> str:
     value = config[key]
     if not isinstance(value, str) or value not in choices:
@@ -89,10 +124,12 @@ def _choice(config: CanonicalConfig, key: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _integer(config: CanonicalConfig, key: str, *, minimum: int) -> int:
+def _integer(config: CanonicalConfig, key: str, *, minimum: int, maximum: int = MAX_COUNT) -> int:
     value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(key, value, f"an integer >= {minimum} (digits only, no sign, fraction or exponent)")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise _fail(
+            key, value, f"an integer >= {minimum} and <= {maximum} (digits only, no sign, fraction or exponent)"
+        )
     return value
 
 
@@ -115,10 +152,10 @@ def _fraction(config: CanonicalConfig, key: str) -> float:
     return value
 
 
-def _positive(config: CanonicalConfig, key: str) -> float:
-    expected = "a number > 0"
+def _positive(config: CanonicalConfig, key: str, *, maximum: float) -> float:
+    expected = f"a number > 0 and <= {maximum:g}"
     value = _number(config, key, expected)
-    if value <= 0:
+    if not 0 < value <= maximum:
         raise _fail(key, config[key], expected)
     return value
 

@@ -14,7 +14,8 @@ from ml8s.errors import ConfigError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.uri import parse_root_uri
 
-CANONICALIZATION_VERSION = "1.0.0"
+# 1.1.0: missing-value tokens read as missing in every column (ml8s.data.missing); RUN_IDs unchanged.
+CANONICALIZATION_VERSION = "1.1.0"
 
 JsonScalar = str | int | float | bool | None
 JsonValue = JsonScalar | list[str]

@@ -11,9 +11,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.dataset import Column, Dataset, FloatArray
+from ml8s.data.dataset import Column, Dataset, FloatArray, ObjectArray
+from ml8s.data.missing import DataWarning
 from ml8s.errors import DataError
 from ml8s.identity.params import RunParams
+from ml8s.pipeline.column_names import check_feature_names, resolve_excluded, resolve_target
 
 MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
 OTHER = "__other__"
@@ -36,6 +38,7 @@ class Prepared(BaseModel):
     rows_read: int
     rows_missing_target: int
     rows_per_file: dict[str, int]
+    warnings: tuple[DataWarning, ...] = ()
 
     @property
     def train_rows(self) -> int:
@@ -57,17 +60,11 @@ class Prepared(BaseModel):
 
 def prepare(data: Dataset, params: RunParams) -> Prepared:
     """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded."""
-    names = set(data.names)
-    if params.target_column not in names:
-        raise DataError(
-            f"TARGET_COLUMN={params.target_column!r} is not a column of the data; expected one of {sorted(names)}"
-        )
-    unknown = sorted(set(params.exclude_columns) - names)
-    if unknown:
-        raise DataError(f"EXCLUDE_COLUMNS names {unknown}, which are not columns of the data; expected {sorted(names)}")
-    if params.target_column in params.exclude_columns:
-        raise DataError(f"EXCLUDE_COLUMNS contains the target {params.target_column!r}; expected feature columns only")
-    target_col = data.column(params.target_column)
+    target_name = resolve_target(data.names, params.target_column)
+    excluded = resolve_excluded(data.names, params.exclude_columns)
+    if target_name in excluded:
+        raise DataError(f"EXCLUDE_COLUMNS contains the target {target_name!r}; expected feature columns only")
+    target_col = data.column(target_name)
     keep = ~target_col.missing()
     labels, classes = _encode_target(target_col, keep)
     rows = np.flatnonzero(keep)
@@ -82,10 +79,10 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
     if len(set(target.tolist())) < 2:
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
     split = _split(len(rows), params.test_size, params.random_seed)
-    dropped: dict[str, str] = {name: "EXCLUDE_COLUMNS" for name in params.exclude_columns}
+    dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
     columns: list[Column] = []
     for column in data.columns:
-        if column.name == params.target_column or column.name in dropped:
+        if column.name == target_name or column.name in dropped:
             continue
         kept = Column(name=column.name, kind=column.kind, values=column.values[rows])
         if kept.missing().all():
@@ -97,8 +94,9 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
         columns.append(kept)
     if not columns:
         raise DataError("no feature columns are left after EXCLUDE_COLUMNS and empty columns; expected at least one")
+    check_feature_names(name for column in columns for name in feature_names(column))
     return Prepared(
-        target_column=params.target_column,
+        target_column=target_name,
         classes=classes,
         target=target.astype(np.int64),
         split=split,
@@ -107,6 +105,7 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
         rows_read=data.rows,
         rows_missing_target=int((~keep).sum()),
         rows_per_file=data.rows_per_file,
+        warnings=tuple(w for w in data.warnings if w.column not in excluded),
     )
 
 
@@ -164,17 +163,32 @@ def _split(n: int, test_size: float, seed: int) -> IntArray:
     return split
 
 
+def feature_names(column: Column) -> list[tuple[str, str, str]]:
+    """``(feature name, source column, how it is made)`` of every feature :func:`encode` makes of ``column``."""
+    if column.kind == "categorical":
+        return [(f"{column.name}={c}", column.name, f"one-hot of its value {c!r}") for c in _categories(column)[1]]
+    made = [(column.name, column.name, "its values")]
+    if column.missing().any():
+        made.append((f"{column.name}__missing", column.name, "missing-value indicator"))
+    return made
+
+
+def _categories(column: Column) -> tuple[ObjectArray, list[str]]:
+    """The values as encoded (missing and rare ones folded) and the categories, sorted."""
+    values = np.array([MISSING if v is None else str(v) for v in column.values], dtype=object)
+    counts: dict[str, int] = {}
+    for v in values.tolist():
+        counts[v] = counts.get(v, 0) + 1
+    kept = sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
+    values = np.where(np.isin(values, kept), values, OTHER)
+    return values, sorted(set(values.tolist()))
+
+
 def _encode_column(column: Column, train: npt.NDArray[np.bool_]) -> list[tuple[str, FloatArray, dict[str, object]]]:
     missing = column.missing()
     out: list[tuple[str, FloatArray, dict[str, object]]] = []
     if column.kind == "categorical":
-        values = np.array([MISSING if v is None else str(v) for v in column.values], dtype=object)
-        counts: dict[str, int] = {}
-        for v in values.tolist():
-            counts[v] = counts.get(v, 0) + 1
-        kept = sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
-        values = np.where(np.isin(values, kept), values, OTHER)
-        categories = sorted(set(values.tolist()))
+        values, categories = _categories(column)
         for category in categories:
             spec: dict[str, object] = {"source": column.name, "kind": "onehot", "category": category}
             out.append((f"{column.name}={category}", (values == category).astype(np.float64), spec))

@@ -18,14 +18,15 @@ import pyarrow.parquet as pq
 from pydantic import TypeAdapter
 
 from ml8s.contract import Feature, FeatureSchema, RowCounts, SplitRecord, TargetRecord, layout
+from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
 from ml8s.data.dataset import FloatArray, load_dataset
+from ml8s.data.missing import missing_values_record
+from ml8s.pipeline.column_names import SPLIT, TARGET
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, prepare
 from ml8s.pipeline.publish import local_path
 
 SCHEMA_VERSION = 1
-TARGET = "__target__"
-SPLIT = "__split__"
 _FEATURE: TypeAdapter[Feature] = TypeAdapter(Feature)
 
 
@@ -40,6 +41,8 @@ def compute_features(spec: RunSpec, out_dir: str) -> None:
     write_matrix(local_path(out_dir, layout.FEATURE_MATRIX), matrix, [str(f["name"]) for f in features], prepared)
     with open(local_path(out_dir, layout.FEATURE_SCHEMA), "wb") as handle:
         handle.write(feature_schema(prepared, features).to_bytes())
+    for warning in prepared.warnings:
+        spec.log("features", f"WARNING {warning.code}: {warning.message}")
     spec.log(
         "features",
         f"{matrix.shape[1]} features x {matrix.shape[0]} rows ({prepared.train_rows} train, {prepared.test_rows} test)",
@@ -65,6 +68,11 @@ def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> Fea
         dropped_columns=dict(sorted(prepared.dropped.items())),
         rows=RowCounts.model_validate(prepared.row_counts()),
         rows_per_file=dict(sorted(prepared.rows_per_file.items())),
+        missing_values=MissingValues.model_validate(missing_values_record()),
+        warnings=[
+            DataWarningRecord.model_validate(w.model_dump(mode="json"))
+            for w in sorted(prepared.warnings, key=lambda w: (w.column, w.code))
+        ],
     )
 
 

@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.registry_query import hash_filter, versions_of_hash
+from ml8s.pipeline.registry_schema import ensure_schema, first_line
 from ml8s.store import Store
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only registration pays for it, not MlflowRef users
@@ -70,16 +72,18 @@ def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: 
     """Register ARTIFACT_ROOT/model once per FULL_CONFIG_HASH, reusing whatever already exists."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
 
     uri = ctx.settings.mlflow_tracking_uri_for_registry()  # an s3:// root has no default: ConfigError naming it
     deadline = time.monotonic() + timeout_s
     try:
         with _sqlite_lock(uri, deadline):
+            ensure_schema(uri)  # before any MLflow client opens it: created whole, or named when broken
             return _register(ctx, MlflowClient(tracking_uri=uri), deadline, lease_s)
-    except MlflowException as exc:
+    except (MlflowException, SQLAlchemyError, OSError) as exc:  # a full disk surfaces as any of them
         raise RegistryError(
             f"MLflow at {uri} failed registering model {ctx.settings.mlflow_model_name!r} for "
-            f"full_config_hash {ctx.identity.full_config_hash}: {exc.message}"
+            f"full_config_hash {ctx.identity.full_config_hash}: {first_line(exc)}"
         ) from exc
 
 
@@ -172,7 +176,7 @@ def _ensure_experiment(ctx: RunContext, client: MlflowClient) -> str:
 
 def _ensure_run(ctx: RunContext, client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> tuple[str, bool]:
     """The MLflow run of this hash (reused or created), with params and metrics filled in idempotently."""
-    runs = client.search_runs([experiment_id], f"tags.full_config_hash = '{ctx.identity.full_config_hash}'")
+    runs = client.search_runs([experiment_id], hash_filter(ctx.identity.full_config_hash))
     created = not runs
     run = min(runs, key=lambda r: (int(r.info.start_time), str(r.info.run_id))) if runs else None
     if run is None:
@@ -219,8 +223,7 @@ def _tags(ctx: RunContext) -> dict[str, str]:
 
 def _versions(client: MlflowClient, ctx: RunContext) -> list[ModelVersion]:
     """Every version of the model tagged with this hash, lowest version number first."""
-    query = f"name = '{ctx.settings.mlflow_model_name}' and tags.full_config_hash = '{ctx.identity.full_config_hash}'"
-    return sorted(client.search_model_versions(query), key=lambda v: int(v.version))
+    return versions_of_hash(client, ctx.settings.mlflow_model_name, ctx.identity.full_config_hash)
 
 
 def _find_version(client: MlflowClient, ctx: RunContext) -> ModelVersion | None:

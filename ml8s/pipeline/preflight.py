@@ -1,0 +1,52 @@
+"""Checks of the places a run will write, made at bootstrap so a bad one fails before the first write.
+
+Only local pipeline roots are probed, and the probe writes nothing: ``os.access`` on the root (or on
+its nearest existing ancestor, which the first write will create it under) and on the run and MLflow
+paths that already exist. It answers for this process's user and for read-only mounts. An S3 root is
+not probed: a write there needs credentials the first write will exercise anyway.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ml8s.contract import layout
+from ml8s.errors import ConfigError
+from ml8s.identity.settings import PlatformSettings
+from ml8s.pipeline.registry_schema import sqlite_path
+
+
+def check_writable_root(settings: PlatformSettings) -> None:
+    """Raise :class:`ConfigError` naming PIPELINE_ROOT_URI (or MLFLOW_TRACKING_URI) when a run could not write."""
+    uri = settings.pipeline_root_uri
+    if not uri.startswith("file://"):
+        return
+    root = uri[len("file://") :]
+    existing = root
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        kind = "a broken symlink" if os.path.islink(existing) and not os.path.exists(existing) else "not a directory"
+        raise ConfigError(
+            f"PIPELINE_ROOT_URI={uri!r}: {existing} is {kind}; expected a directory (or a path one can be created at)"
+        )
+    for path in (existing, os.path.join(root, layout.RUNS_DIR)):
+        _writable_dir("PIPELINE_ROOT_URI", uri, path)
+    database = sqlite_path(settings.mlflow_tracking_uri)
+    if database and os.path.lexists(database) and not os.access(database, os.R_OK | os.W_OK):
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI={settings.mlflow_tracking_uri!r}: {database} is not writable by this process "
+            f"(uid {os.geteuid()}); expected a writable MLflow database"
+        )
+
+
+def _writable_dir(variable: str, uri: str, path: str) -> None:
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise ConfigError(f"{variable}={uri!r}: {path} is not a directory; expected a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{variable}={uri!r}: {path} is not writable by this process (uid {os.geteuid()}) or is on a read-only "
+            "file system; expected a writable directory"
+        )

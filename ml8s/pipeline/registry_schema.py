@@ -1,0 +1,216 @@
+"""A local MLflow database (``sqlite:///``) that exists is always a complete one.
+
+MLflow creates its schema in place: its initial tables, then some fifty migrations, each stamped
+separately. A process killed in between leaves a file whose tables and revision disagree, and every
+later client fails on it (``table ... already exists``, "out-of-date database schema"), even
+``mlflow db upgrade``. So ml8s creates the schema itself, before any MLflow client opens the file,
+under the registration lock: in a temporary sqlite file beside the database (no fsync per migration:
+a crash throws the file away), checked complete, fsynced, then renamed into place with
+``os.replace``. A crash at any point leaves either no database or a complete one, and the next run
+removes the dead creator's temporary file.
+
+A database that is incomplete anyway (left by an older ml8s, or touched by hand) is never repaired
+silently: :class:`~ml8s.errors.RegistrySchemaError` names the file, what is wrong with it, and the
+exact fix. Creation and checks do what MLflow's own ``mlflow.store.db.utils`` does (its initial
+tables, then alembic to the head revision of its migration scripts), with typed calls; MLflow is pinned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import sqlite3
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from ml8s.errors import RegistryError, RegistrySchemaError
+
+if TYPE_CHECKING:  # sqlalchemy takes half a second to import: only registration pays for it
+    import sqlalchemy
+    from alembic.config import Config
+
+log = logging.getLogger(__name__)
+
+CREATING_SUFFIX = ".creating-"
+_DATA_TABLES = ("experiments", "registered_models", "runs")
+
+
+def sqlite_path(uri: str) -> str:
+    """The database file of a ``sqlite:///`` tracking URI, or ``""`` (another backend, or in memory)."""
+    if not uri.startswith("sqlite:///"):
+        return ""
+    path = uri[len("sqlite:///") :].split("?")[0]
+    return "" if path in ("", ":memory:") else path
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error (sqlalchemy appends the SQL statement and a link on lines of their own)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def ensure_schema(uri: str) -> None:
+    """Create the complete MLflow schema of a ``sqlite:///`` URI if its file is absent; check it if not.
+
+    The caller holds the registration lock of the file (no other ml8s process creates it meanwhile).
+
+    Raises:
+        RegistrySchemaError: the file exists with an incomplete or out-of-date schema.
+        RegistryError: the file is not a readable sqlite database, or the schema cannot be created.
+    """
+    path = sqlite_path(uri)
+    if not path:
+        return
+    _remove_dead_attempts(path)
+    if os.path.exists(path) and not _has_no_tables(path, uri):
+        _check_complete(path, uri)
+        return
+    _create(path, uri)
+
+
+def _remove_dead_attempts(path: str) -> None:
+    # Under the lock no creator is alive: what is left was a killed one's.
+    for stale in sorted(glob.glob(glob.escape(path + CREATING_SUFFIX) + "*")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
+
+
+def _read_only(path: str) -> sqlalchemy.Engine:
+    """An engine that can neither create nor change the file (a check writes nothing)."""
+    import sqlalchemy
+
+    return sqlalchemy.create_engine(
+        "sqlite://", creator=lambda: sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
+    )
+
+
+def _has_no_tables(path: str, uri: str) -> bool:
+    """An empty file (no table at all) holds nothing to lose: it is created again like an absent one."""
+    import sqlalchemy
+
+    engine = _read_only(path)
+    try:
+        return not sqlalchemy.inspect(engine).get_table_names()
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise RegistryError(
+            f"MLflow database {path} ({uri}) cannot be read as sqlite: {first_line(exc.__cause__ or exc)}"
+        ) from exc
+    finally:
+        engine.dispose()
+
+
+def _problems(engine: sqlalchemy.Engine) -> list[str]:
+    """What keeps the schema from being MLflow's current one: missing tables, another revision."""
+    import sqlalchemy
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.base_sql_model import Base
+
+    tables = set(sqlalchemy.inspect(engine).get_table_names())
+    missing = sorted(str(name) for name in set(Base.metadata.tables) - tables)
+    with engine.connect() as connection:
+        revision = MigrationContext.configure(connection).get_current_revision()
+    heads = ScriptDirectory.from_config(_alembic_config("")).get_heads()
+    problems = [f"missing tables {missing[:4]}{' ...' if len(missing) > 4 else ''}"] if missing else []
+    if [revision] != list(heads):
+        problems.append(f"schema revision {revision or 'none'}, expected {', '.join(heads)}")
+    return problems
+
+
+def _alembic_config(url: str) -> Config:
+    """MLflow's migration scripts, as ``mlflow db upgrade`` runs them."""
+    import mlflow
+    from alembic.config import Config
+
+    directory = os.path.join(os.path.dirname(mlflow.__file__), "store", "db_migrations")
+    config = Config(os.path.join(directory, "alembic.ini"))
+    config.set_main_option("script_location", directory)
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def _check_complete(path: str, uri: str) -> None:
+    import sqlalchemy
+
+    engine = _read_only(path)
+    try:
+        problems = _problems(engine)
+        if not problems:
+            return
+        rows = _rows(engine)
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise RegistryError(
+            f"MLflow database {path} ({uri}) cannot be read as sqlite: {first_line(exc.__cause__ or exc)}"
+        ) from exc
+    finally:
+        engine.dispose()
+    found = "; ".join(problems)
+    if not rows["runs"] and not rows["registered_models"]:
+        raise RegistrySchemaError(
+            f"MLflow database {path} ({uri}) holds an incomplete schema ({found}): a process was killed while "
+            "creating it (ml8s before 1.1 created it in place). It holds no runs and no registered models, so "
+            f"nothing is lost: stop the runs that use it, then `mv {path} {path}.incomplete` and run again "
+            "(ml8s then creates a complete database)"
+        )
+    raise RegistrySchemaError(
+        f"MLflow database {path} ({uri}) is not at this MLflow's schema ({found}) and holds {rows['runs']} run(s) "
+        f"and {rows['registered_models']} registered model(s): stop the runs that use it, back it up "
+        f"(`cp {path} {path}.backup`), then run `mlflow db upgrade {uri}`"
+    )
+
+
+def _rows(engine: sqlalchemy.Engine) -> dict[str, int]:
+    import sqlalchemy
+
+    tables = set(sqlalchemy.inspect(engine).get_table_names())
+    counts = dict.fromkeys(_DATA_TABLES, 0)
+    with engine.connect() as connection:
+        for table in _DATA_TABLES:
+            if table in tables:
+                counts[table] = int(connection.execute(sqlalchemy.text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+    return counts
+
+
+def _create(path: str, uri: str) -> None:
+    import sqlalchemy
+    from alembic import command
+    from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
+
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = f"{path}{CREATING_SUFFIX}{os.getpid()}"
+    engine = sqlalchemy.create_engine("sqlite:///" + os.path.abspath(tmp))
+    # A crash discards the file, so nothing needs syncing until the one fsync before the rename.
+    sqlalchemy.event.listen(engine, "connect", _unsynced)
+    log.info("creating the MLflow schema of %s in %s, renamed into place when complete", uri, tmp)
+    try:
+        InitialBase.metadata.create_all(engine)
+        config = _alembic_config(str(engine.url))
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection  # migrations run on this engine (pragmas included)
+            command.upgrade(config, "heads")
+        problems = _problems(engine)
+    except Exception as exc:  # MLflow and alembic raise their own types
+        engine.dispose()
+        _remove_dead_attempts(path)
+        raise RegistryError(f"creating the MLflow schema of {uri} in {tmp} failed: {first_line(exc)}") from exc
+    engine.dispose()
+    if problems:
+        _remove_dead_attempts(path)
+        raise RegistryError(f"creating the MLflow schema of {uri} in {tmp} left it incomplete: {'; '.join(problems)}")
+    _fsync(tmp, os.O_RDONLY)
+    os.replace(tmp, path)
+    _fsync(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _unsynced(connection: sqlite3.Connection, _record: object) -> None:
+    connection.execute("PRAGMA synchronous=OFF")
+    connection.execute("PRAGMA journal_mode=MEMORY")
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,145 @@
+"""A process killed while MLflow's sqlite schema is being created never wedges the registry (defect 1).
+
+The kill lands at a different point of the creation in each trial; after every trial the database
+file is either absent or complete, and a normal ``ml8s run`` afterwards registers and verifies. A
+half-made schema left by an older version is named with the exact fix, never a raw traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_context, write_small_churn
+
+from ml8s.errors import RegistryError, RegistrySchemaError
+from ml8s.pipeline.registry import register
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+# The schema creation has begun: MLflow's own log line (creation in place), or ml8s's (in a temporary file).
+SENTINELS = ("Creating initial MLflow database tables", "creating the MLflow schema")
+
+# The real registration path in a child: bootstrap, then register (the first one creates the schema).
+CHILD = """
+import sys
+from ml8s import log
+from ml8s.pipeline.bootstrap import bootstrap
+from ml8s.pipeline.registry import register
+data, root = sys.argv[1:3]
+log.configure("INFO")
+ctx = bootstrap({"DATA_ROOT": data, "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": root, "EPOCHS": "1"})
+register(ctx)
+"""
+
+
+def _env(data: Path, root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "MLFLOW_TRACKING_URI")}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _kill_during_creation(data: Path, root: Path, delay_s: float) -> bool:
+    """Start a registration, SIGKILL it ``delay_s`` after the schema creation began; True if it was killed."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(data), str(root)],
+        env=_env(data, root),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert child.stderr is not None
+    try:
+        for line in child.stderr:
+            if any(sentinel in line for sentinel in SENTINELS):
+                time.sleep(delay_s)
+                child.send_signal(signal.SIGKILL)
+                break
+    finally:
+        child.wait(timeout=120)
+    return child.returncode == -signal.SIGKILL
+
+
+def _schema_state(db: Path) -> str:
+    """``absent``, ``complete`` or ``partial`` (tables or migrations missing)."""
+    if not db.exists():
+        return "absent"
+    import sqlalchemy
+    from mlflow.store.db.utils import _all_tables_exist, _get_latest_schema_revision, _get_schema_version
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    try:
+        done = _all_tables_exist(engine) and _get_schema_version(engine) == _get_latest_schema_revision()
+    finally:
+        engine.dispose()
+    return "complete" if done else "partial"
+
+
+def test_kill_during_schema_creation_never_wedges_the_registry(tmp_path: Path) -> None:
+    data = write_small_churn(tmp_path / "data", rows=120, files=1)
+    root = tmp_path / "root"
+    root.mkdir()
+    states = []
+    for delay_s in (0.1, 1.0):  # in the initial tables, then in the migrations (creation takes seconds)
+        killed = _kill_during_creation(data, root, delay_s)
+        state = _schema_state(root / "mlflow.db")
+        states.append((delay_s, killed, state))
+        assert state in ("absent", "complete"), states
+    assert any(killed for _, killed, _ in states), f"no trial was killed mid-creation: {states}"
+
+    env = _env(data, root)
+    run = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout)["run_id"]
+    verify = subprocess.run([ML8S, "verify", run_id], env=env, capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "PASS" in verify.stdout
+    leftovers = sorted(p.name for p in root.iterdir() if p.name.startswith("mlflow.db") and p.name != "mlflow.db")
+    assert leftovers == ["mlflow.db.lock"], leftovers
+
+
+def _half_made(db: Path) -> None:
+    """What an older ml8s left when killed inside MLflow's last migration: every table created, the
+    revision not yet stamped (MLflow then reports an out-of-date schema and `mlflow db upgrade` fails)."""
+    import sqlalchemy
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config, _initialize_tables
+
+    script = ScriptDirectory.from_config(_get_alembic_config(""))
+    (head,) = script.get_heads()
+    before_head = script.get_revision(head).down_revision
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    sqlalchemy.event.listen(engine, "connect", lambda c, _: c.execute("PRAGMA synchronous=OFF"))  # test speed
+    _initialize_tables(engine)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = :v"), {"v": before_head})
+    engine.dispose()
+
+
+def test_half_made_schema_from_an_older_version_is_named_with_the_fix(tmp_path: Path) -> None:
+    ctx = make_context(write_small_churn(tmp_path / "data", rows=60, files=1), tmp_path / "root")
+    db = tmp_path / "root" / "mlflow.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    _half_made(db)
+    before = db.read_bytes()
+
+    with pytest.raises(RegistrySchemaError) as caught:
+        register(ctx)
+
+    message = str(caught.value)
+    assert isinstance(caught.value, RegistryError)
+    assert message.startswith("REGISTRY_SCHEMA_INCOMPLETE: ")
+    assert str(db) in message and "incomplete" in message
+    assert "no runs and no registered models" in message
+    assert f"mv {db} {db}.incomplete" in message
+    assert "\n" not in message
+    assert db.read_bytes() == before, "the database is left as found"
+
+    os.replace(db, f"{db}.incomplete")  # the fix the message names
+    assert register(ctx).model_version == "1"
