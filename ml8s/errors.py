@@ -288,3 +288,9 @@ class RootUriError(ConfigError):
     def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
         super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
         self.expected = expected
+
+
+class ModelCodeChangedError(ConfigError):
+    """A plug-in model's code differs from the code identity its run recorded at bootstrap."""
+
+    code = "MODEL_CODE_CHANGED"
