@@ -12,5 +12,6 @@ Bring your own model: ``MODEL_TYPE=plugin:my_pkg.models:build`` where ``build`` 
 from __future__ import annotations
 
 from ml8s.modeling.family import Build, ModelFamily, TrainStep
+from ml8s.modeling.plugins import code_identity, resolve_model_code
 
-__all__ = ["Build", "ModelFamily", "TrainStep"]
+__all__ = ["Build", "ModelFamily", "TrainStep", "code_identity", "resolve_model_code"]
