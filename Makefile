@@ -3,9 +3,14 @@ SHELL := /bin/bash
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-# torch is pinned here, in the install step: the CPU build of 2.13.0 (a bare `torch` pulls CUDA).
+# torch is pinned here, in the install step: 2.13.0 from PyTorch's CPU index (PyPI's `torch` is the CUDA build).
+# Offline, a folder holding that CPU wheel (TORCH_WHEELS) stands in for the index.
 TORCH := torch==2.13.0
-FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+TORCH_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_WHEELS ?= /opt/wheels
+TORCH_FROM := $(if $(wildcard $(TORCH_WHEELS)/torch-2.13.0+cpu-*.whl),--find-links $(TORCH_WHEELS) $(TORCH)+cpu,\
+	--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple $(TORCH))
+FIND_LINKS := $(if $(wildcard $(TORCH_WHEELS)),--find-links $(TORCH_WHEELS),)
 DEMO_DATA := demo_data/churn
 PIPELINE_ROOT ?= $(CURDIR)/pipeline_root
 # Cluster images (the Flyte sandbox's registry is localhost:30000); IMAGE_VERSION is also the cache version.
@@ -14,14 +19,24 @@ FE_IMAGE ?= localhost:30000/ml8s-fe:$(IMAGE_VERSION)
 TRAIN_IMAGE ?= localhost:30000/ml8s-train:$(IMAGE_VERSION)
 PACKAGE := dist/ml8s-flyte-package.tgz
 
-.PHONY: setup run test lint typecheck bench faults clean demo-data proto package images sandbox-register sandbox-run
+.PHONY: setup run test lint typecheck bench faults clean demo-data proto package images sandbox-register sandbox-run lock
 
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) $(TORCH)
+	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_FROM)
 	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
 	touch $@
+
+# Rewrite requirements/constraints.txt from the venv (pip freeze), keeping its comment header: every installed
+# distribution but the editable ml8s, and torch as $(TORCH) (the venv holds the CPU build, 2.13.0+cpu, a version
+# no index but PyTorch's CPU one has), sorted by name.
+lock: $(BIN)/.installed
+	{ grep '^#' requirements/constraints.txt; \
+	  { $(BIN)/pip freeze --exclude-editable | grep -v -e '^torch==' -e '^ml8s=='; echo '$(TORCH)'; } \
+	  | $(BIN)/python -c 'import sys; sys.stdout.writelines(sorted(sys.stdin, key=str.lower))'; \
+	} > requirements/constraints.txt.tmp
+	mv requirements/constraints.txt.tmp requirements/constraints.txt
 
 # Generated protobuf code (ml8s/proto_gen/, git-ignored) is built from proto/, never edited.
 setup: $(BIN)/.installed proto

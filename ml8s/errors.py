@@ -358,3 +358,9 @@ class RegistrySchemaError(RegistryError):
     """The MLflow database holds a schema that is incomplete or older than this MLflow expects."""
 
     code = "REGISTRY_SCHEMA_INCOMPLETE"
+
+
+class ModelCodeChangedError(ConfigError):
+    """A plug-in model's code differs from the code identity its run recorded at bootstrap."""
+
+    code = "MODEL_CODE_CHANGED"

@@ -14,16 +14,16 @@ from ml8s.identity.variables import canonical_config, canonical_json, raw_values
 
 DEFAULT_JSON = (
     '{"batch_size":256,"data_root":"file:///data/churn","epochs":10,"exclude_columns":null,'
-    '"hidden_layers":2,"hidden_units":64,"learning_rate":0.001,"max_features":null,'
+    '"hidden_layers":2,"hidden_units":64,"learning_rate":0.001,"max_features":null,"model_code":null,'
     '"model_format":"onnx","model_type":"mlp","random_seed":42,"sample_rows":null,'
     '"standardize":true,"target_column":"churned","test_size":0.2,"train_device":"cpu"}'
 )
 # printf '%s' 'a.csv:x:1|b/c.csv:y:2' | sha256sum
 TOY_FP = "47fb05818f9daee0b981c840c44e3689b2af41fe06254db5d8e93c184262ad15"
 # printf '%s\n%s' "$DEFAULT_JSON" "$TOY_FP" | sha256sum
-TOY_FULL = "4cc1e2426d68ab5099c3173c48b06ca18975338ed9265b2e2eaba9d96ff56cc2"
+TOY_FULL = "7512132ce39822a0e6ba766514185a4f4120a87b311c7506da8964fd5d84c9a7"
 # printf '%s\n%s' "$DEFAULT_JSON" '' | sha256sum
-NONSTRICT_FULL = "1588c03584fdb515555c06b5458fba2284241c8b41713bb9293e112bb866836b"
+NONSTRICT_FULL = "759f4eb4aff06dac6a5814b2ac4bbad84b0072f6b8b75b9de2eb42aaad8ce373"
 
 
 def test_defaults_fill_every_variable() -> None:

@@ -138,7 +138,7 @@ def test_schema_records_the_token_set_and_the_version_is_bumped(tmp_path: Path) 
     assert "case-sensitive" in record["match"]
     assert schema["warnings"] == []
     assert {"NA", "N/A", "NaN", "null", ""} <= set(MISSING_TOKENS)
-    assert CANONICALIZATION_VERSION == "1.1.0"
+    assert CANONICALIZATION_VERSION not in ("1.0.0",)  # 1.1.0 brought the tokens; 2.0.0 (model_code) followed
     assert {"1.0.0", "1.1.0"} <= KNOWN_CANONICALIZATION_VERSIONS
 
 
@@ -147,7 +147,10 @@ OLD_RUN = """
 import os
 from ml8s.pipeline import bootstrap
 real = bootstrap.compute_identity
-bootstrap.compute_identity = lambda *a, **k: real(*a, **k).model_copy(update={"canonicalization_version": "1.0.0"})
+old_keys = lambda config: {key: value for key, value in config.items() if key != "model_code"}  # 1.0.0 keys
+bootstrap.compute_identity = lambda config, *a, **k: real(old_keys(config), *a, **k).model_copy(
+    update={"canonicalization_version": "1.0.0"}
+)
 from ml8s.pipeline.run import run_pipeline
 print(run_pipeline(dict(os.environ)))
 """

@@ -17,6 +17,7 @@ import json
 import math
 
 from ml8s.contract import ConfigSnapshot, FeatureSchema, Invalid, Metrics, TrainingMetadata, layout, parse
+from ml8s.identity.model_code import is_plugin
 from ml8s.modeling import families
 
 
@@ -52,17 +53,19 @@ def cross_problems(
         for name in ("model_type", "hidden_units", "hidden_layers")
         if getattr(spec, name) != config.get(name)
     ]
-    if spec.model_type in families.FAMILIES:
-        arch, count = families.architecture(spec), families.parameter_count(spec)
+    if spec.model_type in families.FAMILIES or is_plugin(spec.model_type):
+        arch = families.architecture(spec)
         if model.architecture != arch:
             problems.append(f"model.architecture is {model.architecture!r}; its spec gives {arch!r}")
-        if model.parameter_count != count:
-            problems.append(f"model.parameter_count is {model.parameter_count}; its spec gives {count}")
     else:
         problems.append(
             f"model.spec.model_type {spec.model_type!r} is not a model family; "
-            f"expected one of {list(families.MODEL_TYPES)}"
+            f"expected one of {list(families.MODEL_TYPES)} or a plug-in"
         )
+    # A plug-in has no parameter formula: its count is checked against the native weights (below) only.
+    count = families.parameter_count(spec) if spec.model_type in families.FAMILIES else model.parameter_count
+    if model.parameter_count != count:
+        problems.append(f"model.parameter_count is {model.parameter_count}; its spec gives {count}")
     if len(model.feature_names) != spec.n_features or len(model.classes) != spec.n_classes:
         problems.append(
             f"model lists {len(model.feature_names)} features and {len(model.classes)} classes; "

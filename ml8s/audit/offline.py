@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingMetadata, layout
 from ml8s.data.fingerprint import fingerprint_entries
 from ml8s.identity.hashing import full_config_hash
-from ml8s.identity.variables import CANONICALIZATION_VERSION, USER_VARIABLES, canonical_json
+from ml8s.identity.model_code import model_code_problem
+from ml8s.identity.variables import CANONICALIZATION_VERSION, canonical_json
+from ml8s.identity.versions import CANONICAL_KEYS
 from ml8s.modeling.families import MODEL_FORMATS
 
-# Every canonicalization version this verifier can recompute (SPEC §2); add one when it is bumped.
-# 1.0.0 -> 1.1.0 changed only how features are made (missing-value tokens), not the hash formula.
-KNOWN_CANONICALIZATION_VERSIONS = frozenset({"1.0.0", "1.1.0", CANONICALIZATION_VERSION})
+# Every canonicalization version this verifier can recompute (SPEC §2): ml8s.identity.versions lists them.
+KNOWN_CANONICALIZATION_VERSIONS = frozenset(CANONICAL_KEYS)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 # training_metadata.json "training" fields that must equal the canonical config's values.
@@ -50,12 +51,16 @@ def snapshot_problems(snapshot: ConfigSnapshot, run_id: str) -> list[str]:
             f"canonicalization_version {snapshot.canonicalization_version!r} is unknown to this verifier "
             f"(known: {sorted(KNOWN_CANONICALIZATION_VERSIONS)})"
         )
-    expected_keys = sorted(name.lower() for name in USER_VARIABLES)
+    version = snapshot.canonicalization_version
+    expected_keys = list(CANONICAL_KEYS.get(version, CANONICAL_KEYS[CANONICALIZATION_VERSION]))
     if sorted(snapshot.canonical_config) != expected_keys:
         problems.append(
-            f"canonical_config has keys {sorted(snapshot.canonical_config)}; expected exactly the user-level "
-            f"variables {expected_keys}"
+            f"canonical_config has keys {sorted(snapshot.canonical_config)}; expected exactly the keys of "
+            f"canonicalization {snapshot.canonicalization_version} {expected_keys}"
         )
+    code_problem = model_code_problem(snapshot.canonical_config)
+    if code_problem is not None:
+        problems.append(code_problem)
     if not _HEX64.match(snapshot.full_config_hash):
         problems.append(f"full_config_hash {snapshot.full_config_hash!r} is not 64 lowercase hex digits")
     if snapshot.run_id != run_id:

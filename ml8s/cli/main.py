@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from ml8s import __version__
 from ml8s.cli import audit, chain, ops, pipeline
+from ml8s.identity.variables import CANONICALIZATION_VERSION
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each group adds its subcommands, each with its ``handler``."""
     parser = argparse.ArgumentParser(prog="ml8s", description="Deterministic, idempotent, auditable training.")
+    version = f"%(prog)s {__version__} (canonicalization {CANONICALIZATION_VERSION})"
+    parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(dest="command", required=True)
     pipeline.register(commands)  # identity, run
     audit.register(commands)  # verify, audit bundle|verify

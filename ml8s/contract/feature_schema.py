@@ -96,7 +96,7 @@ class FeatureSchema(ContractFile):
     rows_per_file: dict[str, int]
     # Absent from files written under canonicalization 1.0.0 (before the token set was recorded).
     missing_values: MissingValues | None = None
-    warnings: list[DataWarningRecord] = []
+    warnings: list[DataWarningRecord] = Field(default_factory=list)
 
     def to_bytes(self) -> bytes:
         return canonical_bytes(self.model_dump(mode="json", exclude_none=True))

@@ -89,17 +89,27 @@ def fingerprint_local(root: str, *, workers: int | None = None, progress: bool =
 
 
 def fingerprint_listing(data_root: str, prefix: str, objects: Iterable[ObjectEntry]) -> Fingerprint:
-    """Fingerprint an object-store prefix from its listing: checksum = ETag without quotes."""
+    """Fingerprint an object-store prefix from its listing: checksum = ETag without quotes.
+
+    "Folder" objects are skipped: any key ending in ``/`` (S3 consoles' "Create folder", Hadoop s3a and
+    rclone write them, zero bytes), including the prefix's own marker, which a store listing relative
+    to the prefix shows as the empty key.
+    """
     base = prefix if prefix == "" or prefix.endswith("/") else prefix + "/"
     entries = [
         FileEntry(relative_path=o.key[len(base) :], checksum=o.etag.strip('"'), size=o.size)
         for o in objects
-        if not o.key.endswith("/") and o.key.startswith(base)
+        if is_data_key(o.key) and o.key.startswith(base) and is_data_key(o.key[len(base) :])
     ]
     if not entries:
         raise DataError(f"DATA_ROOT {data_root} lists no objects; expected at least one data file")
     entries.sort(key=lambda e: e.relative_path)
     return Fingerprint(data_root=data_root, fingerprint=fingerprint_entries(entries), entries=tuple(entries))
+
+
+def is_data_key(key: str) -> bool:
+    """Whether an object key names data: not empty, and not a "folder" (a key ending in ``/``)."""
+    return bool(key) and not key.endswith("/")
 
 
 def list_local_files(root: str) -> list[tuple[str, str, int]]:

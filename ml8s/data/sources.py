@@ -11,7 +11,14 @@ import hashlib
 import os
 from collections.abc import Iterator
 
-from ml8s.data.fingerprint import FileEntry, Fingerprint, ObjectEntry, fingerprint_listing, fingerprint_local
+from ml8s.data.fingerprint import (
+    FileEntry,
+    Fingerprint,
+    ObjectEntry,
+    fingerprint_listing,
+    fingerprint_local,
+    is_data_key,
+)
 from ml8s.errors import DataChangedError, DataError, NotFoundError, PreconditionFailedError
 from ml8s.store import Store, open_store
 
@@ -27,7 +34,12 @@ def fingerprint_data(data_root: str) -> Fingerprint:
         if not listed and name and parent.count("/") >= 3:  # no key under the prefix: maybe it names one object
             store = open_store(parent)
             listed = [o for o in store.list(name) if o.key == name]
-        objects = [ObjectEntry(key=o.key, etag=o.checksum or store.checksum(o.key), size=o.size) for o in listed]
+        # Folder keys ("prefix/", "prefix/sub/") are dropped here, so no reader downstream ever sees one.
+        objects = [
+            ObjectEntry(key=o.key, etag=o.checksum or store.checksum(o.key), size=o.size)
+            for o in listed
+            if is_data_key(o.key)
+        ]
         return fingerprint_listing(data_root, "", objects)
     raise DataError(f"DATA_ROOT={data_root!r} has an unsupported scheme; expected a local path, file:// or s3://")
 
@@ -60,6 +72,8 @@ def read_verified(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]
 def _read_objects(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]:
     store, prefix = _object_root(fingerprint)
     for entry in fingerprint.entries:
+        if not prefix and not is_data_key(entry.relative_path):
+            continue  # a "folder" object from a fingerprint made elsewhere: not data, as when fingerprinting
         key = prefix or entry.relative_path
         where = store.uri(key)
         try:

@@ -9,6 +9,7 @@ parser (:mod:`ml8s.identity.uri`). Nothing here reads data or writes anything: t
 from __future__ import annotations
 
 from ml8s.identity.hashing import RunIdentity, canonical_bytes, compute_identity, full_config_hash
+from ml8s.identity.model_code import MODEL_CODE_KEY, PluginRef, parse_model_type
 from ml8s.identity.params import RunParams, validate_params
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings, worker_id
@@ -25,10 +26,12 @@ from ml8s.identity.variables import (
 
 __all__ = [
     "CANONICALIZATION_VERSION",
+    "MODEL_CODE_KEY",
     "USER_VARIABLES",
     "CanonicalConfig",
     "JsonValue",
     "PlatformSettings",
+    "PluginRef",
     "RootUri",
     "RunIdentity",
     "RunParams",
@@ -39,6 +42,7 @@ __all__ = [
     "explicit_or_env",
     "full_config_hash",
     "normalize_value",
+    "parse_model_type",
     "parse_root_uri",
     "validate_params",
     "worker_id",

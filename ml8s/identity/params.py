@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import ConfigError
+from ml8s.identity.model_code import validate_model_type
 from ml8s.identity.uri import parse_root_uri
 from ml8s.identity.variables import CanonicalConfig, JsonValue
 
@@ -36,7 +37,7 @@ class RunParams(BaseModel):
     data_root: str
     target_column: str
     model_format: Literal["onnx", "safetensors"]
-    model_type: Literal["mlp", "logreg"]
+    model_type: str  # a built-in family or plugin:<module>:<attribute> (ml8s.identity.model_code)
     test_size: float
     random_seed: int
     sample_rows: int | None
@@ -61,7 +62,7 @@ def validate_params(config: CanonicalConfig) -> RunParams:
             data_root=data_root,
             target_column=_column(config, "target_column"),
             model_format=_choice(config, "model_format", ("onnx", "safetensors")),
-            model_type=_choice(config, "model_type", ("mlp", "logreg")),
+            model_type=validate_model_type(config),
             test_size=_fraction(config, "test_size"),
             random_seed=_integer(config, "random_seed", minimum=0, maximum=MAX_SEED),
             sample_rows=_optional_integer(config, "sample_rows", minimum=1),

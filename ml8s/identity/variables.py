@@ -1,7 +1,7 @@
 """The user-level variables, their defaults and the normalization rules of SPEC §2.
 
-Only the variables in :data:`USER_VARIABLES` enter the canonical config; everything else is
-platform-level (see :mod:`ml8s.identity.settings`) and never reaches a hash.
+Only the variables in :data:`USER_VARIABLES` (and the :data:`RESOLVED_KEYS` bootstrap fills in) enter the
+canonical config; everything else is platform-level (see :mod:`ml8s.identity.settings`) and never reaches a hash.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.uri import parse_root_uri
 
 # 1.1.0: missing-value tokens read as missing in every column (ml8s.data.missing); RUN_IDs unchanged.
-CANONICALIZATION_VERSION = "1.1.0"
+# 2.0.0: the canonical config gains model_code (a plug-in's code identity): every RUN_ID changes.
+CANONICALIZATION_VERSION = "2.0.0"
+# Keys of the canonical config that no user sets: bootstrap resolves them (2.0.0: the code identity of a
+# plug-in MODEL_TYPE, see ml8s.identity.model_code). canonical_config writes them as null.
+RESOLVED_KEYS = ("model_code",)
 
 JsonScalar = str | int | float | bool | None
 JsonValue = JsonScalar | list[str]
@@ -91,6 +95,7 @@ def canonical_config(values: Mapping[str, str | None]) -> CanonicalConfig:
                 f"{name} is required and was empty or unset; set it in the environment or as a workflow input"
             )
         config[name.lower()] = normalized
+    config.update({key: None for key in RESOLVED_KEYS})
     return config
 
 

@@ -6,7 +6,11 @@ the run, so nothing is copied. A family is a function from a :class:`ModelSpec` 
 the architecture string and the parameter count are computed from that list, and
 ``ml8s.modeling.networks`` builds the torch module from it, layer by layer. Adding a family: its layer
 list here (and a layer kind, with its parameter formula, if it needs one), the torch module of any new
-layer kind in ``networks.py``, and the MODEL_TYPE choice in ``ml8s/identity/params.py``.
+layer kind in ``networks.py``, and its name in ``ml8s.identity.model_code.BUILTIN_MODEL_TYPES``.
+
+A plug-in family (``MODEL_TYPE=plugin:<module>:<attribute>``, see ``ml8s.modeling.plugins``) has no layer
+list here: its parameters are counted from the module it builds (and, by the verifier, from the native
+weights), and its architecture string names the plug-in and its input and output widths.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract.training_metadata import DeterminismRecord, ModelSpec
 from ml8s.errors import ConfigError
+from ml8s.identity.model_code import is_plugin
 
 OPTIMIZER = "adam"
 MODEL_FORMATS = ("onnx", "safetensors")
@@ -85,6 +90,11 @@ def layers(spec: ModelSpec) -> tuple[Layer, ...]:
         ConfigError: ``spec.model_type`` is not a family.
     """
     family = FAMILIES.get(spec.model_type)
+    if family is None and is_plugin(spec.model_type):
+        raise ConfigError(
+            f"MODEL_TYPE={spec.model_type!r} is a plug-in: it has no layer list; count the parameters of the "
+            "module it builds"
+        )
     if family is None:
         raise ConfigError(f"MODEL_TYPE={spec.model_type!r} is not a model family; expected one of {list(MODEL_TYPES)}")
     return family(spec)
@@ -96,7 +106,13 @@ def parameter_count(spec: ModelSpec) -> int:
 
 
 def architecture(spec: ModelSpec) -> str:
-    """A readable, stable description: the type and the width after each linear layer, e.g. ``mlp:12-64-64-2``."""
+    """A readable, stable description: the type and the width after each linear layer, e.g. ``mlp:12-64-64-2``.
+
+    A plug-in's layers are its own: its string is MODEL_TYPE and its input and output widths,
+    e.g. ``plugin:my_pkg.models:build:12-2``.
+    """
+    if is_plugin(spec.model_type):
+        return f"{spec.model_type}:{spec.n_features}-{spec.n_classes}"
     linear = [layer for layer in layers(spec) if isinstance(layer, Linear)]
     widths = [spec.n_features, *(layer.out_features for layer in linear)]
     return f"{spec.model_type}:" + "-".join(str(w) for w in widths)

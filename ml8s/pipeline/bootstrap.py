@@ -12,6 +12,7 @@ from ml8s.identity.hashing import compute_identity
 from ml8s.identity.params import validate_params
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
+from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.preflight import check_writable_root
 
@@ -27,7 +28,7 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
     settings = PlatformSettings.load(env, overrides)
     settings.mlflow_tracking_uri_for_registry()  # a run registers its model: fail before anything is written
     check_writable_root(settings)
-    config = canonical_config(raw_values_from_env(env, overrides))
+    config = resolve_model_code(canonical_config(raw_values_from_env(env, overrides)))  # a plug-in's code identity
     params = validate_params(config)
     fingerprint = fingerprint_data(params.data_root)
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)

@@ -29,17 +29,17 @@ from ml8s.modeling.families import (
     library_versions,
     onnx_opset,
 )
-from ml8s.modeling.networks import build_model
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.features import read_matrix
 from ml8s.pipeline.publish import FEATURES, TRAINED, local_path
-from ml8s.pipeline.train import TrainSummary
+from ml8s.pipeline.train import TrainSummary, model_family
 
 
 def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: str, out_dir: str) -> None:
     """Write ``model.<MODEL_FORMAT>`` into ``out_dir``, validate it, then write ``training_metadata.json``."""
     native = local_path(model_dir, layout.MODEL_NATIVE)
-    model = build_model(summary.spec)
+    family = model_family(spec)
+    model = family.build(summary.spec)
     model.load_state_dict(safetensors.torch.load_file(native))
     model.eval()
     fmt = spec.params.model_format
@@ -54,7 +54,7 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
         actual = _run_onnx(path, held_out.numpy())
     else:
         shutil.copyfile(native, path)
-        reloaded = build_model(summary.spec)
+        reloaded = family.build(summary.spec)
         reloaded.load_state_dict(safetensors.torch.load_file(path))
         reloaded.eval()
         with torch.no_grad():

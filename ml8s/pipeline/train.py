@@ -16,9 +16,12 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.errors import TrainingError
+from ml8s.identity.model_code import MODEL_CODE_KEY
 from ml8s.modeling.determinism import seed_everything
 from ml8s.modeling.families import architecture
-from ml8s.modeling.networks import build_model, parameter_count
+from ml8s.modeling.family import ModelFamily
+from ml8s.modeling.networks import parameter_count
+from ml8s.modeling.registry import cross_entropy_step, family_for
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.features import read_matrix
 from ml8s.pipeline.metrics import classification_metrics
@@ -47,6 +50,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     Writes ``model_native.safetensors``, ``metrics.json`` and the TensorBoard events into ``out_dir``.
     """
     params = spec.params
+    family = model_family(spec)  # before seeding: a plug-in's import-time code must not move the seeded RNGs
     device = seed_everything(params.random_seed, params.train_device)
     features, target, split, names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
     schema_path = local_path(features_dir, layout.FEATURE_SCHEMA)
@@ -59,11 +63,11 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
         hidden_units=params.hidden_units,
         hidden_layers=params.hidden_layers,
     )
-    model = build_model(model_spec).to(device)
+    model = family.build(model_spec).to(device)
     x = torch.from_numpy(features.astype(np.float32)).to(device)
     y = torch.from_numpy(target).to(device)
     train_idx = torch.from_numpy(np.flatnonzero(split == 0)).to(device)
-    losses = _fit(spec, model, x, y, train_idx)
+    losses = _fit(spec, family, model, x, y, train_idx)
     test = split == 1
     probs = predict_proba(model, x[torch.from_numpy(np.flatnonzero(test)).to(device)])
     held_out = classification_metrics(probs, target[test], len(classes))
@@ -99,6 +103,11 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     )
 
 
+def model_family(spec: RunSpec) -> ModelFamily:
+    """The family that trains and exports the run: built-in, or a plug-in whose code is the code it recorded."""
+    return family_for(spec.params.model_type, spec.identity.canonical_config.get(MODEL_CODE_KEY))
+
+
 def native_bytes(model: torch.nn.Module) -> bytes:
     """The state dict as safetensors bytes (CPU, contiguous, no metadata)."""
     tensors = {name: t.detach().to("cpu").contiguous() for name, t in sorted(model.state_dict().items())}
@@ -116,9 +125,15 @@ def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[i
 
 
 def _fit(
-    spec: RunSpec, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train_idx: torch.Tensor
+    spec: RunSpec,
+    family: ModelFamily,
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    train_idx: torch.Tensor,
 ) -> list[float]:
     params = spec.params
+    step = family.train_step or cross_entropy_step
     optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)  # families.OPTIMIZER, as recorded
     generator = torch.Generator().manual_seed(params.random_seed)
     losses: list[float] = []
@@ -128,10 +143,7 @@ def _fit(
         total, batches = 0.0, 0
         for start in range(0, len(order), params.batch_size):
             batch = order[start : start + params.batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(model(x[batch]), y[batch])
-            torch.autograd.backward(loss)
-            optimizer.step()
+            loss = step(model, optimizer, x[batch], y[batch])
             total, batches = total + float(loss.item()), batches + 1
         mean = total / max(batches, 1)
         if not np.isfinite(mean):

@@ -393,8 +393,9 @@ class S3Store(Store):
             )
             for item in (item for page in pages for item in page.get("Contents", [])):
                 name, stamp = item.get("Key", "").removeprefix(root), item.get("LastModified")
-                # S3 prefixes are strings, not directories: keep ``rel`` itself and the keys below it, as locally
-                if not name.endswith("/") and (not rel or name == rel or name.startswith(f"{rel}/")):
+                # S3 prefixes are strings, not directories: keep ``rel`` itself and the keys below it, as locally;
+                # "folder" keys (ending in "/", the root's own marker shows as "") are not objects of the store
+                if name and not name.endswith("/") and (not rel or name == rel or name.startswith(f"{rel}/")):
                     etag, mtime = _unquote(item.get("ETag", "")), stamp.timestamp() if stamp else 0.0
                     found.append(ObjectInfo(key=name, size=item.get("Size", 0), checksum=etag, mtime=mtime))
         return sorted(found, key=lambda info: info.key)

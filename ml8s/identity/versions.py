@@ -1,0 +1,39 @@
+"""The canonicalization versions this code can verify, and the canonical config's keys under each.
+
+Runs keep verifying after an upgrade: the verifier re-hashes the canonical JSON and fingerprint that a
+run recorded, whatever version made it, and checks the recorded config has exactly the keys of *its*
+version. A new version is added here when the rules change (SPEC §2: any change bumps the version).
+"""
+
+from __future__ import annotations
+
+from ml8s.identity.variables import CANONICALIZATION_VERSION, RESOLVED_KEYS, USER_VARIABLES
+
+# 1.0.0: the sixteen user-level variables, nothing else (frozen: later variables do not apply to it).
+_V1_KEYS = (
+    "batch_size",
+    "data_root",
+    "epochs",
+    "exclude_columns",
+    "hidden_layers",
+    "hidden_units",
+    "learning_rate",
+    "max_features",
+    "model_format",
+    "model_type",
+    "random_seed",
+    "sample_rows",
+    "standardize",
+    "target_column",
+    "test_size",
+    "train_device",
+)
+_CURRENT_KEYS = tuple(sorted({*(name.lower() for name in USER_VARIABLES), *RESOLVED_KEYS}))
+
+# 1.1.0 changed how features are made (missing-value tokens), not the keys.
+CANONICAL_KEYS: dict[str, tuple[str, ...]] = {
+    "1.0.0": _V1_KEYS,
+    "1.1.0": _V1_KEYS,
+    CANONICALIZATION_VERSION: _CURRENT_KEYS,
+}
+KNOWN_CANONICALIZATION_VERSIONS = tuple(sorted(CANONICAL_KEYS))

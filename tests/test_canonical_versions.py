@@ -1,0 +1,65 @@
+"""Canonicalization 2.0.0 (the plug-in code identity joined the canonical config): runs made under 1.0.0
+keep verifying, because the verifier re-hashes what a run recorded and checks the keys of *its* version."""
+
+from __future__ import annotations
+
+from ml8s.audit.offline import KNOWN_CANONICALIZATION_VERSIONS, snapshot_problems
+from ml8s.contract import ConfigSnapshot
+from ml8s.identity.hashing import compute_identity
+from ml8s.identity.variables import CANONICALIZATION_VERSION, CanonicalConfig, canonical_config
+from ml8s.identity.versions import CANONICAL_KEYS
+
+FP = "ab" * 32
+
+
+def snapshot(config: CanonicalConfig, version: str) -> ConfigSnapshot:
+    """A snapshot whose hashes are right for its config: only the version and the keys are under test."""
+    identity = compute_identity(config, FP)
+    return ConfigSnapshot.of(identity).model_copy(update={"canonicalization_version": version})
+
+
+def v1_config() -> CanonicalConfig:
+    """The canonical config exactly as ml8s 1.0.0 wrote it: the sixteen user-level variables."""
+    config = dict(canonical_config({"DATA_ROOT": "/data/churn", "TARGET_COLUMN": "churned"}))
+    del config["model_code"]
+    return config
+
+
+def test_the_current_version_is_2_0_0_and_older_ones_are_still_known() -> None:
+    assert CANONICALIZATION_VERSION == "2.0.0"
+    assert KNOWN_CANONICALIZATION_VERSIONS == frozenset({"1.0.0", "1.1.0", "2.0.0"})
+    assert CANONICAL_KEYS["1.1.0"] == CANONICAL_KEYS["1.0.0"]  # 1.1.0 changed feature rules only
+    assert set(CANONICAL_KEYS["2.0.0"]) - set(CANONICAL_KEYS["1.0.0"]) == {"model_code"}
+    assert len(CANONICAL_KEYS["1.0.0"]) == 16
+
+
+def test_a_1_0_0_run_verifies() -> None:
+    old = snapshot(v1_config(), "1.0.0")
+    assert snapshot_problems(old, old.run_id) == []
+
+
+def test_a_2_0_0_run_verifies() -> None:
+    new = snapshot(dict(canonical_config({"DATA_ROOT": "/data/churn", "TARGET_COLUMN": "churned"})), "2.0.0")
+    assert snapshot_problems(new, new.run_id) == []
+
+
+def test_keys_must_be_those_of_the_recorded_version() -> None:
+    old_keys_new_label = snapshot(v1_config(), "2.0.0")
+    problems = snapshot_problems(old_keys_new_label, old_keys_new_label.run_id)
+    assert len(problems) == 1 and "expected exactly the keys of canonicalization 2.0.0" in problems[0]
+    new_keys_old_label = snapshot({**v1_config(), "model_code": None}, "1.0.0")
+    problems = snapshot_problems(new_keys_old_label, new_keys_old_label.run_id)
+    assert len(problems) == 1 and "expected exactly the keys of canonicalization 1.0.0" in problems[0]
+
+
+def test_unknown_version_fails() -> None:
+    future = snapshot(v1_config(), "9.0.0")
+    assert any("'9.0.0' is unknown to this verifier" in p for p in snapshot_problems(future, future.run_id))
+
+
+def test_plugin_without_its_code_identity_fails() -> None:
+    config = dict(canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "y", "MODEL_TYPE": "plugin:p.m:build"}))
+    unresolved = snapshot(config, "2.0.0")
+    assert any("expected its code identity" in p for p in snapshot_problems(unresolved, unresolved.run_id))
+    resolved = snapshot({**config, "model_code": "sha256:" + "0" * 64}, "2.0.0")
+    assert snapshot_problems(resolved, resolved.run_id) == []
