@@ -67,4 +67,6 @@ def bootstrap_run(
         "force_rerun": force_rerun,
     }
     ctx = bootstrap(os.environ, overrides)
-    return BootstrapOutput(context=ctx.to_json(), spec=ctx.spec().to_json(), use_gpu=ctx.params.train_device == "cuda")
+    return BootstrapOutput(
+        context=ctx.to_json(), spec=ctx.spec.model_dump_json(), use_gpu=ctx.params.train_device == "cuda"
+    )

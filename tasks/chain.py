@@ -20,5 +20,6 @@ def commit_to_chain(context: str, manifest: str) -> str:
     log.configure()
     from ml8s.pipeline.chain_commit import chain_commit
 
-    chain_commit(RunContext.from_json(context))
+    ctx = RunContext.from_json(context)
+    chain_commit(ctx, ctx.open_store())
     return manifest

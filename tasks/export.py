@@ -24,7 +24,7 @@ def export_model(spec: str, summary: str, features: FlyteDirectory, model: Flyte
 
     out = output_dir("export")
     export.export(
-        RunSpec.from_json(spec),
+        RunSpec.model_validate_json(spec),
         train.TrainSummary.model_validate_json(summary),
         features.download(),
         model.download(),
@@ -43,4 +43,4 @@ def publish_model(context: str, model: FlyteDirectory, exported: FlyteDirectory)
         **publish.local_files(model.download(), publish.TRAINED + publish.TRAINING_LOGS),
         **publish.local_files(exported.download(), publish.exported(ctx.params.model_format)),
     }
-    publish.publish(ctx, files)
+    publish.publish(ctx, ctx.open_store(), files)

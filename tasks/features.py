@@ -23,7 +23,7 @@ def compute_features(spec: str) -> FlyteDirectory:
     from ml8s.pipeline import features
 
     out = output_dir("features")
-    features.compute_features(RunSpec.from_json(spec), out)
+    features.compute_features(RunSpec.model_validate_json(spec), out)
     return FlyteDirectory(path=out)
 
 
@@ -32,4 +32,5 @@ def compute_features(spec: str) -> FlyteDirectory:
 def publish_features(context: str, features: FlyteDirectory) -> None:
     """Write features/feature_matrix.parquet and features/feature_schema.json, each atomically."""
     log.configure()
-    publish.publish(RunContext.from_json(context), publish.local_files(features.download(), publish.FEATURES))
+    ctx = RunContext.from_json(context)
+    publish.publish(ctx, ctx.open_store(), publish.local_files(features.download(), publish.FEATURES))

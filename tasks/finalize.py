@@ -21,8 +21,10 @@ def finalize_run(context: str, mlflow: str, decision: str) -> str:
     # Imported here, not at module level: the step and the registry models pull in mlflow.
     from ml8s.pipeline import finalize, registry
 
+    ctx = RunContext.from_json(context)
     return finalize.finalize(
-        RunContext.from_json(context),
+        ctx,
+        ctx.open_store(),
         registry.MlflowRef.model_validate_json(mlflow),
         GateDecision.model_validate_json(decision),
     )

@@ -26,7 +26,8 @@ def check_gate(context: str) -> GateOutput:
         ``completed`` for the workflow's branch, and the decision as JSON.
     """
     log.configure()
-    decision = gate(RunContext.from_json(context))
+    ctx = RunContext.from_json(context)
+    decision = gate(ctx, ctx.open_store())
     return GateOutput(completed=decision.completed, decision=decision.model_dump_json())
 
 

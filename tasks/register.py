@@ -21,4 +21,5 @@ def register_model(context: str) -> str:
     # Imported here, not at module level: importing mlflow would slow the early-exit path.
     from ml8s.pipeline import registry
 
-    return registry.register(RunContext.from_json(context)).model_dump_json()
+    ctx = RunContext.from_json(context)
+    return registry.register(ctx, ctx.open_store()).model_dump_json()

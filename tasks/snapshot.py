@@ -16,4 +16,5 @@ def snapshot_data(context: str) -> None:
     # Imported here, like every step after the gate: the early-exit path stays light.
     from ml8s.pipeline import snapshot
 
-    snapshot.snapshot(RunContext.from_json(context))
+    ctx = RunContext.from_json(context)
+    snapshot.snapshot(ctx, ctx.open_store())

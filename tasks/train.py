@@ -35,7 +35,7 @@ def _train(spec: str, features: FlyteDirectory) -> TrainOutput:
     from ml8s.pipeline import train
 
     out = output_dir("model")
-    summary = train.train(RunSpec.from_json(spec), features.download(), out)
+    summary = train.train(RunSpec.model_validate_json(spec), features.download(), out)
     return TrainOutput(model=FlyteDirectory(path=out), summary=summary.model_dump_json())
 
 

@@ -12,7 +12,7 @@ from ml8s.identity.hashing import compute_identity
 from ml8s.identity.params import validate_params
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
-from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.context import RunContext, RunSpec
 
 
 def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> RunContext:
@@ -29,6 +29,6 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
     params = validate_params(config)
     fingerprint = fingerprint_data(params.data_root)
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
-    ctx = RunContext(identity=identity, params=params, settings=settings, fingerprint=fingerprint)
+    ctx = RunContext(spec=RunSpec(identity=identity, params=params, fingerprint=fingerprint), settings=settings)
     ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
     return ctx

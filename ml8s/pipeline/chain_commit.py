@@ -19,6 +19,7 @@ from ml8s.contract import TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import NotFoundError
 from ml8s.pipeline.context import RunContext
+from ml8s.store import Store
 
 
 class ChainCommit(BaseModel):
@@ -35,9 +36,8 @@ class ChainCommit(BaseModel):
     global_step: int
 
 
-def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCommit:
+def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = None) -> ChainCommit:
     """Commit the completed run (idempotent: an already committed run returns its version)."""
-    store = ctx.store()
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
     training = metadata.training
     steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
@@ -47,7 +47,7 @@ def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCom
     }
     chain = ChainStore(store, ctx.settings.chain_name)
     with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
-        has_logs = _fetch_events(ctx, logdir)
+        has_logs = _fetch_events(ctx, store, logdir)
         meta = CommitMeta(
             run_id=ctx.run_id,
             full_config_hash=ctx.identity.full_config_hash,
@@ -73,10 +73,10 @@ def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCom
     )
 
 
-def _fetch_events(ctx: RunContext, directory: str) -> bool:
+def _fetch_events(ctx: RunContext, store: Store, directory: str) -> bool:
     """The run's TensorBoard events into ``directory``; False for a run that has none."""
     try:
-        ctx.store().download(
+        store.download(
             ctx.key(layout.TENSORBOARD_EVENTS), os.path.join(directory, os.path.basename(layout.TENSORBOARD_EVENTS))
         )
     except NotFoundError:

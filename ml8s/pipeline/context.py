@@ -1,8 +1,19 @@
-"""The run context: everything a pipeline step needs, passed between Flyte tasks as JSON.
+"""The run object: one model per run, handed to every step, and the one projection that keys the cache.
 
-It holds the identity (computed once, in bootstrap), the validated parameters, the platform
-settings and the fingerprint entries the loader re-checks. ``writer()`` gives atomic writes into
-ARTIFACT_ROOT with tmp names ``.tmp/{component}-{workerid}.{ext}``.
+A run is a :class:`RunSpec` (what the compute steps' output depends on: the identity, the validated
+parameters, the data fingerprint) plus the platform settings (where it is written, whether it is
+forced, which MLflow and chain it reports to). :class:`RunContext` holds exactly those two parts, so
+the identity lives in one place: ``ctx.spec``. ``ctx.identity``, ``ctx.params`` and ``ctx.fingerprint``
+read through to it.
+
+Why a spec inside the run rather than two parallel models: the compute steps (features, training,
+export) must be cached on what determines their bytes and on nothing else, so their input is the spec
+alone; every other step needs the settings too and takes the whole run. No step receives both, and
+no value is carried twice.
+
+Resources are not part of the model: :meth:`RunContext.open_store` opens the pipeline root once, the
+caller (a Flyte task, or ``run_pipeline`` for a whole run) passes that store down to every step it calls,
+and :class:`ArtifactWriter` writes atomically through it with tmp names ``.tmp/{component}-{workerid}.{ext}``.
 """
 
 from __future__ import annotations
@@ -23,12 +34,12 @@ log = logging.getLogger("ml8s")
 
 
 class RunSpec(BaseModel):
-    """What a compute step's output depends on, and nothing else: the run context without the settings.
+    """What a compute step's output depends on, and nothing else: the run without its platform settings.
 
     Feature engineering, training and export read only this, so it is their Flyte cache key: two runs of
-    one configuration on the same data have equal specs wherever they write (PIPELINE_ROOT_URI),
-    whether or not FORCE_RERUN is set and whichever MLflow they report to. The fingerprint entries are
-    part of it, so the key names the exact bytes the loader will accept, strict identity or not.
+    one configuration on the same data have equal specs wherever they write (PIPELINE_ROOT_URI) and
+    whichever MLflow they report to. The fingerprint entries are part of it, so the key names the exact
+    bytes the loader will accept, strict identity or not.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,32 +56,35 @@ class RunSpec(BaseModel):
         """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
         log.info("[%s] run_id=%s full_config_hash=%s %s", step, self.run_id, self.identity.full_config_hash, message)
 
-    def to_json(self) -> str:
-        return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, text: str) -> RunSpec:
-        return cls.model_validate_json(text)
-
 
 class RunContext(BaseModel):
-    """One run's identity, parameters and settings."""
+    """One run: its spec (identity, parameters, fingerprint) and its platform settings."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    identity: RunIdentity
-    params: RunParams
+    spec: RunSpec
     settings: PlatformSettings
-    fingerprint: Fingerprint
+
+    @property
+    def identity(self) -> RunIdentity:
+        return self.spec.identity
+
+    @property
+    def params(self) -> RunParams:
+        return self.spec.params
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return self.spec.fingerprint
 
     @property
     def run_id(self) -> str:
-        return self.identity.run_id
+        return self.spec.run_id
 
     @property
     def prefix(self) -> str:
         """ARTIFACT_ROOT as a key relative to the pipeline root."""
-        return layout.run_prefix(self.identity.run_id)
+        return layout.run_prefix(self.run_id)
 
     @property
     def artifact_root(self) -> str:
@@ -82,21 +96,19 @@ class RunContext(BaseModel):
     def uri(self, rel: str) -> str:
         return f"{self.artifact_root}/{rel}"
 
-    def store(self) -> Store:
+    def open_store(self) -> Store:
+        """The pipeline root's store: open it once per step (or per process) and pass it down."""
         return open_store(self.settings.pipeline_root_uri)
 
-    def writer(self, store: Store | None = None) -> ArtifactWriter:
-        return ArtifactWriter(store or self.store(), self)
+    def writer(self, store: Store) -> ArtifactWriter:
+        return ArtifactWriter(store, self)
 
     def log(self, step: str, message: str) -> None:
         """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
-        log.info("[%s] run_id=%s full_config_hash=%s %s", step, self.run_id, self.identity.full_config_hash, message)
-
-    def spec(self) -> RunSpec:
-        """The part of the context that determines the compute steps' output (no platform settings)."""
-        return RunSpec(identity=self.identity, params=self.params, fingerprint=self.fingerprint)
+        self.spec.log(step, message)
 
     def to_json(self) -> str:
+        """The run as JSON, for handing it to another process (``from_json`` reads it back, without the env)."""
         return self.model_dump_json()
 
     @classmethod

@@ -19,11 +19,11 @@ from ml8s.errors import IntegrityError, NotFoundError
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
 from ml8s.pipeline.registry import MlflowRef
+from ml8s.store import Store
 
 
-def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
+def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDecision) -> str:
     """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
-    store = ctx.store()
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
     recorded = metadata.artifacts
     expected = set(layout.checksummed_artifacts(ctx.params.model_format))
