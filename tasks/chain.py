@@ -11,7 +11,7 @@ from ml8s.pipeline.context import RunContext
 # Never cached: it swaps the chain head (a side effect), and on a re-run it must still check that the
 # run is in the chain, healing a crash between success.marker and the commit.
 @task(cache=False)
-def commit_to_chain(context: str, manifest: str) -> str:
+def commit_to_chain(run: RunContext, manifest: str) -> str:
     """Commit the run's weights and manifest as the next chain version (idempotent per run).
 
     Returns:
@@ -20,6 +20,5 @@ def commit_to_chain(context: str, manifest: str) -> str:
     log.configure()
     from ml8s.pipeline.chain_commit import chain_commit
 
-    ctx = RunContext.from_json(context)
-    chain_commit(ctx, ctx.open_store())
+    chain_commit(run, run.open_store())
     return manifest

@@ -128,5 +128,5 @@ def test_force_rerun_plan_overwrites_the_cache(package: Path) -> None:
     plans = _launch_plans(package)  # the two named plans and each workflow's default plan
     assert {name for name, plan in plans.items() if plan.spec.overwrite_cache} == {"training_force_rerun_lp"}
     force, nightly = plans["training_force_rerun_lp"].spec, plans["training_nightly_lp"].spec
-    assert force.fixed_inputs.literals["force_rerun"].scalar.primitive.string_value == "true"
+    assert force.fixed_inputs.literals["force_rerun"].scalar.union.value.scalar.primitive.boolean is True
     assert nightly.entity_metadata.schedule.cron_schedule.schedule == "0 2 * * *"

@@ -72,14 +72,16 @@ class FirstRun(NamedTuple):
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
-    """One full run configured by workflow inputs, with an empty Flyte cache."""
+    """One full run configured by workflow inputs (typed ones too), with an empty Flyte cache."""
     base = tmp_path_factory.mktemp("workflow")
     data = write_small_churn(base / "data")
     root = base / "root"
     env = _env(base / "home1")
     run_id = bootstrap({"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "EPOCHS": "2"}).run_id
+    del env["EPOCHS"]  # given as a typed input below, as the other typed inputs at their default values
+    typed = ("--epochs", "2", "--test_size", "0.2", "--standardize", "true", "--model_type", "mlp")
     manifest, log = _pyflyte_run(
-        env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root)
+        env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root), *typed
     )
     assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}
     return FirstRun(data, root, base / "home1", run_id, manifest)
@@ -143,6 +145,45 @@ def test_force_rerun_launch_plan_retrains_to_the_same_bytes(first_run: FirstRun,
     assert (root / layout.run_prefix(run_id) / layout.SUCCESS_MARKER).is_file()
 
 
+def _pyflyte(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_help_shows_typed_inputs_with_defaults_and_descriptions(tmp_path: Path) -> None:
+    done = _pyflyte(_env(tmp_path / "home") | {"COLUMNS": "200"}, "--help")
+    assert done.returncode == 0, done.stderr
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"--(\w+)\s+(\S+)\s", done.stdout)}
+    assert rows["epochs"] == "INTEGER|CHOICE" and rows["test_size"] == "FLOAT|CHOICE"
+    assert rows["standardize"] == rows["force_rerun"] == "BOOLEAN|CHOICE"
+    assert rows["model_type"] == "[mlp|logreg|env]" and rows["train_device"] == "[cpu|cuda|env]"
+    assert rows["data_root"] == rows["learning_rate"] == "TEXT"
+    assert "training epochs (unset: EPOCHS, else 10) [default: env]" in " ".join(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--epochs", "ten"), "Invalid value for '--epochs': Failed to convert ten"),  # click, before any task
+        (("--epochs", "0"), "CONFIG_ERROR: EPOCHS=0 is invalid; expected an integer >= 1"),  # bootstrap
+        (("--learning_rate", "fast"), "CONFIG_ERROR: LEARNING_RATE='fast' is invalid; expected a number > 0"),
+    ],
+)
+def test_a_bad_input_is_one_error_naming_it_and_nothing_is_written(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    data = write_small_churn(tmp_path / "data", rows=60)
+    root = tmp_path / "root"
+    env = _env(tmp_path / "home", DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    done = _pyflyte(env | {"COLUMNS": "300"}, *args)
+    assert done.returncode != 0
+    output = " ".join((done.stdout + done.stderr).split())
+    assert message in output, output
+    assert args[0].lstrip("-") in output
+    assert "Traceback" not in output and 'File "' not in output
+    assert not root.exists()
+
+
 _IMPORT_PROBE = """
 import json, sys
 import workflows.training as training
@@ -153,7 +194,7 @@ plans = {}
 for lp in (lps.training_nightly_lp, lps.training_force_rerun_lp):
     plans[lp.name] = {
         "cron": lp.schedule.cron_schedule.schedule if lp.schedule else None,
-        "fixed": {k: v.scalar.primitive.string_value for k, v in lp.fixed_inputs.literals.items()},
+        "fixed": {k: v.scalar.union.value.scalar.primitive.boolean for k, v in lp.fixed_inputs.literals.items()},
         "required": sorted(k for k, p in lp.parameters.parameters.items() if p.required),
         "overwrite_cache": bool(lp.overwrite_cache),
     }
@@ -193,7 +234,7 @@ def test_import_is_light_and_launch_plans_are_wired() -> None:
         "training_nightly_lp": {"cron": "0 2 * * *", "fixed": {}, "required": [], "overwrite_cache": False},
         "training_force_rerun_lp": {
             "cron": None,
-            "fixed": {"force_rerun": "true"},
+            "fixed": {"force_rerun": True},
             "required": [],
             "overwrite_cache": True,
         },

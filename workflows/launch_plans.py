@@ -28,6 +28,6 @@ training_nightly_lp = LaunchPlan.get_or_create(
 training_force_rerun_lp = LaunchPlan.get_or_create(
     workflow=training_pipeline,
     name="training_force_rerun_lp",
-    fixed_inputs={"force_rerun": "true"},
+    fixed_inputs={"force_rerun": True},
     overwrite_cache=True,
 )
