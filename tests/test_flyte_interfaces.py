@@ -77,6 +77,9 @@ def test_compute_task_inputs_have_one_cache_key_in_every_process(tmp_path: Path)
     assert first == second == other_root
     # The key does depend on the configuration.
     assert _keys({**env, "EPOCHS": "3"}, "1")["spec_key"] != first["spec_key"]
+    # A forced run's key matches no other run's, forced or not: no cache can answer for it.
+    forced = [_keys({**env, "FORCE_RERUN": "true"}, "1")["spec_key"] for _ in range(2)]
+    assert len({first["spec_key"], *forced}) == 3
 
 
 def _unwrap(annotation: object) -> tuple[object, ...]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from ml8s.pipeline.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
 PYFLYTE = Path(sys.executable).parent / "pyflyte"
+ML8S = Path(sys.executable).parent / "ml8s"
 # Variables of the calling shell that would change the run; the tests set what they need.
 _RUN_VARIABLES = (
     "DATA_ROOT TARGET_COLUMN MODEL_FORMAT MODEL_TYPE TEST_SIZE RANDOM_SEED SAMPLE_ROWS MAX_FEATURES "
@@ -122,27 +122,48 @@ def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_
     assert not re.search(r"\|\s+(torch|mlflow)$", imports, re.MULTILINE), "the early exit imported torch or mlflow"
 
 
-def test_force_rerun_launch_plan_retrains_to_the_same_bytes(first_run: FirstRun, tmp_path: Path) -> None:
-    data, first_root, home, run_id, manifest = first_run
+def _verify(env: dict[str, str], run_id: str) -> None:
+    done = subprocess.run([str(ML8S), "verify", run_id, "--json"], env=env, capture_output=True, text=True, timeout=300)
+    report = json.loads(done.stdout)
+    assert report["status"] == "PASS", [c for c in report["checks"] if c["status"] != "PASS"]
+
+
+def test_force_rerun_recomputes_on_every_flyte_path_and_verifies(first_run: FirstRun, tmp_path: Path) -> None:
+    """The input, the variable and the launch plan: each forced run computes features, training and export
+    again although the Flyte cache holds them (no overwrite setting anywhere), reproduces the bytes, says so
+    in its manifest, and leaves a run that verifies against its chain."""
+    data, _, home, run_id, manifest = first_run
     root = tmp_path / "root"
-    shutil.copytree(first_root, root)
-    # The first run's cache is full, so only the plan's overwrite_cache makes the compute tasks run again.
-    # Locally a launch plan's overwrite_cache is ignored: FLYTE_LOCAL_CACHE_OVERWRITE (what
-    # `pyflyte run --overwrite-cache` sets) stands in for it; the plan's own flag is checked below.
     env = _env(home, DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
-    env["FLYTE_LOCAL_CACHE_OVERWRITE"] = "true"
-    # Called in Python, not with `pyflyte run`: flytekit 1.16's local `pyflyte run <lp>` passes the
-    # workflow's default ("") for a fixed input, which overrides force_rerun="true".
+    _, log = _pyflyte_run(env)  # a completed run under this root, from the cache
+    assert _COMPUTED.findall(log) == []
     probe = "from workflows.launch_plans import training_force_rerun_lp as lp; print(lp())"
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"force rerun failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    assert {m.group(1) for m in _COMPUTED.finditer(done.stderr)} == {"features", "train", "export"}
-    rerun = json.loads(done.stdout[done.stdout.index("{") :])
-    assert rerun["run_id"] == run_id
-    assert rerun["force_rerun"]["reproduced"] is True
-    first = json.loads(manifest)["artifacts"]
-    assert {rel: a["sha256"] for rel, a in rerun["artifacts"].items()} == {rel: a["sha256"] for rel, a in first.items()}
+    forced = {
+        "input": _pyflyte_run(env, "--force_rerun", "true"),
+        "variable": _pyflyte_run(env | {"FORCE_RERUN": "true"}),
+        # In Python, not `pyflyte run`: flytekit 1.16's local `pyflyte run <lp>` gives the workflow's default
+        # to a fixed input. On a cluster the plan's fixed input reaches bootstrap (tests/test_package.py).
+        "launch plan": _python(env, probe),
+    }
+    sha = {rel: a["sha256"] for rel, a in json.loads(manifest)["artifacts"].items()}
+    for path, (text, log) in forced.items():
+        assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}, path
+        rerun = json.loads(text)
+        assert rerun["run_id"] == run_id, path
+        assert rerun["force_rerun"]["reproduced"] is True and rerun["force_rerun"]["changed"] == [], path
+        assert rerun["force_rerun"]["recomputed"] == ["snapshot", "features", "train", "export"], path
+        assert {rel: a["sha256"] for rel, a in rerun["artifacts"].items()} == sha, path
     assert (root / layout.run_prefix(run_id) / layout.SUCCESS_MARKER).is_file()
+    _verify(env, run_id)
+
+
+def _python(env: dict[str, str], code: str) -> tuple[str, str]:
+    """Run Python code in the repository; return the manifest text it prints, and its stderr."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    start = done.stdout.index("{")
+    _, end = json.JSONDecoder().raw_decode(done.stdout, start)
+    return done.stdout[start:end], done.stderr
 
 
 def _pyflyte(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -236,6 +257,6 @@ def test_import_is_light_and_launch_plans_are_wired() -> None:
             "cron": None,
             "fixed": {"force_rerun": True},
             "required": [],
-            "overwrite_cache": True,
+            "overwrite_cache": False,  # not needed: a forced run's cache key matches nothing cached
         },
     }

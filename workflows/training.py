@@ -12,7 +12,9 @@ and the Flyte console shows their fields. The manifest stays a string: it is the
 
 The compute tasks (features, train, export) are cached on the RunSpec; the publish tasks copy their
 output into ARTIFACT_ROOT on every run. A run of the same configuration under another pipeline root
-therefore reuses the computation and still writes every artifact.
+therefore reuses the computation and still writes every artifact. A forced run (``force_rerun`` or
+FORCE_RERUN=true, or the force-rerun launch plan) has a fresh recompute token in its RunSpec: no cached
+result matches it, so Steps 2-7 run again and the manifest's ``force_rerun`` audit compares real bytes.
 """
 
 from __future__ import annotations

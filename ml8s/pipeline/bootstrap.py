@@ -7,6 +7,7 @@ that came from an explicit input (a workflow input, a CLI flag) is reported with
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping
 
 from ml8s.data.sources import fingerprint_data
@@ -44,7 +45,8 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
         raise _naming_the_input(exc, given) from exc
     fingerprint = fingerprint_data(params.data_root)
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
-    spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint)
+    token = secrets.token_hex(16) if settings.force_rerun else ""  # see RunSpec.recompute_token
+    spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint, recompute_token=token)
     ctx = RunContext(spec=spec, settings=settings)
     ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
     return ctx

@@ -2,8 +2,8 @@
 
 Runs after finalization *and* on the gate's early-exit path, so a crash between the marker and the
 commit heals on the next run; the chain's run index makes a second commit of the same run a no-op.
-The payload is the run's weights (FULL) and its manifest; TensorBoard events are uploaded to the
-chain only once the commit has won.
+The payload is the run's weights (FULL) and its manifest as the chain holds it (without a FORCE_RERUN
+audit: ``Manifest.chain_payload``); TensorBoard events are uploaded to the chain only once the commit has won.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy
-from ml8s.contract import TrainingMetadata, layout, load
+from ml8s.contract import Manifest, TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import NotFoundError
 from ml8s.pipeline.context import RunContext
@@ -42,7 +42,7 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     training = metadata.training
     steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
     payload = {
-        PAYLOAD_MANIFEST: store.get(ctx.key(layout.MANIFEST)),
+        PAYLOAD_MANIFEST: load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest).chain_payload(),
         PAYLOAD_WEIGHTS: store.get(ctx.key(layout.MODEL_NATIVE)),
     }
     chain = ChainStore(store, ctx.settings.chain_name)

@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import os
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from ml8s.contract import layout
 from ml8s.data.fingerprint import Fingerprint
+from ml8s.errors import ConfigError
 from ml8s.identity.hashing import RunIdentity
 from ml8s.identity.params import RunParams
 from ml8s.identity.settings import PlatformSettings, worker_id
@@ -40,6 +41,11 @@ class RunSpec(BaseModel):
     one configuration on the same data have equal specs wherever they write (PIPELINE_ROOT_URI) and
     whichever MLflow they report to. The fingerprint entries are part of it, so the key names the exact
     bytes the loader will accept, strict identity or not.
+
+    ``recompute_token`` is empty except on a forced re-run, where bootstrap draws a fresh random token: the
+    key of a forced run then matches no cached result, so Steps 2-7 are computed again wherever a cache
+    sits in front of them. It is a cache key and nothing else: no step reads it, and it never reaches an
+    artifact, a hash of the run or a path.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -47,6 +53,7 @@ class RunSpec(BaseModel):
     identity: RunIdentity
     params: RunParams
     fingerprint: Fingerprint
+    recompute_token: str = ""
 
     @property
     def run_id(self) -> str:
@@ -64,6 +71,17 @@ class RunContext(BaseModel):
 
     spec: RunSpec
     settings: PlatformSettings
+
+    @model_validator(mode="after")
+    def _forced_means_recomputed(self) -> RunContext:
+        """FORCE_RERUN and a recompute token go together: a forced run must never hit a cache."""
+        if self.settings.force_rerun != bool(self.spec.recompute_token):
+            raise ConfigError(
+                f"run {self.spec.run_id}: FORCE_RERUN={str(self.settings.force_rerun).lower()} but the spec "
+                f"{'has' if self.spec.recompute_token else 'has no'} recompute token; expected a token exactly "
+                "when the run is forced (build runs with ml8s.pipeline.bootstrap)"
+            )
+        return self
 
     @property
     def identity(self) -> RunIdentity:
