@@ -62,6 +62,12 @@ def _listing(root: Path) -> dict[str, tuple[int, int, int]]:
     return listing
 
 
+def _deck(home: Path) -> str:
+    """The one Flyte Deck a local run under ``home`` wrote (flytekit keeps it under TMPDIR)."""
+    (page,) = (home / "tmp").rglob("deck.html")
+    return page.read_text()
+
+
 class FirstRun(NamedTuple):
     data: Path
     root: Path
@@ -84,6 +90,8 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
         env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root), *typed
     )
     assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}
+    deck = _deck(base / "home1")  # the chain commit task's overview of the run
+    assert f"ml8s run {run_id}" in deck and "miss: Steps 2-7 ran" in deck and "v1 (1.0.0)" in deck
     return FirstRun(data, root, base / "home1", run_id, manifest)
 
 
@@ -120,6 +128,8 @@ def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_
     assert json.loads(again)["run_id"] == run_id
     assert _listing(root) == before, "the early exit rewrote something under PIPELINE_ROOT_URI"
     assert not re.search(r"\|\s+(torch|mlflow)$", imports, re.MULTILINE), "the early exit imported torch or mlflow"
+    deck = _deck(tmp_path / "home2")
+    assert f"ml8s run {run_id}" in deck and "hit: the run had completed" in deck and "v1 (1.0.0)" in deck
 
 
 def _verify(env: dict[str, str], run_id: str) -> None:

@@ -1,5 +1,8 @@
 """The training pipeline of SPEC §4: bootstrap → gate → (reuse | snapshot … finalize) → chain commit.
 
+The chain commit task, last on both branches, carries the workflow's Flyte Deck ("run"): the run's
+identity, whether the gate hit, its held-out metrics, its feature schema in brief and its chain position.
+
 Every input mirrors a user-level variable (lower-case name) or a platform setting, typed (see
 ``tasks.inputs``); an input left at its default (``""`` or ``env``) takes the environment, so a run
 configured by inputs and one configured by the environment have the same RUN_ID.
@@ -123,4 +126,4 @@ def training_pipeline(
         .else_()
         .then(train_and_register_wf(run=run.run, spec=run.spec, decision=gate.decision))
     )
-    return commit_to_chain(run=run.run, manifest=manifest)
+    return commit_to_chain(run=run.run, decision=gate.decision, manifest=manifest)
