@@ -5,9 +5,7 @@
 #       pyflyte run --remote workflows/training.py training_pipeline, with the same images and task
 #       environment as deploy/register.sh. Workflow inputs go after "--", e.g.
 #       bash deploy/run.sh -- --epochs 20        (another config: another RUN_ID)
-#       bash deploy/run.sh --overwrite-cache -- --force_rerun true
-#                                                (re-run Steps 2-7 of an existing run; without
-#                                                --overwrite-cache the compute tasks hit Flyte's cache)
+#       bash deploy/run.sh -- --force_rerun true  (re-run Steps 2-7 of an existing run, no cache hit)
 #   bash deploy/run.sh --launch-plan NAME
 #       launch a launch plan registered by deploy/register.sh with flytectl, e.g.
 #       bash deploy/run.sh --launch-plan training_force_rerun_lp

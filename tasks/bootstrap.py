@@ -1,20 +1,35 @@
-"""Step 0 as a task: resolve the configuration, fingerprint the data, compute RUN_ID."""
+"""Step 0 as a task: resolve the configuration, fingerprint the data, compute RUN_ID.
+
+Its inputs are the training workflow's, typed (see ``tasks.inputs``); it turns each into the text a user
+would have put in the environment and lets ``ml8s`` resolve and validate them in one place.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import NamedTuple
 
+import click
 from flytekit import task
 
 from ml8s import log
+from ml8s.errors import ConfigError, DataError
 from ml8s.pipeline.bootstrap import bootstrap
+from ml8s.pipeline.context import RunContext, RunSpec
+from tasks.inputs import FromEnv, InputValue, ModelFormat, ModelType, TrainDevice, input_text
 
 
 class BootstrapOutput(NamedTuple):
-    context: str
-    spec: str
-    use_gpu: bool
+    run: RunContext
+    spec: RunSpec
+
+
+class InvalidInputError(click.ClickException):
+    """A configuration or data error found at bootstrap, before anything is written.
+
+    A click exception because that is what ``pyflyte run`` prints as one line (any other exception is
+    printed with a traceback); on a cluster it is an ordinary task failure whose message is the ml8s error.
+    """
 
 
 # Never cached: bootstrap fingerprints DATA_ROOT, outside state that the inputs do not capture.
@@ -22,31 +37,31 @@ class BootstrapOutput(NamedTuple):
 def bootstrap_run(
     data_root: str,
     target_column: str,
-    model_format: str,
-    model_type: str,
-    test_size: str,
-    random_seed: str,
-    sample_rows: str,
-    max_features: str,
+    model_format: ModelFormat,
+    model_type: ModelType,
+    test_size: float | FromEnv,
+    random_seed: int | FromEnv,
+    sample_rows: int | FromEnv,
+    max_features: int | FromEnv,
     exclude_columns: str,
-    standardize: str,
-    hidden_units: str,
-    hidden_layers: str,
-    epochs: str,
-    batch_size: str,
+    standardize: bool | FromEnv,
+    hidden_units: int | FromEnv,
+    hidden_layers: int | FromEnv,
+    epochs: int | FromEnv,
+    batch_size: int | FromEnv,
     learning_rate: str,
-    train_device: str,
+    train_device: TrainDevice,
     pipeline_root_uri: str,
-    force_rerun: str,
+    force_rerun: bool | FromEnv,
 ) -> BootstrapOutput:
-    """Build the run context; an empty input means "take it from the environment".
+    """Build the run; an unset input (``""`` or ``env``) means "take it from the environment".
 
     Returns:
-        The run context as JSON (the input of the tasks that read or write the store), the RunSpec as
-        JSON (the input, and cache key, of the compute tasks) and whether training needs a GPU.
+        The run (the input of the tasks that read or write the store) and its spec (the input, and cache
+        key, of the compute tasks).
     """
     log.configure()
-    overrides = {
+    given: dict[str, InputValue] = {
         "data_root": data_root,
         "target_column": target_column,
         "model_format": model_format,
@@ -66,5 +81,8 @@ def bootstrap_run(
         "pipeline_root_uri": pipeline_root_uri,
         "force_rerun": force_rerun,
     }
-    ctx = bootstrap(os.environ, overrides)
-    return BootstrapOutput(context=ctx.to_json(), spec=ctx.spec().to_json(), use_gpu=ctx.params.train_device == "cuda")
+    try:
+        run = bootstrap(os.environ, {name: input_text(value) for name, value in given.items()})
+    except (ConfigError, DataError) as exc:
+        raise InvalidInputError(str(exc)) from exc
+    return BootstrapOutput(run=run, spec=run.spec)

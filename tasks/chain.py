@@ -1,24 +1,32 @@
-"""Step 8 as a task: commit the completed run to its model chain (on both branches of the gate)."""
+"""Step 8 as a task: commit the completed run to its model chain (on both branches of the gate), and
+show the run's overview in a Flyte Deck."""
 
 from __future__ import annotations
 
-from flytekit import task
+from flytekit import Deck, task
 
 from ml8s import log
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.gate import GateDecision
 
 
 # Never cached: it swaps the chain head (a side effect), and on a re-run it must still check that the
 # run is in the chain, healing a crash between success.marker and the commit.
-@task(cache=False)
-def commit_to_chain(context: str, manifest: str) -> str:
+@task(cache=False, enable_deck=True)
+def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> str:
     """Commit the run's weights and manifest as the next chain version (idempotent per run).
+
+    The Deck "run" renders ``ml8s.pipeline.run_overview``: identity, whether the gate hit (and a forced
+    re-run's audit), held-out metrics, the feature schema in brief, the chain position and MLflow.
 
     Returns:
         The manifest, unchanged, so the workflow's output stays the run manifest.
     """
     log.configure()
     from ml8s.pipeline.chain_commit import chain_commit
+    from ml8s.pipeline.run_overview import collect_overview, render_overview_html
 
-    chain_commit(RunContext.from_json(context))
+    store = run.open_store()
+    commit = chain_commit(run, store)
+    Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
     return manifest

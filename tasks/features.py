@@ -12,8 +12,8 @@ from tasks._util import COMPUTE_CACHE, output_dir
 
 
 @task(container_image="{{.image.fe}}", cache=COMPUTE_CACHE)
-def compute_features(spec: str) -> FlyteDirectory:
-    """Engineer the features of the run described by ``spec`` (a RunSpec); writes nothing to the store.
+def compute_features(spec: RunSpec) -> FlyteDirectory:
+    """Engineer the features of the run described by ``spec``; writes nothing to the store.
 
     Returns:
         A directory with feature_matrix.parquet and feature_schema.json.
@@ -23,13 +23,13 @@ def compute_features(spec: str) -> FlyteDirectory:
     from ml8s.pipeline import features
 
     out = output_dir("features")
-    features.compute_features(RunSpec.from_json(spec), out)
+    features.compute_features(spec, out)
     return FlyteDirectory(path=out)
 
 
 # Never cached: it writes into ARTIFACT_ROOT, which a cache hit would skip.
 @task(cache=False)
-def publish_features(context: str, features: FlyteDirectory) -> None:
+def publish_features(run: RunContext, features: FlyteDirectory) -> None:
     """Write features/feature_matrix.parquet and features/feature_schema.json, each atomically."""
     log.configure()
-    publish.publish(RunContext.from_json(context), publish.local_files(features.download(), publish.FEATURES))
+    publish.publish(run, run.open_store(), publish.local_files(features.download(), publish.FEATURES))

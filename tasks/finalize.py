@@ -7,22 +7,19 @@ from flytekit import task
 from ml8s import log
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
+from ml8s.pipeline.registry import MlflowRef
 
 
 # Never cached: it verifies the stored artifacts and writes the manifest and the marker.
 @task(cache=False)
-def finalize_run(context: str, mlflow: str, decision: str) -> str:
+def finalize_run(run: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
     """Verify every final artifact, write manifest.json and then success.marker.
 
     Returns:
         The manifest JSON, the workflow's output.
     """
     log.configure()
-    # Imported here, not at module level: the step and the registry models pull in mlflow.
-    from ml8s.pipeline import finalize, registry
+    # Imported here, not at module level: the step's helpers are not needed on the early-exit path.
+    from ml8s.pipeline import finalize
 
-    return finalize.finalize(
-        RunContext.from_json(context),
-        registry.MlflowRef.model_validate_json(mlflow),
-        GateDecision.model_validate_json(decision),
-    )
+    return finalize.finalize(run, run.open_store(), mlflow, decision)

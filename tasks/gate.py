@@ -13,27 +13,27 @@ from ml8s.pipeline.gate import GateDecision, gate
 
 class GateOutput(NamedTuple):
     completed: bool
-    decision: str
+    decision: GateDecision
 
 
 # Never cached: the answer is the state of the store (success.marker), not a function of the inputs,
 # and under FORCE_RERUN the gate deletes the run's artifacts.
 @task(cache=False)
-def check_gate(context: str) -> GateOutput:
+def check_gate(run: RunContext) -> GateOutput:
     """Decide whether the run already completed (success.marker present and consistent).
 
     Returns:
-        ``completed`` for the workflow's branch, and the decision as JSON.
+        ``completed`` for the workflow's branch, and the decision.
     """
     log.configure()
-    decision = gate(RunContext.from_json(context))
-    return GateOutput(completed=decision.completed, decision=decision.model_dump_json())
+    decision = gate(run, run.open_store())
+    return GateOutput(completed=decision.completed, decision=decision)
 
 
 # Pure (the decision holds the manifest), so caching it would be correct, but it only unpacks a
-# string: a cache lookup (a catalog round trip on a cluster) would cost more than running it.
+# field: a cache lookup (a catalog round trip on a cluster) would cost more than running it.
 @task(cache=False)
-def reuse_manifest(decision: str) -> str:
+def reuse_manifest(decision: GateDecision) -> str:
     """Return the manifest of the completed run, as the gate read it; nothing is written."""
     log.configure()
-    return GateDecision.model_validate_json(decision).manifest
+    return decision.manifest

@@ -6,19 +6,20 @@ from flytekit import task
 
 from ml8s import log
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.registry import MlflowRef
 
 
 # In the training image: the only one with MLflow. Never cached: it writes to MLflow, whose state is
 # outside the inputs (and reads metrics.json from the store).
 @task(container_image="{{.image.train}}", cache=False)
-def register_model(context: str) -> str:
+def register_model(run: RunContext) -> MlflowRef:
     """Log the run to MLflow and register the model, idempotently.
 
     Returns:
-        The MLflow reference (experiment, run, model version) as JSON.
+        The MLflow reference (experiment, run, model version).
     """
     log.configure()
     # Imported here, not at module level: importing mlflow would slow the early-exit path.
     from ml8s.pipeline import registry
 
-    return registry.register(RunContext.from_json(context)).model_dump_json()
+    return registry.register(run, run.open_store())

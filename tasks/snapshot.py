@@ -10,10 +10,10 @@ from ml8s.pipeline.context import RunContext
 
 # Never cached: it writes into ARTIFACT_ROOT, which a cache hit would skip.
 @task(cache=False)
-def snapshot_data(context: str) -> None:
+def snapshot_data(run: RunContext) -> None:
     """Write config_snapshot.json and data_fingerprint.json."""
     log.configure()
     # Imported here, like every step after the gate: the early-exit path stays light.
     from ml8s.pipeline import snapshot
 
-    snapshot.snapshot(RunContext.from_json(context))
+    snapshot.snapshot(run, run.open_store())

@@ -342,7 +342,7 @@ def test_data_changed_between_fingerprint_and_load(tmp_path: Path) -> None:
     changed.write_text(changed.read_text().replace("yes", "no", 1))
 
     with pytest.raises(DataChangedError) as caught:
-        snapshot(ctx)
+        snapshot(ctx, ctx.open_store())
 
     message = str(caught.value)
     assert "part-001.csv" in message and "changed after it was fingerprinted" in message
@@ -357,7 +357,7 @@ def test_data_file_removed_between_fingerprint_and_load(tmp_path: Path) -> None:
     (data / "part-000.csv").unlink()
 
     with pytest.raises(DataChangedError, match=r"part-000\.csv was fingerprinted but cannot be read now"):
-        snapshot(ctx)
+        snapshot(ctx, ctx.open_store())
     assert written_files(root) == []
 
 

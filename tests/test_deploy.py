@@ -457,7 +457,7 @@ def test_registration_arguments_serialize_every_task_with_its_image_and_env(
             assert metadata.discovery_version == "t1", f"{name}: cache version is not IMAGE_VERSION"
     assert plans["training_nightly_lp"].entity_metadata.schedule.cron_schedule.schedule
     fixed = plans["training_force_rerun_lp"].fixed_inputs.literals["force_rerun"]
-    assert fixed.scalar.primitive.string_value == "true"
+    assert fixed.scalar.union.value.scalar.primitive.boolean is True
 
 
 # ---------------------------------------------------------------------------------- data upload

@@ -124,9 +124,11 @@ def test_cache_is_on_exactly_the_compute_tasks_versioned_by_image(package: Path)
     assert not templates["tasks.bootstrap.bootstrap_run"].metadata.discoverable
 
 
-def test_force_rerun_plan_overwrites_the_cache(package: Path) -> None:
+def test_force_rerun_plan_forces_without_a_cache_setting(package: Path) -> None:
+    """The plan fixes force_rerun; bootstrap then gives the run's spec a fresh recompute token, so the compute
+    tasks' cache key matches nothing cached (no overwrite_cache needed, and none anywhere)."""
     plans = _launch_plans(package)  # the two named plans and each workflow's default plan
-    assert {name for name, plan in plans.items() if plan.spec.overwrite_cache} == {"training_force_rerun_lp"}
+    assert {name for name, plan in plans.items() if plan.spec.overwrite_cache} == set()
     force, nightly = plans["training_force_rerun_lp"].spec, plans["training_nightly_lp"].spec
-    assert force.fixed_inputs.literals["force_rerun"].scalar.primitive.string_value == "true"
+    assert force.fixed_inputs.literals["force_rerun"].scalar.union.value.scalar.primitive.boolean is True
     assert nightly.entity_metadata.schedule.cron_schedule.schedule == "0 2 * * *"

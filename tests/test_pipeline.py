@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 from conftest import SEED_LAYOUT
 
 from ml8s.contract import layout
+from ml8s.pipeline.context import RunContext
+from ml8s.store import Store
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 
@@ -93,6 +96,19 @@ def test_rerun_returns_early_writes_nothing_and_adds_no_version(
     assert model_versions(root) == ["1"]
 
 
+def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:
+    """``ml8s verify`` passes, and so do an audit bundle of the run and its offline verification."""
+    report = json.loads(ml8s(env, "verify", run_id, "--json").stdout)
+    assert report["status"] == "PASS", [c for c in report["checks"] if c["status"] != "PASS"]
+    bundle = str(tmp / f"bundle-{run_id}-{len(list(tmp.glob('bundle-*')))}.tar.gz")
+    ml8s(env, "audit", "bundle", run_id, "-o", bundle)
+    ml8s(env, "audit", "verify", bundle)
+
+
+# What the compute steps log when they run (ml8s run has no cache, but a forced run must say so by running).
+COMPUTED = re.compile(r"^INFO ml8s \[(features|train|export)\] ", re.MULTILINE)
+
+
 def test_force_rerun_regenerates_and_reproduces(tmp_path: Path) -> None:
     from conftest import write_small_churn
 
@@ -101,16 +117,68 @@ def test_force_rerun_regenerates_and_reproduces(tmp_path: Path) -> None:
     first = json.loads(ml8s(env_for(data, root), "run").stdout)
     directory = run_dir(root, first["run_id"])
     old = tree(directory)
-    forced = json.loads(ml8s(env_for(data, root, FORCE_RERUN="true"), "run").stdout)
+    proc = ml8s(env_for(data, root), "run", "--force-rerun")
+    forced = json.loads(proc.stdout)
     new = tree(directory)
+    assert {m.group(1) for m in COMPUTED.finditer(proc.stderr)} == {"features", "train", "export"}
     assert forced["force_rerun"]["reproduced"] is True
     assert forced["force_rerun"]["changed"] == []
+    assert forced["force_rerun"]["recomputed"] == ["snapshot", "features", "train", "export"]
     for rel in SEED_LAYOUT:
         assert new[rel][0:2] != old[rel][0:2], f"{rel} was not regenerated"
         assert new[rel][2] == old[rel][2], f"{rel} changed bytes"
     assert model_versions(root) == ["1"]
     # The audit is recorded: a plain re-run afterwards returns the forced run's manifest.
     assert json.loads(ml8s(env_for(data, root), "run").stdout) == forced
+    # The chain still holds the first completion's version, and verification agrees with it.
+    verifies(env_for(data, root), first["run_id"], tmp_path)
+    again = ml8s(env_for(data, root, FORCE_RERUN="true"), "run")  # the variable, a second time
+    assert {m.group(1) for m in COMPUTED.finditer(again.stderr)} == {"features", "train", "export"}
+    assert json.loads(again.stdout)["force_rerun"]["reproduced"] is True
+    verifies(env_for(data, root), first["run_id"], tmp_path)
+
+
+def _crash(*args: object) -> None:
+    raise KeyboardInterrupt("killed")
+
+
+def _clear_marker_then_crash(ctx: RunContext, store: Store) -> None:
+    """FORCE_RERUN's clearing, killed right after its first delete: the marker."""
+    store.delete(ctx.key(layout.SUCCESS_MARKER))
+    raise KeyboardInterrupt("killed after the marker was deleted")
+
+
+@pytest.mark.parametrize("kill", ["after_marker_delete", "after_new_marker"])
+def test_killed_forced_rerun_then_normal_run_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kill: str
+) -> None:
+    """A forced re-run killed after deleting the marker, or after writing its new marker (before the chain
+    commit), then a normal run: the run verifies, its chain included."""
+    from conftest import write_small_churn
+
+    import ml8s.pipeline.gate as gate
+    import ml8s.pipeline.run as run
+
+    data = write_small_churn(tmp_path / "data")
+    root = tmp_path / "root"
+    first = json.loads(ml8s(env_for(data, root), "run").stdout)
+    directory = run_dir(root, first["run_id"])
+    if kill == "after_marker_delete":
+        monkeypatch.setattr(gate, "clear_run", _clear_marker_then_crash)
+    else:
+        monkeypatch.setattr(run, "chain_commit", _crash)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_pipeline(env_for(data, root, FORCE_RERUN="true"))
+    monkeypatch.undo()
+    marker = (directory / layout.SUCCESS_MARKER).exists()
+    assert marker is (kill == "after_new_marker")
+    if marker:
+        assert json.loads((directory / layout.MANIFEST).read_text())["force_rerun"]["reproduced"] is True
+    proc = ml8s(env_for(data, root), "run")
+    ran = {m.group(1) for m in COMPUTED.finditer(proc.stderr)}
+    assert ran == (set() if marker else {"features", "train", "export"})  # an early exit, or a full run
+    verifies(env_for(data, root), first["run_id"], tmp_path)
+    assert model_versions(root) == ["1"]
 
 
 def test_simulated_collision_halts_with_both_hashes(

@@ -61,7 +61,7 @@ def test_crash_between_marker_and_commit_is_healed(tmp_path: Path, monkeypatch: 
 
     data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
 
-    def crash(ctx: object) -> None:
+    def crash(*args: object) -> None:
         raise KeyboardInterrupt("killed between success.marker and the chain commit")
 
     monkeypatch.setattr(run, "chain_commit", crash)

@@ -32,7 +32,7 @@ ctx = RunContext.from_json(open(ctx_file).read())
 open(ready, "w").close()
 while not os.path.exists(barrier):
     time.sleep(0.005)
-print(register(ctx, timeout_s=60).model_dump_json())
+print(register(ctx, ctx.open_store(), timeout_s=60).model_dump_json())
 """
 
 
@@ -63,16 +63,18 @@ def _expected_tags(ctx: RunContext) -> dict[str, str]:
 
 def _write_claim(ctx: RunContext, holder: str, lease_expires: float) -> None:
     claim = {"holder": holder, "generation": 7, "lease_expires": lease_expires, "done": False}
-    ctx.store().put_if_match(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json", json.dumps(claim).encode(), None)
+    ctx.open_store().put_if_match(
+        f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json", json.dumps(claim).encode(), None
+    )
 
 
 def test_register_twice_is_idempotent(tmp_path: Path) -> None:
     ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
     metrics = {"accuracy": 0.75, "loss": 0.5, "per_class": {"yes": 0.5}, "flag": True}
-    ctx.writer().write_bytes("metrics.json", json.dumps(metrics).encode(), "test")
+    ctx.writer(ctx.open_store()).write_bytes("metrics.json", json.dumps(metrics).encode(), "test")
 
-    first = register(ctx)
-    second = register(ctx)
+    first = register(ctx, ctx.open_store())
+    second = register(ctx, ctx.open_store())
 
     assert first == second
     assert first.model_version == "1" and first.model_name == ctx.settings.mlflow_model_name
@@ -92,7 +94,7 @@ def test_register_twice_is_idempotent(tmp_path: Path) -> None:
     assert run.data.params["target_column"] == '"churned"'
     assert set(run.data.params) == set(ctx.identity.canonical_config)
     assert run.info.status == "FINISHED"
-    claim = json.loads(ctx.store().get(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json"))
+    claim = json.loads(ctx.open_store().get(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json"))
     assert claim["done"] is True and claim["model_version"] == "1" and claim["holder"] == worker_id()
 
 
@@ -131,10 +133,10 @@ def test_stale_claim_is_taken_over(tmp_path: Path) -> None:
     ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
     _write_claim(ctx, "crashed-host-1", time.time() - 5)
 
-    ref = register(ctx, timeout_s=30)
+    ref = register(ctx, ctx.open_store(), timeout_s=30)
 
     assert ref.model_version == "1" and _versions(ctx) == [1]
-    claim = json.loads(ctx.store().get(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json"))
+    claim = json.loads(ctx.open_store().get(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json"))
     assert claim["generation"] == 8 and claim["holder"] == worker_id() and claim["done"] is True
 
 
@@ -144,7 +146,7 @@ def test_live_claim_makes_register_wait_then_fail(tmp_path: Path) -> None:
 
     started = time.monotonic()
     with pytest.raises(RegistryError, match="timed out waiting for a model version") as caught:
-        register(ctx, timeout_s=0.6)
+        register(ctx, ctx.open_store(), timeout_s=0.6)
 
     assert time.monotonic() - started >= 0.6
     assert "busy-host-1" in str(caught.value) and ctx.identity.full_config_hash in str(caught.value)
@@ -154,10 +156,10 @@ def test_live_claim_makes_register_wait_then_fail(tmp_path: Path) -> None:
 def test_done_claim_without_version_registers_again(tmp_path: Path) -> None:
     """A claim marked done is no proof: MLflow is checked (the version may have been deleted)."""
     ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
-    first = register(ctx)
+    first = register(ctx, ctx.open_store())
     _client(ctx).delete_model_version(first.model_name, first.model_version)
 
-    again = register(ctx)
+    again = register(ctx, ctx.open_store())
 
     assert again.model_version == "2" and again.mlflow_run_id == first.mlflow_run_id
     assert _versions(ctx) == [2] and _runs(ctx) == [first.mlflow_run_id]
@@ -169,7 +171,7 @@ def test_different_config_creates_second_version(tmp_path: Path) -> None:
     ctx3 = make_context(data, tmp_path / "root", epochs="3")
     assert ctx2.identity.full_config_hash != ctx3.identity.full_config_hash
 
-    ref2, ref3 = register(ctx2), register(ctx3)
+    ref2, ref3 = register(ctx2, ctx2.open_store()), register(ctx3, ctx3.open_store())
 
     assert (ref2.model_version, ref3.model_version) == ("1", "2")
     assert ref2.mlflow_run_id != ref3.mlflow_run_id
@@ -190,7 +192,7 @@ def test_duplicate_from_an_unseen_racer_is_reconciled(tmp_path: Path, monkeypatc
     client.create_model_version(ctx.settings.mlflow_model_name, tags["artifact_uri"], racer_run, tags=tags)
     monkeypatch.setattr(registry, "_find_version", lambda client, ctx: None)
 
-    ref = register(ctx)
+    ref = register(ctx, ctx.open_store())
 
     assert (ref.model_version, ref.mlflow_run_id, ref.experiment_name) == ("1", racer_run, "other-root")
     assert _versions(ctx) == [1] and _runs(ctx) == []

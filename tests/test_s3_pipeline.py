@@ -163,5 +163,5 @@ def test_s3_object_changed_after_fingerprint_fails(
     client = s3_server.client()  # type: ignore[attr-defined]
     client.put_object(Bucket=bucket, Key="d/part-001.csv", Body=b"a,churned\n1,yes\n")
     with pytest.raises(DataChangedError, match=r"part-001\.csv"):
-        snapshot(ctx)
+        snapshot(ctx, ctx.open_store())
     assert not (tmp_path / "root" / layout.RUNS_DIR).exists()

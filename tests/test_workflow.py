@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from ml8s.pipeline.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
 PYFLYTE = Path(sys.executable).parent / "pyflyte"
+ML8S = Path(sys.executable).parent / "ml8s"
 # Variables of the calling shell that would change the run; the tests set what they need.
 _RUN_VARIABLES = (
     "DATA_ROOT TARGET_COLUMN MODEL_FORMAT MODEL_TYPE TEST_SIZE RANDOM_SEED SAMPLE_ROWS MAX_FEATURES "
@@ -62,6 +62,12 @@ def _listing(root: Path) -> dict[str, tuple[int, int, int]]:
     return listing
 
 
+def _deck(home: Path) -> str:
+    """The one Flyte Deck a local run under ``home`` wrote (flytekit keeps it under TMPDIR)."""
+    (page,) = (home / "tmp").rglob("deck.html")
+    return page.read_text()
+
+
 class FirstRun(NamedTuple):
     data: Path
     root: Path
@@ -72,16 +78,20 @@ class FirstRun(NamedTuple):
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
-    """One full run configured by workflow inputs, with an empty Flyte cache."""
+    """One full run configured by workflow inputs (typed ones too), with an empty Flyte cache."""
     base = tmp_path_factory.mktemp("workflow")
     data = write_small_churn(base / "data")
     root = base / "root"
     env = _env(base / "home1")
     run_id = bootstrap({"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "EPOCHS": "2"}).run_id
+    del env["EPOCHS"]  # given as a typed input below, as the other typed inputs at their default values
+    typed = ("--epochs", "2", "--test_size", "0.2", "--standardize", "true", "--model_type", "mlp")
     manifest, log = _pyflyte_run(
-        env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root)
+        env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root), *typed
     )
     assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}
+    deck = _deck(base / "home1")  # the chain commit task's overview of the run
+    assert f"ml8s run {run_id}" in deck and "miss: Steps 2-7 ran" in deck and "v1 (1.0.0)" in deck
     return FirstRun(data, root, base / "home1", run_id, manifest)
 
 
@@ -118,29 +128,91 @@ def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_
     assert json.loads(again)["run_id"] == run_id
     assert _listing(root) == before, "the early exit rewrote something under PIPELINE_ROOT_URI"
     assert not re.search(r"\|\s+(torch|mlflow)$", imports, re.MULTILINE), "the early exit imported torch or mlflow"
+    deck = _deck(tmp_path / "home2")
+    assert f"ml8s run {run_id}" in deck and "hit: the run had completed" in deck and "v1 (1.0.0)" in deck
 
 
-def test_force_rerun_launch_plan_retrains_to_the_same_bytes(first_run: FirstRun, tmp_path: Path) -> None:
-    data, first_root, home, run_id, manifest = first_run
+def _verify(env: dict[str, str], run_id: str) -> None:
+    done = subprocess.run([str(ML8S), "verify", run_id, "--json"], env=env, capture_output=True, text=True, timeout=300)
+    report = json.loads(done.stdout)
+    assert report["status"] == "PASS", [c for c in report["checks"] if c["status"] != "PASS"]
+
+
+def test_force_rerun_recomputes_on_every_flyte_path_and_verifies(first_run: FirstRun, tmp_path: Path) -> None:
+    """The input, the variable and the launch plan: each forced run computes features, training and export
+    again although the Flyte cache holds them (no overwrite setting anywhere), reproduces the bytes, says so
+    in its manifest, and leaves a run that verifies against its chain."""
+    data, _, home, run_id, manifest = first_run
     root = tmp_path / "root"
-    shutil.copytree(first_root, root)
-    # The first run's cache is full, so only the plan's overwrite_cache makes the compute tasks run again.
-    # Locally a launch plan's overwrite_cache is ignored: FLYTE_LOCAL_CACHE_OVERWRITE (what
-    # `pyflyte run --overwrite-cache` sets) stands in for it; the plan's own flag is checked below.
     env = _env(home, DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
-    env["FLYTE_LOCAL_CACHE_OVERWRITE"] = "true"
-    # Called in Python, not with `pyflyte run`: flytekit 1.16's local `pyflyte run <lp>` passes the
-    # workflow's default ("") for a fixed input, which overrides force_rerun="true".
+    _, log = _pyflyte_run(env)  # a completed run under this root, from the cache
+    assert _COMPUTED.findall(log) == []
     probe = "from workflows.launch_plans import training_force_rerun_lp as lp; print(lp())"
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"force rerun failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    assert {m.group(1) for m in _COMPUTED.finditer(done.stderr)} == {"features", "train", "export"}
-    rerun = json.loads(done.stdout[done.stdout.index("{") :])
-    assert rerun["run_id"] == run_id
-    assert rerun["force_rerun"]["reproduced"] is True
-    first = json.loads(manifest)["artifacts"]
-    assert {rel: a["sha256"] for rel, a in rerun["artifacts"].items()} == {rel: a["sha256"] for rel, a in first.items()}
+    forced = {
+        "input": _pyflyte_run(env, "--force_rerun", "true"),
+        "variable": _pyflyte_run(env | {"FORCE_RERUN": "true"}),
+        # In Python, not `pyflyte run`: flytekit 1.16's local `pyflyte run <lp>` gives the workflow's default
+        # to a fixed input. On a cluster the plan's fixed input reaches bootstrap (tests/test_package.py).
+        "launch plan": _python(env, probe),
+    }
+    sha = {rel: a["sha256"] for rel, a in json.loads(manifest)["artifacts"].items()}
+    for path, (text, log) in forced.items():
+        assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}, path
+        rerun = json.loads(text)
+        assert rerun["run_id"] == run_id, path
+        assert rerun["force_rerun"]["reproduced"] is True and rerun["force_rerun"]["changed"] == [], path
+        assert rerun["force_rerun"]["recomputed"] == ["snapshot", "features", "train", "export"], path
+        assert {rel: a["sha256"] for rel, a in rerun["artifacts"].items()} == sha, path
     assert (root / layout.run_prefix(run_id) / layout.SUCCESS_MARKER).is_file()
+    _verify(env, run_id)
+
+
+def _python(env: dict[str, str], code: str) -> tuple[str, str]:
+    """Run Python code in the repository; return the manifest text it prints, and its stderr."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    start = done.stdout.index("{")
+    _, end = json.JSONDecoder().raw_decode(done.stdout, start)
+    return done.stdout[start:end], done.stderr
+
+
+def _pyflyte(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_help_shows_typed_inputs_with_defaults_and_descriptions(tmp_path: Path) -> None:
+    done = _pyflyte(_env(tmp_path / "home") | {"COLUMNS": "200"}, "--help")
+    assert done.returncode == 0, done.stderr
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"--(\w+)\s+(\S+)\s", done.stdout)}
+    assert rows["epochs"] == "INTEGER|CHOICE" and rows["test_size"] == "FLOAT|CHOICE"
+    assert rows["standardize"] == rows["force_rerun"] == "BOOLEAN|CHOICE"
+    assert rows["model_type"] == "[mlp|logreg|env]" and rows["train_device"] == "[cpu|cuda|env]"
+    assert rows["data_root"] == rows["learning_rate"] == "TEXT"
+    assert "training epochs (unset: EPOCHS, else 10) [default: env]" in " ".join(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--epochs", "ten"), "Invalid value for '--epochs': Failed to convert ten"),  # click, before any task
+        (("--epochs", "0"), "CONFIG_ERROR: EPOCHS=0 is invalid; expected an integer >= 1"),  # bootstrap
+        (("--learning_rate", "fast"), "CONFIG_ERROR: LEARNING_RATE='fast' is invalid; expected a number > 0"),
+    ],
+)
+def test_a_bad_input_is_one_error_naming_it_and_nothing_is_written(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    data = write_small_churn(tmp_path / "data", rows=60)
+    root = tmp_path / "root"
+    env = _env(tmp_path / "home", DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    done = _pyflyte(env | {"COLUMNS": "300"}, *args)
+    assert done.returncode != 0
+    output = " ".join((done.stdout + done.stderr).split())
+    assert message in output, output
+    assert args[0].lstrip("-") in output
+    assert "Traceback" not in output and 'File "' not in output
+    assert not root.exists()
 
 
 _IMPORT_PROBE = """
@@ -153,7 +225,7 @@ plans = {}
 for lp in (lps.training_nightly_lp, lps.training_force_rerun_lp):
     plans[lp.name] = {
         "cron": lp.schedule.cron_schedule.schedule if lp.schedule else None,
-        "fixed": {k: v.scalar.primitive.string_value for k, v in lp.fixed_inputs.literals.items()},
+        "fixed": {k: v.scalar.union.value.scalar.primitive.boolean for k, v in lp.fixed_inputs.literals.items()},
         "required": sorted(k for k, p in lp.parameters.parameters.items() if p.required),
         "overwrite_cache": bool(lp.overwrite_cache),
     }
@@ -193,8 +265,8 @@ def test_import_is_light_and_launch_plans_are_wired() -> None:
         "training_nightly_lp": {"cron": "0 2 * * *", "fixed": {}, "required": [], "overwrite_cache": False},
         "training_force_rerun_lp": {
             "cron": None,
-            "fixed": {"force_rerun": "true"},
+            "fixed": {"force_rerun": True},
             "required": [],
-            "overwrite_cache": True,
+            "overwrite_cache": False,  # not needed: a forced run's cache key matches nothing cached
         },
     }

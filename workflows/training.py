@@ -1,69 +1,103 @@
 """The training pipeline of SPEC §4: bootstrap → gate → (reuse | snapshot … finalize) → chain commit.
 
-Every input mirrors a user-level variable (lower-case name) or a platform setting; "" means "take
-it from the environment", so a run configured by inputs and one configured by the environment
-have the same RUN_ID.
+The chain commit task, last on both branches, carries the workflow's Flyte Deck ("run"): the run's
+identity, whether the gate hit, its held-out metrics, its feature schema in brief and its chain position.
+
+Every input mirrors a user-level variable (lower-case name) or a platform setting, typed (see
+``tasks.inputs``); an input left at its default (``""`` or ``env``) takes the environment, so a run
+configured by inputs and one configured by the environment have the same RUN_ID.
+
+Tasks exchange typed values: the run (``RunContext``), its spec (``RunSpec``), the gate's decision, the
+train summary and the MLflow reference are pydantic models, which flytekit sends as MessagePack of their
+JSON in field order (the same bytes in every process, so a stable cache key: tests/test_flyte_interfaces.py),
+and the Flyte console shows their fields. The manifest stays a string: it is the exact text of
+``manifest.json``, which an early exit returns byte for byte.
 
 The compute tasks (features, train, export) are cached on the RunSpec; the publish tasks copy their
 output into ARTIFACT_ROOT on every run. A run of the same configuration under another pipeline root
-therefore reuses the computation and still writes every artifact. ``force_rerun`` clears and rewrites
-the run but, on its own, does not bypass the cache: the force-rerun launch plan sets
-``overwrite_cache=True`` on the cluster; locally, use ``pyflyte run --overwrite-cache`` (or
-``FLYTE_LOCAL_CACHE_OVERWRITE=true``), or ``ml8s run --force-rerun``, which never caches.
+therefore reuses the computation and still writes every artifact. A forced run (``force_rerun`` or
+FORCE_RERUN=true, or the force-rerun launch plan) has a fresh recompute token in its RunSpec: no cached
+result matches it, so Steps 2-7 run again and the manifest's ``force_rerun`` audit compares real bytes.
 """
 
 from __future__ import annotations
 
 from flytekit import conditional, workflow
 
+from ml8s.pipeline.context import RunContext, RunSpec
+from ml8s.pipeline.gate import GateDecision
 from tasks.bootstrap import bootstrap_run
 from tasks.chain import commit_to_chain
 from tasks.export import export_model, publish_model
 from tasks.features import compute_features, publish_features
 from tasks.finalize import finalize_run
 from tasks.gate import check_gate, reuse_manifest
+from tasks.inputs import FromEnv, ModelFormat, ModelType, TrainDevice
 from tasks.register import register_model
 from tasks.snapshot import snapshot_data
 from tasks.train import train_model
 
 
 @workflow
-def train_and_register_wf(context: str, spec: str, decision: str, use_gpu: bool) -> str:
+def train_and_register_wf(run: RunContext, spec: RunSpec, decision: GateDecision) -> str:
     """Steps 2-7 for a run that has not completed: snapshot, features, train, export, register, finalize."""
-    snapshotted = snapshot_data(context=context)
+    snapshotted = snapshot_data(run=run)
     features = compute_features(spec=spec)
-    features_published = publish_features(context=context, features=features)
-    trained = train_model(spec=spec, features=features, use_gpu=use_gpu)
+    features_published = publish_features(run=run, features=features)
+    trained = train_model(spec=spec, features=features)
     exported = export_model(spec=spec, summary=trained.summary, features=features, model=trained.model)
-    model_published = publish_model(context=context, model=trained.model, exported=exported)
-    mlflow = register_model(context=context)
+    model_published = publish_model(run=run, model=trained.model, exported=exported)
+    mlflow = register_model(run=run)
     snapshotted >> features
     features_published >> model_published >> mlflow
-    return finalize_run(context=context, mlflow=mlflow, decision=decision)
+    return finalize_run(run=run, mlflow=mlflow, decision=decision)
 
 
 @workflow
 def training_pipeline(
     data_root: str = "",
     target_column: str = "",
-    model_format: str = "",
-    model_type: str = "",
-    test_size: str = "",
-    random_seed: str = "",
-    sample_rows: str = "",
-    max_features: str = "",
+    model_format: ModelFormat = ModelFormat.ENV,
+    model_type: ModelType = ModelType.ENV,
+    test_size: float | FromEnv = FromEnv.ENV,
+    random_seed: int | FromEnv = FromEnv.ENV,
+    sample_rows: int | FromEnv = FromEnv.ENV,
+    max_features: int | FromEnv = FromEnv.ENV,
     exclude_columns: str = "",
-    standardize: str = "",
-    hidden_units: str = "",
-    hidden_layers: str = "",
-    epochs: str = "",
-    batch_size: str = "",
+    standardize: bool | FromEnv = FromEnv.ENV,
+    hidden_units: int | FromEnv = FromEnv.ENV,
+    hidden_layers: int | FromEnv = FromEnv.ENV,
+    epochs: int | FromEnv = FromEnv.ENV,
+    batch_size: int | FromEnv = FromEnv.ENV,
     learning_rate: str = "",
-    train_device: str = "",
+    train_device: TrainDevice = TrainDevice.ENV,
     pipeline_root_uri: str = "",
-    force_rerun: str = "",
+    force_rerun: bool | FromEnv = FromEnv.ENV,
 ) -> str:
-    """Train one model idempotently and return its manifest (the first run's, if it already ran)."""
+    """Train one model idempotently and return its manifest (the first run's, if it already ran).
+
+    An input left unset ("" or env) takes the environment variable named in its description, then its default.
+
+    Args:
+        data_root: the dataset: a local path, file:// or s3:// URI (unset: DATA_ROOT; required)
+        target_column: the label column (unset: TARGET_COLUMN; required)
+        model_format: the export format (unset: MODEL_FORMAT, else onnx)
+        model_type: the model family (unset: MODEL_TYPE, else mlp)
+        test_size: the held-out fraction, 0 < x < 1 (unset: TEST_SIZE, else 0.2)
+        random_seed: an integer >= 0 (unset: RANDOM_SEED, else 42)
+        sample_rows: rows kept, deterministically (unset: SAMPLE_ROWS, else all rows)
+        max_features: the feature cap: top-N by variance, ties by name (unset: MAX_FEATURES, else all features)
+        exclude_columns: a comma list of columns dropped before feature engineering (unset: EXCLUDE_COLUMNS, else none)
+        standardize: scale numeric features to zero mean, unit variance (unset: STANDARDIZE, else true)
+        hidden_units: the width of each hidden layer (unset: HIDDEN_UNITS, else 64)
+        hidden_layers: the number of hidden layers (unset: HIDDEN_LAYERS, else 2)
+        epochs: training epochs (unset: EPOCHS, else 10)
+        batch_size: the minibatch size (unset: BATCH_SIZE, else 256)
+        learning_rate: the Adam learning rate, as text (unset: LEARNING_RATE, else 0.001)
+        train_device: cpu or cuda; it changes the bits, so it is identity (unset: TRAIN_DEVICE, else cpu)
+        pipeline_root_uri: where runs are written (unset: PIPELINE_ROOT_URI, else ./pipeline_root)
+        force_rerun: true: recompute Steps 2-7 with no cached result, audit the bytes (unset: FORCE_RERUN, else false)
+    """
     run = bootstrap_run(
         data_root=data_root,
         target_column=target_column,
@@ -84,12 +118,12 @@ def training_pipeline(
         pipeline_root_uri=pipeline_root_uri,
         force_rerun=force_rerun,
     )
-    gate = check_gate(context=run.context)
+    gate = check_gate(run=run.run)
     manifest = (
         conditional("idempotence_gate")
         .if_(gate.completed.is_true())
         .then(reuse_manifest(decision=gate.decision))
         .else_()
-        .then(train_and_register_wf(context=run.context, spec=run.spec, decision=gate.decision, use_gpu=run.use_gpu))
+        .then(train_and_register_wf(run=run.run, spec=run.spec, decision=gate.decision))
     )
-    return commit_to_chain(context=run.context, manifest=manifest)
+    return commit_to_chain(run=run.run, decision=gate.decision, manifest=manifest)

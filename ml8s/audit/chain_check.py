@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Mapping
 
 from ml8s.audit.report import CheckResult, verdict
-from ml8s.audit.run_checks import use
+from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.state import RunState
 from ml8s.chain import ChainStore, committed, verify_chain
 from ml8s.contract import layout
@@ -39,7 +39,7 @@ def check_chain(state: RunState) -> CheckResult:
         stored = hashlib.sha256(chain.fetch_payload(version, name)).hexdigest()  # checked against the block
         if rel not in state.listing():
             problems.append(f"the run's {rel} is missing, so block v{version.counter}'s {name} matches nothing")
-        elif stored != state.digest(rel)[0]:
+        elif stored != _as_chained(state, rel):
             problems.append(f"block v{version.counter} payload {name} has sha256 {stored}; the run's {rel} differs")
     report = verify_chain(chain)
     problems += [f"{f.check}: v{f.counter} {f.reason}" for f in report.findings]
@@ -48,3 +48,10 @@ def check_chain(state: RunState) -> CheckResult:
         f"run's weights and manifest; the chain verifies from genesis to head v{report.head_counter}"
     )
     return verdict("chain", problems, ok)
+
+
+def _as_chained(state: RunState, rel: str) -> str:
+    """sha256 of a run file as its chain block holds it: the manifest without a FORCE_RERUN audit
+    (``Manifest.chain_payload``; docs/chain.md, forced re-runs), any other file as it is."""
+    manifest = maybe(state.manifest) if rel == layout.MANIFEST else None
+    return hashlib.sha256(manifest.chain_payload()).hexdigest() if manifest is not None else state.digest(rel)[0]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.audit.chain_check import chain_name
 from ml8s.audit.state import RunState
 from ml8s.chain import Block, ChainStore, block_hash_of, committed, content_hash, sha256_hex
-from ml8s.contract import layout
+from ml8s.contract import Invalid, Manifest, layout, parse
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import ChainError
 
@@ -49,6 +49,14 @@ def proof_bytes(proof: ChainProof) -> bytes:
     return (json.dumps(proof.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
+def _as_chained(manifest: bytes) -> bytes:
+    """The bundled manifest as the chain holds it (without a FORCE_RERUN audit); unreadable, as it is."""
+    try:
+        return parse(layout.MANIFEST, manifest, Manifest).chain_payload()
+    except Invalid:
+        return manifest  # the manifest check reports why; here it simply matches no block
+
+
 def proof_problems(data: bytes, full_config_hash: str, weights_sha256: str | None, manifest: bytes) -> list[str]:
     """Everything wrong with a proof, offline, given the sha256 of the run's weights (bundled, or listed)."""
     try:
@@ -74,7 +82,7 @@ def proof_problems(data: bytes, full_config_hash: str, weights_sha256: str | Non
         problems.append(f"the proof holds {len(runs)} block(s) of this run; expected exactly one, v{proof.run_counter}")
         return problems
     files = {f.name: f.sha256 for f in runs[0].header.files}
-    if files.get(PAYLOAD_MANIFEST) != sha256_hex(manifest):
+    if files.get(PAYLOAD_MANIFEST) != sha256_hex(_as_chained(manifest)):
         problems.append(f"the run's block records another {PAYLOAD_MANIFEST} than the bundled {layout.MANIFEST}")
     if files.get(PAYLOAD_WEIGHTS) != weights_sha256:
         problems.append(f"the run's block records another {PAYLOAD_WEIGHTS} than the bundled weights")

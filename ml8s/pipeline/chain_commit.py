@@ -2,8 +2,8 @@
 
 Runs after finalization *and* on the gate's early-exit path, so a crash between the marker and the
 commit heals on the next run; the chain's run index makes a second commit of the same run a no-op.
-The payload is the run's weights (FULL) and its manifest; TensorBoard events are uploaded to the
-chain only once the commit has won.
+The payload is the run's weights (FULL) and its manifest as the chain holds it (without a FORCE_RERUN
+audit: ``Manifest.chain_payload``); TensorBoard events are uploaded to the chain only once the commit has won.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import tempfile
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy, SigningKey
-from ml8s.contract import TrainingMetadata, layout, load
+from ml8s.contract import Manifest, TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import NotFoundError
 from ml8s.pipeline.context import RunContext
+from ml8s.store import Store
 
 
 class ChainCommit(BaseModel):
@@ -35,21 +36,20 @@ class ChainCommit(BaseModel):
     global_step: int
 
 
-def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCommit:
+def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = None) -> ChainCommit:
     """Commit the completed run (idempotent: an already committed run returns its version)."""
-    store = ctx.store()
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
     training = metadata.training
     steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
     payload = {
-        PAYLOAD_MANIFEST: store.get(ctx.key(layout.MANIFEST)),
+        PAYLOAD_MANIFEST: load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest).chain_payload(),
         PAYLOAD_WEIGHTS: store.get(ctx.key(layout.MODEL_NATIVE)),
     }
     # The committer's key comes from this process's environment (a Kubernetes secret on a cluster), never
     # from the run context: the context travels between Flyte tasks and must hold no secret.
     chain = ChainStore(store, ctx.settings.chain_name, signer=SigningKey.from_env(os.environ))
     with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
-        has_logs = _fetch_events(ctx, logdir)
+        has_logs = _fetch_events(ctx, store, logdir)
         meta = CommitMeta(
             run_id=ctx.run_id,
             full_config_hash=ctx.identity.full_config_hash,
@@ -75,10 +75,10 @@ def chain_commit(ctx: RunContext, policy: RetryPolicy | None = None) -> ChainCom
     )
 
 
-def _fetch_events(ctx: RunContext, directory: str) -> bool:
+def _fetch_events(ctx: RunContext, store: Store, directory: str) -> bool:
     """The run's TensorBoard events into ``directory``; False for a run that has none."""
     try:
-        ctx.store().download(
+        store.download(
             ctx.key(layout.TENSORBOARD_EVENTS), os.path.join(directory, os.path.basename(layout.TENSORBOARD_EVENTS))
         )
     except NotFoundError:

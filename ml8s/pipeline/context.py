@@ -1,8 +1,19 @@
-"""The run context: everything a pipeline step needs, passed between Flyte tasks as JSON.
+"""The run object: one model per run, handed to every step, and the one projection that keys the cache.
 
-It holds the identity (computed once, in bootstrap), the validated parameters, the platform
-settings and the fingerprint entries the loader re-checks. ``writer()`` gives atomic writes into
-ARTIFACT_ROOT with tmp names ``.tmp/{component}-{workerid}.{ext}``.
+A run is a :class:`RunSpec` (what the compute steps' output depends on: the identity, the validated
+parameters, the data fingerprint) plus the platform settings (where it is written, whether it is
+forced, which MLflow and chain it reports to). :class:`RunContext` holds exactly those two parts, so
+the identity lives in one place: ``ctx.spec``. ``ctx.identity``, ``ctx.params`` and ``ctx.fingerprint``
+read through to it.
+
+Why a spec inside the run rather than two parallel models: the compute steps (features, training,
+export) must be cached on what determines their bytes and on nothing else, so their input is the spec
+alone; every other step needs the settings too and takes the whole run. No step receives both, and
+no value is carried twice.
+
+Resources are not part of the model: :meth:`RunContext.open_store` opens the pipeline root once, the
+caller (a Flyte task, or ``run_pipeline`` for a whole run) passes that store down to every step it calls,
+and :class:`ArtifactWriter` writes atomically through it with tmp names ``.tmp/{component}-{workerid}.{ext}``.
 """
 
 from __future__ import annotations
@@ -10,10 +21,11 @@ from __future__ import annotations
 import logging
 import os
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from ml8s.contract import layout
 from ml8s.data.fingerprint import Fingerprint
+from ml8s.errors import ConfigError
 from ml8s.identity.hashing import RunIdentity
 from ml8s.identity.params import RunParams
 from ml8s.identity.settings import PlatformSettings, worker_id
@@ -23,12 +35,17 @@ log = logging.getLogger("ml8s")
 
 
 class RunSpec(BaseModel):
-    """What a compute step's output depends on, and nothing else: the run context without the settings.
+    """What a compute step's output depends on, and nothing else: the run without its platform settings.
 
     Feature engineering, training and export read only this, so it is their Flyte cache key: two runs of
-    one configuration on the same data have equal specs wherever they write (PIPELINE_ROOT_URI),
-    whether or not FORCE_RERUN is set and whichever MLflow they report to. The fingerprint entries are
-    part of it, so the key names the exact bytes the loader will accept, strict identity or not.
+    one configuration on the same data have equal specs wherever they write (PIPELINE_ROOT_URI) and
+    whichever MLflow they report to. The fingerprint entries are part of it, so the key names the exact
+    bytes the loader will accept, strict identity or not.
+
+    ``recompute_token`` is empty except on a forced re-run, where bootstrap draws a fresh random token: the
+    key of a forced run then matches no cached result, so Steps 2-7 are computed again wherever a cache
+    sits in front of them. It is a cache key and nothing else: no step reads it, and it never reaches an
+    artifact, a hash of the run or a path.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -36,6 +53,7 @@ class RunSpec(BaseModel):
     identity: RunIdentity
     params: RunParams
     fingerprint: Fingerprint
+    recompute_token: str = ""
 
     @property
     def run_id(self) -> str:
@@ -45,32 +63,46 @@ class RunSpec(BaseModel):
         """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
         log.info("[%s] run_id=%s full_config_hash=%s %s", step, self.run_id, self.identity.full_config_hash, message)
 
-    def to_json(self) -> str:
-        return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, text: str) -> RunSpec:
-        return cls.model_validate_json(text)
-
 
 class RunContext(BaseModel):
-    """One run's identity, parameters and settings."""
+    """One run: its spec (identity, parameters, fingerprint) and its platform settings."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    identity: RunIdentity
-    params: RunParams
+    spec: RunSpec
     settings: PlatformSettings
-    fingerprint: Fingerprint
+
+    @model_validator(mode="after")
+    def _forced_means_recomputed(self) -> RunContext:
+        """FORCE_RERUN and a recompute token go together: a forced run must never hit a cache."""
+        if self.settings.force_rerun != bool(self.spec.recompute_token):
+            raise ConfigError(
+                f"run {self.spec.run_id}: FORCE_RERUN={str(self.settings.force_rerun).lower()} but the spec "
+                f"{'has' if self.spec.recompute_token else 'has no'} recompute token; expected a token exactly "
+                "when the run is forced (build runs with ml8s.pipeline.bootstrap)"
+            )
+        return self
+
+    @property
+    def identity(self) -> RunIdentity:
+        return self.spec.identity
+
+    @property
+    def params(self) -> RunParams:
+        return self.spec.params
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return self.spec.fingerprint
 
     @property
     def run_id(self) -> str:
-        return self.identity.run_id
+        return self.spec.run_id
 
     @property
     def prefix(self) -> str:
         """ARTIFACT_ROOT as a key relative to the pipeline root."""
-        return layout.run_prefix(self.identity.run_id)
+        return layout.run_prefix(self.run_id)
 
     @property
     def artifact_root(self) -> str:
@@ -82,21 +114,19 @@ class RunContext(BaseModel):
     def uri(self, rel: str) -> str:
         return f"{self.artifact_root}/{rel}"
 
-    def store(self) -> Store:
+    def open_store(self) -> Store:
+        """The pipeline root's store: open it once per step (or per process) and pass it down."""
         return open_store(self.settings.pipeline_root_uri)
 
-    def writer(self, store: Store | None = None) -> ArtifactWriter:
-        return ArtifactWriter(store or self.store(), self)
+    def writer(self, store: Store) -> ArtifactWriter:
+        return ArtifactWriter(store, self)
 
     def log(self, step: str, message: str) -> None:
         """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
-        log.info("[%s] run_id=%s full_config_hash=%s %s", step, self.run_id, self.identity.full_config_hash, message)
-
-    def spec(self) -> RunSpec:
-        """The part of the context that determines the compute steps' output (no platform settings)."""
-        return RunSpec(identity=self.identity, params=self.params, fingerprint=self.fingerprint)
+        self.spec.log(step, message)
 
     def to_json(self) -> str:
+        """The run as JSON, for handing it to another process (``from_json`` reads it back, without the env)."""
         return self.model_dump_json()
 
     @classmethod

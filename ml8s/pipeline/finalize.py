@@ -19,11 +19,14 @@ from ml8s.errors import IntegrityError, NotFoundError
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
 from ml8s.pipeline.registry import MlflowRef
+from ml8s.store import Store
+
+RECOMPUTED_STEPS = ("snapshot", "features", "train", "export")
+"""What a forced re-run recomputes (with the registration check and this step): every artifact's writer."""
 
 
-def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
+def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDecision) -> str:
     """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
-    store = ctx.store()
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
     recorded = metadata.artifacts
     expected = set(layout.checksummed_artifacts(ctx.params.model_format))
@@ -80,11 +83,20 @@ def finalize(ctx: RunContext, mlflow: MlflowRef, decision: GateDecision) -> str:
 
 
 def _rerun_audit(decision: GateDecision, artifacts: dict[str, ArtifactRef], model_format: str) -> RerunAudit:
-    """Compare what training_metadata.json recorded before the rerun with what it records now."""
+    """Compare what training_metadata.json recorded before the rerun with what it records now.
+
+    A forced run carries a recompute token in its spec (a context without one cannot be built), so no
+    cache answered for the compute steps: every step that writes an artifact ran again.
+    """
     previous = decision.previous_sha256
     compared = set(previous) | set(layout.checksummed_artifacts(model_format))
     changed = sorted(rel for rel in compared if previous.get(rel) != _sha(artifacts, rel))
-    return RerunAudit(reproduced=bool(previous) and not changed, changed=tuple(changed), previous_sha256=previous)
+    return RerunAudit(
+        reproduced=bool(previous) and not changed,
+        changed=tuple(changed),
+        previous_sha256=previous,
+        recomputed=RECOMPUTED_STEPS,
+    )
 
 
 def _sha(artifacts: dict[str, ArtifactRef], rel: str) -> str | None:

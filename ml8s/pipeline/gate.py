@@ -30,14 +30,13 @@ class GateDecision(BaseModel):
     previous_sha256: dict[str, str] = {}
 
 
-def gate(ctx: RunContext) -> GateDecision:
-    """Decide whether the run must (re)execute Steps 2-7.
+def gate(ctx: RunContext, store: Store) -> GateDecision:
+    """Decide whether the run must (re)execute Steps 2-7, reading (and under FORCE_RERUN clearing) ``store``.
 
     Raises:
         RunIdHashCollisionError: ARTIFACT_ROOT holds a snapshot of another FULL_CONFIG_HASH (complete or not).
         DataDriftError: non-strict identity, the completed run was made from other data.
     """
-    store = ctx.store()
     completed = store.exists(ctx.key(layout.SUCCESS_MARKER))
     _check_snapshot(ctx, store, completed=completed)
     if ctx.settings.force_rerun:

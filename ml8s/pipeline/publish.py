@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from ml8s.contract import layout
 from ml8s.errors import IntegrityError
 from ml8s.pipeline.context import RunContext
+from ml8s.store import Store
 
 FEATURES = (layout.FEATURE_MATRIX, layout.FEATURE_SCHEMA)
 """What feature engineering produces."""
@@ -43,11 +44,12 @@ def local_files(directory: str, rels: Iterable[str]) -> dict[str, str]:
     return {rel: local_path(directory, rel) for rel in rels}
 
 
-def publish(ctx: RunContext, files: Mapping[str, str]) -> None:
+def publish(ctx: RunContext, store: Store, files: Mapping[str, str]) -> None:
     """Write each local file to its layout key under ARTIFACT_ROOT, atomically, in sorted key order.
 
     Args:
         ctx: the run whose ARTIFACT_ROOT receives the files.
+        store: the pipeline root's store, opened once by the caller.
         files: layout key (``features/feature_matrix.parquet``) -> local path.
 
     Raises:
@@ -59,6 +61,6 @@ def publish(ctx: RunContext, files: Mapping[str, str]) -> None:
             f"cannot publish {', '.join(missing)} to {ctx.artifact_root}: "
             f"expected local files at {', '.join(files[rel] for rel in missing)}"
         )
-    writer = ctx.writer()
+    writer = ctx.writer(store)
     for rel in sorted(files):
         writer.write_file(rel, files[rel], posixpath.splitext(posixpath.basename(rel))[0])

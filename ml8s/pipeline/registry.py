@@ -68,7 +68,9 @@ class _Claim(BaseModel):
     model_version: str = ""
 
 
-def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: float = DEFAULT_LEASE_S) -> MlflowRef:
+def register(
+    ctx: RunContext, store: Store, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: float = DEFAULT_LEASE_S
+) -> MlflowRef:
     """Register ARTIFACT_ROOT/model once per FULL_CONFIG_HASH, reusing whatever already exists."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -79,7 +81,7 @@ def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: 
     try:
         with _sqlite_lock(uri, deadline):
             ensure_schema(uri)  # before any MLflow client opens it: created whole, or named when broken
-            return _register(ctx, MlflowClient(tracking_uri=uri), deadline, lease_s)
+            return _register(ctx, store, MlflowClient(tracking_uri=uri), deadline, lease_s)
     except (MlflowException, SQLAlchemyError, OSError) as exc:  # a full disk surfaces as any of them
         raise RegistryError(
             f"MLflow at {uri} failed registering model {ctx.settings.mlflow_model_name!r} for "
@@ -87,8 +89,8 @@ def register(ctx: RunContext, *, timeout_s: float = DEFAULT_TIMEOUT_S, lease_s: 
         ) from exc
 
 
-def _register(ctx: RunContext, client: MlflowClient, deadline: float, lease_s: float) -> MlflowRef:
-    store, key, me = ctx.store(), f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json", worker_id()
+def _register(ctx: RunContext, store: Store, client: MlflowClient, deadline: float, lease_s: float) -> MlflowRef:
+    key, me = f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json", worker_id()
     while True:
         found = _find_version(client, ctx)
         if found is not None:
@@ -119,7 +121,7 @@ def _register_as_holder(
 ) -> MlflowRef:
     """Create (or finish creating) the run and the version, then release the claim as done."""
     try:
-        ref = _create(ctx, client)
+        ref = _create(ctx, store, client)
     except BaseException:
         # Release at once so a waiter need not sit out the lease; best effort, the lease is the fallback.
         with contextlib.suppress(StoreError):
@@ -133,12 +135,12 @@ def _register_as_holder(
     return ref
 
 
-def _create(ctx: RunContext, client: MlflowClient) -> MlflowRef:
+def _create(ctx: RunContext, store: Store, client: MlflowClient) -> MlflowRef:
     found = _find_version(client, ctx)  # a crashed holder may have got this far
     if found is not None:
         return _ref(client, ctx, found)
     name, tags = ctx.settings.mlflow_model_name, _tags(ctx)
-    run_id, created_run = _ensure_run(ctx, client, _ensure_experiment(ctx, client), tags)
+    run_id, created_run = _ensure_run(ctx, store, client, _ensure_experiment(ctx, client), tags)
     with _unless_exists():
         client.create_registered_model(name)
     mine = client.create_model_version(
@@ -174,7 +176,9 @@ def _ensure_experiment(ctx: RunContext, client: MlflowClient) -> str:
     return str(experiment.experiment_id)
 
 
-def _ensure_run(ctx: RunContext, client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> tuple[str, bool]:
+def _ensure_run(
+    ctx: RunContext, store: Store, client: MlflowClient, experiment_id: str, tags: dict[str, str]
+) -> tuple[str, bool]:
     """The MLflow run of this hash (reused or created), with params and metrics filled in idempotently."""
     runs = client.search_runs([experiment_id], hash_filter(ctx.identity.full_config_hash))
     created = not runs
@@ -185,7 +189,7 @@ def _ensure_run(ctx: RunContext, client: MlflowClient, experiment_id: str, tags:
     config = ctx.identity.canonical_config
     params = {k: json.dumps(config[k], separators=(",", ":"), ensure_ascii=False) for k in sorted(config)}
     missing_params = {k: v for k, v in params.items() if k not in run.data.params}
-    metrics = {k: v for k, v in _metrics(ctx).items() if k not in run.data.metrics}
+    metrics = {k: v for k, v in _metrics(ctx, store).items() if k not in run.data.metrics}
     if missing_params or metrics:
         from mlflow.entities import Metric, Param
 
@@ -199,9 +203,9 @@ def _ensure_run(ctx: RunContext, client: MlflowClient, experiment_id: str, tags:
     return run_id, created
 
 
-def _metrics(ctx: RunContext) -> dict[str, float]:
+def _metrics(ctx: RunContext, store: Store) -> dict[str, float]:
     try:
-        data: object = json.loads(ctx.store().get(ctx.key("metrics.json")))
+        data: object = json.loads(store.get(ctx.key("metrics.json")))
     except NotFoundError:
         return {}
     except ValueError:

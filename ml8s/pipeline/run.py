@@ -17,11 +17,15 @@ from ml8s.pipeline.gate import gate
 
 
 def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> str:
-    """Steps 0-8; returns the manifest JSON. A completed run returns early, importing no torch or MLflow."""
+    """Steps 0-8; returns the manifest JSON. A completed run returns early, importing no torch or MLflow.
+
+    The pipeline root's store is opened once, here, and passed to every step.
+    """
     ctx = bootstrap(env, overrides)
-    decision = gate(ctx)
+    store = ctx.open_store()
+    decision = gate(ctx, store)
     if decision.completed:
-        chain_commit(ctx)  # idempotent: heals a crash between the marker and the commit
+        chain_commit(ctx, store)  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
     from ml8s.pipeline import publish  # heavy imports only on the path that trains
     from ml8s.pipeline.export import export
@@ -31,20 +35,20 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
     from ml8s.pipeline.snapshot import snapshot
     from ml8s.pipeline.train import train
 
-    spec = ctx.spec()
+    spec = ctx.spec
     if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
         from ml8s.modeling.determinism import seed_everything
 
         seed_everything(spec.params.random_seed, "cuda")
-    snapshot(ctx)
+    snapshot(ctx, store)
     with tempfile.TemporaryDirectory(prefix=f"ml8s-{ctx.run_id}-") as tmp:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
         compute_features(spec, features)
-        publish.publish(ctx, publish.local_files(features, publish.FEATURES))
+        publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
         summary = train(spec, features, model)
-        publish.publish(ctx, publish.local_files(model, publish.TRAINED + publish.TRAINING_LOGS))
+        publish.publish(ctx, store, publish.local_files(model, publish.TRAINED + publish.TRAINING_LOGS))
         export(spec, summary, features, model, exported)
-        publish.publish(ctx, publish.local_files(exported, publish.exported(spec.params.model_format)))
-    manifest = finalize(ctx, register(ctx), decision)
-    chain_commit(ctx)
+        publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
+    manifest = finalize(ctx, store, register(ctx, store), decision)
+    chain_commit(ctx, store)
     return manifest

@@ -12,12 +12,13 @@ from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout
 from ml8s.data.dataset import load_dataset
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.feature_rules import prepare
+from ml8s.store import Store
 
 
-def snapshot(ctx: RunContext) -> None:
+def snapshot(ctx: RunContext, store: Store) -> None:
     """Validate DATA_ROOT against the config, then write ``data_fingerprint.json`` and ``config_snapshot.json``."""
     prepared = prepare(load_dataset(ctx.fingerprint), ctx.params)
-    writer = ctx.writer()
+    writer = ctx.writer(store)
     writer.write_bytes(layout.DATA_FINGERPRINT, FingerprintRecord.of(ctx.fingerprint).to_bytes(), "data_fingerprint")
     writer.write_bytes(layout.CONFIG_SNAPSHOT, ConfigSnapshot.of(ctx.identity).to_bytes(), "config_snapshot")
     ctx.log("snapshot", f"{prepared.rows_read} rows in {len(ctx.fingerprint.entries)} file(s) validated and recorded")

@@ -12,7 +12,6 @@ import os
 import numpy as np
 import safetensors.torch
 import torch
-from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.errors import TrainingError
@@ -27,21 +26,7 @@ from ml8s.pipeline.features import read_matrix
 from ml8s.pipeline.metrics import classification_metrics
 from ml8s.pipeline.publish import local_path
 from ml8s.pipeline.tensorboard import write_training_events
-
-
-class TrainSummary(BaseModel):
-    """What training produced, passed to export (and recorded in training_metadata.json)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    spec: ModelSpec
-    architecture: str
-    parameter_count: int
-    classes: tuple[str, ...]
-    feature_names: tuple[str, ...]
-    epoch_losses: tuple[float, ...]
-    train_rows: int
-    test_rows: int
+from ml8s.pipeline.train_summary import TrainSummary as TrainSummary  # re-exported: export names it here
 
 
 def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:

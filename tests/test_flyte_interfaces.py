@@ -1,0 +1,185 @@
+"""The typed Flyte interfaces: the compute tasks' cache key is the same in every process, and the workflow
+inputs stay in step with the user-level variables (names, types, defaults, descriptions)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import subprocess
+import sys
+import types
+import typing
+from pathlib import Path
+
+import pytest
+from conftest import write_small_churn
+
+REPO = Path(__file__).resolve().parent.parent
+
+# One process: the compute tasks' inputs as flytekit's type engine turns them into literals, and the local
+# cache key flytekit derives from them (the cluster's catalog hashes the same deterministic literal bytes).
+_KEY_PROBE = """
+import hashlib, json, sys
+from flytekit import FlyteContextManager
+from flytekit.core.local_cache import _calculate_cache_key
+from flytekit.core.type_engine import TypeEngine
+from flytekit.models.literals import LiteralMap
+from ml8s.contract import ModelSpec
+from ml8s.pipeline.bootstrap import bootstrap
+from ml8s.pipeline.context import RunSpec
+from ml8s.pipeline.train_summary import TrainSummary
+
+ctx = FlyteContextManager.current_context()
+spec = bootstrap(json.loads(sys.argv[1])).spec
+summary = TrainSummary(
+    spec=ModelSpec(model_type="mlp", n_features=7, n_classes=2, hidden_units=64, hidden_layers=2),
+    architecture="mlp[7-64-64-2]", parameter_count=4802, classes=("no", "yes"),
+    feature_names=tuple(f"f{i}" for i in range(7)), epoch_losses=(0.6931471805599453, 0.1, 1e-07),
+    train_rows=480, test_rows=120,
+)
+out = {}
+for name, value, kind in (("spec", spec, RunSpec), ("summary", summary, TrainSummary)):
+    literal = TypeEngine.to_literal(ctx, value, kind, TypeEngine.to_literal_type(kind))
+    assert TypeEngine.to_python_value(ctx, literal, kind) == value, name  # the task gets back what was sent
+    data = literal.to_flyte_idl().SerializeToString(deterministic=True)
+    out[name] = hashlib.sha256(data).hexdigest()
+    out[name + "_key"] = _calculate_cache_key(f"tasks.{name}", "v1", LiteralMap({name: literal}))
+print(json.dumps(out))
+"""
+
+
+def _keys(env: dict[str, str], hash_seed: str) -> dict[str, str]:
+    """The literal digests and cache keys computed in a fresh process (its own hash seed)."""
+    run_env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "STRICT_DATA_IDENTITY")}
+    run_env.update(PYTHONHASHSEED=hash_seed, HOME=env["HOME"])
+    done = subprocess.run(
+        [sys.executable, "-c", _KEY_PROBE, json.dumps(env)],
+        cwd=REPO,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    keys: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return keys
+
+
+def test_compute_task_inputs_have_one_cache_key_in_every_process(tmp_path: Path) -> None:
+    """The typed RunSpec and TrainSummary become the same literal bytes, hence the same cache key, in separate
+    processes with different hash seeds, and under another pipeline root (no platform setting is in the key)."""
+    data = write_small_churn(tmp_path / "data", rows=60)
+    env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "EPOCHS": "2", "HOME": str(tmp_path)}
+    first = _keys({**env, "PIPELINE_ROOT_URI": str(tmp_path / "a")}, "1")
+    second = _keys({**env, "PIPELINE_ROOT_URI": str(tmp_path / "a")}, "2")
+    other_root = _keys({**env, "PIPELINE_ROOT_URI": str(tmp_path / "b"), "MLFLOW_MODEL_NAME": "other"}, "3")
+    assert first == second == other_root
+    # The key does depend on the configuration.
+    assert _keys({**env, "EPOCHS": "3"}, "1")["spec_key"] != first["spec_key"]
+    # A forced run's key matches no other run's, forced or not: no cache can answer for it.
+    forced = [_keys({**env, "FORCE_RERUN": "true"}, "1")["spec_key"] for _ in range(2)]
+    assert len({first["spec_key"], *forced}) == 3
+
+
+def _unwrap(annotation: object) -> tuple[object, ...]:
+    """The members of a union input type (``int | FromEnv`` -> (int, FromEnv)); a plain type alone."""
+    return typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+
+
+def test_workflow_inputs_follow_the_variables_types_and_defaults() -> None:
+    """A user variable added, retyped or given another default without its workflow input (or the reverse)
+    fails here: every input has the type of its validated parameter, unset spelled the one way for its type,
+    and a description naming the variable and its default."""
+    from ml8s.identity.params import RunParams
+    from ml8s.identity.variables import USER_VARIABLES
+    from tasks.bootstrap import bootstrap_run
+    from tasks.inputs import UNSET, FromEnv
+    from workflows.training import training_pipeline
+
+    inputs = training_pipeline.python_interface.inputs_with_defaults
+    docstring = training_pipeline.python_interface.docstring
+    assert docstring is not None
+    described = docstring.input_descriptions
+    assert dict(bootstrap_run.python_interface.inputs) == {k: v[0] for k, v in inputs.items()}
+    for variable, default in USER_VARIABLES.items():
+        name = variable.lower()
+        annotation, unset = inputs[name]
+        members = _unwrap(annotation)
+        param = RunParams.model_fields[name].annotation
+        if typing.get_origin(param) is typing.Literal:  # a choice: an enum of exactly its values, plus env
+            (choice,) = members
+            assert isinstance(choice, type) and issubclass(choice, enum.Enum), name
+            assert sorted(str(m.value) for m in choice) == sorted([*typing.get_args(param), UNSET]), name
+            assert unset is choice(UNSET), name
+        elif set(members) == {str}:  # text, exactly as the environment holds it; "" is unset
+            assert unset == "", name
+            assert name in {"data_root", "target_column", "exclude_columns", "learning_rate"}, name
+        else:  # a number or a boolean: the parameter's own type, or env
+            assert members[1:] == (FromEnv,) and unset is FromEnv.ENV, name
+            assert members[0] in _unwrap(param), name
+        text = described[name]
+        assert f"(unset: {variable}" in text, name
+        assert f"else {default})" in text if default else "required" in text or ", else " in text, name
+    platform = set(inputs) - {v.lower() for v in USER_VARIABLES}
+    assert platform == {"pipeline_root_uri", "force_rerun"}
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("", ""),
+        (" s3://bucket/data ", " s3://bucket/data "),
+        ("env", "env"),  # a text input is never read as the unset marker: "env" may be a column's name
+        (7, "7"),
+        (0.25, "0.25"),
+        (1e-05, "1e-05"),
+        (True, "true"),
+        (False, "false"),
+    ],
+)
+def test_input_text_is_what_the_environment_would_hold(value: str | int | float | bool, text: str) -> None:
+    from tasks.inputs import input_text
+
+    assert input_text(value) == text
+
+
+def test_unset_members_are_empty_text() -> None:
+    from tasks.inputs import FromEnv, ModelFormat, ModelType, TrainDevice, input_text
+
+    assert [input_text(v) for v in (FromEnv.ENV, ModelFormat.ENV, ModelType.ENV, TrainDevice.ENV)] == [""] * 4
+    assert [input_text(v) for v in (ModelFormat.SAFETENSORS, ModelType.LOGREG, TrainDevice.CUDA)] == [
+        "safetensors",
+        "logreg",
+        "cuda",
+    ]
+
+
+def test_typed_inputs_and_the_environment_give_one_identity(tmp_path: Path) -> None:
+    """SPEC §4: the canonical config is the same whether a value comes from an input or the environment."""
+    from ml8s.pipeline.bootstrap import bootstrap
+    from tasks.inputs import ModelType, input_text
+
+    data = write_small_churn(tmp_path / "data", rows=60)
+    base = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path / "root")}
+    typed = {"epochs": 3, "test_size": 0.25, "standardize": False, "model_type": ModelType.LOGREG, "max_features": 4}
+    by_input = bootstrap(base, {k: input_text(v) for k, v in typed.items()})
+    by_env = bootstrap(
+        {**base, "EPOCHS": "3", "TEST_SIZE": "0.25", "STANDARDIZE": "false", "MODEL_TYPE": "logreg"}
+        | {"MAX_FEATURES": "4"}
+    )
+    assert by_input.identity == by_env.identity
+
+
+def test_a_malformed_input_is_named(tmp_path: Path) -> None:
+    from ml8s.errors import ConfigError
+    from ml8s.pipeline.bootstrap import bootstrap
+
+    env = {"DATA_ROOT": str(tmp_path / "absent"), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: EPOCHS=0 is invalid; .* \(explicit input epochs\)$"):
+        bootstrap(env, {"epochs": "0"})
+    with pytest.raises(ConfigError) as from_env:
+        bootstrap({**env, "EPOCHS": "0"})
+    assert "explicit input" not in str(from_env.value)  # the environment variable names itself
+    with pytest.raises(ConfigError, match=r"FORCE_RERUN='maybe' is invalid; .*\(explicit input force_rerun\)$"):
+        bootstrap(env, {"force_rerun": "maybe"})

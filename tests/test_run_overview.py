@@ -1,0 +1,164 @@
+"""The training run's overview page (the training workflow's Flyte Deck): what it reads, what it shows,
+escaped, and the same bytes for the same run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import make_context, write_small_churn
+
+from ml8s.contract import (
+    ArtifactRef,
+    FeatureSchema,
+    IndicatorFeature,
+    Manifest,
+    Metrics,
+    NumberFeature,
+    OneHotFeature,
+    RerunAudit,
+    RowCounts,
+    SplitRecord,
+    TargetRecord,
+    layout,
+)
+from ml8s.errors import IntegrityError, NotFoundError
+from ml8s.pipeline.chain_commit import ChainCommit
+from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.gate import GateDecision
+from ml8s.pipeline.run_overview import collect_overview, render_overview_html
+
+COMMIT = ChainCommit(
+    chain_name="churn<model>",
+    counter=3,
+    semver="1.0.2",
+    block_hash="b" * 64,
+    content_hash="c" * 64,
+    version_dir="versions/v0000000003_1.0.2_bbbbbbbbbbbb",
+    global_step=12,
+)
+
+
+def _schema(extra_features: int = 0) -> FeatureSchema:
+    features = [
+        NumberFeature(kind="numeric", name="tenure", source="tenure", impute=30.5, train_variance=1.0),
+        IndicatorFeature(kind="indicator", name="tenure__missing", source="tenure", train_variance=0.1),
+        OneHotFeature(kind="onehot", name="plan=<b>pro</b>", source="plan", category="<b>pro</b>", train_variance=0.2),
+        *(
+            NumberFeature(kind="numeric", name=f"x{i:03d}", source=f"x{i:03d}", impute=0.0, train_variance=1.0)
+            for i in range(extra_features)
+        ),
+    ]
+    return FeatureSchema(
+        schema_version=1,
+        features=features,
+        target=TargetRecord(column="churned", classes=["no", "yes"], encoded_as="__target__"),
+        split=SplitRecord(column="__split__", train=0, test=1),
+        dropped_columns={"customer_id": "identifier-like"},
+        rows=RowCounts(read=600, missing_target_dropped=2, kept=598, train=478, test=120),
+        rows_per_file={"part-000.csv": 300, "part-001.csv": 300},
+    )
+
+
+def _store_run(ctx: RunContext, *, forced: bool, extra_features: int = 0) -> None:
+    """The three records the overview reads, as a completed run stores them."""
+    store = ctx.open_store()
+    metrics = Metrics(
+        accuracy=0.875,
+        final_train_loss=0.31,
+        log_loss=0.42,
+        macro_f1=0.8,
+        majority_class_accuracy=0.7,
+        roc_auc=0.9,
+        test_rows=120,
+        train_rows=478,
+    )
+    artifacts = {layout.METRICS: ArtifactRef(uri=ctx.uri(layout.METRICS), sha256="0" * 64, size=1)}
+    audit = RerunAudit(
+        reproduced=False,
+        changed=(layout.MODEL_NATIVE,),
+        previous_sha256={layout.MODEL_NATIVE: "1" * 64},
+        recomputed=("snapshot", "features", "train", "export"),
+    )
+    manifest = Manifest(
+        run_id=ctx.run_id,
+        full_config_hash=ctx.identity.full_config_hash,
+        data_fingerprint=ctx.identity.data_fingerprint,
+        canonicalization_version=ctx.identity.canonicalization_version,
+        artifact_root=ctx.artifact_root,
+        artifacts=artifacts,
+        mlflow={"model_name": "ml8s-model", "model_version": "4"},
+        force_rerun=audit if forced else None,
+    )
+    writer = ctx.writer(store)
+    writer.write_bytes(layout.METRICS, metrics.to_bytes(), "metrics")
+    writer.write_bytes(layout.FEATURE_SCHEMA, _schema(extra_features).to_bytes(), "feature_schema")
+    writer.write_bytes(layout.MANIFEST, manifest.to_bytes(), "manifest")
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> RunContext:
+    return make_context(write_small_churn(tmp_path / "data", rows=60), tmp_path / "root")
+
+
+def test_the_page_shows_identity_gate_metrics_features_chain_and_mlflow(ctx: RunContext) -> None:
+    _store_run(ctx, forced=False)
+    page = render_overview_html(collect_overview(ctx, ctx.open_store(), GateDecision(completed=True), COMMIT))
+    for shown in (
+        f"ml8s run {ctx.run_id}",
+        ctx.identity.full_config_hash,
+        ctx.identity.data_fingerprint,
+        ctx.artifact_root,
+        "<code>churned</code>",  # TARGET_COLUMN in the canonical configuration
+        "hit: the run had completed, its manifest was returned",
+        "<th align='left'>accuracy</th><td><code>0.875000</code>",
+        "<th align='left'>test_rows</th><td><code>120</code>",
+        "3 (1 indicator, 1 numeric, 1 onehot)",
+        "churned: no, yes",
+        "600 read, 2 without a target dropped, 478 train, 120 test",
+        "dropped customer_id",
+        "v3 (1.0.2)",
+        "b" * 64,
+        "<th align='left'>model_version</th><td><code>4</code>",
+    ):
+        assert shown in page, shown
+    assert "FORCE_RERUN" not in page
+
+
+def test_a_forced_run_shows_its_audit(ctx: RunContext) -> None:
+    _store_run(ctx, forced=True)
+    store = ctx.open_store()
+    page = render_overview_html(collect_overview(ctx, store, GateDecision(completed=False, force_rerun=True), COMMIT))
+    assert "miss: Steps 2-7 ran" in page
+    assert (
+        "this execution recomputed snapshot, features, train, export; changed: model/model_native.safetensors" in page
+    )
+    earlier = render_overview_html(collect_overview(ctx, store, GateDecision(completed=True), COMMIT))
+    assert "an earlier execution recomputed" in earlier
+
+
+def test_every_value_is_escaped_and_the_page_is_deterministic(ctx: RunContext) -> None:
+    _store_run(ctx, forced=False)
+    overview = collect_overview(ctx, ctx.open_store(), GateDecision(completed=True), COMMIT)
+    page = render_overview_html(overview)
+    assert "plan=&lt;b&gt;pro&lt;/b&gt;" in page and "<b>pro</b>" not in page
+    assert "churn&lt;model&gt;" in page and "churn<model>" not in page
+    assert not re.search(r"<(?!/?(h2|h3|p|code|table|tr|th|td)\b)", page), "a tag the page does not write"
+    assert render_overview_html(overview.model_validate_json(overview.model_dump_json())) == page
+
+
+def test_long_feature_lists_are_cut(ctx: RunContext) -> None:
+    _store_run(ctx, forced=False, extra_features=60)
+    page = render_overview_html(collect_overview(ctx, ctx.open_store(), GateDecision(completed=True), COMMIT))
+    assert "x046" in page and "x047" not in page and "(13 more)" in page
+
+
+def test_missing_or_tampered_records_are_named_errors(ctx: RunContext) -> None:
+    with pytest.raises(NotFoundError):
+        collect_overview(ctx, ctx.open_store(), GateDecision(completed=True), COMMIT)
+    _store_run(ctx, forced=False)
+    path = Path(ctx.artifact_root.removeprefix("file://")) / layout.METRICS
+    path.write_bytes(path.read_bytes().replace(b"0.875", b'"high"'))
+    with pytest.raises(IntegrityError, match=r"metrics\.json"):
+        collect_overview(ctx, ctx.open_store(), GateDecision(completed=True), COMMIT)
