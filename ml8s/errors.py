@@ -288,3 +288,15 @@ class RootUriError(ConfigError):
     def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
         super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
         self.expected = expected
+
+
+class InferenceError(Ml8sError):
+    """A run's model cannot serve predictions: incomplete run, missing or unreadable model files."""
+
+    code = "INFERENCE_ERROR"
+
+
+class PredictionInputError(InferenceError):
+    """Rows to predict on are not what the model's feature rules expect (a column, a value, the format)."""
+
+    code = "PREDICTION_INPUT_INVALID"

@@ -24,6 +24,7 @@ import torch
 from ml8s.contract import layout
 from ml8s.errors import ExportValidationError, IntegrityError
 from ml8s.identity.hashing import canonical_bytes
+from ml8s.inference.onnx_metadata import label_onnx
 from ml8s.modeling.determinism import flags
 from ml8s.modeling.networks import build_model
 from ml8s.pipeline.context import RunSpec
@@ -51,6 +52,7 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
     path = local_path(out_dir, layout.model_export(fmt))
     if fmt == "onnx":
         _export_onnx(model, summary.spec.n_features, path)
+        label_onnx(path, local_path(features_dir, layout.FEATURE_SCHEMA))  # classes, features, rules: servable alone
         actual = _run_onnx(path, held_out.numpy())
     else:
         shutil.copyfile(native, path)

@@ -14,10 +14,19 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.data.dataset import Column, Dataset, FloatArray
 from ml8s.errors import DataError
 from ml8s.identity.params import RunParams
+from ml8s.inference.rules import (
+    MAX_CATEGORIES,
+    MISSING,
+    OTHER,
+    FeatureKind,
+    FeatureRule,
+    bucket,
+    category_text,
+    encode_columns,
+    feature_values,
+)
 
-MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
-OTHER = "__other__"
-MISSING = "__missing__"
+__all__ = ["MAX_CATEGORIES", "MISSING", "OTHER", "IntArray", "Prepared", "encode", "prepare"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -111,28 +120,32 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
 
 
 def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict[str, object]]]:
-    """Encode every column, select MAX_FEATURES by training variance, standardize; columns sorted by name."""
+    """Encode every column, select MAX_FEATURES by training variance, standardize; columns sorted by name.
+
+    The matrix is built by :func:`~ml8s.inference.rules.encode_columns` from the rules it records, the
+    function that predicting on raw rows applies.
+    """
     train = prepared.split == 0
-    blocks: list[tuple[str, FloatArray, dict[str, object]]] = []
+    blocks: list[tuple[FeatureRule, FloatArray]] = []
+    kept: dict[str, list[str]] = {}
     for column in prepared.columns:
-        blocks.extend(_encode_column(column, train))
-    variances = {name: float(values[train].var()) for name, values, _ in blocks}
+        blocks.extend(_fit_column(column, train, kept))
+    variances = {rule.name: float(values[train].var()) for rule, values in blocks}
     if params.max_features is not None and params.max_features < len(blocks):
-        ranked = sorted(blocks, key=lambda b: (-variances[b[0]], b[0]))
+        ranked = sorted(blocks, key=lambda b: (-variances[b[0].name], b[0].name))
         blocks = ranked[: params.max_features]
-    blocks.sort(key=lambda b: b[0])
-    matrix = np.empty((len(prepared.target), len(blocks)), dtype=np.float64)
-    described: list[dict[str, object]] = []
-    for i, (name, values, spec) in enumerate(blocks):
-        spec = {**spec, "name": name, "train_variance": variances[name]}
-        if params.standardize and spec["kind"] == "numeric":
+    blocks.sort(key=lambda b: b[0].name)
+    rules: list[FeatureRule] = []
+    for rule, values in blocks:
+        rule = rule.model_copy(update={"train_variance": variances[rule.name]})
+        if params.standardize and rule.kind == "numeric":
             mean, std = float(values[train].mean()), float(values[train].std())
             std = std if std > 0 and math.isfinite(std) else 1.0
-            values = (values - mean) / std
-            spec.update(scale_mean=mean, scale_std=std)
-        matrix[:, i] = values
-        described.append(dict(sorted(spec.items())))
-    return matrix, described
+            rule = rule.model_copy(update={"scale_mean": mean, "scale_std": std})
+        rules.append(rule)
+    columns = {column.name: column for column in prepared.columns}
+    matrix = encode_columns(rules, columns, kept, len(prepared.target))
+    return matrix, [rule.record() for rule in rules]
 
 
 def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[IntArray, tuple[str, ...]]:
@@ -164,28 +177,29 @@ def _split(n: int, test_size: float, seed: int) -> IntArray:
     return split
 
 
-def _encode_column(column: Column, train: npt.NDArray[np.bool_]) -> list[tuple[str, FloatArray, dict[str, object]]]:
-    missing = column.missing()
-    out: list[tuple[str, FloatArray, dict[str, object]]] = []
+def _fit_column(
+    column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]]
+) -> list[tuple[FeatureRule, FloatArray]]:
+    """The candidate features of one column and their (unscaled) values; records a categorical's kept set."""
     if column.kind == "categorical":
-        values = np.array([MISSING if v is None else str(v) for v in column.values], dtype=object)
+        values = category_text(column)
         counts: dict[str, int] = {}
         for v in values.tolist():
             counts[v] = counts.get(v, 0) + 1
-        kept = sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
-        values = np.where(np.isin(values, kept), values, OTHER)
-        categories = sorted(set(values.tolist()))
-        for category in categories:
-            spec: dict[str, object] = {"source": column.name, "kind": "onehot", "category": category}
-            out.append((f"{column.name}={category}", (values == category).astype(np.float64), spec))
+        kept[column.name] = sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
+        bucketed = bucket(values, kept[column.name])
+        out: list[tuple[FeatureRule, FloatArray]] = []
+        for category in sorted(set(bucketed.tolist())):
+            rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
+            out.append((rule, feature_values(rule, column, bucketed)))
         return out
-    numbers = column.values.astype(np.float64)
-    observed = numbers[train & ~missing]
+    missing = column.missing()
+    observed = column.values.astype(np.float64)[train & ~missing]
     fill = float(observed.mean()) if len(observed) else 0.0
-    out.append(
-        (column.name, np.where(missing, fill, numbers), {"source": column.name, "kind": column.kind, "impute": fill})
-    )
+    kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
+    rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
+    fitted = [(rule, feature_values(rule, column))]
     if missing.any():
-        spec = {"source": column.name, "kind": "indicator"}
-        out.append((f"{column.name}__missing", missing.astype(np.float64), spec))
-    return out
+        indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
+        fitted.append((indicator, feature_values(indicator, column)))
+    return fitted
