@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ml8s.cli import audit, chain, ops, pipeline
+from ml8s.cli import audit, chain, ops, pipeline, predict
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.register(commands)  # verify, audit bundle|verify
     ops.register(commands)  # tmp-cleanup, resolve-collision, runs list
     chain.register(commands)  # chain init|commit|log|show|verify|gc|tensorboard
+    predict.register(commands)  # predict
     return parser
 
 
