@@ -101,8 +101,12 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=30)
 
 
-def mlflow_server(directory: Path) -> Iterator[str]:
-    """A real tracking server on loopback (sqlite backend, proxied artifact store), stopped afterwards."""
+def mlflow_server(directory: Path, *, wait: bool = True) -> Iterator[str]:
+    """A real tracking server on loopback (sqlite backend, proxied artifact store), stopped afterwards.
+
+    ``wait=False`` yields as soon as it is started: a caller whose first request comes later (a run that
+    trains first) lets the MLflow client's own retries bridge the boot.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     port, log = free_port(), directory / "server.log"
     command = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{directory}/server.db"]
@@ -111,7 +115,8 @@ def mlflow_server(directory: Path) -> Iterator[str]:
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=directory, start_new_session=True)
     try:
-        wait_until_answers(f"http://127.0.0.1:{port}/health", process, log)
+        if wait:
+            wait_until_answers(f"http://127.0.0.1:{port}/health", process, log)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(process)

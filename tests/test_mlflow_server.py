@@ -49,7 +49,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from mlflow_server(tmp_path_factory.mktemp("mlflow-server"))
+    """Started, not yet answering: it boots while the run below trains."""
+    yield from mlflow_server(tmp_path_factory.mktemp("mlflow-server"), wait=False)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,12 @@ def served(server: str, tmp_path_factory: pytest.TempPathFactory) -> Served:
     base = tmp_path_factory.mktemp("served")
     data = write_small_churn(base / "data")
     env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(base / "root"), "EPOCHS": "2"}
-    manifest = json.loads(run_pipeline({**env, "MLFLOW_TRACKING_URI": server}))
+    with pytest.MonkeyPatch.context() as patch:
+        # Registration's first request may come before the server answers: MLflow's client retries
+        # (1, 2, 4, ... s) bridge the boot.
+        patch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        patch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "8")
+        manifest = json.loads(run_pipeline({**env, "MLFLOW_TRACKING_URI": server}))
     rows = raw_rows(data)[:40] + EDGE_ROWS
     rows_csv = write_rows(base / "rows.csv", rows)
     return Served(server, data, base / "root", manifest["run_id"], manifest["mlflow"], rows, rows_csv)

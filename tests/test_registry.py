@@ -19,9 +19,10 @@ from mlflow.entities import ViewType
 from mlflow_support import copy_run, train_run
 
 from ml8s.errors import RegistryError
-from ml8s.identity.settings import worker_id
+from ml8s.identity.settings import PlatformSettings, worker_id
 from ml8s.pipeline import registry
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.mlflow_model import experiment_location
 from ml8s.pipeline.registry import CLAIMS_DIR, MlflowRef, register
 
 TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
@@ -31,6 +32,7 @@ CHILD = """
 import os, sys, time
 import mlflow
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.mlflow_model import experiment_location
 from ml8s.pipeline.registry import register
 ctx_file, ready, barrier = sys.argv[1:4]
 ctx = RunContext.from_json(open(ctx_file).read())
@@ -230,3 +232,21 @@ def test_duplicate_from_an_unseen_racer_is_reconciled(
     deleted = client.search_runs([ours], run_view_type=ViewType.DELETED_ONLY)
     assert len(deleted) == 1 and deleted[0].info.lifecycle_stage == "deleted"
     assert client.search_logged_models([ours]) == []  # our run's logged model went with it
+
+
+@pytest.mark.parametrize(
+    ("root", "tracking", "expected"),
+    [
+        ("/data/root", "", "file:///data/root/mlruns"),  # the local default: sqlite under the root
+        ("/data/root", "sqlite:////elsewhere/m.db", "file:///data/root/mlruns"),
+        ("s3://bucket/runs", "sqlite:////var/mlflow/m.db", "file:///var/mlflow/mlruns"),  # never ./mlruns
+        ("s3://bucket/runs", "sqlite:///:memory:", None),
+        ("s3://bucket/runs", "http://127.0.0.1:5000", None),  # a server keeps its own artifact store
+        ("/data/root", "http://127.0.0.1:5000", None),
+    ],
+)
+def test_experiment_artifacts_never_land_in_the_working_directory(
+    root: str, tracking: str, expected: str | None
+) -> None:
+    settings = PlatformSettings.load({}, {"pipeline_root_uri": root, "mlflow_tracking_uri": tracking})
+    assert experiment_location(settings) == expected

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ml8s.errors import InferenceError, RegistryError
+from ml8s.identity.settings import PlatformSettings
 from ml8s.inference.model_files import read_run_files
 from ml8s.pipeline.context import RunContext
 
@@ -65,6 +66,23 @@ def ensure_logged_model(
         raise
     ctx.log("register", f"logged MLflow model {model_id} of run {run_id} at {model.artifact_location}")
     return model_id
+
+
+def experiment_location(settings: PlatformSettings) -> str | None:
+    """Where a new experiment keeps its artifacts (the logged models); None lets an MLflow server decide.
+
+    With a sqlite tracking URI MLflow's default is ``./mlruns`` in the working directory: ml8s uses
+    ``{PIPELINE_ROOT_URI}/mlruns`` under a local root, else a ``mlruns`` directory beside the database file.
+    """
+    uri = settings.mlflow_tracking_uri
+    if not uri.startswith("sqlite:"):
+        return None
+    if settings.pipeline_root_uri.startswith("file://"):
+        return settings.pipeline_root_uri + "/mlruns"
+    path = uri[len("sqlite:///") :].split("?")[0] if uri.startswith("sqlite:///") else ""
+    if path in ("", ":memory:"):
+        return None
+    return "file://" + os.path.join(os.path.dirname(os.path.abspath(path)), "mlruns")
 
 
 @contextlib.contextmanager

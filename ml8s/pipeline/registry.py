@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.mlflow_model import ensure_logged_model, registry_resolves_with
+from ml8s.pipeline.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with
 from ml8s.pipeline.mlflow_run import log_run_data
 from ml8s.store import Store
 
@@ -166,10 +166,8 @@ def _ensure_experiment(ctx: RunContext, client: MlflowClient) -> str:
     name, uri = ctx.settings.mlflow_experiment_prefix, ctx.settings.mlflow_tracking_uri
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
-        # sqlite: keep the artifact location off the working directory (MLflow's default is ./mlruns).
-        local = uri.startswith("sqlite:") and ctx.settings.pipeline_root_uri.startswith("file://")
         with _unless_exists():  # created concurrently: read it back below
-            return str(client.create_experiment(name, ctx.settings.pipeline_root_uri + "/mlruns" if local else None))
+            return str(client.create_experiment(name, experiment_location(ctx.settings)))
         experiment = client.get_experiment_by_name(name)
     if experiment is None or str(experiment.lifecycle_stage) != "active":
         raise RegistryError(f"MLflow experiment {name!r} at {uri} is deleted or cannot be created")
