@@ -364,3 +364,15 @@ class ModelCodeChangedError(ConfigError):
     """A plug-in model's code differs from the code identity its run recorded at bootstrap."""
 
     code = "MODEL_CODE_CHANGED"
+
+
+class InferenceError(Ml8sError):
+    """A run's model cannot serve predictions: incomplete run, missing or unreadable model files."""
+
+    code = "INFERENCE_ERROR"
+
+
+class PredictionInputError(InferenceError):
+    """Rows to predict on are not what the model's feature rules expect (a column, a value, the format)."""
+
+    code = "PREDICTION_INPUT_INVALID"

@@ -1,4 +1,8 @@
-"""MLflow registration: one model version and one run per full_config_hash, across processes and crashes."""
+"""MLflow registration: one model version and one run per full_config_hash, across processes and crashes.
+
+Registration logs the run's MLflow model from its published artifacts, so each test registers a copy of
+runs trained once for the module.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,13 @@ import pytest
 from conftest import make_context, write_small_churn
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
+from mlflow_support import copy_run, train_run
 
 from ml8s.errors import RegistryError
-from ml8s.identity.settings import worker_id
+from ml8s.identity.settings import PlatformSettings, worker_id
 from ml8s.pipeline import registry
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.mlflow_model import experiment_location
 from ml8s.pipeline.registry import CLAIMS_DIR, MlflowRef, register
 
 TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
@@ -26,6 +32,7 @@ CHILD = """
 import os, sys, time
 import mlflow
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.mlflow_model import experiment_location
 from ml8s.pipeline.registry import register
 ctx_file, ready, barrier = sys.argv[1:4]
 ctx = RunContext.from_json(open(ctx_file).read())
@@ -34,6 +41,24 @@ while not os.path.exists(barrier):
     time.sleep(0.005)
 print(register(ctx, ctx.open_store(), timeout_s=60).model_dump_json())
 """
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The data and a root holding two trained runs of it (EPOCHS 2 and 3), not registered."""
+    base = tmp_path_factory.mktemp("registry")
+    data = write_small_churn(base / "data")
+    for epochs in ("2", "3"):
+        train_run(make_context(data, base / "template", epochs=epochs))
+    return data, base / "template"
+
+
+def _context(trained: tuple[Path, Path], root: Path, **overrides: str) -> RunContext:
+    """A context of a trained run whose artifacts are copied under ``root``."""
+    data, template = trained
+    ctx = make_context(data, root, **overrides)
+    copy_run(template, ctx.run_id, root)
+    return ctx
 
 
 def _client(ctx: RunContext) -> MlflowClient:
@@ -68,10 +93,10 @@ def _write_claim(ctx: RunContext, holder: str, lease_expires: float) -> None:
     )
 
 
-def test_register_twice_is_idempotent(tmp_path: Path) -> None:
-    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+def test_register_twice_is_idempotent(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    ctx = _context(trained, tmp_path / "root")
     metrics = {"accuracy": 0.75, "loss": 0.5, "per_class": {"yes": 0.5}, "flag": True}
-    ctx.writer(ctx.open_store()).write_bytes("metrics.json", json.dumps(metrics).encode(), "test")
+    ctx.writer(ctx.open_store()).write_bytes("metrics.json", json.dumps(metrics).encode(), "test")  # numbers only
 
     first = register(ctx, ctx.open_store())
     second = register(ctx, ctx.open_store())
@@ -85,21 +110,24 @@ def test_register_twice_is_idempotent(tmp_path: Path) -> None:
     client = _client(ctx)
     version = client.get_model_version(first.model_name, first.model_version)
     assert {k: version.tags[k] for k in TAGS} == _expected_tags(ctx)
-    assert version.source == ctx.uri("model") and version.run_id == first.mlflow_run_id
+    (logged,) = client.search_logged_models([first.experiment_id])
+    assert version.source == f"models:/{logged.model_id}" and version.run_id == first.mlflow_run_id
+    assert logged.source_run_id == first.mlflow_run_id and str(logged.status) == "READY"
     assert ctx.run_id in version.description
     run = client.get_run(first.mlflow_run_id)
     assert {k: run.data.tags[k] for k in TAGS} == _expected_tags(ctx)
-    assert run.data.metrics == {"accuracy": 0.75, "loss": 0.5}
+    losses = [m.value for m in client.get_metric_history(first.mlflow_run_id, "train_loss")]
+    assert len(losses) == 2 and run.data.metrics == {"accuracy": 0.75, "loss": 0.5, "train_loss": losses[-1]}
     assert run.data.params["epochs"] == "2"
-    assert run.data.params["target_column"] == '"churned"'
+    assert run.data.params["target_column"] == "churned"
     assert set(run.data.params) == set(ctx.identity.canonical_config)
     assert run.info.status == "FINISHED"
     claim = json.loads(ctx.open_store().get(f"{CLAIMS_DIR}/{ctx.identity.full_config_hash}.json"))
     assert claim["done"] is True and claim["model_version"] == "1" and claim["holder"] == worker_id()
 
 
-def test_racing_processes_register_one_version(tmp_path: Path) -> None:
-    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+def test_racing_processes_register_one_version(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    ctx = _context(trained, tmp_path / "root")
     ctx_file = tmp_path / "ctx.json"
     ctx_file.write_text(ctx.to_json())
     barrier = tmp_path / "go"
@@ -127,10 +155,11 @@ def test_racing_processes_register_one_version(tmp_path: Path) -> None:
     assert refs[0].model_version == "1"
     assert _versions(ctx) == [1]
     assert _runs(ctx) == [refs[0].mlflow_run_id]
+    assert len(_client(ctx).search_logged_models([refs[0].experiment_id])) == 1
 
 
-def test_stale_claim_is_taken_over(tmp_path: Path) -> None:
-    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+def test_stale_claim_is_taken_over(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    ctx = _context(trained, tmp_path / "root")
     _write_claim(ctx, "crashed-host-1", time.time() - 5)
 
     ref = register(ctx, ctx.open_store(), timeout_s=30)
@@ -140,8 +169,8 @@ def test_stale_claim_is_taken_over(tmp_path: Path) -> None:
     assert claim["generation"] == 8 and claim["holder"] == worker_id() and claim["done"] is True
 
 
-def test_live_claim_makes_register_wait_then_fail(tmp_path: Path) -> None:
-    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+def test_live_claim_makes_register_wait_then_fail(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    ctx = _context(trained, tmp_path / "root")
     _write_claim(ctx, "busy-host-1", time.time() + 3600)
 
     started = time.monotonic()
@@ -153,22 +182,25 @@ def test_live_claim_makes_register_wait_then_fail(tmp_path: Path) -> None:
     assert _versions(ctx) == []
 
 
-def test_done_claim_without_version_registers_again(tmp_path: Path) -> None:
+def test_done_claim_without_version_registers_again(trained: tuple[Path, Path], tmp_path: Path) -> None:
     """A claim marked done is no proof: MLflow is checked (the version may have been deleted)."""
-    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    ctx = _context(trained, tmp_path / "root")
     first = register(ctx, ctx.open_store())
-    _client(ctx).delete_model_version(first.model_name, first.model_version)
+    client = _client(ctx)
+    source = client.get_model_version(first.model_name, first.model_version).source
+    client.delete_model_version(first.model_name, first.model_version)
 
     again = register(ctx, ctx.open_store())
 
     assert again.model_version == "2" and again.mlflow_run_id == first.mlflow_run_id
     assert _versions(ctx) == [2] and _runs(ctx) == [first.mlflow_run_id]
+    assert client.get_model_version(again.model_name, "2").source == source  # the run's logged model, reused
+    assert len(client.search_logged_models([first.experiment_id])) == 1
 
 
-def test_different_config_creates_second_version(tmp_path: Path) -> None:
-    data = write_small_churn(tmp_path / "data")
-    ctx2 = make_context(data, tmp_path / "root")
-    ctx3 = make_context(data, tmp_path / "root", epochs="3")
+def test_different_config_creates_second_version(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    ctx2 = _context(trained, tmp_path / "root")
+    ctx3 = _context(trained, tmp_path / "root", epochs="3")
     assert ctx2.identity.full_config_hash != ctx3.identity.full_config_hash
 
     ref2, ref3 = register(ctx2, ctx2.open_store()), register(ctx3, ctx3.open_store())
@@ -181,9 +213,11 @@ def test_different_config_creates_second_version(tmp_path: Path) -> None:
     assert tags["full_config_hash"] == ctx3.identity.full_config_hash and tags["run_id"] == ctx3.run_id
 
 
-def test_duplicate_from_an_unseen_racer_is_reconciled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_duplicate_from_an_unseen_racer_is_reconciled(
+    trained: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A racer invisible at check time (another root, same MLflow): the lowest version wins, ours goes."""
-    ctx = make_context(write_small_churn(tmp_path / "data"), tmp_path / "root")
+    ctx = _context(trained, tmp_path / "root")
     client = _client(ctx)
     other = client.create_experiment("other-root")
     racer_run = client.create_run(other, tags=_expected_tags(ctx)).info.run_id
@@ -199,3 +233,22 @@ def test_duplicate_from_an_unseen_racer_is_reconciled(tmp_path: Path, monkeypatc
     ours = client.get_experiment_by_name(ctx.settings.mlflow_experiment_prefix).experiment_id
     deleted = client.search_runs([ours], run_view_type=ViewType.DELETED_ONLY)
     assert len(deleted) == 1 and deleted[0].info.lifecycle_stage == "deleted"
+    assert client.search_logged_models([ours]) == []  # our run's logged model went with it
+
+
+@pytest.mark.parametrize(
+    ("root", "tracking", "expected"),
+    [
+        ("/data/root", "", "file:///data/root/mlruns"),  # the local default: sqlite under the root
+        ("/data/root", "sqlite:////elsewhere/m.db", "file:///data/root/mlruns"),
+        ("s3://bucket/runs", "sqlite:////var/mlflow/m.db", "file:///var/mlflow/mlruns"),  # never ./mlruns
+        ("s3://bucket/runs", "sqlite:///:memory:", None),
+        ("s3://bucket/runs", "http://127.0.0.1:5000", None),  # a server keeps its own artifact store
+        ("/data/root", "http://127.0.0.1:5000", None),
+    ],
+)
+def test_experiment_artifacts_never_land_in_the_working_directory(
+    root: str, tracking: str, expected: str | None
+) -> None:
+    settings = PlatformSettings.load({}, {"pipeline_root_uri": root, "mlflow_tracking_uri": tracking})
+    assert experiment_location(settings) == expected

@@ -20,6 +20,7 @@ import pytest
 from ml8s.audit import Report, Status, verify_run
 from ml8s.contract import layout
 from ml8s.identity.hashing import canonical_bytes
+from ml8s.pipeline.mlflow_model import registry_resolves_with
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 REPO = Path(__file__).resolve().parent.parent
@@ -365,7 +366,8 @@ def test_mlflow_duplicate_version(verified_run: Run, registry: tuple[Any, str]) 
     client, uri = registry
     ref = _manifest(verified_run)
     version = client.get_model_version(ref["model_name"], ref["model_version"])
-    client.create_model_version(ref["model_name"], version.source, run_id=version.run_id, tags=version.tags)
+    with registry_resolves_with(uri):  # the source is a logged model (models:/...), which MLflow looks up
+        client.create_model_version(ref["model_name"], version.source, run_id=version.run_id, tags=version.tags)
     assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "one registered version per")
 
 

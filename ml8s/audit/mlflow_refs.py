@@ -12,14 +12,19 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.pipeline.mlflow_run import mlflow_params
 from ml8s.pipeline.registry import MlflowRef
 from ml8s.pipeline.registry_query import versions_of_hash
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 CONTRACT_TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
 
@@ -33,6 +38,11 @@ class MlflowView(BaseModel):
     model_name: str
     model_version: str
     version_source: str
+    # The logged MLflow model the version's source (models:/MODEL_ID) names: "" for a version registered from
+    # ARTIFACT_ROOT, before ml8s logged MLflow models.
+    logged_model_id: str = ""
+    logged_model_run_id: str = ""
+    logged_model_status: str = ""
     version_run_id: str
     version_status: str
     version_tags: dict[str, str]
@@ -88,6 +98,7 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
         model_name=str(version.name),
         model_version=str(version.version),
         version_source=str(version.source),
+        **_logged_model(client, str(version.source)),
         version_run_id=str(version.run_id or ""),
         version_status=str(version.status),
         version_tags=_user_tags(version.tags),
@@ -102,7 +113,7 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
 
 
 def view_problems(view: MlflowView, ref: MlflowRef, snapshot: ConfigSnapshot, artifact_root: str) -> list[str]:
-    """The version and its run carry the contract tags of this run, once, from ``{ARTIFACT_ROOT}/model``."""
+    """The version and its run carry the contract tags of this run, once, registered from the run's MLflow model."""
     expected = {
         "run_id": snapshot.run_id,
         "full_config_hash": snapshot.full_config_hash,
@@ -114,8 +125,23 @@ def view_problems(view: MlflowView, ref: MlflowRef, snapshot: ConfigSnapshot, ar
         for key in CONTRACT_TAGS:
             if tags.get(key) != expected[key]:
                 problems.append(f"{owner} tag {key} is {tags.get(key)!r}; expected {expected[key]!r}")
-    if view.version_source != expected["artifact_uri"]:
-        problems.append(f"model version source is {view.version_source}; expected {expected['artifact_uri']}")
+    if view.version_source.startswith("models:/"):
+        logged = f"models:/{view.logged_model_id}"
+        if view.version_source != logged or view.logged_model_status != "READY":
+            problems.append(
+                f"model version source {view.version_source} is not a READY logged MLflow model "
+                f"(found {view.logged_model_id or 'none'}, status {view.logged_model_status or 'unknown'})"
+            )
+        if view.logged_model_run_id != view.version_run_id:
+            problems.append(
+                f"logged model {view.logged_model_id} comes from MLflow run {view.logged_model_run_id!r}; "
+                f"expected the version's run {view.version_run_id!r}"
+            )
+    elif view.version_source != expected["artifact_uri"]:
+        problems.append(
+            f"model version source is {view.version_source}; expected the run's logged MLflow model (models:/...) "
+            f"or, for a version registered before ml8s logged one, {expected['artifact_uri']}"
+        )
     mine = {
         "model_name": (view.model_name, ref.model_name),
         "model_version": (view.model_version, ref.model_version),
@@ -134,11 +160,31 @@ def view_problems(view: MlflowView, ref: MlflowRef, snapshot: ConfigSnapshot, ar
         )
     if view.run_lifecycle_stage != "active":
         problems.append(f"MLflow run {view.run_id} is {view.run_lifecycle_stage}")
-    params = {k: json.dumps(v, separators=(",", ":"), ensure_ascii=False) for k, v in snapshot.canonical_config.items()}
+    params = mlflow_params(snapshot.canonical_config)
+    # Runs logged before params were plain text hold every value as JSON: either form, wholly, is the config.
+    legacy = {k: json.dumps(v, separators=(",", ":"), ensure_ascii=False) for k, v in snapshot.canonical_config.items()}
     wrong = sorted(k for k in set(params) | set(view.run_params) if params.get(k) != view.run_params.get(k))
-    if wrong:
+    if wrong and view.run_params != legacy:
         problems.append(f"MLflow run params differ from the canonical config: {wrong}")
     return problems
+
+
+def _logged_model(client: MlflowClient, source: str) -> dict[str, str]:
+    """The logged model a ``models:/MODEL_ID`` source names (empty for any other source, or if it is gone)."""
+    from mlflow.exceptions import MlflowException
+
+    model_id = source[len("models:/") :] if source.startswith("models:/") else ""
+    if not model_id or "/" in model_id:
+        return {}
+    try:
+        model = client.get_logged_model(model_id)
+    except MlflowException:
+        return {}
+    return {
+        "logged_model_id": str(model.model_id),
+        "logged_model_run_id": str(model.source_run_id or ""),
+        "logged_model_status": str(model.status),
+    }
 
 
 def _user_tags(tags: Mapping[str, str]) -> dict[str, str]:

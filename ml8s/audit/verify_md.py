@@ -68,7 +68,7 @@ It re-checks everything below and prints PASS or FAIL with the reason of each ch
 {model_lines}
 
 6. **MLflow agreed.** `mlflow.json` is what the MLflow registry said when the bundle was made: the
-   registered version, its source `{artifact_root}/model`, and the tags `run_id`, `full_config_hash`,
+   registered version, its source (the run's logged MLflow model), and the tags `run_id`, `full_config_hash`,
    `data_fingerprint`, `artifact_uri` (timestamps and MLflow's own `mlflow.*` tags are left out, so that
    the bundle is reproducible). `verification.json` is the full verification report of the stored run.
 

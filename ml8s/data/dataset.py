@@ -194,9 +194,7 @@ def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
 
 
 def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning | None]:
-    text = pc.utf8_trim_whitespace(array)
-    present = pc.invert(pc.fill_null(pc.is_in(text, value_set=pa.array(MISSING_TOKENS, pa.string())), True))
-    values = pc.if_else(present, text, pa.scalar(None, pa.string()))
+    values = _present_text(array)
     lower = pc.utf8_lower(values)
     non_missing = pc.drop_null(values)
     if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
@@ -212,6 +210,51 @@ def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning 
         warning = stray_text_warning(name, [str(v) for v in stray], numbers)
         values = pc.if_else(is_number, values, pa.scalar(None, pa.string()))
     return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64()))), warning
+
+
+def text_column(name: str, kind: str, cells: pa.Array) -> Column:
+    """Type text cells (null = missing) as a column of a known ``kind``, as :func:`load_dataset` types CSV text.
+
+    Surrounding whitespace is ignored and a blank cell is missing; a ``boolean`` cell reads ``true`` or
+    ``false`` in any case, a ``numeric`` cell a decimal number; ``categorical`` keeps the trimmed text.
+
+    Raises:
+        DataError: a present cell is not a value of ``kind`` (the message names the column and the row, 1 = the
+            first cell).
+    """
+    if kind not in ("boolean", "numeric", "categorical"):
+        raise DataError(f"column {name!r} has kind {kind!r}; expected boolean, numeric or categorical")
+    values = _present_text(cells)
+    if kind != "categorical":
+        if kind == "boolean":
+            valid = pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))
+        else:
+            valid = pc.match_substring_regex(values, _NUMBER)
+        ok = pc.fill_null(pc.or_kleene(pc.is_null(values), valid), False)
+        bad = np.flatnonzero(~np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool))
+        if len(bad):
+            expected = "true or false" if kind == "boolean" else "a decimal number"
+            raise DataError(
+                f"column {name!r} has {values[int(bad[0])].as_py()!r} in row {int(bad[0]) + 1} (of {len(values)}), "
+                f"which is not {kind}; expected {expected} or an empty cell"
+            )
+    return _typed_text(name, kind, values)
+
+
+def _present_text(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Trimmed text, null where the cell is null or one of the missing-value tokens (blank included)."""
+    text = pc.utf8_trim_whitespace(array)
+    present = pc.invert(pc.fill_null(pc.is_in(text, value_set=pa.array(MISSING_TOKENS, pa.string())), True))
+    return pc.if_else(present, text, pa.scalar(None, pa.string()))
+
+
+def _typed_text(name: str, kind: str, values: pa.Array | pa.ChunkedArray) -> Column:
+    if kind == "boolean":
+        lower = pc.utf8_lower(values)
+        return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64())))
+    if kind == "numeric":
+        return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64())))
+    return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object))
 
 
 def _floats(array: pa.ChunkedArray | pa.Array) -> FloatArray:

@@ -21,6 +21,7 @@ import torch
 
 from ml8s.contract import ArtifactDigest, ExportRecord, ModelRecord, TrainingMetadata, TrainingRecord, layout
 from ml8s.errors import ExportValidationError, IntegrityError
+from ml8s.inference.onnx_metadata import label_onnx
 from ml8s.modeling.families import (
     EXPORT_TOLERANCE,
     ONNX_OPSET,
@@ -51,6 +52,7 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
     path = local_path(out_dir, layout.model_export(fmt))
     if fmt == "onnx":
         _export_onnx(model, summary.spec.n_features, path)
+        label_onnx(path, local_path(features_dir, layout.FEATURE_SCHEMA))  # classes, features, rules: servable alone
         actual = _run_onnx(path, held_out.numpy())
     else:
         shutil.copyfile(native, path)

@@ -15,11 +15,20 @@ from ml8s.data.dataset import Column, Dataset, FloatArray, ObjectArray
 from ml8s.data.missing import DataWarning
 from ml8s.errors import DataError
 from ml8s.identity.params import RunParams
+from ml8s.inference.rules import (
+    MAX_CATEGORIES,
+    MISSING,
+    OTHER,
+    FeatureKind,
+    FeatureRule,
+    bucket,
+    category_text,
+    encode_columns,
+    feature_values,
+)
 from ml8s.pipeline.column_names import check_feature_names, resolve_excluded, resolve_target
 
-MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
-OTHER = "__other__"
-MISSING = "__missing__"
+__all__ = ["MAX_CATEGORIES", "MISSING", "OTHER", "IntArray", "Prepared", "encode", "prepare"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -110,28 +119,32 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
 
 
 def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict[str, object]]]:
-    """Encode every column, select MAX_FEATURES by training variance, standardize; columns sorted by name."""
+    """Encode every column, select MAX_FEATURES by training variance, standardize; columns sorted by name.
+
+    The matrix is built by :func:`~ml8s.inference.rules.encode_columns` from the rules it records, the
+    function that predicting on raw rows applies.
+    """
     train = prepared.split == 0
-    blocks: list[tuple[str, FloatArray, dict[str, object]]] = []
+    blocks: list[tuple[FeatureRule, FloatArray]] = []
+    kept: dict[str, list[str]] = {}
     for column in prepared.columns:
-        blocks.extend(_encode_column(column, train))
-    variances = {name: float(values[train].var()) for name, values, _ in blocks}
+        blocks.extend(_fit_column(column, train, kept))
+    variances = {rule.name: float(values[train].var()) for rule, values in blocks}
     if params.max_features is not None and params.max_features < len(blocks):
-        ranked = sorted(blocks, key=lambda b: (-variances[b[0]], b[0]))
+        ranked = sorted(blocks, key=lambda b: (-variances[b[0].name], b[0].name))
         blocks = ranked[: params.max_features]
-    blocks.sort(key=lambda b: b[0])
-    matrix = np.empty((len(prepared.target), len(blocks)), dtype=np.float64)
-    described: list[dict[str, object]] = []
-    for i, (name, values, spec) in enumerate(blocks):
-        spec = {**spec, "name": name, "train_variance": variances[name]}
-        if params.standardize and spec["kind"] == "numeric":
+    blocks.sort(key=lambda b: b[0].name)
+    rules: list[FeatureRule] = []
+    for rule, values in blocks:
+        rule = rule.model_copy(update={"train_variance": variances[rule.name]})
+        if params.standardize and rule.kind == "numeric":
             mean, std = float(values[train].mean()), float(values[train].std())
             std = std if std > 0 and math.isfinite(std) else 1.0
-            values = (values - mean) / std
-            spec.update(scale_mean=mean, scale_std=std)
-        matrix[:, i] = values
-        described.append(dict(sorted(spec.items())))
-    return matrix, described
+            rule = rule.model_copy(update={"scale_mean": mean, "scale_std": std})
+        rules.append(rule)
+    columns = {column.name: column for column in prepared.columns}
+    matrix = encode_columns(rules, columns, kept, len(prepared.target))
+    return matrix, [rule.record() for rule in rules]
 
 
 def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[IntArray, tuple[str, ...]]:
@@ -166,40 +179,43 @@ def _split(n: int, test_size: float, seed: int) -> IntArray:
 def feature_names(column: Column) -> list[tuple[str, str, str]]:
     """``(feature name, source column, how it is made)`` of every feature :func:`encode` makes of ``column``."""
     if column.kind == "categorical":
-        return [(f"{column.name}={c}", column.name, f"one-hot of its value {c!r}") for c in _categories(column)[1]]
+        values = category_text(column)
+        categories = sorted(set(bucket(values, _kept_categories(values)).tolist()))
+        return [(f"{column.name}={c}", column.name, f"one-hot of its value {c!r}") for c in categories]
     made = [(column.name, column.name, "its values")]
     if column.missing().any():
         made.append((f"{column.name}__missing", column.name, "missing-value indicator"))
     return made
 
 
-def _categories(column: Column) -> tuple[ObjectArray, list[str]]:
-    """The values as encoded (missing and rare ones folded) and the categories, sorted."""
-    values = np.array([MISSING if v is None else str(v) for v in column.values], dtype=object)
+def _kept_categories(values: ObjectArray) -> list[str]:
+    """The MAX_CATEGORIES most frequent values (ties by text), sorted: the rest share ``__other__``."""
     counts: dict[str, int] = {}
     for v in values.tolist():
         counts[v] = counts.get(v, 0) + 1
-    kept = sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
-    values = np.where(np.isin(values, kept), values, OTHER)
-    return values, sorted(set(values.tolist()))
+    return sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
 
 
-def _encode_column(column: Column, train: npt.NDArray[np.bool_]) -> list[tuple[str, FloatArray, dict[str, object]]]:
-    missing = column.missing()
-    out: list[tuple[str, FloatArray, dict[str, object]]] = []
+def _fit_column(
+    column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]]
+) -> list[tuple[FeatureRule, FloatArray]]:
+    """The candidate features of one column and their (unscaled) values; records a categorical's kept set."""
     if column.kind == "categorical":
-        values, categories = _categories(column)
-        for category in categories:
-            spec: dict[str, object] = {"source": column.name, "kind": "onehot", "category": category}
-            out.append((f"{column.name}={category}", (values == category).astype(np.float64), spec))
+        values = category_text(column)
+        kept[column.name] = _kept_categories(values)
+        bucketed = bucket(values, kept[column.name])
+        out: list[tuple[FeatureRule, FloatArray]] = []
+        for category in sorted(set(bucketed.tolist())):
+            rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
+            out.append((rule, feature_values(rule, column, bucketed)))
         return out
-    numbers = column.values.astype(np.float64)
-    observed = numbers[train & ~missing]
+    missing = column.missing()
+    observed = column.values.astype(np.float64)[train & ~missing]
     fill = float(observed.mean()) if len(observed) else 0.0
-    out.append(
-        (column.name, np.where(missing, fill, numbers), {"source": column.name, "kind": column.kind, "impute": fill})
-    )
+    kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
+    rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
+    fitted = [(rule, feature_values(rule, column))]
     if missing.any():
-        spec = {"source": column.name, "kind": "indicator"}
-        out.append((f"{column.name}__missing", missing.astype(np.float64), spec))
-    return out
+        indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
+        fitted.append((indicator, feature_values(indicator, column)))
+    return fitted

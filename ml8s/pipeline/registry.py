@@ -6,17 +6,16 @@ compare-and-swap) whose lease lets a survivor take over from a crashed holder. M
 source of truth: every holder re-checks it before creating anything, and duplicates that slip through
 a crash window (or two pipeline roots sharing one MLflow server) are reconciled to the lowest version.
 
-Sources: with a ``sqlite:///`` backend the client writes the ``file://`` (or ``s3://``) ARTIFACT_ROOT
-URI as the version's source verbatim; nothing checks that it is an MLflow model directory. An MLflow
-*server* rejects local sources outside the run's artifact directory (``_validate_source_run`` in
-``mlflow/server/handlers.py``) but accepts absolute ``s3://`` URIs, which is what a cluster uses.
+Sources: a version's source is ``models:/{model_id}``, the run's MLflow model (a pyfunc predicting on raw
+rows) logged into MLflow's own artifact store (:mod:`ml8s.pipeline.mlflow_model`), so the same code
+registers against a ``sqlite:///`` file and an MLflow server, which accepts no source outside the
+artifact store it manages. ARTIFACT_ROOT stays untouched: its URI is the ``artifact_uri`` tag.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -27,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with
+from ml8s.pipeline.mlflow_run import log_run_data
 from ml8s.pipeline.registry_query import hash_filter, versions_of_hash
 from ml8s.pipeline.registry_schema import ensure_schema, first_line
 from ml8s.store import Store
@@ -140,25 +141,30 @@ def _create(ctx: RunContext, store: Store, client: MlflowClient) -> MlflowRef:
     if found is not None:
         return _ref(client, ctx, found)
     name, tags = ctx.settings.mlflow_model_name, _tags(ctx)
-    run_id, created_run = _ensure_run(ctx, store, client, _ensure_experiment(ctx, client), tags)
+    experiment_id = _ensure_experiment(ctx, client)
+    run_id, created_run = _ensure_run(ctx, store, client, experiment_id, tags)
+    model_id = ensure_logged_model(ctx, client, experiment_id, run_id, tags)
     with _unless_exists():
         client.create_registered_model(name)
-    mine = client.create_model_version(
-        name,
-        source=tags["artifact_uri"],
-        run_id=run_id,
-        tags=tags,
-        description=f"ml8s RUN_ID {ctx.run_id} (full_config_hash {ctx.identity.full_config_hash})",
-    )
+    with registry_resolves_with(str(client.tracking_uri)):
+        mine = client.create_model_version(
+            name,
+            source=f"models:/{model_id}",
+            run_id=run_id,
+            tags=tags,
+            description=f"ml8s RUN_ID {ctx.run_id} (full_config_hash {ctx.identity.full_config_hash})",
+            model_id=model_id,
+        )
     versions = _versions(client, ctx)
     keep = versions[0] if versions else mine
     if str(keep.version) != str(mine.version):  # a racing registry writer got there first
         client.delete_model_version(name, str(mine.version))
         if created_run and str(keep.run_id) != run_id:
+            client.delete_logged_model(model_id)
             client.delete_run(run_id)
         ctx.log("register", f"deleted duplicate version {mine.version}, keeping {keep.version}")
     else:
-        ctx.log("register", f"registered {name!r} version {mine.version} from {tags['artifact_uri']}")
+        ctx.log("register", f"registered {name!r} version {mine.version} from models:/{model_id}")
     return _ref(client, ctx, keep)
 
 
@@ -166,10 +172,8 @@ def _ensure_experiment(ctx: RunContext, client: MlflowClient) -> str:
     name, uri = ctx.settings.mlflow_experiment_prefix, ctx.settings.mlflow_tracking_uri
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
-        # sqlite: keep the artifact location off the working directory (MLflow's default is ./mlruns).
-        local = uri.startswith("sqlite:") and ctx.settings.pipeline_root_uri.startswith("file://")
         with _unless_exists():  # created concurrently: read it back below
-            return str(client.create_experiment(name, ctx.settings.pipeline_root_uri + "/mlruns" if local else None))
+            return str(client.create_experiment(name, experiment_location(ctx.settings)))
         experiment = client.get_experiment_by_name(name)
     if experiment is None or str(experiment.lifecycle_stage) != "active":
         raise RegistryError(f"MLflow experiment {name!r} at {uri} is deleted or cannot be created")
@@ -186,33 +190,10 @@ def _ensure_run(
     if run is None:
         run = client.create_run(experiment_id, tags=tags, run_name=ctx.run_id)
     run_id = str(run.info.run_id)
-    config = ctx.identity.canonical_config
-    params = {k: json.dumps(config[k], separators=(",", ":"), ensure_ascii=False) for k in sorted(config)}
-    missing_params = {k: v for k, v in params.items() if k not in run.data.params}
-    metrics = {k: v for k, v in _metrics(ctx, store).items() if k not in run.data.metrics}
-    if missing_params or metrics:
-        from mlflow.entities import Metric, Param
-
-        client.log_batch(
-            run_id,
-            metrics=[Metric(k, v, 0, 0) for k, v in sorted(metrics.items())],
-            params=[Param(k, v) for k, v in missing_params.items()],
-        )
+    log_run_data(ctx, store, client, run)  # params, per-epoch and held-out metrics, source tags: what is missing
     if str(run.info.status) != "FINISHED":
         client.set_terminated(run_id)
     return run_id, created
-
-
-def _metrics(ctx: RunContext, store: Store) -> dict[str, float]:
-    try:
-        data: object = json.loads(store.get(ctx.key("metrics.json")))
-    except NotFoundError:
-        return {}
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise RegistryError(f"{ctx.uri('metrics.json')} is not a JSON object of metric name to number")
-    return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def _tags(ctx: RunContext) -> dict[str, str]:

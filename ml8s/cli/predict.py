@@ -1,0 +1,72 @@
+"""CLI subcommand ``ml8s predict``: a run's model applied to raw rows from a CSV file."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from typing import TYPE_CHECKING
+
+from ml8s.cli.args import add_root, guarded, run_id_arg
+from ml8s.errors import InferenceError, PredictionInputError
+
+if TYPE_CHECKING:
+    from ml8s.cli.args import Subcommands
+
+
+def register(commands: Subcommands) -> None:
+    """Add ``ml8s predict`` to the ``ml8s`` parser."""
+    predict = commands.add_parser(
+        "predict",
+        help="predict on raw rows (CSV) with a complete run's model",
+        description="Reads raw rows (a CSV file with a header, as the training data), applies the run's own "
+        "feature rules and exported model, and writes CSV: predicted_class, then probability_{class} for each "
+        "class in class order.",
+    )
+    predict.add_argument("--run", required=True, type=run_id_arg, metavar="RUN_ID", help="the run whose model predicts")
+    predict.add_argument("--input", required=True, metavar="FILE", help="CSV of raw rows with a header ('-': stdin)")
+    predict.add_argument("--output", default="-", metavar="FILE", help="where the predictions go (default: stdout)")
+    add_root(predict)
+    predict.set_defaults(handler=guarded(_predict))
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from ml8s.inference import Predictor, read_run_files
+    from ml8s.inference.csv_rows import read_csv_rows
+
+    where = "standard input" if args.input == "-" else str(args.input)
+    try:
+        data = sys.stdin.buffer.read() if args.input == "-" else _read(args.input)
+    except OSError as exc:
+        raise PredictionInputError(f"cannot read --input {where}: {exc.strerror or exc}") from exc
+    rows = read_csv_rows(data, where)
+    text = Predictor(read_run_files(args.root, args.run)).predict(rows).to_csv()
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        _write_atomically(str(args.output), text.encode("utf-8"))
+    return 0
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write a temporary file beside ``path``, then rename it: an existing file is replaced whole or kept."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".ml8s-predict-", dir=directory)
+    except OSError as exc:
+        raise InferenceError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise InferenceError(f"cannot write --output {path}: {exc.strerror or exc}") from exc

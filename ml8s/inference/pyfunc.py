@@ -1,0 +1,157 @@
+"""The MLflow model of a run: a ``python_function`` (pyfunc) model that predicts on raw rows.
+
+``mlflow.pyfunc.load_model("models:/NAME/VERSION").predict(frame)`` takes a DataFrame of raw columns and
+returns ``predicted_class`` and ``probability_{class}`` per row, through :class:`~ml8s.inference.Predictor`:
+the run's own feature rules and exported model, so it predicts exactly what ``ml8s predict`` does.
+
+The model directory :func:`save_model_dir` writes holds MLflow's files (``MLmodel``, which carries a creation
+time, the requirements, the input example) and, under ``artifacts/``, byte-identical copies of the run's
+``feature_schema.json``, ``training_metadata.json`` and ``model.<fmt>``, checked against the recorded
+sha256 when the model loads. ``code/ml8s`` is this package's source, so an environment built from the
+model's requirements (``mlflow models serve``) imports it without installing ml8s.
+
+Imported on its own (not from :mod:`ml8s.inference`): it imports MLflow and pandas.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import mlflow.pyfunc
+import pandas as pd
+from mlflow.models import Model, ModelSignature
+from mlflow.pyfunc.model import PythonModel, PythonModelContext
+from mlflow.types import ColSpec, Schema
+
+import ml8s
+from ml8s.errors import InferenceError
+from ml8s.inference.model_files import ModelFiles, ModelFormat, read_model_dir
+from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX, Predictor
+from ml8s.inference.rules import MISSING
+from ml8s.inference.transform import InputColumn, RawTransform
+
+# What serving imports (ml8s's own dependencies, onnxruntime, MLflow), pinned to the versions that saved the model.
+SERVING_DISTRIBUTIONS = (
+    "boto3",
+    "cloudpickle",
+    "mlflow",
+    "numpy",
+    "onnxruntime",
+    "pandas",
+    "protobuf",
+    "pyarrow",
+    "pydantic",
+    "pydantic-settings",
+    "zstandard",
+)
+TORCH_DISTRIBUTIONS = ("safetensors", "torch")
+# Booleans are "any": MLflow's scoring server casts a boolean column with astype(bool), which turns a missing
+# value (null) into False; "any" passes true, false, null (or the text "true"/"false") through unchanged.
+_SIGNATURE_TYPES = {"numeric": "double", "categorical": "string"}
+
+
+class RawRowModel(PythonModel):
+    """Raw rows in, predicted class and class probabilities out (a run's model as an MLflow pyfunc)."""
+
+    def __init__(self, model_format: ModelFormat) -> None:
+        self.model_format: ModelFormat = model_format
+        self._predictor: Predictor | None = None
+
+    def load_context(self, context: PythonModelContext) -> None:
+        """Load and check the run's files from the model's ``artifacts/``."""
+        directory = os.path.dirname(context.artifacts["model"])
+        self._predictor = Predictor(read_model_dir(directory, self.model_format))
+
+    def predict(
+        self, context: PythonModelContext, model_input: pd.DataFrame, params: Mapping[str, object] | None = None
+    ) -> pd.DataFrame:
+        """Predict each row of ``model_input`` (NaN or None = missing); columns the model does not use are ignored.
+
+        Raises:
+            PredictionInputError: a needed column is absent or a value is not of its column's kind.
+        """
+        if self._predictor is None:
+            raise InferenceError("the ml8s pyfunc model was not loaded; expected mlflow.pyfunc.load_model first")
+        frame = pd.DataFrame(model_input)
+        cells = frame.astype(object).where(frame.notna(), None)
+        rows: list[dict[str, object]] = [{str(k): v for k, v in r.items()} for r in cells.to_dict(orient="records")]
+        predictions = self._predictor.predict(rows)
+        columns = predictions.columns()
+        out = {columns[0]: list(predictions.labels)}
+        for i, name in enumerate(columns[1:]):
+            out[name] = predictions.probabilities[:, i].tolist()
+        return pd.DataFrame(out, columns=columns)
+
+
+def signature(transform: RawTransform) -> ModelSignature:
+    """Raw input columns with their types (numbers ``double``, text ``string``, booleans ``any``: true, false or
+    null); ``predicted_class`` and one probability per class out."""
+    columns = [
+        {"name": c.name, "type": _SIGNATURE_TYPES.get(c.kind, "any"), "required": True} for c in transform.inputs
+    ]
+    inputs = Schema.from_json(json.dumps(columns))  # as MLmodel stores it: "any" needs no untyped constructor
+    probabilities = [ColSpec("double", f"{PROBABILITY_PREFIX}{c}") for c in transform.classes]
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("string", PREDICTED), *probabilities]))
+
+
+def input_example(transform: RawTransform) -> pd.DataFrame:
+    """Two rows: typical values (imputed means, the first known category), then missing values where allowed."""
+    typical: dict[str, object] = {}
+    missing: dict[str, object] = {}
+    impute = {rule.source: rule.impute for rule in transform.rules if rule.impute is not None}
+    for column in transform.inputs:
+        typical[column.name] = _typical(column, impute.get(column.name))
+        can_miss = column.kind != "categorical" or column.complete or MISSING in column.categories
+        missing[column.name] = None if can_miss else typical[column.name]
+    return pd.DataFrame([typical, missing], columns=[c.name for c in transform.inputs])
+
+
+def requirements(model_format: ModelFormat) -> list[str]:
+    """``name==version`` of every distribution serving imports, as installed here."""
+    names = SERVING_DISTRIBUTIONS + (TORCH_DISTRIBUTIONS if model_format == "safetensors" else ())
+    return sorted(f"{name}=={importlib.metadata.version(name)}" for name in names)
+
+
+def save_model_dir(path: str, files: ModelFiles, mlflow_model: Model | None = None) -> None:
+    """Write the MLflow model of ``files`` into the new directory ``path``.
+
+    Args:
+        path: where the model directory goes (must not exist, or be empty).
+        files: the run's serving files, checked here against their recorded sha256.
+        mlflow_model: MLflow's model record to fill in (the logged model's id, run and location), if any.
+    """
+    model_format = files.metadata().export.format
+    transform = Predictor(files).transform
+    with tempfile.TemporaryDirectory(prefix="ml8s-pyfunc-") as tmp:
+        artifacts: dict[str, str] = {}
+        keys = ("feature_schema", "training_metadata", "model")
+        for key, (name, data) in zip(keys, files.by_name(model_format).items(), strict=True):
+            artifacts[key] = os.path.join(tmp, name)
+            Path(artifacts[key]).write_bytes(data)
+        mlflow.pyfunc.save_model(
+            path,
+            python_model=RawRowModel(model_format),
+            artifacts=artifacts,
+            signature=signature(transform),
+            input_example=input_example(transform),
+            pip_requirements=requirements(model_format),
+            code_paths=[os.path.dirname(os.path.abspath(ml8s.__file__))],
+            mlflow_model=mlflow_model,
+        )
+    for cache in sorted(Path(path).rglob("__pycache__"), reverse=True):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _typical(column: InputColumn, impute: float | None) -> object:
+    if column.kind == "numeric":
+        return impute
+    if column.kind == "boolean":
+        return impute is not None and impute >= 0.5
+    known = [c for c in column.categories if c != MISSING]
+    return known[0] if known else None

@@ -1,0 +1,100 @@
+"""Feature rules: how one typed column becomes feature values. Training and serving run this same code.
+
+Feature engineering fits a :class:`FeatureRule` per feature column (``features/feature_schema.json`` lists
+them, sorted by name) and builds its matrix with :func:`encode_columns`; predicting on raw rows applies the
+recorded rules with the same function, so the two cannot disagree. The rules:
+
+- numeric and boolean columns: a missing value becomes ``impute`` (the training rows' mean); a numeric
+  feature with ``scale_mean``/``scale_std`` is then standardized, ``(value - scale_mean) / scale_std``;
+- ``indicator`` features (``{column}__missing``) are 1.0 where the value is missing, else 0.0;
+- categorical columns: a missing value is the category ``__missing__``; a value outside the column's kept
+  categories (the ``MAX_CATEGORIES`` most frequent) is ``__other__``; each ``onehot`` feature
+  (``{column}={category}``) is 1.0 where the value is its category, else 0.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.data.dataset import Column, FloatArray, ObjectArray
+from ml8s.errors import InferenceError
+
+MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
+OTHER = "__other__"
+MISSING = "__missing__"
+
+FeatureKind = Literal["numeric", "boolean", "indicator", "onehot"]
+
+
+class FeatureRule(BaseModel):
+    """One feature column: its name, source column, kind and fitted statistics (an entry of the schema)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    source: str
+    kind: FeatureKind
+    category: str | None = None
+    impute: float | None = None
+    scale_mean: float | None = None
+    scale_std: float | None = None
+    train_variance: float | None = None
+
+    def record(self) -> dict[str, object]:
+        """The entry ``feature_schema.json`` lists: set fields only, keys sorted."""
+        return dict(sorted(self.model_dump(exclude_none=True).items()))
+
+
+def category_text(column: Column) -> ObjectArray:
+    """A categorical column's values as text, ``__missing__`` where missing."""
+    return np.array([MISSING if v is None else str(v) for v in column.values], dtype=object)
+
+
+def bucket(values: ObjectArray, kept: Collection[str]) -> ObjectArray:
+    """Each value itself if it is a kept category, else ``__other__``."""
+    return np.where(np.isin(values, sorted(kept)), values, OTHER)
+
+
+def feature_values(rule: FeatureRule, column: Column, categories: ObjectArray | None = None) -> FloatArray:
+    """The feature ``rule`` of ``column``; ``categories`` is the bucketed text of a categorical column."""
+    if rule.kind == "onehot":
+        if categories is None:
+            raise InferenceError(f"feature {rule.name!r} is one-hot; expected its column's bucketed categories")
+        return np.asarray((categories == rule.category).astype(np.float64), dtype=np.float64)
+    missing = column.missing()
+    if rule.kind == "indicator":
+        return missing.astype(np.float64)
+    if rule.impute is None:
+        raise InferenceError(f"feature {rule.name!r} is a {rule.kind} value; expected its impute value")
+    values = np.where(missing, rule.impute, column.values.astype(np.float64))
+    if rule.scale_mean is not None and rule.scale_std is not None:
+        values = (values - rule.scale_mean) / rule.scale_std
+    return np.asarray(values, dtype=np.float64)
+
+
+def encode_columns(
+    rules: Sequence[FeatureRule], columns: Mapping[str, Column], kept: Mapping[str, Collection[str]], rows: int
+) -> FloatArray:
+    """The feature matrix (``rows`` x ``len(rules)``, float64) in the order of ``rules``.
+
+    Args:
+        rules: the features, in matrix column order.
+        columns: typed columns by name; every rule's source must be among them.
+        kept: the kept categories of each categorical source column.
+        rows: the number of rows (every column has that many values).
+    """
+    matrix = np.empty((rows, len(rules)), dtype=np.float64)
+    buckets: dict[str, ObjectArray] = {}
+    for i, rule in enumerate(rules):
+        column = columns[rule.source]
+        categories = None
+        if rule.kind == "onehot":
+            if rule.source not in buckets:
+                buckets[rule.source] = bucket(category_text(column), kept[rule.source])
+            categories = buckets[rule.source]
+        matrix[:, i] = feature_values(rule, column, categories)
+    return matrix

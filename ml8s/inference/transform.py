@@ -1,0 +1,212 @@
+"""A run's raw-row transform, read from ``features/feature_schema.json``.
+
+The schema lists every feature column with its rule (:mod:`ml8s.inference.rules`) and the target's classes in
+their encoded order. From it, :class:`RawTransform` knows which input columns a raw row needs, of which kind,
+and turns rows into the model's float32 feature matrix with the rules training used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ml8s.data.dataset import Column, text_column
+from ml8s.errors import DataError, InferenceError, PredictionInputError
+from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_columns
+
+SCHEMA_VERSION = 1
+InputKind = Literal["numeric", "boolean", "categorical", "any"]
+Float32Array = npt.NDArray[np.float32]
+Rows = Sequence[Mapping[str, object]]
+
+
+class InputColumn(BaseModel):
+    """A raw column the features are made from.
+
+    ``kind`` ``any``: only its ``{column}__missing`` indicator was kept, so only whether a value is present
+    matters. ``categories``: the kept categories the one-hot features name. ``complete`` is False when
+    MAX_FEATURES kept ``__other__`` but left out some kept categories: a value outside ``categories`` may then
+    be either, and is refused rather than guessed.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    kind: InputKind
+    categories: tuple[str, ...] = ()
+    complete: bool = True
+
+
+class _Target(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    column: str
+    classes: tuple[str, ...]
+    encoded_as: str
+
+
+class _Schema(BaseModel):
+    """``features/feature_schema.json`` as written by feature engineering."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int
+    features: tuple[FeatureRule, ...]
+    target: _Target
+    split: dict[str, str | int]
+    dropped_columns: dict[str, str]
+    rows: dict[str, int]
+    rows_per_file: dict[str, int]
+
+
+class RawTransform(BaseModel):
+    """Raw rows to feature matrix: the input columns, the rules in matrix column order, the class order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_column: str
+    classes: tuple[str, ...]
+    rules: tuple[FeatureRule, ...]
+    inputs: tuple[InputColumn, ...]
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(rule.name for rule in self.rules)
+
+    @classmethod
+    def from_schema(cls, data: bytes, where: str) -> RawTransform:
+        """Parse and check a feature schema; ``where`` names it in errors.
+
+        Raises:
+            InferenceError: the bytes are not a feature schema this version can apply.
+        """
+        try:
+            schema = _Schema.model_validate_json(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise InferenceError(
+                f"{where} is not a feature schema: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            ) from exc
+        if schema.schema_version != SCHEMA_VERSION:
+            raise InferenceError(f"{where} has schema_version {schema.schema_version}; expected {SCHEMA_VERSION}")
+        _check_rules(schema.features, where)
+        classes = schema.target.classes
+        if len(classes) < 2 or len(set(classes)) != len(classes):
+            raise InferenceError(f"{where} lists classes {list(classes)}; expected 2 or more distinct classes")
+        return cls(
+            target_column=schema.target.column, classes=classes, rules=schema.features, inputs=_inputs(schema, where)
+        )
+
+    def encode(self, rows: Rows) -> Float32Array:
+        """The float32 feature matrix of ``rows`` (each a mapping of column name to cell).
+
+        A cell is text (as in a CSV file), a number, a boolean, or None/NaN/blank for a missing value.
+        Columns the features do not use (the target, identifiers, excluded columns) are ignored.
+
+        Raises:
+            PredictionInputError: a needed column is absent from a row, or a cell is not of its column's kind.
+        """
+        columns: dict[str, Column] = {}
+        for column in self.inputs:
+            cells = [_cell_text(_cell(row, column.name, i), column.name, i) for i, row in enumerate(rows)]
+            kind = "categorical" if column.kind == "any" else column.kind
+            try:
+                typed = text_column(column.name, kind, pa.array(cells, type=pa.string()))
+            except DataError as exc:
+                raise PredictionInputError(exc.message) from exc
+            if column.kind == "categorical" and not column.complete:
+                _refuse_unknown(column, typed)
+            columns[column.name] = typed
+        kept = {column.name: column.categories for column in self.inputs if column.kind == "categorical"}
+        return encode_columns(self.rules, columns, kept, len(rows)).astype(np.float32)
+
+
+def _check_rules(rules: Sequence[FeatureRule], where: str) -> None:
+    names = [rule.name for rule in rules]
+    if not names or names != sorted(set(names)):
+        raise InferenceError(f"{where} lists features {names}; expected at least one, unique and sorted by name")
+    for rule in rules:
+        wrong = ""
+        if rule.kind == "onehot" and rule.category is None:
+            wrong = "a one-hot feature without a category"
+        elif rule.kind in ("numeric", "boolean") and (rule.impute is None or not math.isfinite(rule.impute)):
+            wrong = "a value feature without a finite impute value"
+        elif (rule.scale_mean is None) != (rule.scale_std is None) or (
+            rule.scale_std is not None and (rule.kind != "numeric" or not rule.scale_std > 0)
+        ):
+            wrong = "scaling that is not a numeric feature's (scale_mean, scale_std > 0)"
+        if wrong:
+            raise InferenceError(
+                f"{where} feature {rule.name!r} is {wrong}; expected the rules feature engineering writes"
+            )
+
+
+def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
+    by_source: dict[str, list[FeatureRule]] = {}
+    for rule in schema.features:
+        by_source.setdefault(rule.source, []).append(rule)
+    inputs: list[InputColumn] = []
+    for source in sorted(by_source):
+        kinds = {rule.kind for rule in by_source[source]}
+        if kinds == {"onehot"}:
+            categories = sorted(str(rule.category) for rule in by_source[source])
+            known = [c for c in categories if c != OTHER]
+            complete = OTHER not in categories or len(known) >= MAX_CATEGORIES
+            inputs.append(InputColumn(name=source, kind="categorical", categories=tuple(known), complete=complete))
+        elif kinds <= {"numeric", "indicator"} or kinds <= {"boolean", "indicator"}:
+            value = kinds - {"indicator"}
+            kind: InputKind = "any" if not value else "numeric" if value == {"numeric"} else "boolean"
+            inputs.append(InputColumn(name=source, kind=kind))
+        else:
+            raise InferenceError(f"{where} has features of kinds {sorted(kinds)} from column {source!r}; expected one")
+    return tuple(inputs)
+
+
+def _cell(row: Mapping[str, object], name: str, index: int) -> object:
+    try:
+        return row[name]
+    except KeyError:
+        raise PredictionInputError(
+            f"row {index + 1} has no column {name!r}; expected every column the model's features use"
+        ) from None
+
+
+def _cell_text(value: object, name: str, index: int) -> str | None:
+    """A cell as CSV text: None for a missing value, numbers written so they read back exactly."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return None if math.isnan(value) else repr(value)
+    raise PredictionInputError(
+        f"row {index + 1} column {name!r} holds a {type(value).__name__}; expected text, a number, a boolean or None"
+    )
+
+
+def _refuse_unknown(column: InputColumn, typed: Column) -> None:
+    known = set(column.categories)
+    for i, value in enumerate(typed.values.tolist()):
+        category = MISSING if value is None else str(value)
+        if category not in known:
+            raise PredictionInputError(
+                f"row {i + 1} column {column.name!r} is {category!r}, which the feature schema cannot place: "
+                f"MAX_FEATURES kept {OTHER!r} but not every kept category of this column; expected one of "
+                f"{list(column.categories)}"
+            )
+
+
+def canonical_rules(transform: RawTransform) -> str:
+    """The rules as compact JSON with sorted keys (what the ONNX metadata carries)."""
+    return json.dumps([rule.record() for rule in transform.rules], sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,109 @@
+"""The MLflow model of a run, logged in MLflow's own artifact store, and registered from there.
+
+A registered version's source is ``models:/{model_id}``: a *logged model* of the run (MLflow 3), whose
+files MLflow stores under the experiment's artifact location (``{PIPELINE_ROOT_URI}/mlruns`` for the local
+sqlite default; the server's artifact store otherwise), never under ARTIFACT_ROOT. It is a pyfunc model
+(:mod:`ml8s.inference.pyfunc`) holding byte-identical copies of the run's feature schema, training metadata
+and exported model, read from ARTIFACT_ROOT and checked against their recorded sha256 first.
+
+A logged model is READY once all its files are uploaded; registering again (or after a crash) reuses the
+run's READY one, so one run has one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ml8s.errors import InferenceError, RegistryError
+from ml8s.identity.settings import PlatformSettings
+from ml8s.inference.model_files import read_run_files
+from ml8s.pipeline.context import RunContext
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.models import Model
+
+MODEL_NAME = "model"
+
+
+def ensure_logged_model(
+    ctx: RunContext, client: MlflowClient, experiment_id: str, run_id: str, tags: dict[str, str]
+) -> str:
+    """The id of the run's READY logged model: the oldest one found, else one logged now.
+
+    Raises:
+        RegistryError: the run's files cannot make a model (incomplete or altered artifacts).
+    """
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.exceptions import MlflowException
+    from mlflow.models import Model
+
+    found = [
+        m
+        for m in client.search_logged_models([experiment_id], filter_string=f"source_run_id = '{run_id}'")
+        if (m.status, m.name, m.tags.get("full_config_hash"))
+        == (LoggedModelStatus.READY, MODEL_NAME, tags["full_config_hash"])
+    ]
+    if found:
+        return str(min(found, key=lambda m: (int(m.creation_timestamp), str(m.model_id))).model_id)
+    model = client.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=run_id, tags=tags)
+    model_id = str(model.model_id)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ml8s-mlflow-model-") as tmp:
+            directory = os.path.join(tmp, "model")
+            record = Model(artifact_path=model.artifact_location, model_uuid=model_id, run_id=run_id, model_id=model_id)
+            _save(ctx, directory, record)
+            client.log_model_artifacts(model_id, directory)
+        client.finalize_logged_model(model_id, LoggedModelStatus.READY)
+        client.log_outputs(run_id, [LoggedModelOutput(model_id, step=ctx.params.epochs)])
+    except BaseException:
+        with contextlib.suppress(MlflowException):  # best effort: a FAILED model is never reused
+            client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
+        raise
+    ctx.log("register", f"logged MLflow model {model_id} of run {run_id} at {model.artifact_location}")
+    return model_id
+
+
+def experiment_location(settings: PlatformSettings) -> str | None:
+    """Where a new experiment keeps its artifacts (the logged models); None lets an MLflow server decide.
+
+    With a sqlite tracking URI MLflow's default is ``./mlruns`` in the working directory: ml8s uses
+    ``{PIPELINE_ROOT_URI}/mlruns`` under a local root, else a ``mlruns`` directory beside the database file.
+    """
+    uri = settings.mlflow_tracking_uri
+    if not uri.startswith("sqlite:"):
+        return None
+    if settings.pipeline_root_uri.startswith("file://"):
+        return settings.pipeline_root_uri + "/mlruns"
+    path = uri[len("sqlite:///") :].split("?")[0] if uri.startswith("sqlite:///") else ""
+    if path in ("", ":memory:"):
+        return None
+    return "file://" + os.path.join(os.path.dirname(os.path.abspath(path)), "mlruns")
+
+
+@contextlib.contextmanager
+def registry_resolves_with(uri: str) -> Iterator[None]:
+    """Make MLflow's process-wide tracking URI ``uri`` while registering a ``models:/`` source.
+
+    MLflow's own SQL model registry looks the logged model up through ``MlflowClient()``, i.e. the process-wide
+    tracking URI, not the client's (a TODO in ``mlflow/store/model_registry/sqlalchemy_store.py``); a server
+    resolves it itself. The previous setting is restored afterwards.
+    """
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    with _use_tracking_uri(uri):
+        yield
+
+
+def _save(ctx: RunContext, directory: str, record: Model) -> None:
+    from ml8s.inference.pyfunc import save_model_dir
+
+    try:  # before finalization: no marker yet, the checksums training_metadata.json records are the check
+        files = read_run_files(ctx.settings.pipeline_root_uri, ctx.run_id, require_marker=False)
+    except InferenceError as exc:
+        raise RegistryError(f"cannot make the MLflow model of run {ctx.run_id}: {exc.message}") from exc
+    save_model_dir(directory, files, record)

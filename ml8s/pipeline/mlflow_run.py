@@ -1,0 +1,125 @@
+"""What an MLflow run of ml8s holds besides its contract tags: params, metric curves, source tags.
+
+- Params: the canonical config, one param per variable, as plain strings (``params.model_type = 'mlp'``):
+  text as itself, anything else (numbers, booleans, null, lists) as compact JSON.
+- Metrics: ``train_loss`` at steps 1..EPOCHS (the per-epoch means training records in
+  ``training_metadata.json``), and every held-out figure of ``metrics.json`` at step EPOCHS.
+- Tags: ``mlflow.source.name`` (the program that registered), ``mlflow.source.type``,
+  ``mlflow.source.git.commit`` (``git rev-parse HEAD`` of ml8s's source, else ML8S_GIT_COMMIT, else none)
+  and ``ml8s.version``.
+
+Everything is added only where missing, so registering again (or after a crash) never duplicates a point
+nor changes what a run already records (MLflow params are immutable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import ml8s
+from ml8s.contract import layout
+from ml8s.errors import NotFoundError, RegistryError
+from ml8s.identity.variables import JsonValue
+from ml8s.pipeline.context import RunContext
+from ml8s.store import Store
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+TRAIN_LOSS = "train_loss"
+GIT_COMMIT_ENV = "ML8S_GIT_COMMIT"
+_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+_PARAM_BATCH = 100  # ... and of params
+
+
+def mlflow_params(config: Mapping[str, JsonValue]) -> dict[str, str]:
+    """The canonical config as MLflow params, keys sorted: text as itself, other values as compact JSON."""
+    return {
+        key: value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        for key, value in sorted(config.items())
+    }
+
+
+def source_tags(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Where the registering code came from: program, git commit (when known) and ml8s version."""
+    tags = {
+        "ml8s.version": ml8s.__version__,
+        "mlflow.source.name": os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python",
+        "mlflow.source.type": "LOCAL",
+    }
+    commit = git_commit(os.path.dirname(os.path.abspath(ml8s.__file__))) or (env or os.environ).get(GIT_COMMIT_ENV, "")
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    return dict(sorted(tags.items()))
+
+
+def git_commit(directory: str) -> str:
+    """``git rev-parse HEAD`` in ``directory``; "" when git or the repository is absent (an installed image)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", directory, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and len(commit) == 40 else ""
+
+
+def run_metrics(ctx: RunContext, store: Store) -> dict[str, list[tuple[int, float]]]:
+    """Each metric's (step, value) points: the per-epoch training loss and the held-out figures."""
+    metrics: dict[str, list[tuple[int, float]]] = {}
+    losses = _read_json(ctx, store, layout.TRAINING_METADATA, ("training", "epoch_losses"))
+    if isinstance(losses, list):
+        metrics[TRAIN_LOSS] = [(step, float(v)) for step, v in enumerate(losses, start=1) if _number(v)]
+    last = len(metrics.get(TRAIN_LOSS, [])) or ctx.params.epochs
+    held_out = _read_json(ctx, store, layout.METRICS, ())
+    if held_out is not None and not isinstance(held_out, dict):
+        raise RegistryError(f"{ctx.uri(layout.METRICS)} is not a JSON object of metric name to number")
+    for name, value in sorted((held_out or {}).items()):
+        if _number(value):
+            metrics[str(name)] = [(last, float(value))]
+    return metrics
+
+
+def log_run_data(ctx: RunContext, store: Store, client: MlflowClient, run: Run) -> None:
+    """Add the params, metric points and source tags the MLflow run lacks (see the module docstring)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    run_id = str(run.info.run_id)
+    params = [Param(k, v) for k, v in mlflow_params(ctx.identity.canonical_config).items() if k not in run.data.params]
+    tags = [RunTag(k, v) for k, v in source_tags().items() if k not in run.data.tags]
+    now = int(time.time() * 1000)
+    points: list[Metric] = []
+    for name, series in sorted(run_metrics(ctx, store).items()):
+        logged = {int(m.step) for m in client.get_metric_history(run_id, name)} if name in run.data.metrics else set()
+        points += [Metric(name, value, now, step) for step, value in series if step not in logged]
+    for start in range(0, len(params), _PARAM_BATCH):
+        client.log_batch(run_id, params=params[start : start + _PARAM_BATCH])
+    if tags:
+        client.log_batch(run_id, tags=tags)
+    for start in range(0, len(points), _BATCH):
+        client.log_batch(run_id, metrics=points[start : start + _BATCH])
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _read_json(ctx: RunContext, store: Store, rel: str, path: tuple[str, ...]) -> object:
+    """A JSON value of an artifact (None when the file or the path is absent)."""
+    try:
+        data: object = json.loads(store.get(ctx.key(rel)))
+    except NotFoundError:
+        return None
+    except ValueError:
+        raise RegistryError(f"{ctx.uri(rel)} is not valid JSON") from None
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data

@@ -1,0 +1,228 @@
+"""Raw-row transform: the rules the feature schema records, applied to raw rows, give training's matrix.
+
+Tiny datasets, no training: the schema and matrix come from the feature-engineering functions themselves.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ml8s.data.dataset import load_dataset, text_column
+from ml8s.data.fingerprint import fingerprint_local
+from ml8s.errors import DataError, InferenceError, PredictionInputError
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.identity.params import validate_params
+from ml8s.identity.variables import canonical_config
+from ml8s.inference import MISSING, OTHER, RawTransform
+from ml8s.inference.csv_rows import read_csv_rows
+from ml8s.pipeline.feature_rules import encode, prepare
+from ml8s.pipeline.features import feature_schema
+
+HEADER = "amount,active,colour,kind,y"
+
+
+def _dataset(directory: Path) -> list[str]:
+    """Numeric with blanks, booleans in mixed case with blanks, a small categorical with blanks, and a
+    40-category column whose rare values share __other__ (30 x 3 rows m00..m29, 10 x 2 rows a0..a9)."""
+    kinds = [f"m{i:02d}" for i in range(30) for _ in range(3)] + [f"a{i}" for i in range(10) for _ in range(2)]
+    lines = []
+    for n, kind in enumerate(kinds):
+        amount = "" if n % 7 == 0 else f"{(n * 37) % 101}.{n % 10}"
+        active = "" if n % 11 == 0 else (" TRUE" if n % 3 else "false ")
+        colour = "" if n % 13 == 0 else ["red", "green", "blue"][n % 3]
+        lines.append(f"{amount},{active},{colour},{kind},{'yes' if (n * 5) % 7 < 3 else 'no'}")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "part.csv").write_text("\n".join([HEADER, *lines]) + "\n")
+    return lines
+
+
+def _train(directory: Path, **variables: str) -> tuple[RawTransform, np.ndarray, list[dict[str, object]]]:
+    raw: dict[str, str | None] = {"DATA_ROOT": str(directory), "TARGET_COLUMN": "y", "TEST_SIZE": "0.25"}
+    raw.update({k.upper(): v for k, v in variables.items()})
+    params = validate_params(canonical_config(raw))
+    prepared = prepare(load_dataset(fingerprint_local(str(directory))), params)
+    matrix, features = encode(prepared, params)
+    schema = canonical_bytes(feature_schema(prepared, features))
+    with (directory / "part.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return RawTransform.from_schema(schema, "feature_schema.json"), matrix, rows
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    _dataset(tmp_path / "data")
+    return tmp_path / "data"
+
+
+def test_raw_rows_give_the_training_matrix_bit_for_bit(data: Path) -> None:
+    transform, matrix, rows = _train(data)
+    assert {c.name: c.kind for c in transform.inputs} == {
+        "active": "boolean",
+        "amount": "numeric",
+        "colour": "categorical",
+        "kind": "categorical",
+    }
+    assert OTHER in {r.category for r in transform.rules} and all(c.complete for c in transform.inputs)
+    encoded = transform.encode(rows)
+    assert encoded.dtype == np.float32
+    np.testing.assert_array_equal(encoded, matrix.astype(np.float32))
+
+
+def test_typed_cells_give_the_same_matrix_as_text(data: Path) -> None:
+    """Numbers, booleans, None and NaN (what a DataFrame holds) encode exactly as their CSV text does."""
+    transform, matrix, rows = _train(data)
+    typed = []
+    for row in rows:
+        amount = float(row["amount"]) if row["amount"] else float("nan")
+        active = None if not row["active"].strip() else row["active"].strip().lower() == "true"
+        typed.append(
+            {"amount": np.float64(amount), "active": active, "colour": row["colour"] or None, "kind": row["kind"]}
+        )
+    np.testing.assert_array_equal(transform.encode(typed), matrix.astype(np.float32))
+
+
+def test_each_rule_on_hand_made_rows(data: Path) -> None:
+    transform, _, _ = _train(data)
+    rule = {r.name: r for r in transform.rules}
+    rows = [
+        {"amount": "", "active": "", "colour": "", "kind": "zzz-never-seen"},
+        {"amount": "12.5", "active": "TRUE", "colour": "purple", "kind": "m03"},
+    ]
+    encoded = transform.encode(rows).astype(np.float64)
+    got = [{name: encoded[i, j] for j, name in enumerate(transform.feature_names)} for i in range(2)]
+    amount, active = rule["amount"], rule["active"]
+    assert amount.impute is not None and amount.scale_mean is not None and amount.scale_std is not None
+    # missing number: imputed with the training mean, then standardized; its indicator is set
+    assert got[0]["amount"] == np.float32((amount.impute - amount.scale_mean) / amount.scale_std)
+    assert got[0]["amount__missing"] == 1.0 and got[1]["amount__missing"] == 0.0
+    assert got[1]["amount"] == np.float32((12.5 - amount.scale_mean) / amount.scale_std)
+    # booleans: 1.0/0.0, a missing one imputed with the training share of true, never scaled
+    assert active.scale_mean is None and got[0]["active"] == np.float32(active.impute) and got[1]["active"] == 1.0
+    # a missing category is __missing__; an unseen one is __other__ when the column has that bucket...
+    assert got[0][f"colour={MISSING}"] == 1.0 and got[0][f"kind={OTHER}"] == 1.0
+    # ...and no one-hot at all when it has none (colour's three values were all kept)
+    assert [got[1][f"colour={c}"] for c in ("blue", "green", "red", MISSING)] == [0.0] * 4
+    assert got[1]["kind=m03"] == 1.0 and got[1][f"kind={OTHER}"] == 0.0
+
+
+def test_max_features_that_hides_kept_categories_refuses_unknown_values(data: Path) -> None:
+    transform, matrix, rows = _train(data, max_features="10")
+    (kind,) = [c for c in transform.inputs if c.name == "kind"]
+    assert f"kind={OTHER}" in transform.feature_names and not kind.complete
+    known = [i for i, r in enumerate(rows) if r["kind"] in kind.categories]
+    np.testing.assert_array_equal(transform.encode([rows[i] for i in known]), matrix[known].astype(np.float32))
+    with pytest.raises(PredictionInputError, match="row 1 column 'kind' is 'a9', which the feature schema cannot"):
+        transform.encode([{**rows[known[0]], "kind": "a9"}])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"amount": "12,5"}, "column 'amount' has '12,5' in row 2 (of 2), which is not numeric"),
+        ({"active": "yes"}, "column 'active' has 'yes' in row 2 (of 2), which is not boolean"),
+        ({"amount": True}, "column 'amount' has 'true' in row 2"),
+        ({"colour": ["red"]}, "row 2 column 'colour' holds a list"),
+        ({"amount": float("inf")}, "column 'amount' has 'inf' in row 2"),
+    ],
+)
+def test_bad_cells_are_named_errors(data: Path, change: dict[str, object], message: str) -> None:
+    transform, _, rows = _train(data)
+    with pytest.raises(PredictionInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        transform.encode([rows[0], {**rows[1], **change}])
+
+
+def test_absent_column_is_named_and_unused_columns_are_ignored(data: Path) -> None:
+    transform, matrix, rows = _train(data)
+    extra = [{**row, "unused": "x", "y": ""} for row in rows[:3]]
+    np.testing.assert_array_equal(transform.encode(extra), matrix[:3].astype(np.float32))
+    with pytest.raises(PredictionInputError, match="row 2 has no column 'colour'"):
+        transform.encode([rows[0], {k: v for k, v in rows[1].items() if k != "colour"}])
+    assert transform.encode([]).shape == (0, len(transform.rules))
+
+
+def _schema(data: Path) -> dict[str, object]:
+    transform, _, _ = _train(data)
+    rules = [r.record() for r in transform.rules]
+    target = {"column": "y", "classes": list(transform.classes), "encoded_as": "__target__"}
+    split = {"column": "__split__", "train": 0, "test": 1}
+    return {
+        "schema_version": 1,
+        "features": rules,
+        "target": target,
+        "split": split,
+        "dropped_columns": {},
+        "rows": {},
+        "rows_per_file": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s["features"][0].update(extra=1), "features.0.extra: Extra inputs are not permitted"),
+        (lambda s: s.update(schema_version=2), "schema_version 2; expected 1"),
+        (lambda s: s["features"].reverse(), "unique and sorted by name"),
+        (lambda s: s["features"][0].pop("impute"), "without a finite impute value"),
+        (lambda s: s["features"][-1].pop("category"), "a one-hot feature without a category"),
+        (lambda s: s["features"][0].update(scale_mean=0.0, scale_std=1.0), "scaling that is not a numeric"),
+        (lambda s: s["target"].update(classes=["yes"]), "expected 2 or more distinct classes"),
+        (lambda s: s["features"].__setitem__(slice(None), []), "expected at least one"),
+        (lambda s: s.pop("target"), "target: Field required"),
+    ],
+)
+def test_malformed_schema_is_a_named_error(data: Path, edit: object, message: str) -> None:
+    schema = _schema(data)
+    assert callable(edit)
+    edit(schema)
+    with pytest.raises(InferenceError, match=message):
+        RawTransform.from_schema(json.dumps(schema).encode(), "feature_schema.json")
+
+
+@pytest.mark.parametrize("blob", [b"", b"{", b"\xff\xfe", b"[]", b'{"schema_version": "1"}'])
+def test_garbage_schema_is_a_named_error(blob: bytes) -> None:
+    with pytest.raises(InferenceError, match="is not a feature schema"):
+        RawTransform.from_schema(blob, "feature_schema.json")
+
+
+def test_text_column_types_like_the_loader(data: Path) -> None:
+    """Every column typed from its raw text with its known kind equals the loader's inferred column."""
+    dataset = load_dataset(fingerprint_local(str(data)))
+    with (data / "part.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for column in dataset.columns:
+        typed = text_column(column.name, column.kind, pa.array([r[column.name] for r in rows]))
+        assert typed.kind == column.kind
+        if column.kind == "categorical":
+            assert typed.values.tolist() == column.values.tolist()
+        else:
+            np.testing.assert_array_equal(typed.values, column.values)
+    with pytest.raises(DataError, match="kind 'date'"):
+        text_column("x", "date", pa.array(["1"]))
+
+
+@pytest.mark.parametrize(
+    ("blob", "message"),
+    [
+        (b"", "is empty"),
+        (b"a,,b\n1,2,3\n", "blank column name"),
+        (b"a,b,a\n1,2,3\n", r"repeats column\(s\) \['a'\]"),
+        (b"a,b\n1,2,3\n", "line 2 has 3 cells; expected 2"),
+        (b"a,b\n1\n", "line 2 has 1 cells; expected 2"),
+        (b"a,b\n\xff,1\n", "is not UTF-8"),
+        (b'a,b\n"1,2\n', "is not valid CSV"),
+    ],
+)
+def test_bad_csv_is_a_named_error(blob: bytes, message: str) -> None:
+    with pytest.raises(PredictionInputError, match=message):
+        read_csv_rows(blob, "rows.csv")
+
+
+def test_csv_rows_keep_text_cells() -> None:
+    blob = '\ufeffa, b\n"x, y",\n\n  2 ,TRUE\n'.encode()
+    assert read_csv_rows(blob, "rows.csv") == [{"a": "x, y", "b": ""}, {"a": "  2 ", "b": "TRUE"}]

@@ -1,0 +1,266 @@
+"""Raw-row inference on a trained run (no MLflow): `ml8s predict`, the ONNX metadata alone, altered files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_context, write_small_churn
+from mlflow_support import artifact_dir, raw_rows, train_run, write_rows
+
+from ml8s.cli.main import main
+from ml8s.contract import layout
+from ml8s.errors import InferenceError, IntegrityError
+from ml8s.inference import Predictor, read_model_dir, read_onnx_metadata, read_run_files
+from ml8s.pipeline.context import RunContext
+
+ONNX = layout.model_export("onnx")
+
+
+@dataclass(frozen=True)
+class Trained:
+    data: Path
+    root: Path
+    onnx: RunContext
+    safetensors: RunContext
+
+    def files(self, rel: str, run: RunContext | None = None) -> Path:
+        return artifact_dir(self.root, (run or self.onnx).run_id) / rel
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """One configuration trained twice, exported as ONNX and as safetensors; each marked complete (the marker
+    is finalization's last write: MLflow and the manifest do not matter to inference)."""
+    base = tmp_path_factory.mktemp("inference")
+    data = write_small_churn(base / "data")
+    runs = [make_context(data, base / "root", model_format=fmt) for fmt in ("onnx", "safetensors")]
+    for ctx in runs:
+        train_run(ctx)
+        ctx.store().put_if_absent(ctx.key(layout.SUCCESS_MARKER), b"")
+    return Trained(data, base / "root", *runs)
+
+
+@pytest.fixture
+def copy(trained: Trained, tmp_path: Path) -> Trained:
+    """A copy of the trained runs' root that a test may alter."""
+    shutil.copytree(trained.root, tmp_path / "root")
+    return Trained(trained.data, tmp_path / "root", trained.onnx, trained.safetensors)
+
+
+def _predict_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["predict", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_raw_rows_reproduce_the_training_matrix(trained: Trained) -> None:
+    predictor = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
+    table = pq.read_table(trained.files(layout.FEATURE_MATRIX))
+    matrix = np.column_stack([table.column(name).to_numpy() for name in predictor.transform.feature_names])
+    np.testing.assert_array_equal(predictor.transform.encode(raw_rows(trained.data)), matrix)
+
+
+def test_onnx_metadata_carries_classes_features_and_rules(trained: Trained) -> None:
+    meta = read_onnx_metadata(trained.files(ONNX).read_bytes())
+    schema = json.loads(trained.files(layout.FEATURE_SCHEMA).read_bytes())
+    metadata = json.loads(trained.files(layout.TRAINING_METADATA).read_bytes())
+    assert sorted(meta) == [
+        "ml8s.classes",
+        "ml8s.feature_names",
+        "ml8s.feature_rules",
+        "ml8s.input",
+        "ml8s.output",
+        "ml8s.target_column",
+    ]
+    assert json.loads(meta["ml8s.classes"]) == schema["target"]["classes"] == metadata["model"]["classes"]
+    assert json.loads(meta["ml8s.feature_names"]) == metadata["model"]["feature_names"]
+    assert json.loads(meta["ml8s.feature_rules"]) == schema["features"]
+    assert meta["ml8s.target_column"] == "churned"
+
+
+def _plain_onnxruntime(model: bytes, rows: list[dict[str, str]]) -> np.ndarray:
+    """docs/predict.md's recipe: nothing but the ONNX file, numpy and onnxruntime (CSV text cells in)."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    rules = json.loads(meta["ml8s.feature_rules"])
+    categories: dict[str, set[str]] = {}
+    for rule in rules:
+        if rule["kind"] == "onehot":
+            categories.setdefault(rule["source"], set()).add(rule["category"])
+    features = np.zeros((len(rows), len(rules)), dtype=np.float64)
+    for i, row in enumerate(rows):
+        for j, rule in enumerate(rules):
+            text = row[rule["source"]].strip()
+            if rule["kind"] == "indicator":
+                value = float(text == "")
+            elif rule["kind"] == "onehot":
+                category = text or "__missing__"
+                if category not in categories[rule["source"]]:
+                    category = "__other__"
+                value = float(category == rule["category"])
+            elif text == "":
+                value = rule["impute"]
+            else:
+                value = float(text.lower() == "true") if rule["kind"] == "boolean" else float(text)
+            if "scale_mean" in rule:
+                value = (value - rule["scale_mean"]) / rule["scale_std"]
+            features[i, j] = value
+    (logits,) = session.run(["logits"], {"features": features.astype(np.float32)})
+    wide = np.asarray(logits, dtype=np.float64)
+    exp = np.exp(wide - wide.max(axis=1, keepdims=True))
+    return np.asarray(exp / exp.sum(axis=1, keepdims=True))
+
+
+def test_plain_onnxruntime_from_the_metadata_predicts_the_same(trained: Trained) -> None:
+    rows = raw_rows(trained.data)[:50]
+    rows.append(
+        {"customer_id": "N", "tenure": "", "monthly_charges": " 80 ", "plan": "", "auto_pay": "TRUE", "churned": ""}
+    )
+    predictor = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
+    expected = predictor.predict(rows).probabilities
+    np.testing.assert_allclose(_plain_onnxruntime(trained.files(ONNX).read_bytes(), rows), expected, rtol=0, atol=0)
+
+
+def test_labelling_is_deterministic_across_processes(trained: Trained, tmp_path: Path) -> None:
+    """Labelling the exported model again (in two fresh processes) gives the exported bytes exactly."""
+    schema = trained.files(layout.FEATURE_SCHEMA)
+    code = "import sys; from ml8s.inference import label_onnx; label_onnx(sys.argv[1], sys.argv[2])"
+    outputs = []
+    for i in range(2):
+        target = tmp_path / f"model-{i}.onnx"
+        shutil.copyfile(trained.files(ONNX), target)
+        subprocess.run([sys.executable, "-c", code, str(target), str(schema)], check=True, timeout=120)
+        outputs.append(target.read_bytes())
+    assert outputs[0] == outputs[1] == trained.files(ONNX).read_bytes()
+
+
+def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = raw_rows(trained.data)[:20]
+    rows_csv = write_rows(tmp_path / "rows.csv", rows)
+    predictions = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id)).predict(rows)
+    args = ["--run", trained.onnx.run_id, "--root", str(trained.root)]
+
+    code, out, _ = _predict_cli(capsys, *args, "--input", str(rows_csv))
+    assert code == 0 and out == predictions.to_csv()
+    assert out.splitlines()[0] == "predicted_class,probability_no,probability_yes" and len(out.splitlines()) == 21
+
+    target = tmp_path / "out.csv"
+    target.write_text("previous content")
+    code, out, _ = _predict_cli(capsys, *args, "--input", str(rows_csv), "--output", str(target))
+    assert (code, out) == (0, "") and target.read_text() == predictions.to_csv()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "rows.csv"]
+
+    class Stdin:
+        buffer = rows_csv.open("rb")
+
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    code, out, _ = _predict_cli(capsys, *args, "--input", "-")
+    assert code == 0 and out == predictions.to_csv()
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "message"),
+    [
+        ("bad run id", 2, "is not a RUN_ID"),
+        ("unknown run", 1, "ml8s: INFERENCE_ERROR: run 000000000000 at "),
+        ("no input file", 1, "ml8s: PREDICTION_INPUT_INVALID: cannot read --input"),
+        (
+            "bad cell",
+            1,
+            "ml8s: PREDICTION_INPUT_INVALID: column 'tenure' has 'ten' in row 2 (of 2), which is not numeric",
+        ),
+        ("missing column", 1, "ml8s: PREDICTION_INPUT_INVALID: row 1 has no column 'plan'"),
+        ("output dir absent", 1, "ml8s: INFERENCE_ERROR: cannot write --output"),
+    ],
+)
+def test_ml8s_predict_errors_are_one_line(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, code: int, message: str
+) -> None:
+    rows = raw_rows(trained.data)[:2]
+    run, rows_path, output = trained.onnx.run_id, tmp_path / "rows.csv", "-"
+    if case == "bad run id":
+        run = "not-a-run"
+    elif case == "unknown run":
+        run = "000000000000"
+    elif case == "bad cell":
+        rows[1]["tenure"] = "ten"
+    elif case == "missing column":
+        rows = [{k: v for k, v in row.items() if k != "plan"} for row in rows]
+    elif case == "output dir absent":
+        output = str(tmp_path / "absent" / "out.csv")
+    if case != "no input file":
+        write_rows(rows_path, rows)
+    if code == 2:
+        with pytest.raises(SystemExit) as exited:
+            main(["predict", "--run", run, "--input", str(rows_path)])
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+        return
+    got, out, err = _predict_cli(
+        capsys, "--run", run, "--root", str(trained.root), "--input", str(rows_path), "--output", output
+    )
+    assert (got, out) == (code, "") and err.startswith(message) and len(err.splitlines()) == 1
+
+
+def test_incomplete_run_is_refused(copy: Trained) -> None:
+    (copy.files(layout.SUCCESS_MARKER)).unlink()
+    with pytest.raises(InferenceError, match=r"is not complete \(no success.marker\)"):
+        read_run_files(f"file://{copy.root}", copy.onnx.run_id)
+
+
+@pytest.mark.parametrize("where", [0, 0.5, -1])
+def test_flipped_model_byte_is_refused(copy: Trained, where: float) -> None:
+    path = copy.files(ONNX)
+    data = bytearray(path.read_bytes())
+    data[int(where * len(data))] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        IntegrityError, match=r"model\.onnx has sha256 .*; expected .* as training_metadata\.json records"
+    ):
+        Predictor(read_run_files(f"file://{copy.root}", copy.onnx.run_id))
+
+
+def test_truncated_schema_and_garbage_metadata_are_refused(copy: Trained) -> None:
+    schema = copy.files(layout.FEATURE_SCHEMA)
+    schema.write_bytes(schema.read_bytes()[:-10])
+    with pytest.raises(IntegrityError, match=r"feature_schema\.json has sha256"):
+        Predictor(read_run_files(f"file://{copy.root}", copy.onnx.run_id))
+    copy.files(layout.TRAINING_METADATA).write_bytes(b"\x00garbage")
+    with pytest.raises(InferenceError, match=r"training_metadata\.json is not training metadata"):
+        read_run_files(f"file://{copy.root}", copy.onnx.run_id)
+
+
+def test_missing_file_and_mismatched_metadata_are_refused(copy: Trained) -> None:
+    metadata_path = copy.files(layout.TRAINING_METADATA)
+    metadata = json.loads(metadata_path.read_bytes())
+    metadata["model"]["classes"] = ["yes", "no"]
+    metadata_path.write_text(json.dumps(metadata))
+    with pytest.raises(InferenceError, match=r"records classes \['yes', 'no'\] .* expected those of feature_schema"):
+        Predictor(read_run_files(f"file://{copy.root}", copy.onnx.run_id))
+    copy.files(ONNX).unlink()
+    with pytest.raises(InferenceError, match=r"model/model\.onnx is missing"):
+        read_run_files(f"file://{copy.root}", copy.onnx.run_id)
+    with pytest.raises(InferenceError, match=r"feature_schema\.json is missing; expected the model's feature_schema"):
+        read_model_dir(str(copy.files("model")), "onnx")  # a directory without the three files side by side
+
+
+def test_safetensors_run_predicts_with_torch_like_the_onnx_run(trained: Trained) -> None:
+    rows = raw_rows(trained.data)[:100]
+    onnx = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
+    torch = Predictor(read_run_files(f"file://{trained.root}", trained.safetensors.run_id))
+    assert (onnx.model_format, torch.model_format) == ("onnx", "safetensors")
+    first, second = onnx.predict(rows), torch.predict(rows)
+    assert first.labels == second.labels
+    np.testing.assert_allclose(first.probabilities, second.probabilities, rtol=0, atol=1e-5)

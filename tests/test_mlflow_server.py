@@ -1,0 +1,138 @@
+"""The pipeline against a real `mlflow server` on loopback: the run completes and verifies, its version is a
+pyfunc that predicts as `ml8s predict` does, racing registrations leave one version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import make_context, write_small_churn
+from mlflow import MlflowClient
+from mlflow_predict import EDGE_ROWS, assert_same_predictions, cli_predict, pyfunc_predict, typed_frame
+from mlflow_support import mlflow_server, raw_rows, write_rows
+
+from ml8s.audit import verify_run
+from ml8s.pipeline.registry import MlflowRef
+from ml8s.pipeline.run import run_pipeline
+
+# A child process: import everything, say it is ready, wait for the barrier, register.
+CHILD = """
+import os, sys, time
+import mlflow
+from ml8s.pipeline.context import RunContext
+from ml8s.pipeline.registry import register
+ctx_file, ready, barrier = sys.argv[1:4]
+ctx = RunContext.from_json(open(ctx_file).read())
+open(ready, "w").close()
+while not os.path.exists(barrier):
+    time.sleep(0.005)
+print(register(ctx, timeout_s=120).model_dump_json())
+"""
+
+
+@dataclass(frozen=True)
+class Served:
+    uri: str
+    data: Path
+    root: Path
+    run_id: str
+    mlflow: dict[str, str]
+    rows: list[dict[str, str]]
+    rows_csv: Path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Started, not yet answering: it boots while the run below trains."""
+    yield from mlflow_server(tmp_path_factory.mktemp("mlflow-server"), wait=False)
+
+
+@pytest.fixture(scope="module")
+def served(server: str, tmp_path_factory: pytest.TempPathFactory) -> Served:
+    """`ml8s run` with MLFLOW_TRACKING_URI pointing at the server (it failed at registration before)."""
+    base = tmp_path_factory.mktemp("served")
+    data = write_small_churn(base / "data")
+    env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(base / "root"), "EPOCHS": "2"}
+    with pytest.MonkeyPatch.context() as patch:
+        # Registration's first request may come before the server answers: MLflow's client retries
+        # (1, 2, 4, ... s) bridge the boot.
+        patch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        patch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "8")
+        manifest = json.loads(run_pipeline({**env, "MLFLOW_TRACKING_URI": server}))
+    rows = raw_rows(data)[:40] + EDGE_ROWS
+    rows_csv = write_rows(base / "rows.csv", rows)
+    return Served(server, data, base / "root", manifest["run_id"], manifest["mlflow"], rows, rows_csv)
+
+
+def test_run_against_a_server_completes_verifies_and_registers_once(served: Served) -> None:
+    assert served.mlflow["tracking_uri"] == served.uri and served.mlflow["model_version"] == "1"
+    assert not (served.root / "mlflow.db").exists()
+    report = verify_run(str(served.root), served.run_id, {"MLFLOW_TRACKING_URI": served.uri})
+    assert report.passed, report.model_dump_json(indent=2)
+    again = run_pipeline(
+        {
+            "DATA_ROOT": str(served.data),
+            "TARGET_COLUMN": "churned",
+            "PIPELINE_ROOT_URI": str(served.root),
+            "EPOCHS": "2",
+            "MLFLOW_TRACKING_URI": served.uri,
+        }
+    )
+    assert json.loads(again)["mlflow"] == served.mlflow
+    client = MlflowClient(tracking_uri=served.uri)
+    (version,) = client.search_model_versions(f"name = '{served.mlflow['model_name']}'")
+    assert version.source.startswith("models:/m-")
+    logged = client.get_logged_model(version.source.removeprefix("models:/"))
+    assert logged.artifact_location.startswith("mlflow-artifacts:/")  # the server's own store
+
+
+def test_pyfunc_from_the_server_predicts_what_ml8s_predict_does(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = cli_predict(capsys, served.root, served.run_id, served.rows_csv)
+    model_uri = f"models:/{served.mlflow['model_name']}/{served.mlflow['model_version']}"
+    assert_same_predictions(expected, pyfunc_predict(served.uri, model_uri, typed_frame(served.rows)))
+
+
+def test_racing_registrations_on_a_server_leave_one_version(served: Served, tmp_path: Path) -> None:
+    ctx = make_context(
+        served.data,
+        served.root,
+        epochs="2",
+        mlflow_tracking_uri=served.uri,
+        mlflow_model_name="raced",
+        mlflow_experiment_prefix="raced",
+    )
+    assert ctx.run_id == served.run_id
+    ctx_file, barrier = tmp_path / "ctx.json", tmp_path / "go"
+    ctx_file.write_text(ctx.to_json())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(ctx_file), str(tmp_path / f"ready-{i}"), str(barrier)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "children did not start"
+        time.sleep(0.01)
+    barrier.touch()
+    refs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+        refs.append(MlflowRef.model_validate_json(out.strip().splitlines()[-1]))
+    assert refs[0] == refs[1] and refs[0].model_version == "1"
+    client = MlflowClient(tracking_uri=served.uri)
+    assert [v.version for v in client.search_model_versions("name = 'raced'")] == ["1"]
+    assert len(client.search_runs([refs[0].experiment_id])) == 1
+    assert len(client.search_logged_models([refs[0].experiment_id])) == 1

@@ -1,0 +1,164 @@
+"""A run registered in the local sqlite MLflow: the version is a pyfunc model that predicts on raw rows as
+`ml8s predict` does (also served by `mlflow models serve`), logged outside ARTIFACT_ROOT; the MLflow run has
+plain params, curves and source tags."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import write_small_churn
+from mlflow import MlflowClient
+from mlflow_predict import (
+    EDGE_ROWS,
+    assert_same_predictions,
+    cli_predict,
+    post_invocations,
+    pyfunc_predict,
+    typed_frame,
+)
+from mlflow_support import MLFLOW, artifact_dir, free_port, raw_rows, stop, wait_until_answers, write_rows
+
+import ml8s
+from ml8s.audit import verify_run
+from ml8s.contract import layout
+from ml8s.pipeline.run import run_pipeline
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Completed:
+    root: Path
+    run_id: str
+    mlflow: dict[str, str]
+    rows: list[dict[str, str]]
+    rows_csv: Path
+
+    @property
+    def client(self) -> MlflowClient:
+        return MlflowClient(tracking_uri=self.mlflow["tracking_uri"])
+
+
+@pytest.fixture(scope="module")
+def completed(tmp_path_factory: pytest.TempPathFactory) -> Completed:
+    base = tmp_path_factory.mktemp("sqlite")
+    data = write_small_churn(base / "data")
+    env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(base / "root"), "EPOCHS": "3"}
+    manifest = json.loads(run_pipeline(env))
+    rows = raw_rows(data)[:60] + EDGE_ROWS
+    return Completed(base / "root", manifest["run_id"], manifest["mlflow"], rows, write_rows(base / "rows.csv", rows))
+
+
+def test_version_is_a_logged_pyfunc_model_outside_artifact_root(completed: Completed) -> None:
+    client, ref = completed.client, completed.mlflow
+    version = client.get_model_version(ref["model_name"], ref["model_version"])
+    model_id = version.source.removeprefix("models:/")
+    logged = client.get_logged_model(model_id)
+    assert str(logged.status) == "READY" and logged.source_run_id == ref["mlflow_run_id"] == version.run_id
+    assert logged.tags["full_config_hash"] == version.tags["full_config_hash"]
+    where = Path(logged.artifact_location.removeprefix("file://"))
+    assert where.is_relative_to(completed.root / "mlruns")  # MLflow's store, not ARTIFACT_ROOT
+
+    mlmodel = yaml.safe_load((where / "MLmodel").read_text())
+    flavor = mlmodel["flavors"]["python_function"]
+    assert flavor["loader_module"] == "mlflow.pyfunc.model" and flavor["code"] == "code"
+    assert (where / "code" / "ml8s" / "inference" / "pyfunc.py").is_file()
+    assert not list(where.rglob("__pycache__"))
+    assert mlmodel["model_id"] == model_id and mlmodel["run_id"] == ref["mlflow_run_id"]
+    inputs = json.loads(mlmodel["signature"]["inputs"])
+    assert [(c["name"], c["type"]) for c in inputs] == [
+        ("auto_pay", "any"),  # true, false or null: a "boolean" column's nulls become False when served
+        ("monthly_charges", "double"),
+        ("plan", "string"),
+        ("tenure", "double"),
+    ]
+    outputs = [c["name"] for c in json.loads(mlmodel["signature"]["outputs"])]
+    assert outputs == ["predicted_class", "probability_no", "probability_yes"]
+    example = json.loads((where / "input_example.json").read_text())
+    assert example["columns"] == ["auto_pay", "monthly_charges", "plan", "tenure"] and len(example["data"]) == 2
+    requirements = (where / "requirements.txt").read_text().split()
+    assert any(r.startswith("onnxruntime==") for r in requirements) and any(
+        r.startswith("mlflow==") for r in requirements
+    )
+
+    run_dir = artifact_dir(completed.root, completed.run_id)
+    for name, rel in [
+        ("feature_schema.json", layout.FEATURE_SCHEMA),
+        ("training_metadata.json", layout.TRAINING_METADATA),
+        ("model.onnx", layout.model_export("onnx")),
+    ]:
+        assert (where / "artifacts" / name).read_bytes() == (run_dir / rel).read_bytes()
+    listing = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
+    assert listing == sorted([*layout.final_artifacts("onnx"), layout.SUCCESS_MARKER, layout.TENSORBOARD_EVENTS])
+    metadata = json.loads((run_dir / layout.TRAINING_METADATA).read_bytes())
+    for rel, recorded in metadata["artifacts"].items():
+        assert hashlib.sha256((run_dir / rel).read_bytes()).hexdigest() == recorded["sha256"]
+
+
+def test_pyfunc_from_the_registry_predicts_what_ml8s_predict_does(
+    completed: Completed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = cli_predict(capsys, completed.root, completed.run_id, completed.rows_csv)
+    assert len(expected) == 1 + len(completed.rows)
+    ref = completed.mlflow
+    got = pyfunc_predict(
+        ref["tracking_uri"], f"models:/{ref['model_name']}/{ref['model_version']}", typed_frame(completed.rows)
+    )
+    assert_same_predictions(expected, got)
+
+
+def test_mlflow_run_has_plain_params_curves_and_source_tags(completed: Completed) -> None:
+    client, ref = completed.client, completed.mlflow
+    found = client.search_runs(
+        [ref["experiment_id"]], "params.model_type = 'mlp' and params.epochs = '3' and params.target_column = 'churned'"
+    )
+    assert [r.info.run_id for r in found] == [ref["mlflow_run_id"]]
+    run = found[0]
+    assert run.data.params["standardize"] == "true" and run.data.params["max_features"] == "null"
+    metadata = json.loads((artifact_dir(completed.root, completed.run_id) / layout.TRAINING_METADATA).read_bytes())
+    history = client.get_metric_history(ref["mlflow_run_id"], "train_loss")
+    assert [(m.step, m.value) for m in history] == list(enumerate(metadata["training"]["epoch_losses"], start=1))
+    held_out = json.loads((artifact_dir(completed.root, completed.run_id) / layout.METRICS).read_bytes())
+    (accuracy,) = client.get_metric_history(ref["mlflow_run_id"], "accuracy")
+    assert (accuracy.step, accuracy.value) == (3, held_out["accuracy"])
+    tags = run.data.tags
+    assert tags["ml8s.version"] == ml8s.__version__ and tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.source.name"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    if head.returncode == 0:
+        assert tags["mlflow.source.git.commit"] == head.stdout.strip()
+    else:
+        assert "mlflow.source.git.commit" not in tags
+
+
+def test_run_verifies_with_its_logged_model(completed: Completed) -> None:
+    report = verify_run(str(completed.root), completed.run_id, {})
+    assert report.passed, report.model_dump_json(indent=2)
+    assert "mlflow" in {check.name for check in report.checks}
+
+
+def test_mlflow_models_serve_answers_raw_rows(
+    completed: Completed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ref, port, log = completed.mlflow, free_port(), tmp_path / "serve.log"
+    model_uri = f"models:/{ref['model_name']}/{ref['model_version']}"
+    command = [MLFLOW, "models", "serve", "-m", model_uri, "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    # The scoring server runs `uvicorn` from PATH: the environment's own bin directory.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ref["tracking_uri"], "PATH": path}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_until_answers(f"http://127.0.0.1:{port}/ping", process, log)
+        answer = post_invocations(f"http://127.0.0.1:{port}/invocations", typed_frame(completed.rows))
+    finally:
+        stop(process)
+    assert_same_predictions(cli_predict(capsys, completed.root, completed.run_id, completed.rows_csv), answer)
