@@ -31,16 +31,16 @@ def train_run(ctx: RunContext) -> None:
     from ml8s.pipeline.snapshot import snapshot
     from ml8s.pipeline.train import train
 
-    spec = ctx.spec()
-    snapshot(ctx)
+    spec, store = ctx.spec, ctx.open_store()
+    snapshot(ctx, store)
     with tempfile.TemporaryDirectory(prefix="ml8s-test-run-") as tmp:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
         compute_features(spec, features)
-        publish.publish(ctx, publish.local_files(features, publish.FEATURES))
+        publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
         summary = train(spec, features, model)
-        publish.publish(ctx, publish.local_files(model, publish.TRAINED + publish.TRAINING_LOGS))
+        publish.publish(ctx, store, publish.local_files(model, publish.TRAINED + publish.TRAINING_LOGS))
         export(spec, summary, features, model, exported)
-        publish.publish(ctx, publish.local_files(exported, publish.exported(spec.params.model_format)))
+        publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
 
 
 def copy_run(source_root: Path, run_id: str, target_root: Path) -> None:

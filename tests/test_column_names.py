@@ -41,7 +41,7 @@ def _written(root: Path) -> list[str]:
 
 def _fails_before_writing(ctx: RunContext, root: Path, *needles: str) -> str:
     with pytest.raises(DataError) as caught:
-        snapshot(ctx)
+        snapshot(ctx, ctx.open_store())
     message = str(caught.value)
     for needle in needles:
         assert needle in message, f"{needle!r} not in {message!r}"

@@ -16,7 +16,6 @@ import pytest
 from ml8s.data.dataset import load_dataset, text_column
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError, InferenceError, PredictionInputError
-from ml8s.identity.hashing import canonical_bytes
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.inference import MISSING, OTHER, RawTransform
@@ -48,7 +47,7 @@ def _train(directory: Path, **variables: str) -> tuple[RawTransform, np.ndarray,
     params = validate_params(canonical_config(raw))
     prepared = prepare(load_dataset(fingerprint_local(str(directory))), params)
     matrix, features = encode(prepared, params)
-    schema = canonical_bytes(feature_schema(prepared, features))
+    schema = feature_schema(prepared, features).to_bytes()
     with (directory / "part.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     return RawTransform.from_schema(schema, "feature_schema.json"), matrix, rows

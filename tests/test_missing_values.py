@@ -44,7 +44,7 @@ def _respell(source: Path, target: Path, column: int, token: str) -> Path:
 
 def _features(data: Path, root: Path, out: Path, target: str = "churned") -> tuple[bytes, Any]:
     ctx = make_context(data, root, EPOCHS="1", TARGET_COLUMN=target)
-    compute_features(ctx.spec(), str(out))
+    compute_features(ctx.spec, str(out))
     schema = json.loads((out / local_path("", layout.FEATURE_SCHEMA)).read_bytes())
     return (out / local_path("", layout.FEATURE_MATRIX)).read_bytes(), schema
 
@@ -67,7 +67,7 @@ def test_na_cells_give_the_features_and_model_of_empty_cells(tmp_path: Path) -> 
     ctx = make_context(clean, tmp_path / "r1", EPOCHS="1")
     metrics = []
     for features in ("f1", "f2"):
-        train(ctx.spec(), str(tmp_path / features), str(tmp_path / f"m-{features}"))
+        train(ctx.spec, str(tmp_path / features), str(tmp_path / f"m-{features}"))
         metrics.append((tmp_path / f"m-{features}" / local_path("", layout.METRICS)).read_bytes())
     assert metrics[0] == metrics[1]  # the same accuracy as the clean encoding, to the byte
 

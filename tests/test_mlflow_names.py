@@ -51,9 +51,11 @@ def test_quoted_names_register_once_and_verify(tmp_path: Path) -> None:
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
     # Registering again finds the version by its name; a name with both quote kinds registers too.
-    assert register(bootstrap(env)) == MlflowRef.model_validate(manifest["mlflow"])
+    ctx = bootstrap(env)
+    assert register(ctx, ctx.open_store()) == MlflowRef.model_validate(manifest["mlflow"])
     other = 'say "it\'s" \\ twice'
-    assert register(bootstrap({**env, "MLFLOW_MODEL_NAME": other})).model_version == "1"
+    renamed = bootstrap({**env, "MLFLOW_MODEL_NAME": other})
+    assert register(renamed, renamed.open_store()).model_version == "1"
     client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db")
     for name in (model, other):
         found = versions_of_hash(client, name, manifest["full_config_hash"])

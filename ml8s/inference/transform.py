@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
 from ml8s.data.dataset import Column, text_column
 from ml8s.errors import DataError, InferenceError, PredictionInputError
 from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_columns
@@ -64,6 +65,8 @@ class _Schema(BaseModel):
     dropped_columns: dict[str, str]
     rows: dict[str, int]
     rows_per_file: dict[str, int]
+    missing_values: MissingValues | None = None  # absent before canonicalization 1.1.0
+    warnings: tuple[DataWarningRecord, ...] = ()
 
 
 class RawTransform(BaseModel):
