@@ -16,7 +16,7 @@ from ml8s import log
 from ml8s.errors import ConfigError, DataError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.context import RunContext, RunSpec
-from tasks.inputs import FromEnv, InputValue, ModelFormat, ModelType, TrainDevice, input_text
+from tasks.inputs import FromEnv, InputValue, ModelFormat, TrainDevice, input_text
 
 
 class BootstrapOutput(NamedTuple):
@@ -38,7 +38,7 @@ def bootstrap_run(
     data_root: str,
     target_column: str,
     model_format: ModelFormat,
-    model_type: ModelType,
+    model_type: str,
     test_size: float | FromEnv,
     random_seed: int | FromEnv,
     sample_rows: int | FromEnv,

@@ -44,14 +44,6 @@ class ModelFormat(enum.StrEnum):
     ENV = UNSET
 
 
-class ModelType(enum.StrEnum):
-    """MODEL_TYPE, or ``env``."""
-
-    MLP = "mlp"
-    LOGREG = "logreg"
-    ENV = UNSET
-
-
 class TrainDevice(enum.StrEnum):
     """TRAIN_DEVICE, or ``env``."""
 
@@ -67,8 +59,8 @@ def input_text(value: InputValue) -> str:
     """The environment-style text of one input; ``""`` when it is unset (an ``env`` member, or ``""``).
 
     Example:
-        >>> [input_text(v) for v in (FromEnv.ENV, 3, 0.25, False, ModelType.LOGREG, ModelType.ENV, "s3://b/p")]
-        ['', '3', '0.25', 'false', 'logreg', '', 's3://b/p']
+        >>> [input_text(v) for v in (FromEnv.ENV, 3, 0.25, False, ModelFormat.ONNX, ModelFormat.ENV, "s3://b/p")]
+        ['', '3', '0.25', 'false', 'onnx', '', 's3://b/p']
     """
     if isinstance(value, enum.Enum):
         text = str(value.value)

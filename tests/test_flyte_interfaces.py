@@ -114,7 +114,7 @@ def test_workflow_inputs_follow_the_variables_types_and_defaults() -> None:
             assert unset is choice(UNSET), name
         elif set(members) == {str}:  # text, exactly as the environment holds it; "" is unset
             assert unset == "", name
-            assert name in {"data_root", "target_column", "exclude_columns", "learning_rate"}, name
+            assert name in {"data_root", "target_column", "exclude_columns", "learning_rate", "model_type"}, name
         else:  # a number or a boolean: the parameter's own type, or env
             assert members[1:] == (FromEnv,) and unset is FromEnv.ENV, name
             assert members[0] in _unwrap(param), name
@@ -145,24 +145,24 @@ def test_input_text_is_what_the_environment_would_hold(value: str | int | float 
 
 
 def test_unset_members_are_empty_text() -> None:
-    from tasks.inputs import FromEnv, ModelFormat, ModelType, TrainDevice, input_text
+    from tasks.inputs import FromEnv, ModelFormat, TrainDevice, input_text
 
-    assert [input_text(v) for v in (FromEnv.ENV, ModelFormat.ENV, ModelType.ENV, TrainDevice.ENV)] == [""] * 4
-    assert [input_text(v) for v in (ModelFormat.SAFETENSORS, ModelType.LOGREG, TrainDevice.CUDA)] == [
+    assert [input_text(v) for v in (FromEnv.ENV, ModelFormat.ENV, TrainDevice.ENV)] == [""] * 3
+    assert [input_text(v) for v in (ModelFormat.SAFETENSORS, TrainDevice.CUDA, "logreg")] == [
         "safetensors",
-        "logreg",
         "cuda",
+        "logreg",
     ]
 
 
 def test_typed_inputs_and_the_environment_give_one_identity(tmp_path: Path) -> None:
     """SPEC §4: the canonical config is the same whether a value comes from an input or the environment."""
     from ml8s.pipeline.bootstrap import bootstrap
-    from tasks.inputs import ModelType, input_text
+    from tasks.inputs import input_text
 
     data = write_small_churn(tmp_path / "data", rows=60)
     base = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path / "root")}
-    typed = {"epochs": 3, "test_size": 0.25, "standardize": False, "model_type": ModelType.LOGREG, "max_features": 4}
+    typed = {"epochs": 3, "test_size": 0.25, "standardize": False, "model_type": "logreg", "max_features": 4}
     by_input = bootstrap(base, {k: input_text(v) for k, v in typed.items()})
     by_env = bootstrap(
         {**base, "EPOCHS": "3", "TEST_SIZE": "0.25", "STANDARDIZE": "false", "MODEL_TYPE": "logreg"}

@@ -44,7 +44,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     runs = [make_context(data, base / "root", model_format=fmt) for fmt in ("onnx", "safetensors")]
     for ctx in runs:
         train_run(ctx)
-        ctx.store().put_if_absent(ctx.key(layout.SUCCESS_MARKER), b"")
+        ctx.open_store().put_if_absent(ctx.key(layout.SUCCESS_MARKER), b"")
     return Trained(data, base / "root", *runs)
 
 

@@ -32,7 +32,7 @@ from tasks.export import export_model, publish_model
 from tasks.features import compute_features, publish_features
 from tasks.finalize import finalize_run
 from tasks.gate import check_gate, reuse_manifest
-from tasks.inputs import FromEnv, ModelFormat, ModelType, TrainDevice
+from tasks.inputs import FromEnv, ModelFormat, TrainDevice
 from tasks.register import register_model
 from tasks.snapshot import snapshot_data
 from tasks.train import train_model
@@ -58,7 +58,7 @@ def training_pipeline(
     data_root: str = "",
     target_column: str = "",
     model_format: ModelFormat = ModelFormat.ENV,
-    model_type: ModelType = ModelType.ENV,
+    model_type: str = "",
     test_size: float | FromEnv = FromEnv.ENV,
     random_seed: int | FromEnv = FromEnv.ENV,
     sample_rows: int | FromEnv = FromEnv.ENV,
@@ -82,7 +82,7 @@ def training_pipeline(
         data_root: the dataset: a local path, file:// or s3:// URI (unset: DATA_ROOT; required)
         target_column: the label column (unset: TARGET_COLUMN; required)
         model_format: the export format (unset: MODEL_FORMAT, else onnx)
-        model_type: the model family (unset: MODEL_TYPE, else mlp)
+        model_type: the model family: mlp, logreg or plugin:<module>:<attribute> (unset: MODEL_TYPE, else mlp)
         test_size: the held-out fraction, 0 < x < 1 (unset: TEST_SIZE, else 0.2)
         random_seed: an integer >= 0 (unset: RANDOM_SEED, else 42)
         sample_rows: rows kept, deterministically (unset: SAMPLE_ROWS, else all rows)
