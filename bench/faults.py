@@ -4,7 +4,7 @@ Not a test and not a benchmark: a tool anyone can run on a machine to see whethe
 full disks ever lose a run, register a model twice or wedge the registry. Every run is a real
 ``ml8s run`` process on the small churn dataset of ``tests/conftest.py``:
 
-- kill: ``--trials`` runs (each a new RUN_ID in one shared pipeline root, so the MLflow database and
+- kill: runs until ``--trials`` kills landed (each a new RUN_ID in one shared pipeline root, so the MLflow database and
   the chain are shared like in production) are SIGKILLed, half at a random moment of a run, half
   inside a write (as soon as the k-th temporary file of the run, its chain commit or the MLflow
   schema shows up). A plain re-run must then complete and ``verify`` must pass.
@@ -85,7 +85,13 @@ class Tally:
 class Campaign:
     def __init__(self, work: Path, data: Path, rng: random.Random) -> None:
         self.work, self.data, self.rng = work, data, rng
-        self.run_seconds = 10.0
+        self.durations: list[float] = []
+
+    @property
+    def run_seconds(self) -> float:
+        """How long a full run takes now: the median of the last plain runs (the machine's load changes)."""
+        recent = sorted(self.durations[-5:]) or [10.0]
+        return recent[len(recent) // 2]
 
     def env(self, root: Path, seed: int, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "FORCE_RERUN", "CHAIN_"))}
@@ -141,7 +147,10 @@ class Campaign:
     def judge(self, tally: Tally, root: Path, env: dict[str, str], baseline: set[str], what: str) -> None:
         """Re-run plainly, verify, and put the trial in exactly one class."""
         tally.trials += 1
+        started = time.monotonic()
         rerun = self.run(env)
+        if rerun.returncode == 0:
+            self.durations.append(time.monotonic() - started)
         last = (rerun.stderr.strip().splitlines() or [""])[-1]
         if rerun.returncode != 0:
             wedged = "REGISTRY" in last
@@ -227,16 +236,18 @@ def calibrate(c: Campaign) -> set[str]:
         raise SystemExit(f"a plain run does not verify without any fault: {problems}")
     started = time.monotonic()  # a run in a root that has its MLflow database: what the trials see
     forced = c.run({**env, "FORCE_RERUN": "true"})
-    c.run_seconds = time.monotonic() - started
+    c.durations.append(time.monotonic() - started)
     forced_failed, problems = c.verify(root, json.loads(forced.stdout)["run_id"], env)
     if forced_failed:
         print(f"baseline: verify after an uninterrupted FORCE_RERUN fails: {problems}", flush=True)
     return forced_failed
 
 
-def kill_trials(c: Campaign, trials: int) -> Tally:
+def kill_trials(c: Campaign, kills: int) -> Tally:
+    """Trials until ``kills`` kills landed (a run may end before its random moment or its k-th write)."""
     tally, root = Tally(), c.work / "kill"
-    for trial in range(trials):
+    trial = 0
+    while tally.killed < kills and trial < 3 * kills:
         env = c.env(root, 1000 + trial)
         run_id = c.run_id(env)
         proc = c.start(env)
@@ -247,7 +258,8 @@ def kill_trials(c: Campaign, trials: int) -> Tally:
             how = c.kill(proc, delay=c.rng.uniform(0.0, c.run_seconds))
         tally.killed += how.startswith("killed")
         c.judge(tally, root, env, set(), f"kill {trial} ({how})")
-        print(f"  kill trial {trial + 1}/{trials}: {how}", flush=True)
+        print(f"  kill trial {trial + 1} ({tally.killed}/{kills} kills): {how}", flush=True)
+        trial += 1
     c.audit_root(tally, root, c.env(root, 0))
     return tally
 
@@ -271,15 +283,17 @@ def race_trials(c: Campaign, rounds: int, racers: int) -> Tally:
     return tally
 
 
-def forced_trials(c: Campaign, trials: int, baseline: set[str]) -> Tally:
+def forced_trials(c: Campaign, kills: int, baseline: set[str]) -> Tally:
     tally, root = Tally(), c.work / "forced"
     env = c.env(root, 9000)
     c.run(env)
-    for trial in range(trials):
-        how = c.kill(c.start({**env, "FORCE_RERUN": "true"}), delay=c.rng.uniform(0.2, 1.0) * c.run_seconds)
+    trial = 0
+    while tally.killed < kills and trial < 3 * kills:
+        how = c.kill(c.start({**env, "FORCE_RERUN": "true"}), delay=c.rng.uniform(0.1, 0.9) * c.run_seconds)
         tally.killed += how.startswith("killed")
         c.judge(tally, root, env, baseline, f"forced {trial} ({how})")
-        print(f"  forced re-run trial {trial + 1}/{trials}: {how}", flush=True)
+        print(f"  forced re-run trial {trial + 1} ({tally.killed}/{kills} kills): {how}", flush=True)
+        trial += 1
     c.audit_root(tally, root, env)
     return tally
 
@@ -314,10 +328,10 @@ def disk_trials(c: Campaign, sizes_kib: list[int]) -> Tally | str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=50, help="kill -9 trials (default 50)")
+    parser.add_argument("--trials", type=int, default=50, help="kill -9 trials that land (default 50)")
     parser.add_argument("--races", type=int, default=2, help="rounds of racing identical runs")
     parser.add_argument("--racers", type=int, default=4, help="identical runs per round")
-    parser.add_argument("--forced", type=int, default=4, help="FORCE_RERUN runs killed midway")
+    parser.add_argument("--forced", type=int, default=4, help="FORCE_RERUN runs killed midway (kills that land)")
     parser.add_argument("--no-disk", action="store_true", help="skip the disk-full part")
     parser.add_argument("--rows", type=int, default=200, help="rows of the generated dataset")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill moments")

@@ -32,7 +32,7 @@ ctx = RunContext.from_json(open(ctx_file).read())
 open(ready, "w").close()
 while not os.path.exists(barrier):
     time.sleep(0.005)
-print(register(ctx, timeout_s=120).model_dump_json())
+print(register(ctx, ctx.open_store(), timeout_s=120).model_dump_json())
 """
 
 

@@ -21,6 +21,7 @@ from mlflow_support import train_run
 
 from ml8s.errors import RegistryError, RegistrySchemaError
 from ml8s.pipeline.registry import register
+from ml8s.pipeline.registry_schema import ensure_schema
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 # The schema creation has begun: MLflow's own log line (creation in place), or ml8s's (in a temporary file).
@@ -32,6 +33,7 @@ import sys
 from ml8s import log
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.registry import register
+from ml8s.pipeline.registry_schema import ensure_schema
 data, root = sys.argv[1:3]
 log.configure("INFO")
 ctx = bootstrap({"DATA_ROOT": data, "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": root, "EPOCHS": "1"})
@@ -145,3 +147,22 @@ def test_half_made_schema_from_an_older_version_is_named_with_the_fix(tmp_path: 
     os.replace(db, f"{db}.incomplete")  # the fix the message names
     train_run(ctx)  # registration logs the run's model: it needs the run's artifacts
     assert register(ctx, ctx.open_store()).model_version == "1"
+
+
+def test_missing_table_is_named_and_a_garbage_file_is_a_registry_error(tmp_path: Path) -> None:
+    import sqlalchemy
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    ensure_schema(uri)  # absent: created complete, nothing left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+    engine = sqlalchemy.create_engine(uri)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP TABLE scheduler_leases"))
+    engine.dispose()
+    with pytest.raises(RegistrySchemaError, match=r"missing tables \['scheduler_leases'\]"):
+        ensure_schema(uri)
+
+    (tmp_path / "mlflow.db").write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(RegistryError, match="cannot be read as sqlite") as caught:
+        ensure_schema(uri)
+    assert "\n" not in str(caught.value)

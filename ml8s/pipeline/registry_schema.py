@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib
 import logging
 import os
 import sqlite3
@@ -107,6 +108,8 @@ def _problems(engine: sqlalchemy.Engine) -> list[str]:
     from alembic.script import ScriptDirectory
     from mlflow.store.db.base_sql_model import Base
 
+    # MLflow registers its ORM tables on Base only when this module is imported (its own comment says so).
+    importlib.import_module("mlflow.store.db.utils")
     tables = set(sqlalchemy.inspect(engine).get_table_names())
     missing = sorted(str(name) for name in set(Base.metadata.tables) - tables)
     with engine.connect() as connection:
@@ -149,7 +152,7 @@ def _check_complete(path: str, uri: str) -> None:
     if not rows["runs"] and not rows["registered_models"]:
         raise RegistrySchemaError(
             f"MLflow database {path} ({uri}) holds an incomplete schema ({found}): a process was killed while "
-            "creating it (ml8s before 1.1 created it in place). It holds no runs and no registered models, so "
+            "creating it (older ml8s versions created it in place). It holds no runs and no registered models, so "
             f"nothing is lost: stop the runs that use it, then `mv {path} {path}.incomplete` and run again "
             "(ml8s then creates a complete database)"
         )
