@@ -187,7 +187,8 @@ def test_help_shows_typed_inputs_with_defaults_and_descriptions(tmp_path: Path) 
     rows = {m.group(1): m.group(2) for m in re.finditer(r"--(\w+)\s+(\S+)\s", done.stdout)}
     assert rows["epochs"] == "INTEGER|CHOICE" and rows["test_size"] == "FLOAT|CHOICE"
     assert rows["standardize"] == rows["force_rerun"] == "BOOLEAN|CHOICE"
-    assert rows["model_type"] == "[mlp|logreg|env]" and rows["train_device"] == "[cpu|cuda|env]"
+    # model_type is text: mlp, logreg or plugin:<module>:<attribute> (checked at bootstrap, naming the input)
+    assert rows["model_type"] == "TEXT" and rows["train_device"] == "[cpu|cuda|env]"
     assert rows["data_root"] == rows["learning_rate"] == "TEXT"
     assert "training epochs (unset: EPOCHS, else 10) [default: env]" in " ".join(done.stdout.split())
 
