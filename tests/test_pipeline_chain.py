@@ -43,6 +43,11 @@ def test_first_run_commits_v1_rerun_nothing_other_config_v2(tmp_path: Path) -> N
     )
     assert (root / "ml8s_chain/ml8s-model/tensorboard/v0000000001").is_dir()
 
+    run_dir = root / layout.RUNS_DIR / first["run_id"]
+    for name, rel in layout.chain_payload_files("onnx"):
+        if name != layout.PAYLOAD_MANIFEST:
+            assert chain.fetch_payload(v1, name) == (run_dir / rel).read_bytes(), name
+
     _ml8s(_env(data, root), "run")
     assert ChainStore(LocalStore(str(root)), "ml8s-model").head().block_hash == v1.block_hash
 
@@ -103,3 +108,49 @@ def test_pipeline_signs_its_commit_on_a_chain_with_a_trust_policy(tmp_path: Path
     head = ChainStore(LocalStore(str(root)), "ml8s-model").head()
     assert (head.counter, head.header.run_id, head.block.signer_key_id) == (1, signed["run_id"], key.key_id)
     assert verify_chain(ChainStore(LocalStore(str(root)), "ml8s-model")).ok
+
+
+def test_a_fleet_predicts_from_the_chain_alone(tmp_path: Path) -> None:
+    """The version's payload holds what serving raw rows needs: `ml8s predict --chain` equals `--run`, from a
+    copy of the chain with the run folders deleted; an altered payload file and a bare-weights version are
+    refused with one line each."""
+    import shutil
+
+    from mlflow_support import raw_rows, write_rows
+
+    data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
+    run_id = json.loads(_ml8s(_env(data, root), "run"))["run_id"]
+    rows = write_rows(tmp_path / "rows.csv", raw_rows(data)[:50])
+    by_run = _ml8s(_env(data, root), "predict", "--run", run_id, "--input", str(rows))
+    fleet = tmp_path / "fleet"
+    shutil.copytree(root / "ml8s_chain", fleet / "ml8s_chain")  # no run folders, no MLflow: the chain only
+    by_chain = _ml8s(_env(data, fleet), "predict", "--chain", "ml8s-model", "--input", str(rows))
+    assert by_chain == by_run and len(by_chain.splitlines()) == 51
+    assert (
+        _ml8s(_env(data, fleet), "predict", "--chain", "ml8s-model", "--version", "1", "--input", str(rows)) == by_run
+    )
+
+    onnx = next((fleet / "ml8s_chain/ml8s-model/versions").glob("v0000000001_*")) / "payload/model.onnx"
+    onnx.write_bytes(onnx.read_bytes()[:-1] + bytes([onnx.read_bytes()[-1] ^ 1]))
+    altered = subprocess.run(
+        [ML8S, "predict", "--chain", "ml8s-model", "--input", str(rows)],
+        env=_env(data, fleet),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert altered.returncode == 1 and altered.stdout == "", altered.stderr
+    assert altered.stderr.startswith("ml8s: ") and len(altered.stderr.splitlines()) == 1, altered.stderr
+    assert "model.onnx" in altered.stderr
+
+    weights = root / layout.RUNS_DIR / run_id / layout.MODEL_NATIVE
+    _ml8s(_env(data, root, CHAIN_NAME="bare"), "chain", "commit", "--payload", str(weights), "--steps", "1")
+    bare = subprocess.run(
+        [ML8S, "predict", "--chain", "bare", "--input", str(rows)],
+        env=_env(data, root),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bare.returncode == 1 and "holds no feature_schema.json" in bare.stderr, bare.stderr
+    assert len(bare.stderr.splitlines()) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
+from ml8s.audit.offline import model_format
 from ml8s.audit.report import CheckResult, verdict
 from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.state import RunState
@@ -35,7 +36,12 @@ def check_chain(state: RunState) -> CheckResult:
     ):
         if getattr(header, field) != want:
             problems.append(f"block v{version.counter} records {field} {getattr(header, field)!r}; expected {want!r}")
-    for name, rel in ((PAYLOAD_WEIGHTS, layout.MODEL_NATIVE), (PAYLOAD_MANIFEST, layout.MANIFEST)):
+    listed = {f.name for f in header.files}
+    for name in sorted({PAYLOAD_WEIGHTS, PAYLOAD_MANIFEST} - listed):
+        problems.append(f"block v{version.counter} holds no payload {name}; expected the run's weights and manifest")
+    for name, rel in layout.chain_payload_files(model_format(snapshot)):
+        if name not in listed:
+            continue  # a version committed before the export and schema joined the payload
         stored = hashlib.sha256(chain.fetch_payload(version, name)).hexdigest()  # checked against the block
         if rel not in state.listing():
             problems.append(f"the run's {rel} is missing, so block v{version.counter}'s {name} matches nothing")
@@ -45,7 +51,7 @@ def check_chain(state: RunState) -> CheckResult:
     problems += [f"{f.check}: v{f.counter} {f.reason}" for f in report.findings]
     ok = (
         f"block v{version.counter} ({version.semver}, {version.block_hash[:12]}) of chain {chain.name!r} holds this "
-        f"run's weights and manifest; the chain verifies from genesis to head v{report.head_counter}"
+        f"run's {', '.join(sorted(listed))}; the chain verifies from genesis to head v{report.head_counter}"
     )
     return verdict("chain", problems, ok)
 

@@ -14,27 +14,43 @@ from ml8s.errors import InferenceError, PredictionInputError
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
+    from ml8s.inference import ModelFiles
 
 
 def register(commands: Subcommands) -> None:
     """Add ``ml8s predict`` to the ``ml8s`` parser."""
     predict = commands.add_parser(
         "predict",
-        help="predict on raw rows (CSV) with a complete run's model",
-        description="Reads raw rows (a CSV file with a header, as the training data), applies the run's own "
+        help="predict on raw rows (CSV) with a complete run's model, or a chain version's",
+        description="Reads raw rows (a CSV file with a header, as the training data), applies the model's own "
         "feature rules and exported model, and writes CSV: predicted_class, then probability_{class} for each "
-        "class in class order.",
+        "class in class order. The model is a complete run's (--run) or a chain version's (--chain, read from "
+        "the version's payload alone, each file checked against its block).",
     )
-    predict.add_argument("--run", required=True, type=run_id_arg, metavar="RUN_ID", help="the run whose model predicts")
+    source = predict.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", type=run_id_arg, metavar="RUN_ID", help="the run whose model predicts")
+    source.add_argument("--chain", metavar="NAME", help="the model chain whose version predicts")
+    predict.add_argument(
+        "--version", type=_counter, metavar="N", help="with --chain: the version's counter (default: the head)"
+    )
     predict.add_argument("--input", required=True, metavar="FILE", help="CSV of raw rows with a header ('-': stdin)")
     predict.add_argument("--output", default="-", metavar="FILE", help="where the predictions go (default: stdout)")
     add_root(predict)
     predict.set_defaults(handler=guarded(_predict))
 
 
+def _counter(text: str) -> int:
+    if not text.isdigit() or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a version counter (a whole number, 0 or more)")
+    return int(text)
+
+
 def _predict(args: argparse.Namespace) -> int:
     from ml8s.inference import Predictor, read_run_files
     from ml8s.inference.csv_rows import read_csv_rows
+
+    if args.version is not None and args.chain is None:
+        raise PredictionInputError("--version names a chain version; expected it together with --chain NAME")
 
     where = "standard input" if args.input == "-" else str(args.input)
     try:
@@ -42,12 +58,25 @@ def _predict(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise PredictionInputError(f"cannot read --input {where}: {exc.strerror or exc}") from exc
     rows = read_csv_rows(data, where)
-    text = Predictor(read_run_files(args.root, args.run)).predict(rows).to_csv()
+    files = read_run_files(args.root, args.run) if args.run is not None else _chain_files(args)
+    text = Predictor(files).predict(rows).to_csv()
     if args.output == "-":
         sys.stdout.write(text)
     else:
         _write_atomically(str(args.output), text.encode("utf-8"))
     return 0
+
+
+def _chain_files(args: argparse.Namespace) -> ModelFiles:
+    from ml8s.chain import ChainStore
+    from ml8s.identity.settings import PlatformSettings
+    from ml8s.inference import read_chain_files
+    from ml8s.store import open_store
+
+    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
+    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
+    version = chain.head() if args.version is None else chain.get(args.version)
+    return read_chain_files(chain, version)
 
 
 def _read(path: str) -> bytes:

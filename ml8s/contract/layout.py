@@ -20,15 +20,41 @@ TMP_DIR = ".tmp"
 LOGS_DIR = "logs"
 # Training curves for TensorBoard: a log (wall-clock times inside), never checksummed nor hashed.
 TENSORBOARD_EVENTS = f"{LOGS_DIR}/tensorboard/events.out.tfevents.ml8s-train"
-# A run's version in its model chain holds these two payload files (names inside the version's payload/,
-# not keys of the run): the chain commit writes them, verification and audit bundles check them.
+# A run's version in its model chain holds these payload files (names inside the version's payload/, not
+# keys of the run): the weights and the manifest, plus what a fleet needs to serve from the chain alone
+# (the exported model, the feature schema that turns raw rows into its input, and the training metadata
+# that records both checksums). Versions committed before the last three were added hold only the first
+# two; verification checks whatever a block lists.
 PAYLOAD_WEIGHTS = "model_native.safetensors"
 PAYLOAD_MANIFEST = "manifest.json"
+PAYLOAD_FEATURE_SCHEMA = "feature_schema.json"
+PAYLOAD_TRAINING_METADATA = "training_metadata.json"
 
 
 def model_export(model_format: str) -> str:
     """``model/model.onnx`` or ``model/model.safetensors``."""
     return f"model/model.{model_format}"
+
+
+def payload_export(model_format: str) -> str:
+    """The exported model's name in a chain payload: ``model.onnx`` or ``model.safetensors``."""
+    return f"model.{model_format}"
+
+
+def chain_payload_files(model_format: str) -> tuple[tuple[str, str], ...]:
+    """(payload name, run key) of every file a run's chain version holds, sorted by payload name; the
+    manifest is held as ``Manifest.chain_payload`` makes it (without a FORCE_RERUN audit)."""
+    return tuple(
+        sorted(
+            {
+                (PAYLOAD_FEATURE_SCHEMA, FEATURE_SCHEMA),
+                (PAYLOAD_MANIFEST, MANIFEST),
+                (PAYLOAD_TRAINING_METADATA, TRAINING_METADATA),
+                (PAYLOAD_WEIGHTS, MODEL_NATIVE),
+                (payload_export(model_format), model_export(model_format)),
+            }
+        )
+    )
 
 
 def run_prefix(run_id: str) -> str:

@@ -6,7 +6,7 @@ and feature engineering itself share these rules, so training and serving cannot
 
 from __future__ import annotations
 
-from ml8s.inference.model_files import ModelFiles, read_model_dir, read_run_files
+from ml8s.inference.model_files import ModelFiles, read_chain_files, read_model_dir, read_run_files
 from ml8s.inference.onnx_metadata import label_onnx, onnx_metadata, read_onnx_metadata
 from ml8s.inference.predictor import Predictions, Predictor, predict_rows, probabilities
 from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_columns
@@ -27,6 +27,7 @@ __all__ = [
     "onnx_metadata",
     "predict_rows",
     "probabilities",
+    "read_chain_files",
     "read_model_dir",
     "read_onnx_metadata",
     "read_run_files",

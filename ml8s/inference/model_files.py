@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ml8s.chain import ChainStore, ChainVersion
 from ml8s.contract import layout
 from ml8s.errors import InferenceError, IntegrityError, NotFoundError
 from ml8s.store import open_store
@@ -101,6 +102,36 @@ def parse_metadata(data: bytes, where: str) -> ServingMetadata:
         raise InferenceError(
             f"{where} is not training metadata: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
         ) from exc
+
+
+def read_chain_files(chain: ChainStore, version: ChainVersion) -> ModelFiles:
+    """The serving files of a chain version's payload, each checked against its block as it is fetched
+    (then against the training metadata, by ``ModelFiles.metadata``).
+
+    Raises:
+        InferenceError: the version holds no exported model (committed before the payload carried one,
+            or by ``ml8s chain commit`` of bare weights).
+    """
+    source = f"chain {chain.name!r} v{version.counter}"
+    listed = {f.name for f in version.header.files}
+    wanted = (layout.PAYLOAD_FEATURE_SCHEMA, layout.PAYLOAD_TRAINING_METADATA)
+    missing = [name for name in wanted if name not in listed]
+    if missing:
+        raise InferenceError(
+            f"{source} holds no {', '.join(missing)}; expected a version committed by the pipeline with its "
+            "exported model (older versions and bare `ml8s chain commit` payloads cannot predict raw rows)"
+        )
+    metadata_bytes = chain.fetch_payload(version, layout.PAYLOAD_TRAINING_METADATA)
+    metadata = parse_metadata(metadata_bytes, f"{source}/{layout.PAYLOAD_TRAINING_METADATA}")
+    model_name = layout.payload_export(metadata.export.format)
+    if model_name not in listed:
+        raise InferenceError(f"{source} holds no {model_name}; expected the exported model its metadata names")
+    return ModelFiles(
+        source=source,
+        feature_schema=chain.fetch_payload(version, layout.PAYLOAD_FEATURE_SCHEMA),
+        training_metadata=metadata_bytes,
+        model=chain.fetch_payload(version, model_name),
+    )
 
 
 def read_run_files(root_uri: str, run_id: str, *, require_marker: bool = True) -> ModelFiles:

@@ -2,7 +2,8 @@
 
 Runs after finalization *and* on the gate's early-exit path, so a crash between the marker and the
 commit heals on the next run; the chain's run index makes a second commit of the same run a no-op.
-The payload is the run's weights (FULL) and its manifest as the chain holds it (without a FORCE_RERUN
+The payload is the run's weights (FULL), its exported model and feature schema (what a fleet needs to
+serve raw rows from the chain alone) and its manifest as the chain holds it (without a FORCE_RERUN
 audit: ``Manifest.chain_payload``); TensorBoard events are uploaded to the chain only once the commit has won.
 """
 
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy, SigningKey
 from ml8s.contract import Manifest, TrainingMetadata, layout, load
-from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
+from ml8s.contract.layout import PAYLOAD_MANIFEST
 from ml8s.errors import NotFoundError
 from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
@@ -42,9 +43,12 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     training = metadata.training
     steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
     payload = {
-        PAYLOAD_MANIFEST: load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest).chain_payload(),
-        PAYLOAD_WEIGHTS: store.get(ctx.key(layout.MODEL_NATIVE)),
+        name: store.get(ctx.key(rel))
+        for name, rel in layout.chain_payload_files(ctx.params.model_format)
+        if name != PAYLOAD_MANIFEST
     }
+    manifest = load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest)
+    payload[PAYLOAD_MANIFEST] = manifest.chain_payload()
     # The committer's key comes from this process's environment (a Kubernetes secret on a cluster), never
     # from the run context: the context travels between Flyte tasks and must hold no secret.
     chain = ChainStore(store, ctx.settings.chain_name, signer=SigningKey.from_env(os.environ))
