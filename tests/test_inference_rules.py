@@ -18,9 +18,9 @@ from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError, InferenceError, PredictionInputError
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
-from ml8s.inference import MISSING, OTHER, RawTransform
+from ml8s.inference import MAX_CATEGORIES, MISSING, OTHER, RawTransform
 from ml8s.inference.csv_rows import read_csv_rows
-from ml8s.pipeline.feature_rules import encode, prepare
+from ml8s.pipeline.feature_rules import Prepared, encode, prepare
 from ml8s.pipeline.features import feature_schema
 
 HEADER = "amount,active,colour,kind,y"
@@ -39,6 +39,14 @@ def _dataset(directory: Path) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "part.csv").write_text("\n".join([HEADER, *lines]) + "\n")
     return lines
+
+
+def _prepared_features(directory: Path, **variables: str) -> tuple[Prepared, list[dict[str, object]]]:
+    raw: dict[str, str | None] = {"DATA_ROOT": str(directory), "TARGET_COLUMN": "y", "TEST_SIZE": "0.25"}
+    raw.update({k.upper(): v for k, v in variables.items()})
+    params = validate_params(canonical_config(raw))
+    prepared = prepare(load_dataset(fingerprint_local(str(directory))), params)
+    return prepared, encode(prepared, params)[1]
 
 
 def _train(directory: Path, **variables: str) -> tuple[RawTransform, np.ndarray, list[dict[str, object]]]:
@@ -110,14 +118,48 @@ def test_each_rule_on_hand_made_rows(data: Path) -> None:
     assert got[1]["kind=m03"] == 1.0 and got[1][f"kind={OTHER}"] == 0.0
 
 
-def test_max_features_that_hides_kept_categories_refuses_unknown_values(data: Path) -> None:
+def test_max_features_that_hides_kept_categories_records_them(data: Path) -> None:
+    """MAX_FEATURES kept kind=__other__ but dropped some kept categories' features: schema version 2 records
+    every kept category, so a hidden kept value encodes as itself (no feature set) and an unseen one as
+    __other__, exactly as training did, on every row."""
     transform, matrix, rows = _train(data, max_features="10")
     (kind,) = [c for c in transform.inputs if c.name == "kind"]
-    assert f"kind={OTHER}" in transform.feature_names and not kind.complete
-    known = [i for i, r in enumerate(rows) if r["kind"] in kind.categories]
-    np.testing.assert_array_equal(transform.encode([rows[i] for i in known]), matrix[known].astype(np.float32))
-    with pytest.raises(PredictionInputError, match="row 1 column 'kind' is 'a9', which the feature schema cannot"):
-        transform.encode([{**rows[known[0]], "kind": "a9"}])
+    assert f"kind={OTHER}" in transform.feature_names and kind.complete
+    assert len(kind.categories) == MAX_CATEGORIES and {f"m{i:02d}" for i in range(30)} <= set(kind.categories)
+    hidden = [c for c in kind.categories if f"kind={c}" not in transform.feature_names]
+    assert hidden, "the case needs a kept category whose feature MAX_FEATURES dropped"
+    np.testing.assert_array_equal(transform.encode(rows), matrix.astype(np.float32))
+    other = transform.feature_names.index(f"kind={OTHER}")
+    hidden_row, unseen_row = transform.encode([{**rows[0], "kind": hidden[0]}, {**rows[0], "kind": "zzz"}])
+    assert (hidden_row[other], unseen_row[other]) == (0.0, 1.0)
+    from ml8s.inference import onnx_metadata
+
+    schema = json.loads(feature_schema(*_prepared_features(data, max_features="10")).to_bytes())
+    props = onnx_metadata(json.dumps(schema).encode(), "feature_schema.json")
+    assert json.loads(props["ml8s.categories"]) == {"kind": list(kind.categories)}
+    assert "ml8s.categories" not in onnx_metadata(feature_schema(*_prepared_features(data)).to_bytes(), "schema")
+
+
+def test_schema_version_and_categories_must_agree(data: Path) -> None:
+    raw: dict[str, str | None] = {"DATA_ROOT": str(data), "TARGET_COLUMN": "y", "MAX_FEATURES": "10"}
+    params = validate_params(canonical_config(raw))
+    prepared = prepare(load_dataset(fingerprint_local(str(data))), params)
+    schema = json.loads(feature_schema(prepared, encode(prepared, params)[1]).to_bytes())
+    assert schema["schema_version"] == 2 and list(schema["categories"]) == ["kind"]
+    plain = json.loads(
+        feature_schema(
+            prepared, encode(prepared, validate_params(canonical_config({**raw, "MAX_FEATURES": None})))[1]
+        ).to_bytes()
+    )
+    assert plain["schema_version"] == 1 and "categories" not in plain  # every other schema keeps its bytes
+    for change, message in (
+        ({"schema_version": 1}, "expected version 1 without them"),
+        ({"categories": {"kind": [OTHER]}}, "expected its sorted kept categories"),
+        ({"categories": {**schema["categories"], "amount": ["1"]}}, "expected only columns with one-hot"),
+        ({"categories": {"kind": ["m00"]}}, "a superset of its one-hot features"),
+    ):
+        with pytest.raises(InferenceError, match=message):
+            RawTransform.from_schema(json.dumps({**schema, **change}).encode(), "feature_schema.json")
 
 
 @pytest.mark.parametrize(
@@ -165,7 +207,7 @@ def _schema(data: Path) -> dict[str, object]:
     ("edit", "message"),
     [
         (lambda s: s["features"][0].update(extra=1), "features.0.extra: Extra inputs are not permitted"),
-        (lambda s: s.update(schema_version=2), "schema_version 2; expected 1"),
+        (lambda s: s.update(schema_version=2), "schema_version 2 .without categories.; expected version 1"),
         (lambda s: s["features"].reverse(), "unique and sorted by name"),
         (lambda s: s["features"][0].pop("impute"), "without a finite impute value"),
         (lambda s: s["features"][-1].pop("category"), "a one-hot feature without a category"),

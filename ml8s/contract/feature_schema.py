@@ -97,6 +97,9 @@ class FeatureSchema(ContractFile):
     # Absent from files written under canonicalization 1.0.0 (before the token set was recorded).
     missing_values: MissingValues | None = None
     warnings: list[DataWarningRecord] = Field(default_factory=list)
+    # Schema version 2 only: every kept category of a column whose ``__other__`` feature survived MAX_FEATURES
+    # while some kept categories' features did not (serving needs them to tell "kept, no feature" from other).
+    categories: dict[str, list[str]] | None = None
 
     def to_bytes(self) -> bytes:
         return canonical_bytes(self.model_dump(mode="json", exclude_none=True))

@@ -7,6 +7,8 @@ always exports the same bytes:
 - ``ml8s.feature_names``: the columns of the ``features`` input, in order;
 - ``ml8s.feature_rules``: each feature's rule (source column, kind, impute value, scaling, category),
   the entries of ``features/feature_schema.json``;
+- ``ml8s.categories``: only when MAX_FEATURES hid some kept categories of a column whose ``__other__``
+  feature it kept (schema version 2): every kept category of such columns, ``{column: [...]}``;
 - ``ml8s.target_column``: the column the model predicts;
 - ``ml8s.input`` and ``ml8s.output``: what the graph's input and output hold.
 """
@@ -18,6 +20,7 @@ import json
 from ml8s.errors import InferenceError
 from ml8s.inference.transform import RawTransform, canonical_rules
 
+CATEGORIES = "ml8s.categories"
 CLASSES = "ml8s.classes"
 FEATURE_NAMES = "ml8s.feature_names"
 FEATURE_RULES = "ml8s.feature_rules"
@@ -39,6 +42,14 @@ def onnx_metadata(schema: bytes, where: str) -> dict[str, str]:
         OUTPUT: f"logits: float32[batch, {len(transform.classes)}]; softmax gives the probability of each class "
         f"in the order of {CLASSES}",
     }
+    named = {(rule.source, rule.category) for rule in transform.rules if rule.kind == "onehot"}
+    hidden = {
+        i.name: list(i.categories)
+        for i in transform.inputs
+        if i.kind == "categorical" and any((i.name, c) not in named for c in i.categories)
+    }
+    if hidden:
+        props[CATEGORIES] = json.dumps(hidden, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     return dict(sorted(props.items()))
 
 

@@ -22,7 +22,7 @@ from ml8s.data.dataset import Column, text_column
 from ml8s.errors import DataError, InferenceError, PredictionInputError
 from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_columns
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSIONS = (1, 2)  # 2: ``categories`` recorded (MAX_FEATURES hid some kept categories)
 InputKind = Literal["numeric", "boolean", "categorical", "any"]
 Float32Array = npt.NDArray[np.float32]
 Rows = Sequence[Mapping[str, object]]
@@ -67,6 +67,7 @@ class _Schema(BaseModel):
     rows_per_file: dict[str, int]
     missing_values: MissingValues | None = None  # absent before canonicalization 1.1.0
     warnings: tuple[DataWarningRecord, ...] = ()
+    categories: dict[str, tuple[str, ...]] = {}  # schema version 2 only
 
 
 class RawTransform(BaseModel):
@@ -97,8 +98,11 @@ class RawTransform(BaseModel):
             raise InferenceError(
                 f"{where} is not a feature schema: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
             ) from exc
-        if schema.schema_version != SCHEMA_VERSION:
-            raise InferenceError(f"{where} has schema_version {schema.schema_version}; expected {SCHEMA_VERSION}")
+        if schema.schema_version not in SCHEMA_VERSIONS or (schema.schema_version == 1) != (not schema.categories):
+            raise InferenceError(
+                f"{where} has schema_version {schema.schema_version} ({'with' if schema.categories else 'without'} "
+                f"categories); expected version 1 without them or version 2 with them"
+            )
         _check_rules(schema.features, where)
         classes = schema.target.classes
         if len(classes) < 2 or len(set(classes)) != len(classes):
@@ -161,6 +165,14 @@ def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
         if kinds == {"onehot"}:
             categories = sorted(str(rule.category) for rule in by_source[source])
             known = [c for c in categories if c != OTHER]
+            recorded = schema.categories.get(source)
+            if recorded is not None:
+                if OTHER in recorded or not set(known) <= set(recorded) or list(recorded) != sorted(set(recorded)):
+                    raise InferenceError(
+                        f"{where} records categories {list(recorded)} for column {source!r}; expected its sorted kept "
+                        f"categories, a superset of its one-hot features' and without {OTHER!r}"
+                    )
+                known = list(recorded)
             complete = OTHER not in categories or len(known) >= MAX_CATEGORIES
             inputs.append(InputColumn(name=source, kind="categorical", categories=tuple(known), complete=complete))
         elif kinds <= {"numeric", "indicator"} or kinds <= {"boolean", "indicator"}:
@@ -169,6 +181,9 @@ def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
             inputs.append(InputColumn(name=source, kind=kind))
         else:
             raise InferenceError(f"{where} has features of kinds {sorted(kinds)} from column {source!r}; expected one")
+    stray = sorted(set(schema.categories) - {i.name for i in inputs if i.kind == "categorical"})
+    if stray:
+        raise InferenceError(f"{where} records categories of {stray}; expected only columns with one-hot features")
     return tuple(inputs)
 
 

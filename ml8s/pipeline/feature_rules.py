@@ -28,7 +28,7 @@ from ml8s.inference.rules import (
 )
 from ml8s.pipeline.column_names import check_feature_names, resolve_excluded, resolve_target
 
-__all__ = ["MAX_CATEGORIES", "MISSING", "OTHER", "IntArray", "Prepared", "encode", "prepare"]
+__all__ = ["MAX_CATEGORIES", "MISSING", "OTHER", "IntArray", "Prepared", "encode", "hidden_categories", "prepare"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -145,6 +145,25 @@ def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict
     columns = {column.name: column for column in prepared.columns}
     matrix = encode_columns(rules, columns, kept, len(prepared.target))
     return matrix, [rule.record() for rule in rules]
+
+
+def hidden_categories(features: list[dict[str, object]], prepared: Prepared) -> dict[str, list[str]]:
+    """The kept categories of each column whose ``__other__`` feature survived MAX_FEATURES while some kept
+    categories' features did not: serving must know them to bucket a value as itself (no feature) rather
+    than as ``__other__``. Empty in every other case (the features alone then say it)."""
+    onehots: dict[str, set[str]] = {}
+    for feature in features:
+        if feature["kind"] == "onehot":
+            onehots.setdefault(str(feature["source"]), set()).add(str(feature["category"]))
+    hidden: dict[str, list[str]] = {}
+    for column in prepared.columns:
+        named = onehots.get(column.name)
+        if column.kind != "categorical" or named is None or OTHER not in named:
+            continue
+        kept = _kept_categories(category_text(column))
+        if set(kept) - named:
+            hidden[column.name] = kept
+    return dict(sorted(hidden.items()))
 
 
 def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[IntArray, tuple[str, ...]]:

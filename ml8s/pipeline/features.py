@@ -23,10 +23,13 @@ from ml8s.data.dataset import FloatArray, load_dataset
 from ml8s.data.missing import missing_values_record
 from ml8s.pipeline.column_names import SPLIT, TARGET
 from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, prepare
+from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, hidden_categories, prepare
 from ml8s.pipeline.publish import local_path
 
+# Version 2 adds ``categories`` (hidden_categories); it is written only when that is not empty, so every
+# other schema keeps version 1 and its bytes.
 SCHEMA_VERSION = 1
+SCHEMA_VERSION_CATEGORIES = 2
 _FEATURE: TypeAdapter[Feature] = TypeAdapter(Feature)
 
 
@@ -60,8 +63,10 @@ def write_matrix(path: str, matrix: FloatArray, names: list[str], prepared: Prep
 
 def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> FeatureSchema:
     """``feature_schema.json`` from the prepared rows and the encoder's description of each feature."""
+    hidden = hidden_categories(features, prepared)
     return FeatureSchema(
-        schema_version=SCHEMA_VERSION,
+        schema_version=SCHEMA_VERSION_CATEGORIES if hidden else SCHEMA_VERSION,
+        categories=hidden or None,
         features=[_FEATURE.validate_python(feature) for feature in features],
         target=TargetRecord(column=prepared.target_column, classes=list(prepared.classes), encoded_as=TARGET),
         split=SplitRecord(column=SPLIT, train=0, test=1),
