@@ -376,3 +376,27 @@ class PredictionInputError(InferenceError):
     """Rows to predict on are not what the model's feature rules expect (a column, a value, the format)."""
 
     code = "PREDICTION_INPUT_INVALID"
+
+
+class LineageError(Ml8sError):
+    """A warm start cannot continue from its parent: no training state, an unknown parent, another architecture."""
+
+    code = "LINEAGE_ERROR"
+
+
+class WarmStartNotFoundError(LineageError):
+    """WARM_START names a version, block hash or content hash that is not on the chain."""
+
+    code = "WARM_START_NOT_FOUND"
+
+
+class LineageDataError(LineageError):
+    """DATA_ROOT lost or changed a file the parent trained on, or a new generation does not fit the lineage."""
+
+    code = "LINEAGE_DATA_CHANGED"
+
+
+class StaleParentError(LineageError):
+    """A warm-started run's parent is no longer the chain's head: its model must not be appended."""
+
+    code = "LINEAGE_STALE_PARENT"

@@ -85,8 +85,9 @@ def _run_files(source: BundleSource) -> list[BundleEntry]:
 
 def artifact_sha256(state: RunState) -> dict[str, str]:
     """sha256 of every final artifact present, read from the store now."""
-    fmt = model_format(state.snapshot())
-    return {rel: state.digest(rel)[0] for rel in layout.final_artifacts(fmt) if rel in state.listing()}
+    snapshot = state.snapshot()
+    rels = layout.final_artifacts(model_format(snapshot), snapshot.canonicalization_version)
+    return {rel: state.digest(rel)[0] for rel in rels if rel in state.listing()}
 
 
 def _artifact_checksums(source: BundleSource) -> list[BundleEntry]:

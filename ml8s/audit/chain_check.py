@@ -39,7 +39,7 @@ def check_chain(state: RunState) -> CheckResult:
     listed = {f.name for f in header.files}
     for name in sorted({PAYLOAD_WEIGHTS, PAYLOAD_MANIFEST} - listed):
         problems.append(f"block v{version.counter} holds no payload {name}; expected the run's weights and manifest")
-    for name, rel in layout.chain_payload_files(model_format(snapshot)):
+    for name, rel in layout.chain_payload_files(model_format(snapshot), snapshot.canonicalization_version):
         if name not in listed:
             continue  # a version committed before the export and schema joined the payload
         stored = hashlib.sha256(chain.fetch_payload(version, name)).hexdigest()  # checked against the block

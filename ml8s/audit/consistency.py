@@ -96,10 +96,12 @@ def cross_problems(
     device = config.get("train_device")
     if metadata.determinism != families.determinism_flags(device if isinstance(device, str) else ""):
         problems.append(f"determinism differs from the flags ml8s sets for TRAIN_DEVICE={device!r}")
-    return problems + _against_schema(metadata, schema) + _against_metrics(metadata, metrics)
+    warm = config.get("warm_start") is not None
+    return problems + _against_schema(metadata, schema, warm) + _against_metrics(metadata, metrics)
 
 
-def _against_schema(metadata: TrainingMetadata, data: bytes | None) -> list[str]:
+def _against_schema(metadata: TrainingMetadata, data: bytes | None, warm: bool) -> list[str]:
+    """A warm start's schema is its lineage's (its row counts are the cold start's data): rows not compared."""
     if data is None:
         return []
     try:
@@ -111,7 +113,8 @@ def _against_schema(metadata: TrainingMetadata, data: bytes | None) -> list[str]
         problems.append("model.feature_names differ from feature_schema.json's features")
     if metadata.model.classes != schema.target.classes:
         problems.append("model.classes differ from feature_schema.json's target classes")
-    if (metadata.training.train_rows, metadata.training.test_rows) != (schema.rows.train, schema.rows.test):
+    rows = (metadata.training.train_rows, metadata.training.test_rows)
+    if not warm and rows != (schema.rows.train, schema.rows.test):
         problems.append("training.train_rows/test_rows differ from feature_schema.json's rows")
     return problems
 

@@ -121,7 +121,7 @@ def metadata_problems(metadata: TrainingMetadata, snapshot: ConfigSnapshot) -> l
     """What training_metadata.json can be checked against: the layout and the canonical config."""
     problems: list[str] = []
     fmt = model_format(snapshot)
-    expected = sorted(layout.checksummed_artifacts(fmt))
+    expected = sorted(layout.checksummed_artifacts(fmt, snapshot.canonicalization_version))
     if sorted(metadata.artifacts) != expected:
         problems.append(f"artifacts records {sorted(metadata.artifacts)}; expected exactly {expected}")
     if metadata.canonicalization_version != snapshot.canonicalization_version:
@@ -151,7 +151,7 @@ def manifest_problems(manifest: Manifest, snapshot: ConfigSnapshot, artifact_roo
     if manifest.artifact_root != artifact_root:
         problems.append(f"artifact_root is {manifest.artifact_root}; the run is at {artifact_root}")
     fmt = model_format(snapshot)
-    required = {*layout.checksummed_artifacts(fmt), *layout.identity_artifacts()}
+    required = {*layout.checksummed_artifacts(fmt, snapshot.canonicalization_version), *layout.identity_artifacts()}
     allowed = required | {layout.TRAINING_METADATA}
     if not required <= set(manifest.artifacts) <= allowed:
         problems.append(f"artifacts records {sorted(manifest.artifacts)}; expected {sorted(required)}")

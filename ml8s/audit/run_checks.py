@@ -103,8 +103,8 @@ def check_manifest(state: RunState) -> CheckResult:
 
 def check_artifacts(state: RunState) -> CheckResult:
     """Every final file of the layout present, each sha256 and size equal to every record of it."""
-    fmt = offline.model_format(use(state.snapshot, "config_snapshot"))
-    expected = layout.final_artifacts(fmt)
+    snapshot = use(state.snapshot, "config_snapshot")
+    expected = layout.final_artifacts(offline.model_format(snapshot), snapshot.canonicalization_version)
     listing = state.listing()
     problems = [f"{rel} is missing ({state.uri(rel)})" for rel in expected if rel not in listing]
     metadata, manifest = maybe(state.metadata), maybe(state.manifest)
@@ -133,8 +133,9 @@ def check_artifacts(state: RunState) -> CheckResult:
 
 def check_unexpected_files(state: RunState) -> CheckResult:
     """Nothing under ARTIFACT_ROOT but the layout, in-flight writes (``.tmp/``) and logs (``logs/``)."""
-    fmt = offline.model_format(use(state.snapshot, "config_snapshot"))
-    allowed = {*layout.final_artifacts(fmt), layout.SUCCESS_MARKER}
+    snapshot = use(state.snapshot, "config_snapshot")
+    final = layout.final_artifacts(offline.model_format(snapshot), snapshot.canonicalization_version)
+    allowed = {*final, layout.SUCCESS_MARKER}
     tmp = [rel for rel in state.listing() if rel.startswith(f"{layout.TMP_DIR}/")]
     logs = [rel for rel in state.listing() if rel.startswith(f"{layout.LOGS_DIR}/")]
     extra = [rel for rel in state.listing() if rel not in allowed and rel not in tmp and rel not in logs]

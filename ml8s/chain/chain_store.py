@@ -44,7 +44,11 @@ class ChainStore(ChainVersions):
         policy: RetryPolicy | None = None,
         *,
         notify: Callable[[str], None] = to_stderr,
+        expected_parent: str | None = None,
     ) -> ChainVersion:
         """``commit`` with exponential backoff and jitter; the existing version if the run is already in.
-        ``notify`` gets a line whenever the store is slow or unreachable (default: stderr)."""
-        return commit_with_retry(self, payload, meta, policy or RetryPolicy(), notify=notify)
+        ``notify`` gets a line whenever the store is slow or unreachable (default: stderr); with
+        ``expected_parent``, NotFastForwardError as soon as the head is another version."""
+        return commit_with_retry(
+            self, payload, meta, policy or RetryPolicy(), notify=notify, expected_parent=expected_parent
+        )

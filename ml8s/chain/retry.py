@@ -66,9 +66,11 @@ def commit_with_retry(
     *,
     sleep: Callable[[float], None] = time.sleep,
     notify: Callable[[str], None] = to_stderr,
+    expected_parent: str | None = None,
 ) -> ChainVersion:
     """Commit until won (or the run is found in the chain); the last error after ``max_attempts``,
-    CommitDeadlineError once ``deadline_s`` has passed."""
+    CommitDeadlineError once ``deadline_s`` has passed. With ``expected_parent`` (a warm start's parent),
+    a head that moved is NotFastForwardError at once: retrying cannot make a stale parent the head."""
     files = payload_files(payload)
     start = time.monotonic()
     what = f"chain {chain.name!r}: the store at {endpoint_of(chain.store)}"
@@ -85,7 +87,7 @@ def commit_with_retry(
             sleep(min(policy.delay(attempt - 1), left))
         try:
             with _watchdog(policy, start, where, notify):
-                return commit(chain, payload, meta, files=files, check_record=attempt == 0)
+                return commit(chain, payload, meta, expected_parent, files=files, check_record=attempt == 0)
         except RetryableStoreError as exc:
             left = max(0.0, policy.deadline_s - (time.monotonic() - start))
             notify(f"{where} failed ({exc.message}); retrying for up to {left:.0f} s more")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ml8s.identity.variables import CANONICALIZATION_VERSION
+from ml8s.identity.versions import records_training_state
+
 RUNS_DIR = "ml8s_training_runs"
 INCIDENTS_DIR = "ml8s_incidents"
 
@@ -11,6 +14,8 @@ SUCCESS_MARKER = "success.marker"
 FEATURE_MATRIX = "features/feature_matrix.parquet"
 FEATURE_SCHEMA = "features/feature_schema.json"
 MODEL_NATIVE = "model/model_native.safetensors"
+# Canonicalization 2.1.0 on: the optimizer, RNG and sampler state and the lineage (ml8s.contract.training_state).
+MODEL_TRAINING_STATE = "model/training_state.safetensors"
 METRICS = "metrics.json"
 TRAINING_METADATA = "training_metadata.json"
 # Not in seed 001's listing: the run manifest, written by finalization just before the marker so the
@@ -29,6 +34,9 @@ PAYLOAD_WEIGHTS = "model_native.safetensors"
 PAYLOAD_MANIFEST = "manifest.json"
 PAYLOAD_FEATURE_SCHEMA = "feature_schema.json"
 PAYLOAD_TRAINING_METADATA = "training_metadata.json"
+PAYLOAD_TRAINING_STATE = "training_state.safetensors"
+PAYLOAD_CONFIG_SNAPSHOT = "config_snapshot.json"
+PAYLOAD_DATA_FINGERPRINT = "data_fingerprint.json"
 
 
 def model_export(model_format: str) -> str:
@@ -41,12 +49,20 @@ def payload_export(model_format: str) -> str:
     return f"model.{model_format}"
 
 
-def chain_payload_files(model_format: str) -> tuple[tuple[str, str], ...]:
+def chain_payload_files(
+    model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION
+) -> tuple[tuple[str, str], ...]:
     """(payload name, run key) of every file a run's chain version holds, sorted by payload name; the
-    manifest is held as ``Manifest.chain_payload`` makes it (without a FORCE_RERUN audit)."""
+    manifest is held as ``Manifest.chain_payload`` makes it (identity and digests only, from 2.1.0 on)."""
+    state = (
+        {(PAYLOAD_TRAINING_STATE, MODEL_TRAINING_STATE)} if records_training_state(canonicalization_version) else set()
+    )
     return tuple(
         sorted(
             {
+                *state,
+                (PAYLOAD_CONFIG_SNAPSHOT, CONFIG_SNAPSHOT),
+                (PAYLOAD_DATA_FINGERPRINT, DATA_FINGERPRINT),
                 (PAYLOAD_FEATURE_SCHEMA, FEATURE_SCHEMA),
                 (PAYLOAD_MANIFEST, MANIFEST),
                 (PAYLOAD_TRAINING_METADATA, TRAINING_METADATA),
@@ -62,12 +78,15 @@ def run_prefix(run_id: str) -> str:
     return f"{RUNS_DIR}/{run_id}"
 
 
-def checksummed_artifacts(model_format: str) -> tuple[str, ...]:
+def checksummed_artifacts(
+    model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION
+) -> tuple[str, ...]:
     """Artifacts whose sha256 ``training_metadata.json`` records (sorted): what the data and the
     training produced. The two identity files are not among them: they name DATA_ROOT, and the
     metadata must be byte-identical whether the same bytes were read from a disk or a bucket.
     Finalization checks those two against the run's identity instead."""
-    return tuple(sorted({FEATURE_MATRIX, FEATURE_SCHEMA, MODEL_NATIVE, model_export(model_format), METRICS}))
+    state = {MODEL_TRAINING_STATE} if records_training_state(canonicalization_version) else set()
+    return tuple(sorted({FEATURE_MATRIX, FEATURE_SCHEMA, MODEL_NATIVE, model_export(model_format), METRICS, *state}))
 
 
 def identity_artifacts() -> tuple[str, ...]:
@@ -75,9 +94,10 @@ def identity_artifacts() -> tuple[str, ...]:
     return (CONFIG_SNAPSHOT, DATA_FINGERPRINT)
 
 
-def final_artifacts(model_format: str) -> tuple[str, ...]:
+def final_artifacts(model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION) -> tuple[str, ...]:
     """Every final file of a complete run (sorted), the marker excluded."""
-    return tuple(sorted({*checksummed_artifacts(model_format), *identity_artifacts(), TRAINING_METADATA, MANIFEST}))
+    checksummed = checksummed_artifacts(model_format, canonicalization_version)
+    return tuple(sorted({*checksummed, *identity_artifacts(), TRAINING_METADATA, MANIFEST}))
 
 
 def incident_key(run_id: str, kind: str, full_config_hash: str) -> str:

@@ -132,6 +132,15 @@ def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
     return f"data file {entry.relative_path} (under {fingerprint.data_root})"
 
 
+def parse_file(entry: FileEntry, data: bytes, root: str) -> pa.Table:
+    """One data file's table (CSV cells as text, Parquet as typed); ``root`` names DATA_ROOT in errors.
+
+    Raises:
+        DataError: an unsupported format, an empty file, or bytes that do not parse.
+    """
+    return _parse(entry, data, root)
+
+
 def _parse(entry: FileEntry, data: bytes, root: str) -> pa.Table:
     where = f"data file {entry.relative_path} (under {root})"
     fmt = _FORMATS.get(os.path.splitext(entry.relative_path)[1].lower())

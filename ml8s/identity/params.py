@@ -9,6 +9,7 @@ bounds are fixed, never measured, so a config is valid or not wherever it is che
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -26,7 +27,9 @@ MAX_HIDDEN_LAYERS = 256
 # Hidden-to-hidden weights: each is held four times in float32 while training (weight, gradient and
 # Adam's two moments): 2**28 of them is 4 GiB.
 MAX_HIDDEN_WEIGHTS = 2**28
+MAX_SAMPLER_ALPHA = 64.0  # (g + 1) ** 64 still fits a float64 for a million generations
 _BYTES_PER_WEIGHT = 16
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class RunParams(BaseModel):
@@ -50,6 +53,10 @@ class RunParams(BaseModel):
     batch_size: int
     learning_rate: float
     train_device: Literal["cpu", "cuda"]
+    # The resolved parent (its content hash; None: a cold start) and the history sampler's recency exponent.
+    # Absent from configs of canonicalization versions before 2.1.0 (cold starts, alpha unused).
+    warm_start: str | None = None
+    sampler_alpha: float = 1.0
 
 
 def validate_params(config: CanonicalConfig) -> RunParams:
@@ -75,10 +82,28 @@ def validate_params(config: CanonicalConfig) -> RunParams:
             batch_size=_integer(config, "batch_size", minimum=1),
             learning_rate=_positive(config, "learning_rate", maximum=MAX_LEARNING_RATE),
             train_device=_choice(config, "train_device", ("cpu", "cuda")),
+            **_continuous(config),
         )
     )
     _check_network(params)
     return params
+
+
+def _continuous(config: CanonicalConfig) -> dict[str, str | float | None]:
+    """WARM_START (as bootstrap resolved it: a 64-hex content hash or null) and SAMPLER_ALPHA, when the
+    config has them (canonicalization 2.1.0 on)."""
+    if "warm_start" not in config:
+        return {}
+    warm = config["warm_start"]
+    if warm is not None and not (isinstance(warm, str) and _HEX64.fullmatch(warm)):
+        raise _fail(
+            "warm_start", warm, "a parent's content hash (64 hex digits): bootstrap resolves head, N or a block hash"
+        )
+    expected = f"a number >= 0 and <= {MAX_SAMPLER_ALPHA:g}"
+    alpha = _number(config, "sampler_alpha", expected)
+    if not 0 <= alpha <= MAX_SAMPLER_ALPHA:
+        raise _fail("sampler_alpha", config["sampler_alpha"], expected)
+    return {"warm_start": warm, "sampler_alpha": alpha}
 
 
 def _check_network(params: RunParams) -> None:

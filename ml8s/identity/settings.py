@@ -20,6 +20,7 @@ import re
 import socket
 from collections.abc import Mapping
 from contextvars import ContextVar
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
@@ -77,6 +78,14 @@ class PlatformSettings(BaseSettings):
     chain_name: str = Field("", description="model chain name; default MLFLOW_MODEL_NAME")
     image_version: str = Field("dev", description="image tag, used as the Flyte cache version")
     tmp_retention_days: int = Field(7, description="age after which stale .tmp entries are removed")
+    warm_start_root_uri: str = Field(
+        "", description="the root whose chain WARM_START's parent is read from; default PIPELINE_ROOT_URI"
+    )
+    stale_parent_policy: Literal["retrain", "fail"] = Field(
+        "retrain",
+        description="a WARM_START=head run whose parent stopped being the head: train again from the new head "
+        "(retrain) or stop with LINEAGE_STALE_PARENT (fail)",
+    )
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> PlatformSettings:
@@ -125,6 +134,16 @@ class PlatformSettings(BaseSettings):
     @classmethod
     def _root(cls, value: str) -> str:
         return parse_root_uri(value, variable="PIPELINE_ROOT_URI").uri
+
+    @field_validator("warm_start_root_uri")
+    @classmethod
+    def _parent_root(cls, value: str) -> str:
+        return parse_root_uri(value, variable="WARM_START_ROOT_URI").uri if value else ""
+
+    @property
+    def parent_root_uri(self) -> str:
+        """Where a warm start's parent chain lives."""
+        return self.warm_start_root_uri or self.pipeline_root_uri
 
     @field_validator("force_rerun", "strict_data_identity", mode="before")
     @classmethod

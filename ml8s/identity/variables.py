@@ -16,7 +16,10 @@ from ml8s.identity.uri import parse_root_uri
 
 # 1.1.0: missing-value tokens read as missing in every column (ml8s.data.missing); RUN_IDs unchanged.
 # 2.0.0: the canonical config gains model_code (a plug-in's code identity): every RUN_ID changes.
-CANONICALIZATION_VERSION = "2.0.0"
+# 2.1.0: the canonical config gains warm_start (the resolved parent's content hash, null for a cold start)
+#        and sampler_alpha (the recency exponent of a warm start's history sampler); every run records its
+#        training state: every RUN_ID changes.
+CANONICALIZATION_VERSION = "2.1.0"
 # Keys of the canonical config that no user sets: bootstrap resolves them (2.0.0: the code identity of a
 # plug-in MODEL_TYPE, see ml8s.identity.model_code). canonical_config writes them as null.
 RESOLVED_KEYS = ("model_code",)
@@ -44,6 +47,10 @@ USER_VARIABLES: dict[str, str | None] = {
     "BATCH_SIZE": "256",
     "LEARNING_RATE": "0.001",
     "TRAIN_DEVICE": "cpu",
+    # Continuous training (docs/continuous.md). WARM_START: "" (cold start), "head", a version number or a
+    # block hash (a prefix of 12+ hex digits); bootstrap replaces it with the parent's content hash.
+    "WARM_START": "",
+    "SAMPLER_ALPHA": "1",
 }
 
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")

@@ -28,12 +28,22 @@ _V1_KEYS = (
     "test_size",
     "train_device",
 )
+# 2.0.0: model_code (a plug-in's code identity) joined.
+_V2_KEYS = tuple(sorted({*_V1_KEYS, "model_code"}))
 _CURRENT_KEYS = tuple(sorted({*(name.lower() for name in USER_VARIABLES), *RESOLVED_KEYS}))
 
 # 1.1.0 changed how features are made (missing-value tokens), not the keys.
 CANONICAL_KEYS: dict[str, tuple[str, ...]] = {
     "1.0.0": _V1_KEYS,
     "1.1.0": _V1_KEYS,
+    "2.0.0": _V2_KEYS,
     CANONICALIZATION_VERSION: _CURRENT_KEYS,
 }
+
+
+def records_training_state(canonicalization_version: str) -> bool:
+    """Whether runs of this version write ``model/training_state.safetensors`` (from 2.1.0 on)."""
+    return canonicalization_version not in ("1.0.0", "1.1.0", "2.0.0")
+
+
 KNOWN_CANONICALIZATION_VERSIONS = tuple(sorted(CANONICAL_KEYS))

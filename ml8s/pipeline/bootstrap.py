@@ -16,6 +16,7 @@ from ml8s.identity.hashing import compute_identity
 from ml8s.identity.params import validate_params
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
+from ml8s.lineage import plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.context import RunContext, RunSpec
 from ml8s.pipeline.preflight import check_writable_root
@@ -43,15 +44,22 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
         settings.mlflow_tracking_uri_for_registry()  # a run registers its model: fail before anything is written
         check_writable_root(settings)
         config = resolve_model_code(canonical_config(raw_values_from_env(env, given)))  # a plug-in's code identity
-        params = validate_params(config)
+        params = validate_params({**config, "warm_start": None})  # WARM_START is resolved below, on the data
     except ConfigError as exc:
         raise _naming_the_input(exc, given) from exc
     fingerprint = fingerprint_data(params.data_root)
+    try:
+        config, plan = resolve_warm_start(config, settings, fingerprint.entries)  # the parent's content hash
+        params = validate_params(config)
+    except ConfigError as exc:
+        raise _naming_the_input(exc, given) from exc
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
     token = secrets.token_hex(16) if settings.force_rerun else ""  # see RunSpec.recompute_token
-    spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint, recompute_token=token)
+    spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint, recompute_token=token, lineage=plan)
     ctx = RunContext(spec=spec, settings=settings)
     ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
+    for name, value in plan_summary(plan).items():
+        ctx.log("bootstrap", f"warm start: {name} {value}")
     return ctx
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy, SigningKey
 from ml8s.contract import Manifest, TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST
-from ml8s.errors import NotFoundError
+from ml8s.errors import NotFastForwardError, NotFoundError, StaleParentError
 from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
@@ -44,7 +44,7 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
     payload = {
         name: store.get(ctx.key(rel))
-        for name, rel in layout.chain_payload_files(ctx.params.model_format)
+        for name, rel in layout.chain_payload_files(ctx.params.model_format, ctx.identity.canonicalization_version)
         if name != PAYLOAD_MANIFEST
     }
     manifest = load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest)
@@ -63,7 +63,20 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
             steps_since_parent=steps,
             tensorboard_logdir=logdir if has_logs else None,
         )
-        version = chain.commit_with_retry(payload, meta, policy)
+        plan = ctx.spec.lineage
+        try:
+            version = chain.commit_with_retry(
+                payload, meta, policy, expected_parent=plan.parent.block_hash if plan is not None else None
+            )
+        except NotFastForwardError as exc:
+            if plan is None:
+                raise
+            raise StaleParentError(
+                f"run {ctx.run_id} trained from chain {chain.name!r} v{plan.parent.counter} "
+                f"({plan.parent.block_hash[:12]}), which is no longer the head: its model is not appended (a "
+                "version's parent is always the version it trained from). Run again to train from the new head "
+                "(WARM_START=head does so by itself under STALE_PARENT_POLICY=retrain)"
+            ) from exc
     ctx.log(
         "chain_commit",
         f"chain {chain.name!r} version {version.counter} ({version.semver}) block {version.block_hash[:12]}",

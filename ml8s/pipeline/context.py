@@ -29,6 +29,7 @@ from ml8s.errors import ConfigError
 from ml8s.identity.hashing import RunIdentity
 from ml8s.identity.params import RunParams
 from ml8s.identity.settings import PlatformSettings, worker_id
+from ml8s.lineage import LineagePlan
 from ml8s.store import Store, WriteResult, open_store
 
 log = logging.getLogger("ml8s")
@@ -54,6 +55,7 @@ class RunSpec(BaseModel):
     params: RunParams
     fingerprint: Fingerprint
     recompute_token: str = ""
+    lineage: LineagePlan | None = None  # a warm start's parent and generations (ml8s.lineage)
 
     @property
     def run_id(self) -> str:

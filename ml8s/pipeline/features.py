@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import TypeAdapter
@@ -36,8 +37,14 @@ _FEATURE: TypeAdapter[Feature] = TypeAdapter(Feature)
 def compute_features(spec: RunSpec, out_dir: str) -> None:
     """Load the data (re-verified), engineer features and write both feature files into ``out_dir``.
 
-    Pure: nothing is written to the store (``publish`` does that), so the step can be cached.
+    Pure: nothing is written to the store (``publish`` does that), so the step can be cached. A warm start
+    encodes its lineage's generations instead (:mod:`ml8s.pipeline.warm_features`).
     """
+    if spec.lineage is not None:
+        from ml8s.pipeline.warm_features import compute_warm_features
+
+        compute_warm_features(spec, spec.lineage, out_dir)
+        return
     prepared = prepare(load_dataset(spec.fingerprint), spec.params)
     matrix, features = encode(prepared, spec.params)
     os.makedirs(out_dir, exist_ok=True)
@@ -54,9 +61,16 @@ def compute_features(spec: RunSpec, out_dir: str) -> None:
 
 def write_matrix(path: str, matrix: FloatArray, names: list[str], prepared: Prepared) -> None:
     """Parquet with fixed writer options: same values, same bytes (pyarrow is pinned)."""
+    write_matrix_arrays(path, matrix, names, prepared.target, prepared.split)
+
+
+def write_matrix_arrays(
+    path: str, matrix: npt.NDArray[np.floating], names: list[str], target: IntArray, split: npt.NDArray[np.integer]
+) -> None:
+    """:func:`write_matrix` from the arrays themselves (a warm start's generations)."""
     columns = {name: pa.array(matrix[:, i].astype(np.float32)) for i, name in enumerate(names)}
-    columns[TARGET] = pa.array(prepared.target.astype(np.int32))
-    columns[SPLIT] = pa.array(prepared.split.astype(np.int8))
+    columns[TARGET] = pa.array(target.astype(np.int32))
+    columns[SPLIT] = pa.array(split.astype(np.int8))
     table = pa.table(columns)
     pq.write_table(table, path, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True)
 

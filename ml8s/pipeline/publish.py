@@ -23,7 +23,7 @@ from ml8s.store import Store
 
 FEATURES = (layout.FEATURE_MATRIX, layout.FEATURE_SCHEMA)
 """What feature engineering produces."""
-TRAINED = (layout.METRICS, layout.MODEL_NATIVE)
+TRAINED = (layout.METRICS, layout.MODEL_NATIVE, layout.MODEL_TRAINING_STATE)
 """What training produces (and export checksums)."""
 TRAINING_LOGS = (layout.TENSORBOARD_EVENTS,)
 """What training also produces: logs, published beside the artifacts but never checksummed."""

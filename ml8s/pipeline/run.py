@@ -11,17 +11,38 @@ import os
 import tempfile
 from collections.abc import Mapping
 
+from ml8s.errors import StaleParentError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.chain_commit import chain_commit
+from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import gate
+
+# A WARM_START=head run that lost its parent to a concurrent commit trains again from the new head, at most
+# this many times (STALE_PARENT_POLICY=retrain); each attempt is a complete run of its own RUN_ID.
+STALE_PARENT_ATTEMPTS = 3
 
 
 def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> str:
     """Steps 0-8; returns the manifest JSON. A completed run returns early, importing no torch or MLflow.
 
-    The pipeline root's store is opened once, here, and passed to every step.
+    The pipeline root's store is opened once per attempt and passed to every step. A warm start from
+    ``head`` whose parent stopped being the head before its commit is re-run from the new head under
+    STALE_PARENT_POLICY=retrain (docs/continuous.md); any other stale parent is StaleParentError.
     """
-    ctx = bootstrap(env, overrides)
+    for attempt in range(1, STALE_PARENT_ATTEMPTS + 1):
+        ctx = bootstrap(env, overrides)
+        try:
+            return _run(ctx)
+        except StaleParentError as exc:
+            plan = ctx.spec.lineage
+            retry = plan is not None and plan.request == "head" and ctx.settings.stale_parent_policy == "retrain"
+            if not retry or attempt == STALE_PARENT_ATTEMPTS:
+                raise
+            ctx.log("chain_commit", f"{exc.message}; training again from the new head (attempt {attempt + 1})")
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _run(ctx: RunContext) -> str:
     store = ctx.open_store()
     decision = gate(ctx, store)
     if decision.completed:

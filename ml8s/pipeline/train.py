@@ -1,8 +1,10 @@
 """Step 4, training: deterministic torch training on the feature matrix, held-out metrics.
 
 Reads the feature files from a local directory and writes ``model/model_native.safetensors`` (the state
-dict, no metadata: safetensors writes its metadata dict in hash order) and ``metrics.json`` into another;
-returns the summary export needs. Pure: ``publish`` copies the files into ARTIFACT_ROOT.
+dict, no metadata: safetensors writes its metadata dict in hash order), ``model/training_state.safetensors``
+(what a warm start continues from) and ``metrics.json`` into another; returns the summary export needs.
+A warm start (``spec.lineage``) continues its parent instead (:mod:`ml8s.pipeline.warm_train`).
+Pure: ``publish`` copies the files into ARTIFACT_ROOT.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import safetensors.torch
 import torch
 
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
+from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
 from ml8s.errors import TrainingError
 from ml8s.identity.model_code import MODEL_CODE_KEY
 from ml8s.modeling.determinism import seed_everything
@@ -27,6 +30,7 @@ from ml8s.pipeline.metrics import classification_metrics
 from ml8s.pipeline.publish import local_path
 from ml8s.pipeline.tensorboard import write_training_events
 from ml8s.pipeline.train_summary import TrainSummary as TrainSummary  # re-exported: export names it here
+from ml8s.pipeline.training_state import capture_rng, state_bytes
 
 
 def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
@@ -51,8 +55,16 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     model = family.build(model_spec).to(device)
     x = torch.from_numpy(features.astype(np.float32)).to(device)
     y = torch.from_numpy(target).to(device)
-    train_idx = torch.from_numpy(np.flatnonzero(split == 0)).to(device)
-    losses = _fit(spec, family, model, x, y, train_idx)
+    plan = spec.lineage
+    if plan is None:
+        train_idx = torch.from_numpy(np.flatnonzero(split == 0)).to(device)
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+        losses, steps = _fit(spec, family, model, optimizer, x, y, train_idx)
+        state = _cold_state(spec, model, steps, device)
+    else:
+        from ml8s.pipeline.warm_train import warm_fit
+
+        optimizer, losses, state = warm_fit(spec, plan, family, model, device, features_dir)
     test = split == 1
     probs = predict_proba(model, x[torch.from_numpy(np.flatnonzero(test)).to(device)])
     held_out = classification_metrics(probs, target[test], len(classes))
@@ -69,6 +81,8 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     os.makedirs(out_dir, exist_ok=True)
     with open(local_path(out_dir, layout.MODEL_NATIVE), "wb") as handle:
         handle.write(native_bytes(model))
+    with open(local_path(out_dir, layout.MODEL_TRAINING_STATE), "wb") as handle:
+        handle.write(state_bytes(model, optimizer, state))
     with open(local_path(out_dir, layout.METRICS), "wb") as handle:
         handle.write(metrics.to_bytes())
     write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics.scalars())
@@ -109,17 +123,34 @@ def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[i
     return np.asarray(exp / exp.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
+def _cold_state(spec: RunSpec, model: torch.nn.Module, steps: int, device: torch.device) -> TrainingState:
+    """A cold start's state: the first of its lineage (named by its FULL_CONFIG_HASH), generation 0 being
+    every file of its DATA_ROOT."""
+    return TrainingState(
+        state_version=STATE_VERSION,
+        lineage_id=spec.identity.full_config_hash,
+        parent_content_hash=None,
+        generations=[Generation(index=0, partition="", files=sorted(e.token for e in spec.fingerprint.entries))],
+        global_step=steps,
+        trainings=1,
+        parameter_names=[name for name, _ in model.named_parameters()],
+        rng=capture_rng(device),
+    )
+
+
 def _fit(
     spec: RunSpec,
     family: ModelFamily,
     model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
     x: torch.Tensor,
     y: torch.Tensor,
     train_idx: torch.Tensor,
-) -> list[float]:
+) -> tuple[list[float], int]:
+    """Epochs of seeded shuffles over the training rows; the loss per epoch and the optimizer steps taken."""
     params = spec.params
     step = family.train_step or cross_entropy_step
-    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)  # families.OPTIMIZER, as recorded
+    steps = 0
     generator = torch.Generator().manual_seed(params.random_seed)
     losses: list[float] = []
     model.train()
@@ -130,6 +161,7 @@ def _fit(
             batch = order[start : start + params.batch_size]
             loss = step(model, optimizer, x[batch], y[batch])
             total, batches = total + float(loss.item()), batches + 1
+            steps += 1
         mean = total / max(batches, 1)
         if not np.isfinite(mean):
             raise TrainingError(
@@ -137,4 +169,4 @@ def _fit(
             )
         losses.append(mean)
         spec.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f}")
-    return losses
+    return losses, steps

@@ -116,6 +116,24 @@ class RecencySampler:
         sampler.batches_drawn = state.batches_drawn
         return sampler
 
+    @classmethod
+    def continued(cls, state: SamplerState, generation_rows: Sequence[int], config: SamplerConfig) -> RecencySampler:
+        """A sampler over a history grown since ``state`` (new generations appended), continuing its random
+        stream and batch count: what a warm start draws with. Unlike :meth:`resume`, it draws from every
+        generation given, with ``config``'s weights.
+
+        Raises:
+            RecordsFormatError: ``generation_rows`` does not begin with the generations ``state`` drew from.
+        """
+        started = state.generation_rows
+        if tuple(generation_rows[: len(started)]) != started:
+            raise RecordsFormatError(
+                f"sampler state drew from generations of {list(started)[:8]} rows; the history's first generations "
+                f"have {list(generation_rows[: len(started)])[:8]}: not a history grown from it"
+            )
+        sampler = cls.resume(state.model_copy(update={"config": config, "generation_rows": tuple(generation_rows)}))
+        return sampler
+
     @property
     def probabilities(self) -> NDArray[np.float64]:
         """Probability that one draw comes from each generation (oldest first)."""

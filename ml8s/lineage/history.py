@@ -1,0 +1,156 @@
+"""A lineage's generations as training records: encoded by the lineage's frozen feature transform, split,
+and appended to the lineage's append-only record history (``ml8s.records``), which training memory-maps.
+
+Encoding is deterministic: the same generation files, transform, RANDOM_SEED and TEST_SIZE give the same
+records bytes in any process, so a generation already in the history is checked against the sha256 the
+parent recorded (or re-encoded and compared), never trusted on its name alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ml8s.contract.training_state import Generation
+from ml8s.data.dataset import parse_file
+from ml8s.data.fingerprint import Fingerprint, fingerprint_entries
+from ml8s.data.missing import MISSING_TOKENS
+from ml8s.data.sources import read_verified
+from ml8s.errors import LineageDataError, LineageError, PredictionInputError
+from ml8s.inference import RawTransform
+from ml8s.records import RecordSchema, RecordStore
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class EncodedGeneration:
+    """One generation's rows: features (float32), class indices, and the split (0 train, 1 held out)."""
+
+    index: int
+    x: FloatArray
+    y: IntArray
+    split: npt.NDArray[np.int8]
+
+    def records(self) -> FloatArray:
+        """The training rows as records: features, then the class index as float32."""
+        train = self.split == 0
+        return np.ascontiguousarray(np.column_stack([self.x[train], self.y[train].astype(np.float32)]), np.float32)
+
+
+def record_schema(transform: RawTransform) -> RecordSchema:
+    return RecordSchema.build(transform.feature_names, transform.target_column, transform.classes)
+
+
+def encode_generation(
+    generation: Generation, fingerprint: Fingerprint, transform: RawTransform, random_seed: int, test_size: float
+) -> EncodedGeneration:
+    """Read the generation's files (each checked against the fingerprint), drop rows without a target, encode.
+
+    Raises:
+        LineageDataError: a file is not in the fingerprint, a cell does not fit the lineage's transform, or a
+            target value is not one of the lineage's classes.
+    """
+    tokens = set(generation.files)
+    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
+    if len(entries) != len(tokens):
+        raise LineageDataError(f"generation {generation.index}: not every file it lists is in DATA_ROOT as listed")
+    sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
+    rows: list[dict[str, object]] = []
+    for entry, data in read_verified(sub):
+        table = parse_file(entry, data, fingerprint.data_root)
+        rows += table.to_pylist()
+    labels = [_class_index(row, transform, generation.index) for row in rows]
+    kept = [row for row, label in zip(rows, labels, strict=True) if label is not None]
+    if not kept:
+        raise LineageDataError(f"generation {generation.index} ({generation.partition}) has no row with a target")
+    try:
+        x = transform.encode(kept)
+    except PredictionInputError as exc:
+        raise LineageDataError(
+            f"generation {generation.index} ({generation.partition}) does not fit the lineage's features: {exc.message}"
+        ) from exc
+    y = np.array([label for label in labels if label is not None], dtype=np.int64)
+    return EncodedGeneration(generation.index, x, y, _split(len(kept), test_size, random_seed, generation.index))
+
+
+def sync_history(
+    history: RecordStore, schema: RecordSchema, encoded: dict[int, EncodedGeneration], generations: list[Generation]
+) -> list[Generation]:
+    """Append the encoded generations the history lacks; check those it holds. Returns the generations with
+    their records' sha256 and row count filled in.
+
+    Raises:
+        LineageError: the history holds another generation under a number this lineage uses.
+    """
+    index = history.index()
+    held = {g.generation: g for g in index.generations} if index is not None else {}
+    done: list[Generation] = []
+    for generation in generations:
+        info = held.get(generation.index)
+        if generation.index in encoded:
+            # an existing generation of this number must hold exactly these bytes: the append checks it and
+            # is then a no-op, and refuses (RECORDS_APPEND_ONLY) anything else
+            info = history.append_generation(schema, encoded[generation.index].records(), generation=generation.index)
+        elif info is None or info.sha256 != generation.records_sha256:
+            raise LineageError(
+                f"the lineage history lacks generation {generation.index} as its parent recorded it; expected "
+                f"records with sha256 {generation.records_sha256} in {history.key('history.json')}"
+            )
+        done.append(generation.model_copy(update={"records_sha256": info.sha256, "records": info.rows}))
+    return done
+
+
+def _class_index(row: dict[str, object], transform: RawTransform, generation: int) -> int | None:
+    value = row.get(transform.target_column)
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int | float):
+        number = float(value)
+        text = str(int(number)) if number.is_integer() else repr(number)
+    else:
+        text = str(value).strip()
+        if text in MISSING_TOKENS:
+            return None
+        if text not in transform.classes:
+            text = _as_number_label(text)
+    if text not in transform.classes:
+        raise LineageDataError(
+            f"generation {generation}: target {transform.target_column!r} has {text!r}, not one of the lineage's "
+            f"classes {list(transform.classes)}; a new class needs a cold start"
+        )
+    return transform.classes.index(text)
+
+
+def _as_number_label(text: str) -> str:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+def _split(n: int, test_size: float, seed: int, generation: int) -> npt.NDArray[np.int8]:
+    split = np.zeros(n, dtype=np.int8)
+    if n < 2:
+        return split  # one row trains; nothing can be held out
+    n_test = min(max(round(n * test_size), 1), n - 1)
+    order = np.random.default_rng([seed, 3, generation]).permutation(n)
+    split[order[:n_test]] = 1
+    return split
+
+
+def check_history_schema(history: RecordStore, schema: RecordSchema) -> None:
+    index = history.index()
+    if index is not None and index.record_schema != schema:
+        raise LineageError(
+            f"the lineage history at {history.key('')} has another record schema; expected the lineage's features"
+        )

@@ -1,0 +1,239 @@
+"""Resolving WARM_START at bootstrap into a parent and the lineage's data generations (docs/continuous.md).
+
+Everything here runs before the first write: a parent that is not on the chain, a version without training
+state, a config that does not continue the lineage's model, or a DATA_ROOT that lost or changed a file the
+parent trained on is a one-line named error, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.chain import ChainStore, ChainVersion
+from ml8s.contract import ConfigSnapshot, layout, parse
+from ml8s.contract._parse import Invalid
+from ml8s.contract.training_state import Generation, TrainingState
+from ml8s.data.fingerprint import FileEntry
+from ml8s.errors import ConfigError, LineageDataError, LineageError, VersionNotFoundError, WarmStartNotFoundError
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.identity.settings import PlatformSettings
+from ml8s.identity.variables import CanonicalConfig, JsonValue
+from ml8s.lineage.state import read_training_state
+from ml8s.store import open_store
+
+_HEX = re.compile(r"[0-9a-fA-F]{12,64}")
+# What a warm start must share with its parent: the model (architecture, code) and what its features mean.
+CONTINUED = (
+    "exclude_columns",
+    "hidden_layers",
+    "hidden_units",
+    "max_features",
+    "model_code",
+    "model_type",
+    "standardize",
+    "target_column",
+    "train_device",
+)
+_NEEDED = (layout.PAYLOAD_TRAINING_STATE, layout.PAYLOAD_FEATURE_SCHEMA, layout.PAYLOAD_CONFIG_SNAPSHOT)
+
+
+class ParentRef(BaseModel):
+    """The version a warm start trains from, and where it was read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    root_uri: str
+    chain_name: str
+    counter: int
+    block_hash: str
+    content_hash: str
+
+
+class LineagePlan(BaseModel):
+    """A warm start: its parent, what WARM_START said, and the generations this run trains on (oldest first;
+    ``new`` of them arrived since the parent)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    parent: ParentRef
+    request: str
+    lineage_id: str
+    generations: tuple[Generation, ...]
+    new: int
+
+    @property
+    def new_generations(self) -> tuple[Generation, ...]:
+        return self.generations[len(self.generations) - self.new :]
+
+
+def resolve_warm_start(
+    config: CanonicalConfig, settings: PlatformSettings, entries: Iterable[FileEntry]
+) -> tuple[CanonicalConfig, LineagePlan | None]:
+    """The canonical config with ``warm_start`` resolved to the parent's content hash, and the plan.
+
+    ``head`` on a chain with no model yet is a cold start (the first run of a continuous launch plan).
+
+    Raises:
+        ConfigError: WARM_START is malformed.
+        WarmStartNotFoundError: it names nothing on the chain.
+        LineageError: the parent has no training state, or the config does not continue its model.
+        LineageDataError: DATA_ROOT lost or changed a file the parent trained on.
+    """
+    request = config.get("warm_start")
+    if request is None:
+        return config, None
+    chain = ChainStore(open_store(settings.parent_root_uri), settings.chain_name)
+    parent = _find(chain, request)
+    if parent is None:
+        return {**config, "warm_start": None}, None
+    listed = {f.name for f in parent.header.files}
+    missing = [name for name in _NEEDED if name not in listed]
+    where = f"chain {chain.name!r} v{parent.counter}"
+    if missing:
+        raise LineageError(
+            f"WARM_START={_text(request)!r} names {where}, whose payload has no {', '.join(missing)}: it was committed "
+            "before versions carried their training state; expected a version to continue from (or WARM_START='')"
+        )
+    state = read_training_state(chain.fetch_payload(parent, layout.PAYLOAD_TRAINING_STATE), f"{where} training state")
+    _check_continues(config, chain, parent, where)
+    generations, new = _generations(state, list(entries), where)
+    plan = LineagePlan(
+        parent=ParentRef(
+            root_uri=settings.parent_root_uri,
+            chain_name=chain.name,
+            counter=parent.counter,
+            block_hash=parent.block_hash,
+            content_hash=parent.content_hash,
+        ),
+        request=_text(request),
+        lineage_id=state.lineage_id,
+        generations=tuple(generations),
+        new=new,
+    )
+    return {**config, "warm_start": parent.content_hash}, plan
+
+
+def history_prefix(plan: LineagePlan, schema_bytes: bytes, random_seed: int, test_size: float) -> str:
+    """Where the lineage's record history lives under the pipeline root: one history per lineage and per
+    split (RANDOM_SEED and TEST_SIZE choose each generation's held-out rows, which are not recorded)."""
+    split = {"feature_schema": hashlib.sha256(schema_bytes).hexdigest(), "random_seed": random_seed}
+    key = hashlib.sha256(canonical_bytes({**split, "test_size": test_size})).hexdigest()[:16]
+    return f"ml8s_lineages/{plan.lineage_id}/history-{key}"
+
+
+def parent_version(parent: ParentRef) -> tuple[ChainStore, ChainVersion]:
+    """The parent version again (a later step, maybe another process), checked to be the one resolved."""
+    chain = ChainStore(open_store(parent.root_uri), parent.chain_name)
+    try:
+        version = chain.get(parent.counter)
+    except VersionNotFoundError as exc:
+        raise WarmStartNotFoundError(f"the parent {parent.chain_name!r} v{parent.counter} is gone: {exc}") from exc
+    if version.block_hash != parent.block_hash:
+        raise LineageError(
+            f"chain {parent.chain_name!r} v{parent.counter} is now block {version.block_hash[:12]}; the run resolved "
+            f"block {parent.block_hash[:12]} at bootstrap (the chain was rewritten)"
+        )
+    return chain, version
+
+
+def _find(chain: ChainStore, request: JsonValue) -> ChainVersion | None:
+    text = _text(request)
+    if text == "head":
+        if chain.read_head() is None:
+            missing = chain.missing_head()
+            if missing is not None:
+                raise missing
+            return None  # no chain yet: the lineage's cold start
+        head = chain.head()
+        return head if head.counter > 0 else None
+    if isinstance(request, int) and not isinstance(request, bool) and 0 < request < 10**12:
+        try:
+            return chain.get(request)
+        except VersionNotFoundError as exc:
+            raise WarmStartNotFoundError(f"WARM_START={request}: {exc}") from exc
+    if not _HEX.fullmatch(text):
+        raise ConfigError(
+            f"WARM_START={text!r} is invalid; expected empty (cold start), head, a version number >= 1, or a block "
+            "or content hash (12 to 64 hex digits)"
+        )
+    wanted = text.lower()
+    found = [
+        v
+        for v in chain.walk()
+        if v.counter > 0 and (v.block_hash.startswith(wanted) or (len(wanted) == 64 and v.content_hash == wanted))
+    ]
+    if len(found) != 1:
+        what = "matches no version" if not found else f"matches {len(found)} versions"
+        raise WarmStartNotFoundError(f"WARM_START={text!r} {what} of chain {chain.name!r}; expected exactly one")
+    return found[0]
+
+
+def _check_continues(config: CanonicalConfig, chain: ChainStore, parent: ChainVersion, where: str) -> None:
+    try:
+        snapshot = parse(
+            layout.CONFIG_SNAPSHOT, chain.fetch_payload(parent, layout.PAYLOAD_CONFIG_SNAPSHOT), ConfigSnapshot
+        )
+    except Invalid as exc:
+        raise LineageError(f"{where}: its config snapshot is unreadable: {exc}") from exc
+    theirs = snapshot.canonical_config
+    differ = [key for key in CONTINUED if config.get(key) != theirs.get(key)]
+    if differ:
+        shown = ", ".join(f"{k.upper()}={_text(config.get(k))!r} (parent: {_text(theirs.get(k))!r})" for k in differ)
+        raise LineageError(
+            f"a warm start continues its parent's model and features; {shown} differ from {where}: expected the "
+            "parent's values, or a cold start (WARM_START='')"
+        )
+
+
+def _generations(state: TrainingState, entries: list[FileEntry], where: str) -> tuple[list[Generation], int]:
+    """The parent's generations (their files still here, unchanged) plus one per new partition of DATA_ROOT."""
+    now = {e.relative_path: e.token for e in entries}
+    seen: set[str] = set()
+    for generation in state.generations:
+        for token in generation.files:
+            path = token.rsplit(":", 2)[0]
+            if now.get(path) != token:
+                change = "is gone" if path not in now else "changed"
+                raise LineageDataError(
+                    f"DATA_ROOT: {path} {change}, but {where} trained on it (generation {generation.index}); "
+                    "expected every file of earlier generations unchanged: new data goes into new files"
+                )
+            seen.add(path)
+    old_partitions = {_partition(p) for p in seen} - {""}
+    fresh: dict[str, list[str]] = {}
+    for path in sorted(set(now) - seen):
+        partition = _partition(path)
+        if partition in old_partitions:
+            raise LineageDataError(
+                f"DATA_ROOT: {path} is new inside {partition!r}, a partition an earlier generation holds; "
+                "expected each new generation in a new top-level file or folder"
+            )
+        fresh.setdefault(partition, []).append(now[path])
+    generations = list(state.generations)
+    for partition in sorted(fresh):
+        generations.append(Generation(index=len(generations), partition=partition, files=sorted(fresh[partition])))
+    return generations, len(fresh)
+
+
+def _partition(path: str) -> str:
+    return path.split("/", 1)[0]
+
+
+def _text(value: JsonValue) -> str:
+    if isinstance(value, list):
+        return ",".join(value)
+    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def plan_summary(plan: LineagePlan | None) -> Mapping[str, str]:
+    """Log-friendly facts of a plan (empty for a cold start)."""
+    if plan is None:
+        return {}
+    return {
+        "parent": f"{plan.parent.chain_name} v{plan.parent.counter} ({plan.parent.block_hash[:12]})",
+        "generations": f"{len(plan.generations)} ({plan.new} new)",
+    }
