@@ -13,7 +13,7 @@ import click
 from flytekit import task
 
 from ml8s import log
-from ml8s.errors import ConfigError, DataError
+from ml8s.errors import ConfigError, DataError, LineageError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.context import RunContext, RunSpec
 from tasks.inputs import FromEnv, InputValue, ModelFormat, TrainDevice, input_text
@@ -51,6 +51,8 @@ def bootstrap_run(
     batch_size: int | FromEnv,
     learning_rate: str,
     train_device: TrainDevice,
+    warm_start: str,
+    sampler_alpha: str,
     pipeline_root_uri: str,
     force_rerun: bool | FromEnv,
 ) -> BootstrapOutput:
@@ -78,11 +80,13 @@ def bootstrap_run(
         "batch_size": batch_size,
         "learning_rate": learning_rate,
         "train_device": train_device,
+        "warm_start": warm_start,
+        "sampler_alpha": sampler_alpha,
         "pipeline_root_uri": pipeline_root_uri,
         "force_rerun": force_rerun,
     }
     try:
         run = bootstrap(os.environ, {name: input_text(value) for name, value in given.items()})
-    except (ConfigError, DataError) as exc:
+    except (ConfigError, DataError, LineageError) as exc:
         raise InvalidInputError(str(exc)) from exc
     return BootstrapOutput(run=run, spec=run.spec)

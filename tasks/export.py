@@ -36,7 +36,9 @@ def publish_model(run: RunContext, model: FlyteDirectory, exported: FlyteDirecto
     """Write metrics.json, the model files and, last in key order, training_metadata.json, each atomically."""
     log.configure()
     files = {
-        **publish.local_files(model.download(), publish.TRAINED + publish.TRAINING_LOGS),
+        **publish.local_files(
+            model.download(), publish.trained(run.identity.canonicalization_version) + publish.TRAINING_LOGS
+        ),
         **publish.local_files(exported.download(), publish.exported(run.params.model_format)),
     }
     publish.publish(run, run.open_store(), files)

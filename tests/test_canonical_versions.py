@@ -20,16 +20,24 @@ def snapshot(config: CanonicalConfig, version: str) -> ConfigSnapshot:
 
 def v1_config() -> CanonicalConfig:
     """The canonical config exactly as ml8s 1.0.0 wrote it: the sixteen user-level variables."""
-    config = dict(canonical_config({"DATA_ROOT": "/data/churn", "TARGET_COLUMN": "churned"}))
+    config = v2_config()
     del config["model_code"]
     return config
 
 
-def test_the_current_version_is_2_0_0_and_older_ones_are_still_known() -> None:
-    assert CANONICALIZATION_VERSION == "2.0.0"
-    assert KNOWN_CANONICALIZATION_VERSIONS == frozenset({"1.0.0", "1.1.0", "2.0.0"})
+def v2_config() -> CanonicalConfig:
+    """The canonical config as ml8s 2.0.0 wrote it: 1.0.0's and model_code."""
+    config = dict(canonical_config({"DATA_ROOT": "/data/churn", "TARGET_COLUMN": "churned"}))
+    del config["warm_start"], config["sampler_alpha"]
+    return config
+
+
+def test_the_current_version_is_2_1_0_and_older_ones_are_still_known() -> None:
+    assert CANONICALIZATION_VERSION == "2.1.0"
+    assert frozenset(KNOWN_CANONICALIZATION_VERSIONS) == frozenset({"1.0.0", "1.1.0", "2.0.0", "2.1.0"})
     assert CANONICAL_KEYS["1.1.0"] == CANONICAL_KEYS["1.0.0"]  # 1.1.0 changed feature rules only
     assert set(CANONICAL_KEYS["2.0.0"]) - set(CANONICAL_KEYS["1.0.0"]) == {"model_code"}
+    assert set(CANONICAL_KEYS["2.1.0"]) - set(CANONICAL_KEYS["2.0.0"]) == {"sampler_alpha", "warm_start"}
     assert len(CANONICAL_KEYS["1.0.0"]) == 16
 
 
@@ -39,7 +47,12 @@ def test_a_1_0_0_run_verifies() -> None:
 
 
 def test_a_2_0_0_run_verifies() -> None:
-    new = snapshot(dict(canonical_config({"DATA_ROOT": "/data/churn", "TARGET_COLUMN": "churned"})), "2.0.0")
+    older = snapshot(v2_config(), "2.0.0")
+    assert snapshot_problems(older, older.run_id) == []
+
+
+def test_a_2_1_0_run_verifies() -> None:
+    new = snapshot(dict(canonical_config({"DATA_ROOT": "/data/churn", "TARGET_COLUMN": "churned"})), "2.1.0")
     assert snapshot_problems(new, new.run_id) == []
 
 
@@ -59,7 +72,7 @@ def test_unknown_version_fails() -> None:
 
 def test_plugin_without_its_code_identity_fails() -> None:
     config = dict(canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "y", "MODEL_TYPE": "plugin:p.m:build"}))
-    unresolved = snapshot(config, "2.0.0")
+    unresolved = snapshot(config, "2.1.0")
     assert any("expected its code identity" in p for p in snapshot_problems(unresolved, unresolved.run_id))
-    resolved = snapshot({**config, "model_code": "sha256:" + "0" * 64}, "2.0.0")
+    resolved = snapshot({**config, "model_code": "sha256:" + "0" * 64}, "2.1.0")
     assert snapshot_problems(resolved, resolved.run_id) == []

@@ -114,7 +114,9 @@ def test_workflow_inputs_follow_the_variables_types_and_defaults() -> None:
             assert unset is choice(UNSET), name
         elif set(members) == {str}:  # text, exactly as the environment holds it; "" is unset
             assert unset == "", name
-            assert name in {"data_root", "target_column", "exclude_columns", "learning_rate", "model_type"}, name
+            # text on purpose: a float input cannot tell 1 from 1.0, nor a version number from a hash
+            text_inputs = {"data_root", "target_column", "exclude_columns", "learning_rate", "model_type"}
+            assert name in text_inputs | {"warm_start", "sampler_alpha"}, name
         else:  # a number or a boolean: the parameter's own type, or env
             assert members[1:] == (FromEnv,) and unset is FromEnv.ENV, name
             assert members[0] in _unwrap(param), name

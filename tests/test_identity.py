@@ -16,14 +16,15 @@ DEFAULT_JSON = (
     '{"batch_size":256,"data_root":"file:///data/churn","epochs":10,"exclude_columns":null,'
     '"hidden_layers":2,"hidden_units":64,"learning_rate":0.001,"max_features":null,"model_code":null,'
     '"model_format":"onnx","model_type":"mlp","random_seed":42,"sample_rows":null,'
-    '"standardize":true,"target_column":"churned","test_size":0.2,"train_device":"cpu"}'
+    '"sampler_alpha":1,"standardize":true,"target_column":"churned","test_size":0.2,"train_device":"cpu",'
+    '"warm_start":null}'
 )
 # printf '%s' 'a.csv:x:1|b/c.csv:y:2' | sha256sum
 TOY_FP = "47fb05818f9daee0b981c840c44e3689b2af41fe06254db5d8e93c184262ad15"
 # printf '%s\n%s' "$DEFAULT_JSON" "$TOY_FP" | sha256sum
-TOY_FULL = "7512132ce39822a0e6ba766514185a4f4120a87b311c7506da8964fd5d84c9a7"
+TOY_FULL = "b6c715f992cd28b85ab2525215d57f9edbe2f63ea4e18ecfcbe04e77862357a3"
 # printf '%s\n%s' "$DEFAULT_JSON" '' | sha256sum
-NONSTRICT_FULL = "759f4eb4aff06dac6a5814b2ac4bbad84b0072f6b8b75b9de2eb42aaad8ce373"
+NONSTRICT_FULL = "823038db32f07ba67eb127c706d201334d24ba011dbcd7325e35ad9d40a1f875"
 
 
 def test_defaults_fill_every_variable() -> None:

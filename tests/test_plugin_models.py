@@ -138,7 +138,7 @@ def test_plugin_trains_exports_verifies_and_its_code_is_identity(plugin_path: Pa
     run_id = json.loads(done.stdout)["run_id"]
     run_dir = root / layout.run_prefix(run_id)
     snapshot = ConfigSnapshot.model_validate_json((run_dir / layout.CONFIG_SNAPSHOT).read_bytes())
-    assert snapshot.canonicalization_version == "2.0.0"
+    assert snapshot.canonicalization_version == "2.1.0"
     assert snapshot.canonical_config["model_type"] == FAMILY
     code = snapshot.canonical_config["model_code"]
     assert code == code_identity(PluginRef(module=f"{PKG}.models", attribute="family"))

@@ -69,6 +69,8 @@ def test_defaults_live_on_the_fields(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "chain_name": "ml8s-model",
         "image_version": "dev",
         "tmp_retention_days": 7,
+        "warm_start_root_uri": "",
+        "stale_parent_policy": "retrain",
     }
     assert sorted(PLATFORM_VARIABLES) == sorted([name.upper() for name in settings.model_dump()] + ["ML8S_WORKER_ID"])
     assert PLATFORM_VARIABLES["TMP_RETENTION_DAYS"].endswith("; default 7")

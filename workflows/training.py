@@ -71,6 +71,8 @@ def training_pipeline(
     batch_size: int | FromEnv = FromEnv.ENV,
     learning_rate: str = "",
     train_device: TrainDevice = TrainDevice.ENV,
+    warm_start: str = "",
+    sampler_alpha: str = "",
     pipeline_root_uri: str = "",
     force_rerun: bool | FromEnv = FromEnv.ENV,
 ) -> str:
@@ -95,6 +97,8 @@ def training_pipeline(
         batch_size: the minibatch size (unset: BATCH_SIZE, else 256)
         learning_rate: the Adam learning rate, as text (unset: LEARNING_RATE, else 0.001)
         train_device: cpu or cuda; it changes the bits, so it is identity (unset: TRAIN_DEVICE, else cpu)
+        warm_start: the version to continue: head, N or a block hash (unset: WARM_START, else a cold start)
+        sampler_alpha: a warm start's recency exponent over data generations, as text (unset: SAMPLER_ALPHA, else 1)
         pipeline_root_uri: where runs are written (unset: PIPELINE_ROOT_URI, else ./pipeline_root)
         force_rerun: true: recompute Steps 2-7 with no cached result, audit the bytes (unset: FORCE_RERUN, else false)
     """
@@ -115,6 +119,8 @@ def training_pipeline(
         batch_size=batch_size,
         learning_rate=learning_rate,
         train_device=train_device,
+        warm_start=warm_start,
+        sampler_alpha=sampler_alpha,
         pipeline_root_uri=pipeline_root_uri,
         force_rerun=force_rerun,
     )

@@ -32,7 +32,7 @@ from ml8s.modeling.families import (
 )
 from ml8s.pipeline.context import RunSpec
 from ml8s.pipeline.features import read_matrix
-from ml8s.pipeline.publish import FEATURES, TRAINED, local_path
+from ml8s.pipeline.publish import FEATURES, local_path, trained
 from ml8s.pipeline.train import TrainSummary, model_family
 
 
@@ -86,10 +86,10 @@ def artifact_checksums(spec: RunSpec, features_dir: str, model_dir: str, export_
     fmt = spec.params.model_format
     sources: dict[str, str] = {
         **{rel: local_path(features_dir, rel) for rel in FEATURES},
-        **{rel: local_path(model_dir, rel) for rel in TRAINED},
+        **{rel: local_path(model_dir, rel) for rel in trained(spec.identity.canonicalization_version)},
         layout.model_export(fmt): local_path(export_dir, layout.model_export(fmt)),
     }
-    expected = layout.checksummed_artifacts(fmt)
+    expected = layout.checksummed_artifacts(fmt, spec.identity.canonicalization_version)
     if sorted(sources) != sorted(expected):
         raise IntegrityError(f"export would checksum {sorted(sources)}; expected exactly {sorted(expected)}")
     artifacts: dict[str, ArtifactDigest] = {}

@@ -29,7 +29,7 @@ def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDec
     """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
     recorded = metadata.artifacts
-    expected = set(layout.checksummed_artifacts(ctx.params.model_format))
+    expected = set(layout.checksummed_artifacts(ctx.params.model_format, ctx.identity.canonicalization_version))
     if set(recorded) != expected:
         raise IntegrityError(
             f"{ctx.uri(layout.TRAINING_METADATA)} records {sorted(recorded)}; expected exactly {sorted(expected)}"
@@ -70,7 +70,7 @@ def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDec
         artifact_root=ctx.artifact_root,
         artifacts=artifacts,
         mlflow=mlflow.model_dump(),
-        force_rerun=_rerun_audit(decision, artifacts, ctx.params.model_format) if decision.force_rerun else None,
+        force_rerun=_rerun_audit(decision, artifacts, ctx) if decision.force_rerun else None,
     )
     data = manifest.to_bytes()
     writer = ctx.writer(store)
@@ -82,14 +82,16 @@ def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDec
     return data.decode("utf-8")
 
 
-def _rerun_audit(decision: GateDecision, artifacts: dict[str, ArtifactRef], model_format: str) -> RerunAudit:
+def _rerun_audit(decision: GateDecision, artifacts: dict[str, ArtifactRef], ctx: RunContext) -> RerunAudit:
     """Compare what training_metadata.json recorded before the rerun with what it records now.
 
     A forced run carries a recompute token in its spec (a context without one cannot be built), so no
     cache answered for the compute steps: every step that writes an artifact ran again.
     """
     previous = decision.previous_sha256
-    compared = set(previous) | set(layout.checksummed_artifacts(model_format))
+    compared = set(previous) | set(
+        layout.checksummed_artifacts(ctx.params.model_format, ctx.identity.canonicalization_version)
+    )
     changed = sorted(rel for rel in compared if previous.get(rel) != _sha(artifacts, rel))
     return RerunAudit(
         reproduced=bool(previous) and not changed,

@@ -24,9 +24,14 @@ from ml8s.store import Store
 FEATURES = (layout.FEATURE_MATRIX, layout.FEATURE_SCHEMA)
 """What feature engineering produces."""
 TRAINED = (layout.METRICS, layout.MODEL_NATIVE, layout.MODEL_TRAINING_STATE)
-"""What training produces (and export checksums)."""
+"""What training produces (and export checksums), under the current canonicalization version."""
 TRAINING_LOGS = (layout.TENSORBOARD_EVENTS,)
 """What training also produces: logs, published beside the artifacts but never checksummed."""
+
+
+def trained(canonicalization_version: str) -> tuple[str, ...]:
+    """What training produces for a run of this version (the training state from 2.1.0 on)."""
+    return tuple(rel for rel in TRAINED if rel in layout.checksummed_artifacts("onnx", canonicalization_version))
 
 
 def exported(model_format: str) -> tuple[str, ...]:

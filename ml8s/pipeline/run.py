@@ -67,7 +67,11 @@ def _run(ctx: RunContext) -> str:
         compute_features(spec, features)
         publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
         summary = train(spec, features, model)
-        publish.publish(ctx, store, publish.local_files(model, publish.TRAINED + publish.TRAINING_LOGS))
+        publish.publish(
+            ctx,
+            store,
+            publish.local_files(model, publish.trained(spec.identity.canonicalization_version) + publish.TRAINING_LOGS),
+        )
         export(spec, summary, features, model, exported)
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
     manifest = finalize(ctx, store, register(ctx, store), decision)

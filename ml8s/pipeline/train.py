@@ -19,6 +19,7 @@ from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
 from ml8s.errors import TrainingError
 from ml8s.identity.model_code import MODEL_CODE_KEY
+from ml8s.identity.versions import records_training_state
 from ml8s.modeling.determinism import seed_everything
 from ml8s.modeling.families import architecture
 from ml8s.modeling.family import ModelFamily
@@ -81,8 +82,9 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     os.makedirs(out_dir, exist_ok=True)
     with open(local_path(out_dir, layout.MODEL_NATIVE), "wb") as handle:
         handle.write(native_bytes(model))
-    with open(local_path(out_dir, layout.MODEL_TRAINING_STATE), "wb") as handle:
-        handle.write(state_bytes(model, optimizer, state))
+    if records_training_state(spec.identity.canonicalization_version):
+        with open(local_path(out_dir, layout.MODEL_TRAINING_STATE), "wb") as handle:
+            handle.write(state_bytes(model, optimizer, state))
     with open(local_path(out_dir, layout.METRICS), "wb") as handle:
         handle.write(metrics.to_bytes())
     write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics.scalars())
