@@ -54,6 +54,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("anchor", "write a signed checkpoint of the head (keep it outside the store) to --out"),
         ("keygen", "write a new ed25519 signing key (PEM) to --out; prints its key id and public key"),
         ("trust", "adopt the next trust policy: the keys that may sign, signed by ML8S_SIGNING_KEY(_FILE)"),
+        ("reproduce", "re-train versions above --from K from their parents and data; exit 0 only if all match"),
     ):
         verb = verbs.add_parser(name, help=text, description=text)
         verb.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
@@ -73,6 +74,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--public-key", action="append", required=True, help="base64 raw ed25519 public key (repeat)"
     )
     verbs.choices["tensorboard"].add_argument("counters", nargs="*", type=int, help="versions (default: all)")
+    verbs.choices["reproduce"].add_argument(
+        "--from", dest="start", required=True, type=int, metavar="K", help="re-train versions K+1 .. head"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
     verb: str = args.verb
     if verb == "keygen":
         return _keygen(args.out)
+    if verb == "reproduce":
+        from ml8s.cli.reproduce import reproduce
+
+        return reproduce(settings.pipeline_root_uri, settings.chain_name, args.start, as_json=args.json)
     signer = SigningKey.from_env(os.environ)
     chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name, signer=signer)
     if verb == "anchor":

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from ml8s.data.fingerprint import (
     FileEntry,
     Fingerprint,
     ObjectEntry,
+    fingerprint_entries,
     fingerprint_listing,
     fingerprint_local,
     is_data_key,
@@ -42,6 +43,20 @@ def fingerprint_data(data_root: str) -> Fingerprint:
         ]
         return fingerprint_listing(data_root, "", objects)
     raise DataError(f"DATA_ROOT={data_root!r} has an unsupported scheme; expected a local path, file:// or s3://")
+
+
+def restrict(fingerprint: Fingerprint, paths: Collection[str]) -> Fingerprint:
+    """The fingerprint of exactly ``paths`` (relative to DATA_ROOT): what a run trained on when DATA_ROOT held
+    only those files. Used to re-train a recorded version after new files arrived beside them.
+
+    Raises:
+        DataError: a path is not under DATA_ROOT any more.
+    """
+    entries = tuple(e for e in fingerprint.entries if e.relative_path in paths)
+    gone = sorted(set(paths) - {e.relative_path for e in entries})
+    if gone:
+        raise DataError(f"DATA_ROOT {fingerprint.data_root} no longer holds {gone[:3]}; expected every recorded file")
+    return Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
 
 
 def read_verified(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-from ml8s.data.sources import fingerprint_data
+from ml8s.data.sources import fingerprint_data, restrict
 from ml8s.errors import ConfigError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.params import validate_params
@@ -26,8 +26,13 @@ from ml8s.pipeline.preflight import check_writable_root
 _SUBJECT = re.compile(r"([A-Z][A-Z0-9_]*)[= ]")
 
 
-def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> RunContext:
+def bootstrap(
+    env: Mapping[str, str], overrides: Mapping[str, str] | None = None, *, data_files: Collection[str] | None = None
+) -> RunContext:
     """Build the run from explicit inputs (lower-case names, "" = unset) and the environment.
+
+    ``data_files`` (``ml8s chain reproduce``): fingerprint only these files of DATA_ROOT, as a run that
+    found only them there did; the identity is then that run's.
 
     Raises:
         ConfigError: a value is malformed or missing; when it came from an explicit input, the message
@@ -48,6 +53,8 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
     except ConfigError as exc:
         raise _naming_the_input(exc, given) from exc
     fingerprint = fingerprint_data(params.data_root)
+    if data_files is not None:
+        fingerprint = restrict(fingerprint, data_files)
     try:
         config, plan = resolve_warm_start(config, settings, fingerprint.entries)  # the parent's content hash
         params = validate_params(config)

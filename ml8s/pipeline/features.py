@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import TypeAdapter
 
 from ml8s.contract import Feature, FeatureSchema, RowCounts, SplitRecord, TargetRecord, layout
@@ -24,7 +20,9 @@ from ml8s.data.dataset import FloatArray, load_dataset
 from ml8s.data.missing import missing_values_record
 from ml8s.pipeline.column_names import SPLIT, TARGET
 from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.feature_rules import IntArray, Prepared, encode, hidden_categories, prepare
+from ml8s.pipeline.feature_rules import Prepared, encode, hidden_categories, prepare
+from ml8s.pipeline.matrix import read_matrix as read_matrix  # re-exported: train and export read it here
+from ml8s.pipeline.matrix import write_matrix_arrays
 from ml8s.pipeline.publish import local_path
 
 # Version 2 adds ``categories`` (hidden_categories); it is written only when that is not empty, so every
@@ -64,17 +62,6 @@ def write_matrix(path: str, matrix: FloatArray, names: list[str], prepared: Prep
     write_matrix_arrays(path, matrix, names, prepared.target, prepared.split)
 
 
-def write_matrix_arrays(
-    path: str, matrix: npt.NDArray[np.floating], names: list[str], target: IntArray, split: npt.NDArray[np.integer]
-) -> None:
-    """:func:`write_matrix` from the arrays themselves (a warm start's generations)."""
-    columns = {name: pa.array(matrix[:, i].astype(np.float32)) for i, name in enumerate(names)}
-    columns[TARGET] = pa.array(target.astype(np.int32))
-    columns[SPLIT] = pa.array(split.astype(np.int8))
-    table = pa.table(columns)
-    pq.write_table(table, path, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True)
-
-
 def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> FeatureSchema:
     """``feature_schema.json`` from the prepared rows and the encoder's description of each feature."""
     hidden = hidden_categories(features, prepared)
@@ -93,13 +80,3 @@ def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> Fea
             for w in sorted(prepared.warnings, key=lambda w: (w.column, w.code))
         ],
     )
-
-
-def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
-    """(features as float64, class indices, split, feature names) from a feature matrix file."""
-    table = pq.read_table(path)
-    names = [n for n in table.column_names if n not in (TARGET, SPLIT)]
-    features = np.column_stack([table.column(n).to_numpy().astype(np.float64) for n in names])
-    target = table.column(TARGET).to_numpy().astype(np.int64)
-    split = table.column(SPLIT).to_numpy().astype(np.int64)
-    return features, target, split, names

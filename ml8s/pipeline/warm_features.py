@@ -29,7 +29,7 @@ from ml8s.lineage import (
     sync_history,
 )
 from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.features import write_matrix_arrays
+from ml8s.pipeline.matrix import write_matrix_arrays
 from ml8s.pipeline.publish import local_path
 from ml8s.records import RecordStore
 from ml8s.store import open_store

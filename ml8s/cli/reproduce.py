@@ -1,0 +1,36 @@
+"""``ml8s chain reproduce --from K``: one line per re-trained version, exit 0 only when every one matches."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ml8s.errors import ConfigError
+from ml8s.ops.reproduce import Reproduction, reproduce_chain
+
+
+def reproduce(root_uri: str, chain_name: str, start: int, *, as_json: bool) -> int:
+    if start < 0:
+        raise ConfigError(f"--from {start}: expected a version counter >= 0 (0: from the genesis block)")
+    print(
+        f"re-training chain {chain_name!r} from v{start} in scratch roots (the chain and the runs at {root_uri} "
+        "are not written)",
+        file=sys.stderr,
+    )
+    results = reproduce_chain(root_uri, chain_name, start, report=None if as_json else _line)
+    if as_json:
+        print(json.dumps([{**r.model_dump(), "matches": r.matches} for r in results], indent=2, sort_keys=True))
+    matched = sum(r.matches for r in results)
+    print(f"{matched}/{len(results)} versions reproduced byte for byte", file=sys.stderr)
+    return 0 if results and matched == len(results) else 1
+
+
+def _line(result: Reproduction) -> None:
+    head = f"v{result.counter:<6} run {result.run_id}  content {result.content_hash[:12]}"
+    if result.matches:
+        print(f"{head}  MATCH")
+    elif result.reason:
+        print(f"{head}  NOT REPRODUCED: {result.reason}")
+    else:
+        print(f"{head}  DIFFERS: re-trained {result.reproduced_hash[:12]}; files {', '.join(result.differing)}")
+    sys.stdout.flush()
