@@ -19,7 +19,10 @@ FE_IMAGE ?= localhost:30000/ml8s-fe:$(IMAGE_VERSION)
 TRAIN_IMAGE ?= localhost:30000/ml8s-train:$(IMAGE_VERSION)
 PACKAGE := dist/ml8s-flyte-package.tgz
 
-.PHONY: setup run test lint typecheck bench faults clean demo-data proto package images sandbox-register sandbox-run lock
+CONTINUOUS_DATA := demo_data/continuous
+GENERATIONS ?= 4
+
+.PHONY: setup run run-continuous test lint typecheck bench faults clean demo-data proto package images sandbox-register sandbox-run lock
 
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
@@ -51,6 +54,21 @@ run: demo-data
 	DATA_ROOT=$${DATA_ROOT:-$(DEMO_DATA)} TARGET_COLUMN=$${TARGET_COLUMN:-churned} \
 	PIPELINE_ROOT_URI=$${PIPELINE_ROOT_URI:-$(PIPELINE_ROOT)} \
 	$(BIN)/pyflyte run workflows/training.py training_pipeline
+
+# Continuous training (docs/continuous.md): v1 trained cold on generation 0 of a drifting stream, then each
+# next version warm-started from the one before on one more generation; then the lineage is re-trained from
+# v1 and compared byte for byte. Idempotent: a second `make run-continuous` finds every version in the chain.
+run-continuous: setup
+	@set -eo pipefail; for k in $$(seq 0 $(GENERATIONS)); do \
+	  $(BIN)/python -m ml8s.data.demo --out $(CONTINUOUS_DATA)/step-$$k --generations $$k --rows 4000; \
+	  warm=$$([ $$k -eq 0 ] || echo $$k); \
+	  echo "== version $$((k + 1)): generations 0..$$k, WARM_START=$${warm:-(cold start)}"; \
+	  DATA_ROOT=$(CONTINUOUS_DATA)/step-$$k TARGET_COLUMN=churned WARM_START=$$warm CHAIN_NAME=ml8s-continuous \
+	  MLFLOW_MODEL_NAME=ml8s-continuous PIPELINE_ROOT_URI=$${PIPELINE_ROOT_URI:-$(PIPELINE_ROOT)} ML8S_LOG_LEVEL=WARNING \
+	  $(BIN)/ml8s run | $(BIN)/python -c 'import json,sys; m=json.load(sys.stdin); print("   run", m["run_id"])'; \
+	done
+	$(BIN)/ml8s chain log --root $${PIPELINE_ROOT_URI:-$(PIPELINE_ROOT)} --chain ml8s-continuous
+	$(BIN)/ml8s chain reproduce --root $${PIPELINE_ROOT_URI:-$(PIPELINE_ROOT)} --chain ml8s-continuous --from 1
 
 lint: setup
 	$(BIN)/ruff check .

@@ -117,8 +117,27 @@ def generate(rows: int, files: int, seed: int) -> list[DemoFile]:
     return out
 
 
-def _columns(n: int, rng: np.random.Generator) -> dict[str, list[str]]:
-    """Every column as a list of CSV fields. The order of the draws below is part of the format."""
+def generate_generations(last: int, rows: int, seed: int) -> list[DemoFile]:
+    """Generations 0..``last`` of a drifting stream, one file each (``gen-000.csv`` …), ``rows`` rows apiece:
+    generation g draws from ``seed + g`` and shifts churn toward short-tenure, high-charge customers by g
+    steps (continuous training's demo: docs/continuous.md). Pure, like :func:`generate`."""
+    if last < 0 or last > 999:
+        raise DataError(f"--generations={last}: expected 0 to 999")
+    if rows < 10:
+        raise DataError(f"--rows={rows}: expected at least 10 rows per generation")
+    header = ",".join(COLUMNS)
+    out = []
+    for g in range(last + 1):
+        columns = _columns(rows, np.random.default_rng(seed + g), drift=float(g))
+        lines = [",".join(fields) for fields in zip(*(columns[name] for name in COLUMNS), strict=True)]
+        text = header + "\n" + "".join(line + "\n" for line in lines)
+        out.append(DemoFile(name=f"gen-{g:03d}.csv", content=text.encode("utf-8"), rows=rows))
+    return out
+
+
+def _columns(n: int, rng: np.random.Generator, drift: float = 0.0) -> dict[str, list[str]]:
+    """Every column as a list of CSV fields. The order of the draws below is part of the format; ``drift``
+    (0 for the plain dataset, whose bytes it leaves alone) moves the churn boundary."""
     contract = rng.choice(len(CONTRACTS), size=n, p=[0.55, 0.25, 0.20])
     plan = rng.choice(len(PLANS), size=n, p=[0.45, 0.35, 0.20])
     region = rng.integers(0, len(REGIONS), size=n)
@@ -154,6 +173,8 @@ def _columns(n: int, rng: np.random.Generator) -> dict[str, list[str]]:
         + 0.3 * paperless
         - 0.3 * partner
     )
+    if drift:
+        z = z + drift * (0.35 * (tenure < 12) + 0.02 * (monthly - 60.0) - 0.25)
     churned: BoolArray = z + rng.logistic(0.0, 1.0, size=n) > 0.0
 
     fields: dict[str, list[str]] = {
@@ -275,6 +296,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rows", type=int, default=50000, help="rows in total (default: 50000)")
     parser.add_argument("--files", type=int, default=5, help="number of CSV files (default: 5)")
     parser.add_argument("--seed", type=int, default=7, help="random seed (default: 7)")
+    parser.add_argument(
+        "--generations",
+        type=int,
+        default=None,
+        metavar="K",
+        help="instead: a drifting stream's generations 0..K, one file gen-NNN.csv each of --rows rows",
+    )
     return parser
 
 
@@ -283,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out: str = args.out
     try:
-        demo_files = generate(args.rows, args.files, args.seed)
+        demo_files = (
+            generate(args.rows, args.files, args.seed)
+            if args.generations is None
+            else generate_generations(args.generations, args.rows, args.seed)
+        )
         written = write_dataset(out, demo_files)
     except DataError as exc:
         print(f"demo_data: {exc}", file=sys.stderr)

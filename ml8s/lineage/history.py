@@ -77,6 +77,27 @@ def encode_generation(
     return EncodedGeneration(generation.index, x, y, _split(len(kept), test_size, random_seed, generation.index))
 
 
+def check_new_columns(generations: list[Generation], fingerprint: Fingerprint, transform: RawTransform) -> None:
+    """Every file of the new generations has the columns the lineage's features and target are made of.
+
+    Raises:
+        LineageDataError: naming the file and the missing columns (a new column is ignored: the lineage's
+            features are frozen).
+    """
+    needed = sorted({column.name for column in transform.inputs} | {transform.target_column})
+    tokens = {token for generation in generations for token in generation.files}
+    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
+    sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
+    for entry, data in read_verified(sub):
+        names = set(parse_file(entry, data, fingerprint.data_root).column_names)
+        missing = [name for name in needed if name not in names]
+        if missing:
+            raise LineageDataError(
+                f"data file {entry.relative_path} (a new generation) lacks column(s) {missing}; expected the "
+                "lineage's columns: a new schema needs a cold start"
+            )
+
+
 def sync_history(
     history: RecordStore, schema: RecordSchema, encoded: dict[int, EncodedGeneration], generations: list[Generation]
 ) -> list[Generation]:
@@ -95,6 +116,11 @@ def sync_history(
             # an existing generation of this number must hold exactly these bytes: the append checks it and
             # is then a no-op, and refuses (RECORDS_APPEND_ONLY) anything else
             info = history.append_generation(schema, encoded[generation.index].records(), generation=generation.index)
+            if generation.records_sha256 not in (None, info.sha256):
+                raise LineageError(
+                    f"generation {generation.index} re-encoded to records with sha256 {info.sha256}; its parent "
+                    f"recorded {generation.records_sha256} (the data, the transform or ml8s changed)"
+                )
         elif info is None or info.sha256 != generation.records_sha256:
             raise LineageError(
                 f"the lineage history lacks generation {generation.index} as its parent recorded it; expected "

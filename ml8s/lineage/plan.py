@@ -9,20 +9,30 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion
+from ml8s.chain import ChainStore, ChainVersion, committed
 from ml8s.contract import ConfigSnapshot, layout, parse
 from ml8s.contract._parse import Invalid
 from ml8s.contract.training_state import Generation, TrainingState
-from ml8s.data.fingerprint import FileEntry
-from ml8s.errors import ConfigError, LineageDataError, LineageError, VersionNotFoundError, WarmStartNotFoundError
+from ml8s.data.fingerprint import FileEntry, Fingerprint
+from ml8s.errors import (
+    ConfigError,
+    LineageDataError,
+    LineageError,
+    StaleParentError,
+    VersionNotFoundError,
+    WarmStartNotFoundError,
+)
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import CanonicalConfig, JsonValue
+from ml8s.inference import RawTransform
+from ml8s.lineage.history import check_new_columns
 from ml8s.lineage.state import read_training_state
+from ml8s.records import RecordStore
 from ml8s.store import open_store
 
 _HEX = re.compile(r"[0-9a-fA-F]{12,64}")
@@ -64,6 +74,7 @@ class LineagePlan(BaseModel):
     lineage_id: str
     generations: tuple[Generation, ...]
     new: int
+    stale_head: int | None = None  # the head's counter when the parent is not the head (checked by bootstrap)
 
     @property
     def new_generations(self) -> tuple[Generation, ...]:
@@ -71,7 +82,7 @@ class LineagePlan(BaseModel):
 
 
 def resolve_warm_start(
-    config: CanonicalConfig, settings: PlatformSettings, entries: Iterable[FileEntry]
+    config: CanonicalConfig, settings: PlatformSettings, fingerprint: Fingerprint
 ) -> tuple[CanonicalConfig, LineagePlan | None]:
     """The canonical config with ``warm_start`` resolved to the parent's content hash, and the plan.
 
@@ -99,8 +110,15 @@ def resolve_warm_start(
             "before versions carried their training state; expected a version to continue from (or WARM_START='')"
         )
     state = read_training_state(chain.fetch_payload(parent, layout.PAYLOAD_TRAINING_STATE), f"{where} training state")
+    stale = None
+    if settings.parent_root_uri == settings.pipeline_root_uri:
+        head = chain.head()
+        stale = head.counter if head.block_hash != parent.block_hash else None
     _check_continues(config, chain, parent, where)
-    generations, new = _generations(state, list(entries), where)
+    generations, new = _generations(state, list(fingerprint.entries), where)
+    schema_bytes = chain.fetch_payload(parent, layout.PAYLOAD_FEATURE_SCHEMA)
+    transform = RawTransform.from_schema(schema_bytes, f"{where} feature schema")
+    check_new_columns(generations[len(generations) - new :], fingerprint, transform)
     plan = LineagePlan(
         parent=ParentRef(
             root_uri=settings.parent_root_uri,
@@ -113,8 +131,31 @@ def resolve_warm_start(
         lineage_id=state.lineage_id,
         generations=tuple(generations),
         new=new,
+        stale_head=stale,
     )
+    seed, test_size = config.get("random_seed"), config.get("test_size")
+    if isinstance(seed, int) and isinstance(test_size, int | float):
+        history = RecordStore(open_store(plan.parent.root_uri), history_prefix(plan, schema_bytes, seed, test_size))
+        if history.index() is not None:
+            history.open(verify_hash=False)  # sizes and manifests: a truncated record file fails before any write
     return {**config, "warm_start": parent.content_hash}, plan
+
+
+def check_not_stale(plan: LineagePlan | None, full_config_hash: str) -> None:
+    """A warm start from a parent that is not the head may only be a run the chain already holds (a re-run).
+
+    Raises:
+        StaleParentError: the run would append a model trained from a version below the head.
+    """
+    if plan is None or plan.stale_head is None:
+        return
+    chain = ChainStore(open_store(plan.parent.root_uri), plan.parent.chain_name)
+    if committed(chain, full_config_hash) is None:
+        raise StaleParentError(
+            f"WARM_START={plan.request!r} names chain {plan.parent.chain_name!r} v{plan.parent.counter}, but the head "
+            f"is v{plan.stale_head}: a version's parent is always the version it trained from, and the chain grows "
+            "only at its head; expected WARM_START=head or the head's number"
+        )
 
 
 def history_prefix(plan: LineagePlan, schema_bytes: bytes, random_seed: int, test_size: float) -> str:

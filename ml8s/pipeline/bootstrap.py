@@ -16,7 +16,7 @@ from ml8s.identity.hashing import compute_identity
 from ml8s.identity.params import validate_params
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
-from ml8s.lineage import plan_summary, resolve_warm_start
+from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.context import RunContext, RunSpec
 from ml8s.pipeline.preflight import check_writable_root
@@ -56,11 +56,12 @@ def bootstrap(
     if data_files is not None:
         fingerprint = restrict(fingerprint, data_files)
     try:
-        config, plan = resolve_warm_start(config, settings, fingerprint.entries)  # the parent's content hash
+        config, plan = resolve_warm_start(config, settings, fingerprint)  # the parent's content hash
         params = validate_params(config)
     except ConfigError as exc:
         raise _naming_the_input(exc, given) from exc
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
+    check_not_stale(plan, identity.full_config_hash)
     token = secrets.token_hex(16) if settings.force_rerun else ""  # see RunSpec.recompute_token
     spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint, recompute_token=token, lineage=plan)
     ctx = RunContext(spec=spec, settings=settings)

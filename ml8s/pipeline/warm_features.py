@@ -53,7 +53,12 @@ def compute_warm_features(spec: RunSpec, plan: LineagePlan, out_dir: str) -> Non
     schema = record_schema(transform)
     check_history_schema(history, schema)
     shown = plan.new_generations or plan.generations[-1:]
-    wanted = {g.index for g in plan.generations if g.records_sha256 is None} | {g.index for g in shown}
+    index = history.index()
+    held = {info.generation for info in index.generations} if index is not None else set()
+    # encoded: what the history lacks (a lost history is rebuilt from the data and checked against the
+    # sha256 each parent recorded), what no parent recorded yet, and the generations the matrix shows
+    wanted = {g.index for g in plan.generations if g.records_sha256 is None or g.index not in held}
+    wanted |= {g.index for g in shown}
     encoded: dict[int, EncodedGeneration] = {}
     for generation in plan.generations:
         if generation.index in wanted:

@@ -1,0 +1,285 @@
+"""Continuous training (issue 13): warm starts from the chain, byte for byte, reproducible, refusing bad lineages.
+
+Every run is an `ml8s run` in its own process; a lineage is a cold start on generation 0 of a small dataset,
+then warm starts from the head, each after one more generation (a new file) arrived under DATA_ROOT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import write_small_churn
+
+from ml8s.chain import ChainStore, verify_chain
+from ml8s.contract import layout
+from ml8s.lineage import read_training_state
+from ml8s.store import LocalStore
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+CHAIN = "ml8s-model"
+
+
+def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
+    drop = ("FORCE_RERUN", "CHAIN_NAME", "WARM_START", "MLFLOW_TRACKING_URI", "WARM_START_ROOT_URI")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    env.update(EPOCHS="2", HIDDEN_UNITS="16", BATCH_SIZE="64")
+    env.update(extra)
+    return env
+
+
+def _ml8s(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    return proc
+
+
+def add_generation(data: Path, g: int, rows: int = 120, columns: str = "") -> Path:
+    """A new file under DATA_ROOT: rows like generation 0's, drifting (plans and churn shift with g)."""
+    header = columns or "customer_id,tenure,monthly_charges,plan,auto_pay,churned"
+    plans = ["basic", "plus", "pro"]
+    lines = [header]
+    for i in range(rows):
+        n = 7919 * g + i
+        tenure = str((n * 11) % 72)
+        charges = f"{25 + (n * 17 + 9 * g) % 100}.{n % 10}"
+        plan = plans[(n + g) % 3]
+        churned = "yes" if (n * 11) % 72 < 12 + 3 * g else "no"
+        cells = [f"G{g}-{i:05d}", tenure, charges, plan, "true" if n % 3 else "false", churned]
+        lines.append(",".join(cells[: len(header.split(","))]))
+    path = data / f"gen-{g:03d}.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _head(root: Path) -> tuple[int, str]:
+    head = ChainStore(LocalStore(str(root)), CHAIN).head()
+    return head.counter, head.block_hash
+
+
+def _payload(root: Path, counter: int) -> dict[str, bytes]:
+    chain = ChainStore(LocalStore(str(root)), CHAIN)
+    version = chain.get(counter)
+    return {f.name: chain.fetch_payload(version, f.name) for f in version.header.files}
+
+
+@dataclass(frozen=True)
+class Lineage:
+    data: Path
+    root: Path
+    run_ids: tuple[str, ...]
+
+
+@pytest.fixture(scope="module")
+def lineage(tmp_path_factory: pytest.TempPathFactory) -> Lineage:
+    """v1 cold on generation 0, then v2..v5 each warm-started from the head after one more generation."""
+    base = tmp_path_factory.mktemp("lineage")
+    data, root = write_small_churn(base / "data", rows=300, files=1), base / "root"
+    runs = [json.loads(_ml8s(_env(data, root, WARM_START="head"), "run").stdout)["run_id"]]  # no head yet: cold
+    for g in range(1, 5):
+        add_generation(data, g)
+        runs.append(json.loads(_ml8s(_env(data, root, WARM_START="head"), "run").stdout)["run_id"])
+    return Lineage(data, root, tuple(runs))
+
+
+def test_a_lineage_continues_its_parent_and_reproduces_five_of_five(lineage: Lineage) -> None:
+    chain = ChainStore(LocalStore(str(lineage.root)), CHAIN)
+    assert verify_chain(chain).ok
+    previous = None
+    for counter in range(1, 6):
+        version = chain.get(counter)
+        assert version.header.run_id == lineage.run_ids[counter - 1]
+        state = read_training_state(chain.fetch_payload(version, layout.PAYLOAD_TRAINING_STATE), f"v{counter}")
+        assert len(state.generations) == counter and state.trainings == counter
+        assert state.parent_content_hash == (previous.content_hash if previous else None)
+        assert (state.sampler is None) == (counter == 1)  # the cold start trains on its matrix, not the history
+        if previous is not None:
+            parent = read_training_state(chain.fetch_payload(previous, layout.PAYLOAD_TRAINING_STATE), "parent")
+            assert state.global_step > parent.global_step and state.lineage_id == parent.lineage_id
+            same = [(g.index, g.partition, g.files) for g in parent.generations]
+            assert [(g.index, g.partition, g.files) for g in state.generations[: counter - 1]] == same
+        previous = version
+    history = list((lineage.root / "ml8s_lineages").glob("*/history-*/gen-*.f32"))
+    assert len(history) == 5  # generation 0 encoded once by the first warm start, then one per version
+
+    proc = _ml8s(_env(lineage.data, lineage.root), "chain", "reproduce", "--from", "0")
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 5 and all(line.endswith("MATCH") for line in lines), proc.stdout
+    assert "5/5 versions reproduced byte for byte" in proc.stderr
+    last = _ml8s(_env(lineage.data, lineage.root), "verify", lineage.run_ids[-1])
+    assert "RESULT: PASS" in last.stdout
+
+
+def test_reproduce_names_a_version_that_does_not_match(lineage: Lineage, tmp_path: Path) -> None:
+    """A changed data file of v3's generation: v3 (and every later version) is reported, exit 1."""
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(lineage.data, data)
+    shutil.copytree(lineage.root, root)
+    proc = subprocess.run(
+        [ML8S, "chain", "reproduce", "--from", "3"], env=_env(data, root), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.count("MATCH") == 2, proc.stdout + proc.stderr
+    with (data / "gen-004.csv").open("a") as handle:
+        handle.write("X99999,5,50.5,basic,true,no\n")
+    proc = subprocess.run(
+        [ML8S, "chain", "reproduce", "--from", "3"], env=_env(data, root), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("v5")]
+    assert "NOT REPRODUCED" in line and "changed" in line, line
+
+
+def test_two_processes_from_one_parent_commit_identical_payloads_and_a_killed_run_heals(tmp_path: Path) -> None:
+    data = write_small_churn(tmp_path / "data", rows=300, files=1)
+    first = tmp_path / "a"
+    _ml8s(_env(data, first), "run")
+    roots = [first, tmp_path / "b", tmp_path / "killed"]
+    for other in roots[1:]:
+        shutil.copytree(first, other)
+    add_generation(data, 1)
+    for root in roots[:2]:
+        _ml8s(_env(data, root, WARM_START="head"), "run")
+    a, b = _payload(roots[0], 2), _payload(roots[1], 2)
+    assert sorted(a) == sorted(b) and all(a[name] == b[name] for name in a), [n for n in a if a[n] != b.get(n)]
+
+    killed = roots[2]
+    proc = subprocess.Popen([ML8S, "run"], env=_env(data, killed, WARM_START="head"), stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "[train]" in line:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert _head(killed)[0] == 1
+    _ml8s(_env(data, killed, WARM_START="head"), "run")
+    assert _payload(killed, 2) == a
+    assert (
+        ChainStore(LocalStore(str(killed)), CHAIN).head().content_hash
+        == ChainStore(LocalStore(str(first)), CHAIN).head().content_hash
+    )
+
+
+@pytest.fixture(scope="module")
+def warm_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A cold v1 and a warm v2 (so the lineage has a record history), to copy and break."""
+    base = tmp_path_factory.mktemp("warm")
+    data, root = write_small_churn(base / "data", rows=300, files=1), base / "root"
+    _ml8s(_env(data, root), "run")
+    add_generation(data, 1)
+    _ml8s(_env(data, root, WARM_START="head"), "run")
+    return data, root
+
+
+def _truncate_history(data: Path, root: Path) -> None:
+    (record,) = sorted(root.glob("ml8s_lineages/*/history-*/gen-000001.f32"))
+    with record.open("r+b") as handle:
+        handle.truncate(record.stat().st_size - 4)
+
+
+def _new_file_lacking_a_column(data: Path, root: Path) -> None:
+    add_generation(data, 2, columns="customer_id,tenure,monthly_charges,plan,churned")
+
+
+def _parent_file_changed(data: Path, root: Path) -> None:
+    with (data / "gen-001.csv").open("a") as handle:
+        handle.write("X1,3,30.5,basic,true,no\n")
+
+
+def _bare_head(data: Path, root: Path) -> None:
+    weights = next(root.glob("ml8s_training_runs/*/model/model_native.safetensors"))
+    _ml8s(_env(data, root), "chain", "commit", "--payload", str(weights), "--steps", "1")
+
+
+@pytest.mark.parametrize(
+    ("breaks", "extra", "code", "says"),
+    [
+        (_truncate_history, {}, "RECORDS_TRUNCATED", "gen-000001.f32"),
+        (_new_file_lacking_a_column, {}, "LINEAGE_DATA_CHANGED", "lacks column(s) ['auto_pay']"),
+        (_parent_file_changed, {}, "LINEAGE_DATA_CHANGED", "gen-001.csv changed"),
+        (_bare_head, {}, "LINEAGE_ERROR", "has no training_state.safetensors"),
+        (None, {"WARM_START": "0123456789abcdef"}, "WARM_START_NOT_FOUND", "matches no version"),
+        (None, {"WARM_START": "1"}, "LINEAGE_STALE_PARENT", "the head is v2"),
+        (None, {"HIDDEN_UNITS": "8"}, "LINEAGE_ERROR", "HIDDEN_UNITS=8 (parent: 16)"),
+        (None, {"WARM_START": "latest"}, "CONFIG_ERROR", "WARM_START='latest' is invalid"),
+    ],
+    ids=[
+        "truncated-records",
+        "schema-mismatch",
+        "parent-data-changed",
+        "no-training-state",
+        "unknown-hash",
+        "stale-parent",
+        "other-architecture",
+        "malformed",
+    ],
+)
+def test_bad_lineage_inputs_fail_before_any_write(
+    warm_root: tuple[Path, Path], tmp_path: Path, breaks: object, extra: dict[str, str], code: str, says: str
+) -> None:
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    if callable(breaks):
+        breaks(data, root)
+    if not (data / "gen-002.csv").exists():
+        add_generation(data, 2)
+    runs = sorted(p.name for p in (root / layout.RUNS_DIR).iterdir())
+    head = _head(root)
+    proc = subprocess.run(
+        [ML8S, "run"],
+        env=_env(data, root, **{"WARM_START": "head", **extra}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ml8s: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0].startswith(f"ml8s: {code}: ") and says in errors[0], errors[0]
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in (root / layout.RUNS_DIR).iterdir()) == runs  # nothing under any ARTIFACT_ROOT
+    assert _head(root) == head
+
+
+@pytest.mark.parametrize("policy", ["retrain", "fail"])
+def test_a_stale_parent_retrains_from_the_new_head_or_stops(
+    warm_root: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """Between this run's bootstrap and its commit another trainer appends v3: under the default policy the
+    run trains again from v3 and commits v4 whose parent is v3; under STALE_PARENT_POLICY=fail it stops."""
+    import ml8s.pipeline.run as run
+    from ml8s.errors import StaleParentError
+
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    add_generation(data, 2)
+    real = run.chain_commit
+    calls: list[int] = []
+
+    def interloper(ctx: object, store: object, *args: object) -> object:
+        if not calls:
+            _ml8s(_env(data, root, WARM_START="head", EPOCHS="3"), "run")  # another trainer wins v3
+        calls.append(1)
+        return real(ctx, store, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run, "chain_commit", interloper)
+    env = _env(data, root, WARM_START="head", STALE_PARENT_POLICY=policy)
+    if policy == "fail":
+        with pytest.raises(StaleParentError, match="no longer the head"):
+            run.run_pipeline(env)
+        assert _head(root)[0] == 3
+        return
+    run.run_pipeline(env)
+    chain = ChainStore(LocalStore(str(root)), CHAIN)
+    v3, v4 = chain.get(3), chain.get(4)
+    state = read_training_state(chain.fetch_payload(v4, layout.PAYLOAD_TRAINING_STATE), "v4")
+    assert v4.header.parent_block_hash == v3.block_hash and state.parent_content_hash == v3.content_hash
+    assert verify_chain(chain).ok
