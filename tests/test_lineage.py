@@ -103,7 +103,10 @@ def test_a_lineage_continues_its_parent_and_reproduces_five_of_five(lineage: Lin
         assert (state.sampler is None) == (counter == 1)  # the cold start trains on its matrix, not the history
         if previous is not None:
             parent = read_training_state(chain.fetch_payload(previous, layout.PAYLOAD_TRAINING_STATE), "parent")
-            assert state.global_step > parent.global_step and state.lineage_id == parent.lineage_id
+            assert state.global_step > parent.global_step
+            assert state.lineage_id == chain.get(1).header.full_config_hash  # the cold start's names the lineage
+        else:
+            assert state.lineage_id is None and state.generations[0].files == []  # identity-free cold state
             same = [(g.index, g.partition, g.files) for g in parent.generations]
             assert [(g.index, g.partition, g.files) for g in state.generations[: counter - 1]] == same
         previous = version

@@ -12,7 +12,7 @@ import pytest
 from conftest import write_small_churn
 
 from ml8s.chain import ChainStore, verify_chain
-from ml8s.contract import layout
+from ml8s.contract import Manifest, layout
 from ml8s.store import LocalStore
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
@@ -37,10 +37,11 @@ def test_first_run_commits_v1_rerun_nothing_other_config_v2(tmp_path: Path) -> N
     chain = ChainStore(LocalStore(str(root)), "ml8s-model")
     v1 = chain.head()
     assert (v1.counter, v1.header.run_id, v1.semver) == (1, first["run_id"], "1.0.0")
-    assert (
-        chain.fetch_payload(v1, "manifest.json")
-        == (root / layout.RUNS_DIR / first["run_id"] / "manifest.json").read_bytes()
+    run_manifest = Manifest.model_validate_json(
+        (root / layout.RUNS_DIR / first["run_id"] / "manifest.json").read_bytes()
     )
+    assert chain.fetch_payload(v1, "manifest.json") == run_manifest.chain_manifest().to_bytes()
+    assert b"mlflow" not in chain.fetch_payload(v1, "manifest.json")  # no root, no MLflow run: content only
     assert (root / "ml8s_chain/ml8s-model/tensorboard/v0000000001").is_dir()
 
     run_dir = root / layout.RUNS_DIR / first["run_id"]

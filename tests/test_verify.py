@@ -264,8 +264,9 @@ def test_metadata_checksum_edited(tampered: Run) -> None:
 
     edit_json(tampered.directory / layout.TRAINING_METADATA, change)
     report = verify(tampered)
-    assert report.failed() == ("artifacts",)
+    assert report.failed() == ("artifacts", "chain")  # the chain holds training_metadata.json too (2.1.0)
     assert_fails(report, "artifacts", "model/model.onnx", "training_metadata.json records " + "0" * 64)
+    assert_fails(report, "chain", "payload training_metadata.json")
 
 
 @pytest.mark.parametrize(

@@ -23,11 +23,15 @@ STATE_VERSION = 1
 
 class Generation(ContractModel):
     """One data generation of the lineage: the DATA_ROOT partition it is (``partition``: a top-level file or
-    folder name; ``""`` for a cold start's whole DATA_ROOT) and the files it holds, as fingerprint tokens."""
+    folder name; ``""`` for a cold start's whole DATA_ROOT) and the files it holds, as fingerprint tokens.
+
+    A cold start records its generation 0 with no files: they are those of the ``data_fingerprint.json`` beside
+    it (in its run and its chain payload), so its training state does not depend on where the same bytes were
+    read from (a disk or a bucket). A warm start lists every generation's files."""
 
     index: int = Field(ge=0)
     partition: str
-    files: list[str] = Field(min_length=1)
+    files: list[str]
     # The generation's record file in the lineage's history (its training rows, encoded by the lineage's
     # feature transform): None until a warm start first encoded it (a cold start trains from its matrix).
     records_sha256: Hex64 | None = None
@@ -51,7 +55,9 @@ class TrainingState(ContractModel):
     """What continues training: lineage, counters, RNGs, the sampler (None until a warm start drew a batch)."""
 
     state_version: int
-    lineage_id: Hex64  # the FULL_CONFIG_HASH of the lineage's cold start
+    # The FULL_CONFIG_HASH of the lineage's cold start; None in the cold start itself (it is its own, and the
+    # state stays free of the run's identity, like generation 0's files).
+    lineage_id: Hex64 | None
     parent_content_hash: Hex64 | None
     generations: list[Generation] = Field(min_length=1)
     global_step: int = Field(ge=0)  # optimizer steps since the cold start

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, ChainVersion, committed
-from ml8s.contract import ConfigSnapshot, layout, parse
+from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout, parse
 from ml8s.contract._parse import Invalid
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.data.fingerprint import FileEntry, Fingerprint
@@ -115,6 +115,8 @@ def resolve_warm_start(
         head = chain.head()
         stale = head.counter if head.block_hash != parent.block_hash else None
     _check_continues(config, chain, parent, where)
+    if any(not g.files for g in state.generations):
+        state = _with_cold_files(state, chain, parent, where)
     generations, new = _generations(state, list(fingerprint.entries), where)
     schema_bytes = chain.fetch_payload(parent, layout.PAYLOAD_FEATURE_SCHEMA)
     transform = RawTransform.from_schema(schema_bytes, f"{where} feature schema")
@@ -128,7 +130,7 @@ def resolve_warm_start(
             content_hash=parent.content_hash,
         ),
         request=_text(request),
-        lineage_id=state.lineage_id,
+        lineage_id=state.lineage_id or parent.header.full_config_hash,  # a cold parent's lineage is its own
         generations=tuple(generations),
         new=new,
         stale_head=stale,
@@ -228,6 +230,21 @@ def _check_continues(config: CanonicalConfig, chain: ChainStore, parent: ChainVe
             f"a warm start continues its parent's model and features; {shown} differ from {where}: expected the "
             "parent's values, or a cold start (WARM_START='')"
         )
+
+
+def _with_cold_files(state: TrainingState, chain: ChainStore, parent: ChainVersion, where: str) -> TrainingState:
+    """A cold start's generation 0 lists no files: they are its data fingerprint's (beside it in the payload)."""
+    if layout.PAYLOAD_DATA_FINGERPRINT not in {f.name for f in parent.header.files}:
+        raise LineageError(f"{where} holds no {layout.PAYLOAD_DATA_FINGERPRINT}: its generation 0 is unknown")
+    try:
+        record = parse(
+            layout.DATA_FINGERPRINT, chain.fetch_payload(parent, layout.PAYLOAD_DATA_FINGERPRINT), FingerprintRecord
+        )
+    except Invalid as exc:
+        raise LineageError(f"{where}: its data fingerprint is unreadable: {exc}") from exc
+    tokens = sorted(entry.token for entry in record.files)
+    filled = [g if g.files else g.model_copy(update={"files": tokens}) for g in state.generations]
+    return state.model_copy(update={"generations": filled})
 
 
 def _generations(state: TrainingState, entries: list[FileEntry], where: str) -> tuple[list[Generation], int]:

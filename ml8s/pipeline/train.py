@@ -126,13 +126,13 @@ def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[i
 
 
 def _cold_state(spec: RunSpec, model: torch.nn.Module, steps: int, device: torch.device) -> TrainingState:
-    """A cold start's state: the first of its lineage (named by its FULL_CONFIG_HASH), generation 0 being
-    every file of its DATA_ROOT."""
+    """A cold start's state: the first of its lineage (which its FULL_CONFIG_HASH names), generation 0 being
+    every file of its DATA_ROOT (listed by its data fingerprint, not here)."""
     return TrainingState(
         state_version=STATE_VERSION,
-        lineage_id=spec.identity.full_config_hash,
+        lineage_id=None,
         parent_content_hash=None,
-        generations=[Generation(index=0, partition="", files=sorted(e.token for e in spec.fingerprint.entries))],
+        generations=[Generation(index=0, partition="", files=[])],
         global_step=steps,
         trainings=1,
         parameter_names=[name for name, _ in model.named_parameters()],

@@ -82,7 +82,7 @@ def warm_fit(
         sampler_state = sampler.state()
     new_state = TrainingState(
         state_version=state.state_version,
-        lineage_id=state.lineage_id,
+        lineage_id=plan.lineage_id,
         parent_content_hash=plan.parent.content_hash,
         generations=generations,
         global_step=state.global_step + params.epochs * batches,
