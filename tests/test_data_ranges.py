@@ -140,7 +140,9 @@ def test_pipeline_root_that_is_a_file_fails_the_cli_before_any_write(tmp_path: P
     )
     assert done.returncode != 0 and done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("ml8s: CONFIG_ERROR: PIPELINE_ROOT_URI=") and f"{plain} is a file, expected a directory" in line
+    assert (
+        line.startswith("ml8s: CONFIG_ERROR: PIPELINE_ROOT_URI=") and f"{plain} is a file, expected a directory" in line
+    )
     assert _files(tmp_path) == before  # no lock, database, run folder or tmp file anywhere
 
 
