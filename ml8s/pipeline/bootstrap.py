@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from ml8s.data.sources import fingerprint_data
 from ml8s.errors import ConfigError
 from ml8s.identity.hashing import compute_identity
+from ml8s.identity.names import CHAIN_NAME_RULE
 from ml8s.identity.params import validate_params
+from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
 from ml8s.modeling.plugins import resolve_model_code
@@ -52,6 +54,12 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
     spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint, recompute_token=token)
     ctx = RunContext(spec=spec, settings=settings)
     ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
+    if explicit_or_env("CHAIN_NAME", env, given) is None and settings.chain_name != settings.mlflow_model_name:
+        ctx.log(
+            "bootstrap",
+            f"CHAIN_NAME is unset and MLFLOW_MODEL_NAME={settings.mlflow_model_name!r} is no valid chain name "
+            f"({CHAIN_NAME_RULE}): using the chain name {settings.chain_name!r} derived from it",
+        )
     return ctx
 
 
