@@ -31,7 +31,7 @@ from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with
 from ml8s.pipeline.mlflow_run import log_run_data
 from ml8s.pipeline.registry_claim import RegistryClaim, gone_reason, read_claim, this_process
-from ml8s.pipeline.registry_query import hash_filter, versions_of_hash
+from ml8s.pipeline.registry_query import hash_filter, public_tracking_uri, versions_of_hash
 from ml8s.pipeline.registry_schema import ensure_schema, first_line
 from ml8s.store import Store
 
@@ -224,7 +224,7 @@ def _ref(client: MlflowClient, ctx: RunContext, version: ModelVersion) -> Mlflow
     run = client.get_run(version.run_id)
     experiment = client.get_experiment(run.info.experiment_id)
     return MlflowRef(
-        tracking_uri=ctx.settings.mlflow_tracking_uri,
+        tracking_uri=public_tracking_uri(ctx.settings.mlflow_tracking_uri),  # never a password in the manifest
         experiment_name=str(experiment.name),
         experiment_id=str(experiment.experiment_id),
         mlflow_run_id=str(run.info.run_id),
