@@ -8,6 +8,8 @@ naming the variable or the file, column and row, before anything is written.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -118,9 +120,36 @@ def test_pipeline_root_that_is_a_file_is_named(tmp_path: Path) -> None:
     data = write_small_churn(tmp_path / "data", rows=60, files=1)
     plain = tmp_path / "root.txt"
     plain.write_text("not a directory\n")
-    _fails(_env(data, plain), ConfigError, "PIPELINE_ROOT_URI", str(plain), "not a directory")
-    _fails(_env(data, plain / "below"), ConfigError, "PIPELINE_ROOT_URI", str(plain), "not a directory")
+    _fails(_env(data, plain), ConfigError, "PIPELINE_ROOT_URI", str(plain), "is a file, expected a directory")
+    _fails(_env(data, plain / "below"), ConfigError, "PIPELINE_ROOT_URI", str(plain), "is a file, expected a directory")
     assert plain.read_text() == "not a directory\n"
+
+
+def test_pipeline_root_that_is_a_file_fails_the_cli_before_any_write(tmp_path: Path) -> None:
+    data = write_small_churn(tmp_path / "data", rows=60, files=1)
+    plain = tmp_path / "root.txt"
+    plain.write_text("not a directory\n")
+    before = _files(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "MLFLOW_TRACKING_URI")}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ml8s")), "run"],
+        env={**env, **_env(data, plain)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert (
+        line.startswith("ml8s: CONFIG_ERROR: PIPELINE_ROOT_URI=") and f"{plain} is a file, expected a directory" in line
+    )
+    assert _files(tmp_path) == before  # no lock, database, run folder or tmp file anywhere
+
+
+def test_pipeline_root_that_is_a_symlink_loop_is_named(tmp_path: Path) -> None:
+    data = write_small_churn(tmp_path / "data", rows=60, files=1)
+    os.symlink("loop", tmp_path / "loop")
+    _fails(_env(data, tmp_path / "loop"), ConfigError, "PIPELINE_ROOT_URI", "is a symlink loop, expected a directory")
 
 
 def test_read_only_pipeline_root_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

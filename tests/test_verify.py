@@ -94,6 +94,11 @@ def verify(run: Run, **env: str) -> Report:
     return verify_run(str(run.root), run.run_id, env)
 
 
+def verify_at(run: Run, tracking_uri: str) -> Report:
+    """Verify against another MLflow than the one the manifest records (here: a tampered copy)."""
+    return verify_run(str(run.root), run.run_id, {}, tracking_uri=tracking_uri)
+
+
 def restore(run: Run) -> None:
     shutil.rmtree(run.directory)
     shutil.copytree(run.pristine, run.directory)
@@ -323,7 +328,7 @@ def test_mlflow_version_tag_changed(verified_run: Run, registry: tuple[Any, str]
     client, uri = registry
     ref = _manifest(verified_run)
     client.set_model_version_tag(ref["model_name"], ref["model_version"], tag, "tampered")
-    report = verify(verified_run, MLFLOW_TRACKING_URI=uri)
+    report = verify_at(verified_run, uri)
     assert report.failed() == ("mlflow",)
     assert_fails(report, "mlflow", f"model version tag {tag} is 'tampered'")
 
@@ -331,14 +336,14 @@ def test_mlflow_version_tag_changed(verified_run: Run, registry: tuple[Any, str]
 def test_mlflow_run_tag_changed(verified_run: Run, registry: tuple[Any, str]) -> None:
     client, uri = registry
     client.set_tag(_manifest(verified_run)["mlflow_run_id"], "full_config_hash", "0" * 64)
-    assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "MLflow run tag full_config_hash")
+    assert_fails(verify_at(verified_run, uri), "mlflow", "MLflow run tag full_config_hash")
 
 
 def test_mlflow_version_deleted(verified_run: Run, registry: tuple[Any, str]) -> None:
     client, uri = registry
     ref = _manifest(verified_run)
     client.delete_model_version(ref["model_name"], ref["model_version"])
-    assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "not found")
+    assert_fails(verify_at(verified_run, uri), "mlflow", "not found")
 
 
 def test_chain_block_payload_changed(tampered: Run) -> None:
@@ -369,11 +374,11 @@ def test_mlflow_duplicate_version(verified_run: Run, registry: tuple[Any, str]) 
     version = client.get_model_version(ref["model_name"], ref["model_version"])
     with registry_resolves_with(uri):  # the source is a logged model (models:/...), which MLflow looks up
         client.create_model_version(ref["model_name"], version.source, run_id=version.run_id, tags=version.tags)
-    assert_fails(verify(verified_run, MLFLOW_TRACKING_URI=uri), "mlflow", "one registered version per")
+    assert_fails(verify_at(verified_run, uri), "mlflow", "one registered version per")
 
 
 def test_mlflow_database_missing_is_a_fail_and_is_not_created(verified_run: Run, tmp_path: Path) -> None:
-    report = verify(verified_run, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/absent.db")
+    report = verify_at(verified_run, f"sqlite:///{tmp_path}/absent.db")
     assert_fails(report, "mlflow", "does not exist")
     assert not (tmp_path / "absent.db").exists()
 

@@ -137,14 +137,22 @@ ENTRY_BUILDERS: tuple[Callable[[BundleSource], list[BundleEntry]], ...] = (
 
 
 def build_bundle(
-    root_uri: str, run_id: str, env: Mapping[str, str], *, include_model: bool = True, allow_failed: bool = False
+    root_uri: str,
+    run_id: str,
+    env: Mapping[str, str],
+    *,
+    include_model: bool = True,
+    allow_failed: bool = False,
+    tracking_uri: str = "",
 ) -> tuple[bytes, Report]:
     """The archive's bytes and the run's verification report at bundle time.
+
+    ``tracking_uri`` overrides the MLflow that manifest.json records, as in :func:`~ml8s.audit.verify_run`.
 
     Raises:
         VerificationFailedError: the run fails verification (``allow_failed`` bundles it anyway, as evidence).
     """
-    state = RunState(root_uri, run_id, env)
+    state = RunState(root_uri, run_id, env, tracking_uri=tracking_uri)
     report = verify_state(state)
     if not report.passed and not allow_failed:
         raise VerificationFailedError(
@@ -216,7 +224,8 @@ def _read_view(state: RunState, full_hash: str) -> mlflow_refs.MlflowView | None
     """MLflow's view of the run; None when it cannot be read (only reachable with allow_failed)."""
     try:
         ref = mlflow_refs.manifest_ref(state.manifest())
-        return mlflow_refs.read_view(mlflow_refs.tracking_uri(state.env, state.root_uri), ref, full_hash)
+        choice = mlflow_refs.choose_tracking_uri(ref, state.env, state.root_uri, state.tracking_uri)
+        return mlflow_refs.read_view(choice.uri, ref, full_hash)
     except (Unavailable, Ml8sError):
         return None
 

@@ -18,10 +18,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
 from ml8s.errors import RegistryError
+from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.pipeline.mlflow_run import mlflow_params
 from ml8s.pipeline.registry import MlflowRef
-from ml8s.pipeline.registry_query import versions_of_hash
+from ml8s.pipeline.registry_query import public_tracking_uri, versions_of_hash
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -63,13 +64,46 @@ def manifest_ref(manifest: Manifest) -> MlflowRef:
 
 
 def tracking_uri(env: Mapping[str, str], root_uri: str) -> str:
-    """MLFLOW_TRACKING_URI, else the default of a local pipeline root (the platform settings). Never the URI
-    the manifest records: a verifier must not ask the registry that the verified files themselves name.
+    """MLFLOW_TRACKING_URI, else the default of a local pipeline root (the platform settings).
 
     Raises:
         ConfigError: the root is not local and MLFLOW_TRACKING_URI is unset.
     """
     return PlatformSettings.load(env, {"pipeline_root_uri": root_uri}).mlflow_tracking_uri_for_registry()
+
+
+class TrackingChoice(BaseModel):
+    """Which MLflow a verifier asks, and why (``source`` is shown in the report)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str
+    source: str
+    ignored: str = ""  # MLFLOW_TRACKING_URI when set but not used, without credentials
+
+
+def choose_tracking_uri(ref: MlflowRef, env: Mapping[str, str], root_uri: str, explicit: str = "") -> TrackingChoice:
+    """The MLflow to verify a run against: the one it registered with.
+
+    In order: ``explicit`` (``ml8s verify --mlflow-tracking-uri``: a registry that moved); the tracking URI
+    ``manifest.json`` records (MLFLOW_TRACKING_URI supplies only credentials for it: used when it is that
+    URI with credentials); for a manifest that records none, MLFLOW_TRACKING_URI, else the local root's
+    default. The manifest's URI cannot be redirected unnoticed: the chain check compares the manifest with
+    the copy its block holds.
+
+    Raises:
+        ConfigError: no explicit URI, none recorded, the root is not local and MLFLOW_TRACKING_URI is unset.
+    """
+    if explicit.strip():
+        return TrackingChoice(uri=explicit.strip(), source="--mlflow-tracking-uri")
+    from_env = explicit_or_env("MLFLOW_TRACKING_URI", env) or ""
+    if ref.tracking_uri:
+        if from_env and from_env != ref.tracking_uri and public_tracking_uri(from_env) == ref.tracking_uri:
+            return TrackingChoice(uri=from_env, source="manifest.json (credentials from MLFLOW_TRACKING_URI)")
+        ignored = public_tracking_uri(from_env) if from_env and from_env != ref.tracking_uri else ""
+        return TrackingChoice(uri=ref.tracking_uri, source="manifest.json", ignored=ignored)
+    source = "MLFLOW_TRACKING_URI" if from_env else "the local root's default"
+    return TrackingChoice(uri=tracking_uri(env, root_uri), source=f"{source} (manifest.json records none)")
 
 
 def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
@@ -84,7 +118,8 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
         if path != ":memory:" and not os.path.isfile(path):
             raise RegistryError(f"MLflow database {path} ({uri}) does not exist")
     client = MlflowClient(tracking_uri=uri)
-    where = f"model {ref.model_name!r} version {ref.model_version} in MLflow at {uri}"
+    shown = public_tracking_uri(uri)  # reports and bundles never carry a password
+    where = f"model {ref.model_name!r} version {ref.model_version} in MLflow at {shown}"
     try:
         version = client.get_model_version(ref.model_name, ref.model_version)
         run = client.get_run(ref.mlflow_run_id)
@@ -94,7 +129,7 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
         missing = exc.error_code == "RESOURCE_DOES_NOT_EXIST"
         raise RegistryError(f"{where}: {'not found' if missing else 'MLflow error'}: {exc.message}") from exc
     return MlflowView(
-        tracking_uri=uri,
+        tracking_uri=shown,
         model_name=str(version.name),
         model_version=str(version.version),
         version_source=str(version.source),

@@ -20,10 +20,20 @@ _SMALL = 16 * 1024 * 1024  # files up to this size are read whole (and kept); la
 
 
 class RunState:
-    """One run under a pipeline root. ``env`` is where MLflow's URI and the like are read from."""
+    """One run under a pipeline root. ``env`` is where CHAIN_NAME and the like are read from; ``tracking_uri``
+    overrides the MLflow that manifest.json records (``mlflow_refs.choose_tracking_uri``)."""
 
-    def __init__(self, root_uri: str, run_id: str, env: Mapping[str, str], *, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        root_uri: str,
+        run_id: str,
+        env: Mapping[str, str],
+        *,
+        store: Store | None = None,
+        tracking_uri: str = "",
+    ) -> None:
         self.store = store or open_store(parse_root_uri(root_uri, variable="PIPELINE_ROOT_URI").uri)
+        self.tracking_uri = tracking_uri
         self.root_uri = self.store.root_uri
         self.run_id = run_id
         self.env = env

@@ -22,21 +22,32 @@ from ml8s.audit.run_checks import (
     use,
 )
 from ml8s.audit.state import RunState
+from ml8s.errors import RegistryError
+from ml8s.pipeline.registry_query import public_tracking_uri
 
 
 def check_mlflow(state: RunState) -> CheckResult:
     """The registered version named by manifest.json exists and carries this run's contract tags."""
     snapshot = use(state.snapshot, "config_snapshot")
     ref = mlflow_refs.manifest_ref(use(state.manifest, "manifest"))
-    uri = mlflow_refs.tracking_uri(state.env, state.root_uri)
-    view = mlflow_refs.read_view(uri, ref, snapshot.full_config_hash)
+    choice = mlflow_refs.choose_tracking_uri(ref, state.env, state.root_uri, state.tracking_uri)
+    shown = public_tracking_uri(choice.uri)
+    try:
+        view = mlflow_refs.read_view(choice.uri, ref, snapshot.full_config_hash)
+    except RegistryError as exc:
+        recorded = f"; manifest.json records {ref.tracking_uri}" if choice.uri != ref.tracking_uri else ""
+        message = str(exc).removeprefix(f"{exc.code}: ")
+        raise RegistryError(f"{message} (tracking URI from {choice.source}{recorded})") from exc
     ok = (
         f"model {view.model_name!r} version {view.model_version} and MLflow run {view.run_id} carry run_id, "
-        f"full_config_hash, data_fingerprint and artifact_uri of this run ({uri})"
+        f"full_config_hash, data_fingerprint and artifact_uri of this run ({shown}, from {choice.source})"
     )
-    moved = ref.tracking_uri != uri
-    other = [f"manifest.json records tracking_uri {ref.tracking_uri}; verified at {uri}"] if moved else []
-    return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, state.artifact_root), ok, other)
+    notes = [f"tracking URI {shown} from {choice.source}"]
+    if choice.ignored:
+        notes.append(f"MLFLOW_TRACKING_URI={choice.ignored} ignored: manifest.json records the registry")
+    if choice.uri != ref.tracking_uri and ref.tracking_uri:
+        notes.append(f"manifest.json records tracking_uri {ref.tracking_uri}")
+    return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, state.artifact_root), ok, notes)
 
 
 # The store checks (also recorded in an audit bundle's verification.json), then the registry.
@@ -69,13 +80,16 @@ def verify_run(
     *,
     recheck_data: bool = False,
     checks: Sequence[Check[RunState]] = RUN_CHECKS,
+    tracking_uri: str = "",
 ) -> Report:
     """Verify run ``run_id`` under the pipeline root ``root_uri`` (local path, ``file://`` or ``s3://``).
 
     Args:
-        env: where MLFLOW_TRACKING_URI is read (the store takes its S3 settings from ``os.environ``).
+        env: where CHAIN_NAME, and MLFLOW_TRACKING_URI for a manifest that records no tracking URI, are read
+            (the store takes its S3 settings from ``os.environ``).
         recheck_data: also fingerprint DATA_ROOT again and report drift.
         checks: the checks to run, in order (default: every check of the run contract).
+        tracking_uri: the MLflow to ask instead of the one manifest.json records (a registry that moved).
 
     Example:
         >>> report = verify_run("./pipeline_root", "9c377961bf1a", os.environ)  # doctest: +SKIP
@@ -85,4 +99,5 @@ def verify_run(
     Raises:
         StoreError: the store cannot be listed (unreachable, no permission): nothing could be checked.
     """
-    return verify_state(RunState(root_uri, run_id, env), recheck_data=recheck_data, checks=checks)
+    state = RunState(root_uri, run_id, env, tracking_uri=tracking_uri)
+    return verify_state(state, recheck_data=recheck_data, checks=checks)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from ml8s.identity.names import CHAIN_NAME_PATTERN
+
 ROOT = "ml8s_chain"
 HEAD = "chain.json"
 VERSIONS = "versions"
@@ -31,7 +33,7 @@ CONTENT_HASH = "content_hash.txt"
 PAYLOAD = "payload"
 
 # Patterns are applied with fullmatch: ``$`` alone would let a trailing newline through.
-CHAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+CHAIN_NAME = CHAIN_NAME_PATTERN  # one rule for the settings (checked at bootstrap) and the store
 SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
 _VERSION_DIR = re.compile(r"^v([0-9]{10})_((?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*))_([0-9a-f]{12})$")
 # Payload names: relative paths of safe segments; ':' and '|' never appear, so content-hash tokens parse.

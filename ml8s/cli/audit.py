@@ -20,6 +20,7 @@ def register(commands: Subcommands) -> None:
     add_root(verify)
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.add_argument("--recheck-data", action="store_true", help="fingerprint DATA_ROOT again, report drift")
+    _add_tracking_uri(verify)
     verify.set_defaults(handler=guarded(_verify))
 
     audit = commands.add_parser("audit", help="audit bundles: write one for a run, or verify one offline")
@@ -30,6 +31,7 @@ def register(commands: Subcommands) -> None:
     add_root(bundle)
     bundle.add_argument("--no-model", action="store_true", help="leave the model files out (their sha256 stay)")
     bundle.add_argument("--allow-failed", action="store_true", help="bundle a run that fails verification")
+    _add_tracking_uri(bundle)
     bundle.set_defaults(handler=guarded(_bundle))
     check = sub.add_parser("verify", help="verify an audit bundle offline (no store, no MLflow)")
     check.add_argument("file", metavar="FILE")
@@ -37,10 +39,22 @@ def register(commands: Subcommands) -> None:
     check.set_defaults(handler=guarded(_audit_verify))
 
 
+def _add_tracking_uri(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mlflow-tracking-uri",
+        default="",
+        metavar="URI",
+        help="ask this MLflow instead of the one manifest.json records (a registry that moved); "
+        "MLFLOW_TRACKING_URI is used only for runs whose manifest records none",
+    )
+
+
 def _verify(args: argparse.Namespace) -> int:
     from ml8s.audit import render_text, verify_run
 
-    report = verify_run(args.root, args.run_id, os.environ, recheck_data=args.recheck_data)
+    report = verify_run(
+        args.root, args.run_id, os.environ, recheck_data=args.recheck_data, tracking_uri=args.mlflow_tracking_uri
+    )
     sys.stdout.write(report.model_dump_json(indent=2) + "\n" if args.json else render_text(report))
     return 0 if report.passed else 1
 
@@ -49,7 +63,12 @@ def _bundle(args: argparse.Namespace) -> int:
     from ml8s.audit import build_bundle, render_text, write_bundle
 
     data, report = build_bundle(
-        args.root, args.run_id, os.environ, include_model=not args.no_model, allow_failed=args.allow_failed
+        args.root,
+        args.run_id,
+        os.environ,
+        include_model=not args.no_model,
+        allow_failed=args.allow_failed,
+        tracking_uri=args.mlflow_tracking_uri,
     )
     write_bundle(args.output, data)
     sys.stderr.write(render_text(report))

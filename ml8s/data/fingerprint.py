@@ -6,6 +6,7 @@ object stores are fingerprinted from a listing of ``(key, etag, size)`` so a bac
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sys
@@ -115,9 +116,13 @@ def is_data_key(key: str) -> bool:
 def list_local_files(root: str) -> list[tuple[str, str, int]]:
     """``(relative_path, path, size)`` of every regular file under ``root``, sorted by relative path.
 
-    Symlinks to files and directories are followed; a symlink loop is an error.
+    Symlinks to files and directories are followed; a symlink loop is an error saying so, not "broken".
     """
     if not os.path.exists(root):
+        if _is_symlink_loop(root):
+            raise DataError(f"DATA_ROOT file://{root} is a symlink loop; expected a data file or directory")
+        if os.path.islink(root):
+            raise DataError(f"DATA_ROOT file://{root} is a broken symlink; expected a data file or directory")
         raise DataError(f"DATA_ROOT file://{root} does not exist; expected a data file or directory")
     if os.path.isfile(root):
         return [(os.path.basename(root), root, os.path.getsize(root))]
@@ -137,7 +142,18 @@ def sha256_file(path: str) -> str:
         with open(path, "rb") as handle:
             return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DataError(f"symlink loop in DATA_ROOT at {path}; expected a readable file") from exc
         raise DataError(f"cannot read data file {path}: {exc.strerror or exc}; expected a readable file") from exc
+
+
+def _is_symlink_loop(path: str) -> bool:
+    """Whether resolving ``path`` loops (``ln -s loop loop``, ``a -> b -> a``): the OS says ELOOP."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, str, int]]) -> None:
@@ -155,6 +171,8 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
             _walk(path, child_rel, ancestors | {real}, found)
         elif os.path.isfile(path):
             found.append((child_rel, path, os.path.getsize(path)))
+        elif _is_symlink_loop(path):
+            raise DataError(f"symlink loop in DATA_ROOT at {path}; expected a file or directory")
         elif os.path.islink(path):
             raise DataError(f"broken symlink in DATA_ROOT: {path}")
 

@@ -7,6 +7,7 @@ fails the run instead of training on data nobody fingerprinted.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections.abc import Collection, Iterator
@@ -72,8 +73,9 @@ def read_verified(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as exc:
+            why = "it is a symlink loop now" if exc.errno == errno.ELOOP else str(exc.strerror or exc)
             raise DataChangedError(
-                f"{path} was fingerprinted but cannot be read now: {exc.strerror or exc}; expected it unchanged"
+                f"{path} was fingerprinted but cannot be read now: {why}; expected it unchanged"
             ) from exc
         digest = hashlib.sha256(data).hexdigest()
         if digest != entry.checksum or len(data) != entry.size:

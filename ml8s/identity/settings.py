@@ -2,11 +2,12 @@
 
 :meth:`PlatformSettings.load` is the one resolver: every field's text comes from the priority of
 :mod:`ml8s.identity.priority` (explicit input > environment > the field's default below). Every default lives on
-the fields; two are derived: CHAIN_NAME defaults to MLFLOW_MODEL_NAME, and MLFLOW_TRACKING_URI of a local root
-to a sqlite file under it. A setting only some commands need is required where it is used, not at load:
-an ``s3://`` root has no MLflow default, and :meth:`PlatformSettings.mlflow_tracking_uri_for_registry` says so
-to the code that talks to MLflow, while chain commands, tmp-cleanup or ``runs list`` load the same settings
-without it.
+the fields; two are derived: CHAIN_NAME defaults to MLFLOW_MODEL_NAME (or, when that is no valid chain name, a
+name derived from it: :mod:`ml8s.identity.names`), and MLFLOW_TRACKING_URI of a local root to a sqlite file
+under it. Both names are checked here, so a bad one fails before anything is written. A setting only some
+commands need is required where it is used, not at load: an ``s3://`` root has no MLflow default, and
+:meth:`PlatformSettings.mlflow_tracking_uri_for_registry` says so to the code that talks to MLflow, while chain
+commands, tmp-cleanup or ``runs list`` load the same settings without it.
 
 Building the class directly (``PlatformSettings(**fields)``, or reading a run context back from JSON) takes
 the values given and the defaults, never the environment: a context must mean in the next task what it meant
@@ -27,6 +28,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ml8s.errors import ConfigError
+from ml8s.identity.names import chain_name_from_model, check_chain_name, check_model_name
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.uri import parse_root_uri
 
@@ -75,7 +77,9 @@ class PlatformSettings(BaseSettings):
     )
     mlflow_experiment_prefix: str = Field("ml8s", description="experiment name")
     mlflow_model_name: str = Field("ml8s-model", description="registered model name")
-    chain_name: str = Field("", description="model chain name; default MLFLOW_MODEL_NAME")
+    chain_name: str = Field(
+        "", description="model chain name; default MLFLOW_MODEL_NAME (made valid: invalid characters become '-')"
+    )
     image_version: str = Field("dev", description="image tag, used as the Flyte cache version")
     tmp_retention_days: int = Field(7, description="age after which stale .tmp entries are removed")
     warm_start_root_uri: str = Field(
@@ -166,11 +170,18 @@ class PlatformSettings(BaseSettings):
         parsed = parse_root_uri(root, variable="PIPELINE_ROOT_URI")
         return "sqlite:////" + parsed.path.lstrip("/") + "/mlflow.db" if parsed.scheme == "file" else ""
 
+    @field_validator("mlflow_model_name")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        return check_model_name(value)
+
     @field_validator("chain_name")
     @classmethod
     def _chain_defaults_to_model(cls, value: str, info: ValidationInfo) -> str:
+        if value:
+            return check_chain_name(value)
         model = info.data.get("mlflow_model_name")
-        return value or (model if isinstance(model, str) else "")
+        return chain_name_from_model(model) if isinstance(model, str) else ""
 
     @field_validator("tmp_retention_days", mode="before")
     @classmethod

@@ -13,7 +13,9 @@ from collections.abc import Collection, Mapping
 from ml8s.data.sources import fingerprint_data, restrict
 from ml8s.errors import ConfigError
 from ml8s.identity.hashing import compute_identity
+from ml8s.identity.names import CHAIN_NAME_RULE
 from ml8s.identity.params import validate_params
+from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
 from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
@@ -68,6 +70,12 @@ def bootstrap(
     ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
     for name, value in plan_summary(plan).items():
         ctx.log("bootstrap", f"warm start: {name} {value}")
+    if explicit_or_env("CHAIN_NAME", env, given) is None and settings.chain_name != settings.mlflow_model_name:
+        ctx.log(
+            "bootstrap",
+            f"CHAIN_NAME is unset and MLFLOW_MODEL_NAME={settings.mlflow_model_name!r} is no valid chain name "
+            f"({CHAIN_NAME_RULE}): using the chain name {settings.chain_name!r} derived from it",
+        )
     return ctx
 
 

@@ -8,6 +8,7 @@ not probed: a write there needs credentials the first write will exercise anyway
 
 from __future__ import annotations
 
+import errno
 import os
 
 from ml8s.contract import layout
@@ -26,9 +27,9 @@ def check_writable_root(settings: PlatformSettings) -> None:
     while not os.path.lexists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        kind = "a broken symlink" if os.path.islink(existing) and not os.path.exists(existing) else "not a directory"
         raise ConfigError(
-            f"PIPELINE_ROOT_URI={uri!r}: {existing} is {kind}; expected a directory (or a path one can be created at)"
+            f"PIPELINE_ROOT_URI={uri!r}: {existing} is {_kind(existing)}, expected a directory "
+            "(or a path one can be created at)"
         )
     for path in (existing, os.path.join(root, layout.RUNS_DIR)):
         _writable_dir("PIPELINE_ROOT_URI", uri, path)
@@ -40,11 +41,21 @@ def check_writable_root(settings: PlatformSettings) -> None:
         )
 
 
+def _kind(path: str) -> str:
+    """What stands at ``path`` instead of a directory, in the words of the error."""
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            return "a symlink loop" if exc.errno == errno.ELOOP else "a broken symlink"
+    return "a file" if os.path.isfile(path) else "not a directory"
+
+
 def _writable_dir(variable: str, uri: str, path: str) -> None:
     if not os.path.lexists(path):
         return
     if not os.path.isdir(path):
-        raise ConfigError(f"{variable}={uri!r}: {path} is not a directory; expected a directory")
+        raise ConfigError(f"{variable}={uri!r}: {path} is {_kind(path)}, expected a directory")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(
             f"{variable}={uri!r}: {path} is not writable by this process (uid {os.geteuid()}) or is on a read-only "

@@ -2,9 +2,11 @@
 
 MLflow has no "create if absent" for runs or model versions, so racing identical runs are serialized
 by a claim object in the artifact store (``ml8s_registry/claims/{full_config_hash}.json``, swapped by
-compare-and-swap) whose lease lets a survivor take over from a crashed holder. MLflow stays the
-source of truth: every holder re-checks it before creating anything, and duplicates that slip through
-a crash window (or two pipeline roots sharing one MLflow server) are reconciled to the lowest version.
+compare-and-swap) whose lease lets a survivor take over from a crashed holder: at once when the holder
+ran on the same machine and its process is gone (:mod:`ml8s.pipeline.registry_claim`), else when the
+lease expires. MLflow stays the source of truth: every holder re-checks it before creating anything, and
+duplicates that slip through a crash window (or two pipeline roots sharing one MLflow server) are
+reconciled to the lowest version.
 
 Sources: a version's source is ``models:/{model_id}``, the run's MLflow model (a pyfunc predicting on raw
 rows) logged into MLflow's own artifact store (:mod:`ml8s.pipeline.mlflow_model`), so the same code
@@ -21,14 +23,15 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import NotFoundError, PreconditionFailedError, RegistryError, StoreError
+from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with
 from ml8s.pipeline.mlflow_run import log_run_data
-from ml8s.pipeline.registry_query import hash_filter, versions_of_hash
+from ml8s.pipeline.registry_claim import RegistryClaim, gone_reason, read_claim, this_process
+from ml8s.pipeline.registry_query import hash_filter, public_tracking_uri, versions_of_hash
 from ml8s.pipeline.registry_schema import ensure_schema, first_line
 from ml8s.store import Store
 
@@ -39,7 +42,8 @@ if TYPE_CHECKING:  # mlflow takes seconds to import: only registration pays for 
 CLAIMS_DIR = "ml8s_registry/claims"
 DEFAULT_TIMEOUT_S = 300.0
 # Registration takes seconds; a lease this long never expires under a live holder, and a waiter's
-# default timeout outlasts it, so a crashed holder delays the others, it never fails them.
+# default timeout outlasts it, so a crashed holder delays the others, it never fails them. A crashed
+# holder on the waiter's own machine is seen at once (registry_claim.gone_reason) and not waited for.
 DEFAULT_LEASE_S = 120.0
 POLL_S = 0.2
 
@@ -55,18 +59,6 @@ class MlflowRef(BaseModel):
     mlflow_run_id: str
     model_name: str
     model_version: str
-
-
-class _Claim(BaseModel):
-    """Who may create MLflow entries for one hash, until when; ``done`` releases it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    holder: str
-    generation: int
-    lease_expires: float
-    done: bool = False
-    model_version: str = ""
 
 
 def register(
@@ -97,15 +89,25 @@ def _register(ctx: RunContext, store: Store, client: MlflowClient, deadline: flo
         if found is not None:
             ctx.log("register", f"reusing model version {found.version} of {ctx.settings.mlflow_model_name!r}")
             return _ref(client, ctx, found)
-        claim, token = _read_claim(store, key)
-        if claim is None or claim.done or claim.lease_expires < time.time():
+        claim, token = read_claim(store, key)
+        live = claim is not None and not claim.done and claim.lease_expires >= time.time()
+        gone = gone_reason(claim.process) if claim is not None and live else ""
+        if claim is None or not live or gone:
             generation = claim.generation + 1 if claim else 1
-            new = _Claim(holder=me, generation=generation, lease_expires=time.time() + lease_s)
+            replaced = f"{claim.holder} (generation {claim.generation}): {gone}" if claim is not None and gone else ""
+            new = RegistryClaim(
+                holder=me,
+                generation=generation,
+                lease_expires=time.time() + lease_s,
+                process=this_process(),
+                taken_over_from=replaced,
+            )
             try:
                 token = store.put_if_match(key, new.model_dump_json().encode(), token)
             except PreconditionFailedError:
-                continue  # another process claimed first: look again
-            ctx.log("register", f"claimed {key} (generation {new.generation})")
+                continue  # another process claimed first (or the holder wrote): look again
+            taken = f", taken over at once from dead holder {replaced}" if replaced else ""
+            ctx.log("register", f"claimed {key} (generation {new.generation}){taken}")
             return _register_as_holder(ctx, client, store, key, new, token)
         if time.monotonic() > deadline:
             raise RegistryError(
@@ -118,7 +120,7 @@ def _register(ctx: RunContext, store: Store, client: MlflowClient, deadline: flo
 
 
 def _register_as_holder(
-    ctx: RunContext, client: MlflowClient, store: Store, key: str, claim: _Claim, token: str
+    ctx: RunContext, client: MlflowClient, store: Store, key: str, claim: RegistryClaim, token: str
 ) -> MlflowRef:
     """Create (or finish creating) the run and the version, then release the claim as done."""
     try:
@@ -222,25 +224,13 @@ def _ref(client: MlflowClient, ctx: RunContext, version: ModelVersion) -> Mlflow
     run = client.get_run(version.run_id)
     experiment = client.get_experiment(run.info.experiment_id)
     return MlflowRef(
-        tracking_uri=ctx.settings.mlflow_tracking_uri,
+        tracking_uri=public_tracking_uri(ctx.settings.mlflow_tracking_uri),  # never a password in the manifest
         experiment_name=str(experiment.name),
         experiment_id=str(experiment.experiment_id),
         mlflow_run_id=str(run.info.run_id),
         model_name=str(version.name),
         model_version=str(version.version),
     )
-
-
-def _read_claim(store: Store, key: str) -> tuple[_Claim | None, str | None]:
-    """The claim and its CAS token; an unreadable claim counts as expired (taken over by CAS)."""
-    try:
-        versioned = store.get_versioned(key)
-    except NotFoundError:
-        return None, None
-    try:
-        return _Claim.model_validate_json(versioned.data), versioned.token
-    except ValidationError:
-        return _Claim(holder="<unreadable>", generation=0, lease_expires=0.0), versioned.token
 
 
 @contextlib.contextmanager

@@ -1,0 +1,126 @@
+"""``ml8s verify`` asks the MLflow the run registered with, as manifest.json records it (defect 7).
+
+MLFLOW_TRACKING_URI is used only for a manifest that records none (and to supply credentials for the
+recorded URI); ``--mlflow-tracking-uri`` overrides both, for a registry that moved. The report says
+which URI it used and where it came from. A manifest never records a password.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import write_small_churn
+
+from ml8s.audit import verify_run
+from ml8s.audit.mlflow_refs import choose_tracking_uri
+from ml8s.pipeline.registry import MlflowRef
+from ml8s.pipeline.registry_query import public_tracking_uri
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+OURS = ("FORCE_RERUN", "MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME", "PIPELINE_ROOT_URI", "DATA_ROOT")
+
+
+def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str, str]:
+    """A run registered in a sqlite database outside its pipeline root: (env without MLflow, run_id, URI)."""
+    base = tmp_path_factory.mktemp("tracking")
+    data = write_small_churn(base / "data", rows=120, files=1)
+    env = {k: v for k, v in os.environ.items() if k not in OURS}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(base / "root"), EPOCHS="1")
+    uri = f"sqlite:///{base}/elsewhere/registry.db"
+    (base / "elsewhere").mkdir()
+    done = _ml8s({**env, "MLFLOW_TRACKING_URI": uri}, "run")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(done.stdout)
+    assert manifest["mlflow"]["tracking_uri"] == uri
+    assert not (base / "root" / "mlflow.db").exists()  # the root's default database is not the registry
+    return env, manifest["run_id"], uri
+
+
+def test_verify_uses_the_manifests_uri_with_the_variable_unset(registered: tuple[dict[str, str], str, str]) -> None:
+    env, run_id, uri = registered
+    done = _ml8s(env, "verify", run_id)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS  mlflow" in done.stdout and f"({uri}, from manifest.json)" in done.stdout
+    assert not (Path(env["PIPELINE_ROOT_URI"]) / "mlflow.db").exists()  # nothing created where it was not
+
+
+def test_a_wrong_variable_is_ignored_and_said_so(registered: tuple[dict[str, str], str, str], tmp_path: Path) -> None:
+    env, run_id, uri = registered
+    bogus = f"sqlite:///{tmp_path}/no/such/mlflow.db"
+    report = verify_run(env["PIPELINE_ROOT_URI"], run_id, {**env, "MLFLOW_TRACKING_URI": bogus})
+    assert report.passed, report.failed()
+    (mlflow,) = [c for c in report.checks if c.name == "mlflow"]
+    assert mlflow.reason.endswith(f"({uri}, from manifest.json)")
+    assert f"MLFLOW_TRACKING_URI={bogus} ignored: manifest.json records the registry" in mlflow.details
+    assert not (tmp_path / "no").exists()
+
+
+def test_the_explicit_flag_overrides_the_manifest(registered: tuple[dict[str, str], str, str], tmp_path: Path) -> None:
+    env, run_id, uri = registered
+    bogus = f"sqlite:///{tmp_path}/moved.db"
+    done = _ml8s(env, "verify", run_id, "--mlflow-tracking-uri", bogus)
+    assert done.returncode == 1 and "FAIL  mlflow" in done.stdout
+    assert f"does not exist (tracking URI from --mlflow-tracking-uri; manifest.json records {uri})" in done.stdout
+    assert not (tmp_path / "moved.db").exists()
+
+
+def _ref(tracking_uri: str) -> MlflowRef:
+    return MlflowRef(
+        tracking_uri=tracking_uri,
+        experiment_name="ml8s",
+        experiment_id="1",
+        mlflow_run_id="r",
+        model_name="m",
+        model_version="1",
+    )
+
+
+def test_the_order_of_choice() -> None:
+    recorded, env = _ref("http://mlflow:5000"), {"MLFLOW_TRACKING_URI": "http://other:5000"}
+    assert choose_tracking_uri(recorded, env, "file:///srv/root").model_dump() == {
+        "uri": "http://mlflow:5000",
+        "source": "manifest.json",
+        "ignored": "http://other:5000",
+    }
+    assert choose_tracking_uri(recorded, env, "file:///srv/root", " http://moved:5000 ").uri == "http://moved:5000"
+    with_password = {"MLFLOW_TRACKING_URI": "http://bot:pw@mlflow:5000"}
+    chosen = choose_tracking_uri(recorded, with_password, "file:///srv/root")
+    assert (chosen.uri, chosen.source) == (
+        "http://bot:pw@mlflow:5000",
+        "manifest.json (credentials from MLFLOW_TRACKING_URI)",
+    )
+    # A manifest that records no URI (hand-made or older): the variable, else the local root's default.
+    older = _ref("")
+    assert choose_tracking_uri(older, env, "file:///srv/root").model_dump() == {
+        "uri": "http://other:5000",
+        "source": "MLFLOW_TRACKING_URI (manifest.json records none)",
+        "ignored": "",
+    }
+    assert choose_tracking_uri(older, {}, "file:///srv/root").uri == "sqlite:////srv/root/mlflow.db"
+
+
+@pytest.mark.parametrize(
+    ("uri", "public"),
+    [
+        ("https://bot:s3cret@mlflow.example.com:5000/", "https://mlflow.example.com:5000/"),
+        ("http://token@[::1]:5000/x?y=1", "http://[::1]:5000/x?y=1"),
+        ("HTTP://a:b@c@host/", "http://host/"),
+        ("postgresql://ml:pw@db:5432/mlflow", "postgresql://ml@db:5432/mlflow"),
+        ("mysql://ml@db/mlflow", "mysql://ml@db/mlflow"),
+        ("sqlite:////srv/root/mlflow.db", "sqlite:////srv/root/mlflow.db"),
+        ("http://mlflow:5000", "http://mlflow:5000"),
+        ("databricks", "databricks"),
+    ],
+)
+def test_a_manifest_never_records_a_password(uri: str, public: str) -> None:
+    assert public_tracking_uri(uri) == public
