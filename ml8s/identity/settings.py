@@ -75,6 +75,12 @@ class PlatformSettings(BaseSettings):
     mlflow_experiment_prefix: str = Field("ml8s", description="experiment name")
     mlflow_model_name: str = Field("ml8s-model", description="registered model name")
     chain_name: str = Field("", description="model chain name; default MLFLOW_MODEL_NAME")
+    chain_require_signed: bool = Field(
+        False,
+        strict=True,
+        description="true: chain verify, followers and readers refuse unsigned versions, and runs refuse to start "
+        "without a signing key (set it in production; false keeps legacy unsigned chains verifying)",
+    )
     image_version: str = Field("dev", description="image tag, used as the Flyte cache version")
     tmp_retention_days: int = Field(7, description="age after which stale .tmp entries are removed")
 
@@ -126,7 +132,7 @@ class PlatformSettings(BaseSettings):
     def _root(cls, value: str) -> str:
         return parse_root_uri(value, variable="PIPELINE_ROOT_URI").uri
 
-    @field_validator("force_rerun", "strict_data_identity", mode="before")
+    @field_validator("force_rerun", "strict_data_identity", "chain_require_signed", mode="before")
     @classmethod
     def _flag(cls, value: object, info: ValidationInfo) -> object:
         if not isinstance(value, str):

@@ -17,6 +17,7 @@ from ml8s.identity.params import validate_params
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
 from ml8s.modeling.plugins import resolve_model_code
+from ml8s.pipeline.chain_commit import require_signing_key
 from ml8s.pipeline.context import RunContext, RunSpec
 from ml8s.pipeline.preflight import check_writable_root
 
@@ -46,6 +47,7 @@ def bootstrap(env: Mapping[str, str], overrides: Mapping[str, str] | None = None
         params = validate_params(config)
     except ConfigError as exc:
         raise _naming_the_input(exc, given) from exc
+    require_signing_key(settings, env)
     fingerprint = fingerprint_data(params.data_root)
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
     token = secrets.token_hex(16) if settings.force_rerun else ""  # see RunSpec.recompute_token
