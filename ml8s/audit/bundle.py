@@ -19,14 +19,15 @@ from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.audit import mlflow_refs
-from ml8s.audit.chain_proof import CHAIN_PROOF, build_proof, proof_bytes
+from ml8s.audit import anchor_tags, mlflow_refs
+from ml8s.audit.chain_proof import ANCHOR, CHAIN_PROOF, anchor_bytes, build_proof, proof_bytes
 from ml8s.audit.offline import model_format, pretty
 from ml8s.audit.report import Report
 from ml8s.audit.run_checks import maybe
 from ml8s.audit.state import RunState
 from ml8s.audit.verify import verify_state
 from ml8s.audit.verify_md import verify_md
+from ml8s.chain import Anchor
 from ml8s.contract import Unavailable, checksum_lines, layout
 from ml8s.errors import AuditBundleError, ChainError, Ml8sError, VerificationFailedError
 
@@ -110,6 +111,11 @@ def _chain_proof(source: BundleSource) -> list[BundleEntry]:
     return [BundleEntry(CHAIN_PROOF, proof_bytes(proof))]
 
 
+def _anchor(source: BundleSource) -> list[BundleEntry]:
+    """The chain anchor the run's chain check verified against (``anchor.json``), when there was one."""
+    return [BundleEntry(ANCHOR, anchor_bytes(source.state.anchor))] if source.state.anchor else []
+
+
 def _index(source: BundleSource) -> list[BundleEntry]:
     snapshot = source.state.snapshot()
     index = BundleIndex(
@@ -131,19 +137,30 @@ ENTRY_BUILDERS: tuple[Callable[[BundleSource], list[BundleEntry]], ...] = (
     _mlflow,
     _verification,
     _chain_proof,
+    _anchor,
     _index,
 )
 
 
 def build_bundle(
-    root_uri: str, run_id: str, env: Mapping[str, str], *, include_model: bool = True, allow_failed: bool = False
+    root_uri: str,
+    run_id: str,
+    env: Mapping[str, str],
+    *,
+    include_model: bool = True,
+    allow_failed: bool = False,
+    anchor: Anchor | None = None,
 ) -> tuple[bytes, Report]:
     """The archive's bytes and the run's verification report at bundle time.
+
+    ``anchor``: the chain anchor to check the chain against and embed (``anchor.json``); default the
+    latest one published in MLflow for the run's registered model (anchor_tags.py), if any.
 
     Raises:
         VerificationFailedError: the run fails verification (``allow_failed`` bundles it anyway, as evidence).
     """
     state = RunState(root_uri, run_id, env)
+    state.anchor = anchor or _published_anchor(state)
     report = verify_state(state)
     if not report.passed and not allow_failed:
         raise VerificationFailedError(
@@ -216,6 +233,15 @@ def _read_view(state: RunState, full_hash: str) -> mlflow_refs.MlflowView | None
     try:
         ref = mlflow_refs.manifest_ref(state.manifest())
         return mlflow_refs.read_view(mlflow_refs.tracking_uri(state.env, state.root_uri), ref, full_hash)
+    except (Unavailable, Ml8sError):
+        return None
+
+
+def _published_anchor(state: RunState) -> Anchor | None:
+    """The latest anchor published on the run's registered model; None when there is none or MLflow cannot say."""
+    try:
+        ref = mlflow_refs.manifest_ref(state.manifest())
+        return anchor_tags.read_published(mlflow_refs.tracking_uri(state.env, state.root_uri), ref.model_name)
     except (Unavailable, Ml8sError):
         return None
 
