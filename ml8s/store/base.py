@@ -69,8 +69,9 @@ class Store(abc.ABC):
     def put_file_expecting(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
         """:meth:`put_file_atomic` of a file the caller has already hashed (``sha256``, ``size``): what landed
         must equal that, else :class:`ml8s.errors.IntegrityError` (the file changed since it was hashed) and
-        ``key`` does not hold the file (this default deletes what it stored; the local backend moves nothing). A backend that can check the landed bytes against the expected hash
-        directly overrides this to spare a hashing pass (the local one does)."""
+        ``key`` does not hold the file (this default deletes what it stored; the local backend moves nothing).
+        A backend that can check the landed bytes against the expected hash directly overrides this to
+        spare a hashing pass (the local one does)."""
         landed = self.put_file_atomic(key, path, tmp_key=tmp_key)
         if (landed.sha256, landed.size) != (sha256, size):
             self.delete(key)

@@ -2,7 +2,8 @@
 
 Costs: a listing is a directory walk and one ``stat`` per file (no file is read); an atomic write reads
 its source once and hashes each byte twice: while writing the tmp file and re-reading it after fsync
-(the validation).
+(the validation); ``put_file_expecting`` (a file its caller hashed) copies in the kernel and hashes once,
+the validation against the caller's hash.
 Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
 would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
