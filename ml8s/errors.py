@@ -400,3 +400,22 @@ class StaleParentError(LineageError):
     """A warm-started run's parent is no longer the chain's head: its model must not be appended."""
 
     code = "LINEAGE_STALE_PARENT"
+
+
+class UntrustedVersionError(ChainCorruptionError):
+    """A version is unsigned where signatures are required (a trust policy, or CHAIN_REQUIRE_SIGNED), or not
+    validly signed by a key its trust policy lists: a follower or a trusted reader refuses it (``check`` says why)."""
+
+    code = "CHAIN_UNTRUSTED"
+
+
+class ChainFrozenError(ChainCorruptionError):
+    """The anchor a follower relies on has expired: nothing proves the head it reads is still the newest."""
+
+    code = "CHAIN_FROZEN"
+
+
+class ChainEvidenceError(ChainCorruptionError):
+    """A version's run claim or audit events are missing or edited: the store's index or trail was tampered with."""
+
+    code = "CHAIN_EVIDENCE_MISSING"

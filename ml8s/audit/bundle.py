@@ -19,14 +19,15 @@ from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.audit import mlflow_refs
-from ml8s.audit.chain_proof import CHAIN_PROOF, build_proof, proof_bytes
+from ml8s.audit import anchor_tags, mlflow_refs
+from ml8s.audit.chain_proof import ANCHOR, CHAIN_PROOF, anchor_bytes, build_proof, proof_bytes
 from ml8s.audit.offline import model_format, pretty
 from ml8s.audit.report import Report
 from ml8s.audit.run_checks import maybe
 from ml8s.audit.state import RunState
 from ml8s.audit.verify import verify_state
 from ml8s.audit.verify_md import verify_md
+from ml8s.chain import Anchor
 from ml8s.contract import Unavailable, checksum_lines, layout
 from ml8s.errors import AuditBundleError, ChainError, Ml8sError, VerificationFailedError
 
@@ -111,6 +112,11 @@ def _chain_proof(source: BundleSource) -> list[BundleEntry]:
     return [BundleEntry(CHAIN_PROOF, proof_bytes(proof))]
 
 
+def _anchor(source: BundleSource) -> list[BundleEntry]:
+    """The chain anchor the run's chain check verified against (``anchor.json``), when there was one."""
+    return [BundleEntry(ANCHOR, anchor_bytes(source.state.anchor))] if source.state.anchor else []
+
+
 def _index(source: BundleSource) -> list[BundleEntry]:
     snapshot = source.state.snapshot()
     index = BundleIndex(
@@ -132,6 +138,7 @@ ENTRY_BUILDERS: tuple[Callable[[BundleSource], list[BundleEntry]], ...] = (
     _mlflow,
     _verification,
     _chain_proof,
+    _anchor,
     _index,
 )
 
@@ -144,15 +151,19 @@ def build_bundle(
     include_model: bool = True,
     allow_failed: bool = False,
     tracking_uri: str = "",
+    anchor: Anchor | None = None,
 ) -> tuple[bytes, Report]:
     """The archive's bytes and the run's verification report at bundle time.
 
     ``tracking_uri`` overrides the MLflow that manifest.json records, as in :func:`~ml8s.audit.verify_run`.
+    ``anchor``: the chain anchor to check the chain against and embed (``anchor.json``); default the
+    latest one published in MLflow for the run's registered model (anchor_tags.py), if any.
 
     Raises:
         VerificationFailedError: the run fails verification (``allow_failed`` bundles it anyway, as evidence).
     """
     state = RunState(root_uri, run_id, env, tracking_uri=tracking_uri)
+    state.anchor = anchor or _published_anchor(state)
     report = verify_state(state)
     if not report.passed and not allow_failed:
         raise VerificationFailedError(
@@ -226,6 +237,15 @@ def _read_view(state: RunState, full_hash: str) -> mlflow_refs.MlflowView | None
         ref = mlflow_refs.manifest_ref(state.manifest())
         choice = mlflow_refs.choose_tracking_uri(ref, state.env, state.root_uri, state.tracking_uri)
         return mlflow_refs.read_view(choice.uri, ref, full_hash)
+    except (Unavailable, Ml8sError):
+        return None
+
+
+def _published_anchor(state: RunState) -> Anchor | None:
+    """The latest anchor published on the run's registered model; None when there is none or MLflow cannot say."""
+    try:
+        ref = mlflow_refs.manifest_ref(state.manifest())
+        return anchor_tags.read_published(mlflow_refs.tracking_uri(state.env, state.root_uri), ref.model_name)
     except (Unavailable, Ml8sError):
         return None
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from ml8s.audit import bundle as b
 from ml8s.audit import mlflow_refs, offline
-from ml8s.audit.chain_proof import CHAIN_PROOF, proof_problems
+from ml8s.audit.chain_proof import ANCHOR, CHAIN_PROOF, anchor_problems, proof_problems
 from ml8s.audit.consistency import cross_problems
 from ml8s.audit.report import (
     Check,
@@ -259,7 +259,11 @@ def check_chain_proof(bundle: OpenedBundle) -> CheckResult:
         listed = None
     weights_sha = hashlib.sha256(weights).hexdigest() if weights is not None else listed
     problems = proof_problems(bundle.read(CHAIN_PROOF), snapshot.full_config_hash, weights_sha, manifest)
-    return verdict("chain", problems, "the run's block links to genesis and to the head; it holds these files")
+    problems += anchor_problems(bundle.members.get(ANCHOR), bundle.read(CHAIN_PROOF))
+    anchored = " and agrees with the bundled anchor" if ANCHOR in bundle.members else ""
+    return verdict(
+        "chain", problems, f"the run's block links to genesis and to the head{anchored}; it holds these files"
+    )
 
 
 def check_verification(bundle: OpenedBundle) -> CheckResult:

@@ -47,11 +47,13 @@ def check_chain(state: RunState) -> CheckResult:
             problems.append(f"the run's {rel} is missing, so block v{version.counter}'s {name} matches nothing")
         elif stored != _as_chained(state, rel):
             problems.append(f"block v{version.counter} payload {name} has sha256 {stored}; the run's {rel} differs")
-    report = verify_chain(chain)
+    require = PlatformSettings.load(state.env).chain_require_signed
+    report = verify_chain(chain, anchor=state.anchor, require_signed=require)
     problems += [f"{f.check}: v{f.counter} {f.reason}" for f in report.findings]
     ok = (
         f"block v{version.counter} ({version.semver}, {version.block_hash[:12]}) of chain {chain.name!r} holds this "
         f"run's {', '.join(sorted(listed))}; the chain verifies from genesis to head v{report.head_counter}"
+        + (f", against the anchor at v{state.anchor.checkpoint.counter}" if state.anchor else "")
     )
     return verdict("chain", problems, ok)
 

@@ -14,12 +14,23 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.audit.chain_check import chain_name
 from ml8s.audit.state import RunState
-from ml8s.chain import Block, ChainStore, block_hash_of, committed, content_hash, sha256_hex
+from ml8s.chain import (
+    Anchor,
+    Block,
+    ChainStore,
+    block_hash_of,
+    committed,
+    content_hash,
+    proof_anchor_problems,
+    read_anchor,
+    sha256_hex,
+)
 from ml8s.contract import Invalid, Manifest, layout, parse
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
-from ml8s.errors import ChainError
+from ml8s.errors import ChainError, ConfigError
 
 CHAIN_PROOF = "chain_proof.json"
+ANCHOR = "anchor.json"  # the chain anchor a bundle was checked against, when there was one
 
 
 class ChainProof(BaseModel):
@@ -89,3 +100,24 @@ def proof_problems(data: bytes, full_config_hash: str, weights_sha256: str | Non
     if proof.blocks and proof.blocks[-1].header.counter != proof.head_counter:
         problems.append(f"the proof ends at v{proof.blocks[-1].header.counter}, not at its head v{proof.head_counter}")
     return problems
+
+
+def anchor_bytes(anchor: Anchor) -> bytes:
+    return (json.dumps(anchor.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def anchor_problems(anchor: bytes | None, proof: bytes) -> list[str]:
+    """The bundled anchor (if any) against the bundled proof, offline, each problem named as verify names
+    it: ``anchor_rollback`` (the proof's head is below the anchored counter: the chain was rolled back
+    after the anchor was published), ``anchor_fork``, ``anchor_chain``, ``anchor_signature``."""
+    if anchor is None:
+        return []
+    try:
+        parsed = read_anchor(anchor, where=ANCHOR)
+        chain = ChainProof.model_validate_json(proof)
+    except ConfigError as exc:
+        return [f"anchor_invalid: {exc.message}"]
+    except ValidationError:
+        return []  # an unreadable proof is proof_problems' finding
+    found = proof_anchor_problems(parsed, chain.chain_name, chain.blocks)
+    return [f"{check}: {reason} (anchor key {parsed.public_key})" for check, reason, _ in found]

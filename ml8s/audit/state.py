@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Mapping
 
 from ml8s.audit.offline import Digest
+from ml8s.chain import Anchor
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingMetadata, Unavailable, layout, parse
 from ml8s.errors import NotFoundError
 from ml8s.identity.uri import parse_root_uri
@@ -42,6 +43,7 @@ class RunState:
         self._listing: dict[str, ObjectInfo] | None = None
         self._bytes: dict[str, bytes] = {}
         self._digests: dict[str, Digest] = {}
+        self.anchor: Anchor | None = None  # a chain anchor the chain check verifies against (verify_run)
 
     def uri(self, rel: str) -> str:
         return f"{self.artifact_root}/{rel}"

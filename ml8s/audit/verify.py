@@ -22,6 +22,7 @@ from ml8s.audit.run_checks import (
     use,
 )
 from ml8s.audit.state import RunState
+from ml8s.chain import Anchor
 from ml8s.errors import RegistryError
 from ml8s.pipeline.registry_query import public_tracking_uri
 
@@ -67,7 +68,8 @@ DATA_RECHECK = Check("data_recheck", check_data_recheck)
 def verify_state(
     state: RunState, *, recheck_data: bool = False, checks: Sequence[Check[RunState]] = RUN_CHECKS
 ) -> Report:
-    """Run the checks. A store that cannot be listed raises its error: no verdict can be given."""
+    """Run the checks (the chain's against ``state.anchor`` when set). A store that cannot be listed raises
+    its error: no verdict can be given."""
     state.listing()
     chosen = (*checks, DATA_RECHECK) if recheck_data else tuple(checks)
     return make_report("verify", state.run_id, state.artifact_root, run_checks(chosen, state))
@@ -81,15 +83,17 @@ def verify_run(
     recheck_data: bool = False,
     checks: Sequence[Check[RunState]] = RUN_CHECKS,
     tracking_uri: str = "",
+    anchor: Anchor | None = None,
 ) -> Report:
     """Verify run ``run_id`` under the pipeline root ``root_uri`` (local path, ``file://`` or ``s3://``).
 
     Args:
-        env: where CHAIN_NAME, and MLFLOW_TRACKING_URI for a manifest that records no tracking URI, are read
-            (the store takes its S3 settings from ``os.environ``).
+        env: where CHAIN_NAME, CHAIN_REQUIRE_SIGNED, and MLFLOW_TRACKING_URI for a manifest that records no
+            tracking URI, are read (the store takes its S3 settings from ``os.environ``).
         recheck_data: also fingerprint DATA_ROOT again and report drift.
         checks: the checks to run, in order (default: every check of the run contract).
         tracking_uri: the MLflow to ask instead of the one manifest.json records (a registry that moved).
+        anchor: a signed head checkpoint the chain check verifies the chain against (docs/chain.md).
 
     Example:
         >>> report = verify_run("./pipeline_root", "9c377961bf1a", os.environ)  # doctest: +SKIP
@@ -100,4 +104,5 @@ def verify_run(
         StoreError: the store cannot be listed (unreachable, no permission): nothing could be checked.
     """
     state = RunState(root_uri, run_id, env, tracking_uri=tracking_uri)
+    state.anchor = anchor
     return verify_state(state, recheck_data=recheck_data, checks=checks)

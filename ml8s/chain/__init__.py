@@ -7,7 +7,7 @@ the run index, the commit protocol and retries on top of it, then the ``ChainSto
 """
 
 from ml8s.chain._util import content_hash, sha256_hex
-from ml8s.chain.anchor import Anchor, Checkpoint, make_anchor, read_anchor
+from ml8s.chain.anchor import Anchor, Checkpoint, make_anchor, proof_anchor_problems, read_anchor
 from ml8s.chain.chain_store import ChainStore
 from ml8s.chain.evidence import named_versions
 from ml8s.chain.findings import Finding, VerifyReport
@@ -30,6 +30,7 @@ from ml8s.chain.runindex import committed
 from ml8s.chain.safetensors_check import SafetensorsSummary, check_safetensors
 from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, SigningKey
 from ml8s.chain.trust import TrustPolicy, adopt_policy, load_policies
+from ml8s.chain.trusted import TrustedReader
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import block_hash_of
 
@@ -55,6 +56,7 @@ __all__ = [
     "SafetensorsSummary",
     "SigningKey",
     "TrustPolicy",
+    "TrustedReader",
     "VerifyReport",
     "adopt_policy",
     "block_hash_of",
@@ -67,6 +69,7 @@ __all__ = [
     "local_file",
     "make_anchor",
     "named_versions",
+    "proof_anchor_problems",
     "read_anchor",
     "sha256_hex",
     "verify_chain",

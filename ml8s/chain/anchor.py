@@ -22,12 +22,13 @@ import base64
 import binascii
 import datetime as dt
 import hashlib
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import trust
 from ml8s.chain._util import rfc3339
-from ml8s.chain.models import ChainVersion, Hex64, OptionalHex64, Rfc3339
+from ml8s.chain.models import Block, ChainVersion, Hex64, OptionalHex64, Rfc3339
 from ml8s.chain.signing import SigningKey, key_id, signature_valid
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ConfigError, NotFoundError
@@ -87,32 +88,64 @@ def anchor_problems(
     if point.chain_name != chain.name:
         found.append(("anchor_chain", f"the anchor is for chain {point.chain_name!r}", None))
     policies, _ = trust.load_policies(chain)
-    signer = key_id(_raw(anchor.public_key))
-    trusted = not policies or any(p.trusts(signer) for p in policies)
-    if not trusted or not signature_valid(anchor.public_key, anchor.signature, _bytes(point)):
-        found.append(("anchor_signature", f"not validly signed by a trusted key (key {signer})", None))
-    head = walked[0] if walked else None
-    at = next((v for v in walked if v.counter == point.counter), None)
-    if head is None or head.counter < point.counter:
-        found.append(
-            (
-                "anchor_rollback",
-                f"head {head.counter if head else '<none>'} is below the anchored {point.counter}",
-                None,
-            )
-        )
-    elif at is None or at.block_hash != point.block_hash:
-        held = at.block_hash if at else "<nothing>"
-        found.append(
-            ("anchor_fork", f"version {point.counter} is {held}, the anchor says {point.block_hash}", point.counter)
-        )
-    if rfc3339(now) > point.expires_at:
+    found += [(check, reason, None) for check, reason in signature_problems(anchor, policies)]
+    found += _position_problems(point, [(v.counter, v.block_hash) for v in walked])
+    if expired(anchor, now):
         found.append(
             ("anchor_expired", f"expired at {point.expires_at} (issued {point.issued_at}): frozen or replayed", None)
         )
     if point.policy_sha256 and point.policy_sha256 not in _policy_hashes(chain, len(policies)):
         found.append(("anchor_policy", "the trust policy the anchor pinned is no longer in the chain", None))
     return found
+
+
+def proof_anchor_problems(
+    anchor: Anchor, chain_name: str, blocks: Sequence[Block]
+) -> list[tuple[str, str, int | None]]:
+    """An anchor against a chain known only by its blocks (an audit bundle's proof, genesis first): the
+    same checks as verify's but ``anchor_expired`` (a bundle is checked later, the anchor was checked
+    live when bundled) and the key's trust (the proof holds no policy): the signature must be valid for
+    the anchor's own key, whose id the caller shows so that an auditor can compare it with the one trusted."""
+    point = anchor.checkpoint
+    found = list[tuple[str, str, int | None]]()
+    if point.chain_name != chain_name:
+        found.append(("anchor_chain", f"the anchor is for chain {point.chain_name!r}", None))
+    found += [(check, reason, None) for check, reason in signature_problems(anchor, [])]
+    return found + _position_problems(point, [(b.header.counter, b.block_hash) for b in reversed(blocks)])
+
+
+def _position_problems(point: Checkpoint, walked: list[tuple[int, str]]) -> list[tuple[str, str, int | None]]:
+    """``anchor_rollback`` or ``anchor_fork`` for a chain of (counter, block hash), head first."""
+    head = walked[0][0] if walked else None
+    at = next((block for counter, block in walked if counter == point.counter), None)
+    if head is None or head < point.counter:
+        return [
+            (
+                "anchor_rollback",
+                f"head {'<none>' if head is None else head} is below the anchored {point.counter}",
+                None,
+            )
+        ]
+    if at != point.block_hash:
+        held = at or "<nothing>"
+        return [
+            ("anchor_fork", f"version {point.counter} is {held}, the anchor says {point.block_hash}", point.counter)
+        ]
+    return []
+
+
+def signature_problems(anchor: Anchor, policies: list[trust.TrustPolicy]) -> Problems:
+    """``anchor_signature`` unless the anchor is validly signed by a key one of ``policies`` trusts (any
+    key on a chain without a policy: there the anchor only pins the head, it cannot vouch for authors)."""
+    signer = key_id(_raw(anchor.public_key))
+    trusted = not policies or any(p.trusts(signer) for p in policies)
+    if trusted and signature_valid(anchor.public_key, anchor.signature, _bytes(anchor.checkpoint)):
+        return []
+    return [("anchor_signature", f"not validly signed by a trusted key (key {signer})")]
+
+
+def expired(anchor: Anchor, now: dt.datetime) -> bool:
+    return rfc3339(now) > anchor.checkpoint.expires_at
 
 
 def _bytes(checkpoint: Checkpoint) -> bytes:

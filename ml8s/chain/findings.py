@@ -6,6 +6,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.chain.models import ChainVersion
 from ml8s.errors import ChainCorruptionError, ConfigError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -79,3 +80,20 @@ def normalize_known_head(known_head: str | None) -> str | None:
     if not _KNOWN_HEAD.fullmatch(known_head):
         raise ConfigError(f"known head {known_head!r}: expected 12 to 64 hex digits of a block hash")
     return known_head.lower()
+
+
+def known_head_problems(
+    known: str, parsed: list[ChainVersion], head: ChainVersion | None
+) -> list[tuple[str, str, ChainVersion | None]]:
+    """Why a known head (prefix, lower case) that is not on the chain walked from ``head`` is a finding:
+    ambiguous, nowhere in the store, rolled back (above the head) or forked off."""
+    matches = {v.block_hash: v for v in parsed if v.block_hash.startswith(known)}
+    if len(matches) > 1:
+        return [("known_head", f"known head prefix {known} matches {len(matches)} blocks: give more digits", None)]
+    seen = next(iter(matches.values()), None)
+    now = f"the head is {head.version_dir}" if head else "there is no head"
+    if seen is None:
+        return [("known_head", f"known head {known} is nowhere in the chain's store; {now}", None)]
+    if head is not None and seen.counter > head.counter:
+        return [("known_head", f"rolled back: known head {seen.version_dir} is off the chain; {now}", seen)]
+    return [("known_head", f"forked: known head {seen.version_dir} is off the chain; {now}", seen)]

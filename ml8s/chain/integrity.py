@@ -26,6 +26,9 @@ and the versions around it are still checked, then reports what does not hold. C
 ``committed_off_chain`` a version that a run record or a winning audit event names is not on the chain
                      (evidence.py): the head was rolled back or history rewritten
 ``run_index`` / ``audit_event``  a run record or audit event that is no valid JSON of its model
+``unsigned`` / ``untrusted_key`` / ``bad_signature`` / ``trust_policy*``  signatures (trust.py); with
+                     ``require_signed``, also a chain without a trust policy or versions before its first
+``anchor_*``         disagreement with an anchor (anchor.py)
 
 Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
 are reported as ``orphans``, not as findings: they are the normal residue that GC removes. A head
@@ -41,7 +44,7 @@ from collections.abc import Iterator
 from ml8s.chain import _checks, evidence, paths, trust
 from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
-from ml8s.chain.findings import Finding, VerifyReport, normalize_known_head, unchecked_limits
+from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
@@ -63,12 +66,14 @@ def verify_chain(
     strict_orphans: bool = False,
     anchor: Anchor | None = None,
     now: dt.datetime | None = None,
+    require_signed: bool = False,
 ) -> VerifyReport:
     """Check the whole chain (module docstring). ``payloads=False`` skips reading payload bytes
     (sizes are still checked); ``known_head`` is a block hash that must be on the chain; ``anchor`` a
-    signed checkpoint (anchor.py), checked as of ``now`` (default: the current time)."""
+    signed checkpoint (anchor.py), checked as of ``now`` (default: the current time); ``require_signed``
+    (CHAIN_REQUIRE_SIGNED) makes a chain without a trust policy, or versions before its first, ``unsigned``."""
     verifier = _Verifier(chain, payloads, strict_orphans)
-    verifier.anchor, verifier.now = anchor, now or utc_now()
+    verifier.anchor, verifier.now, verifier.require_signed = anchor, now or utc_now(), require_signed
     return verifier.run(normalize_known_head(known_head))[0]
 
 
@@ -91,6 +96,7 @@ class _Verifier:
         self.findings: list[Finding] = []
         self.anchor: Anchor | None = None
         self.now = utc_now()
+        self.require_signed = False
         self.parsed: dict[str, ChainVersion] = {}  # every readable block, tampered or not, by directory
 
     def add(self, check: str, reason: str, version: ChainVersion | None = None, *, counter: int | None = None) -> None:
@@ -133,10 +139,13 @@ class _Verifier:
                 what = "has a child: a rewritten or rolled-back branch" if not self.strict else "is off the chain"
                 self.add("fork", f"{name} {what} (head: {head.version_dir if head else '<none>'})", orphan)
         if known_head is not None and not any(v.block_hash.startswith(known_head) for v in walked):
-            self._known_head(known_head, head)
+            for check, reason, seen in known_head_problems(known_head, list(self.parsed.values()), head):
+                self.add(check, reason, seen)
         self._evidence(on_chain | ahead, walked)
         for check, reason, counter in anchor_problems(self.chain, self.anchor, walked, self.now) if self.anchor else []:
             self.add(check, reason, counter=counter)
+        for check, reason, counter in trust.required_findings(walked, policies) if self.require_signed else []:
+            self.add(check, reason, next((v for v in walked if v.counter == counter), None), counter=counter)
         findings = sorted(self.findings, key=lambda f: (f.counter is None, f.counter or 0, f.check, f.version_dir))
         report = VerifyReport(
             chain_name=self.chain.name,
@@ -283,17 +292,3 @@ class _Verifier:
             self.findings.append(
                 Finding(check="committed_off_chain", reason=reason, counter=items[0].counter, version_dir=version_dir)
             )
-
-    def _known_head(self, known: str, head: ChainVersion | None) -> None:
-        matches = {v.block_hash: v for v in self.parsed.values() if v.block_hash.startswith(known)}
-        if len(matches) > 1:
-            self.add("known_head", f"known head prefix {known} matches {len(matches)} blocks: give more digits")
-            return
-        seen = next(iter(matches.values()), None)
-        now = f"the head is {head.version_dir}" if head else "there is no head"
-        if seen is None:
-            self.add("known_head", f"known head {known} is nowhere in the chain's store; {now}")
-        elif head is not None and seen.counter > head.counter:
-            self.add("known_head", f"rolled back: known head {seen.version_dir} is off the chain; {now}", seen)
-        else:
-            self.add("known_head", f"forked: known head {seen.version_dir} is off the chain; {now}", seen)

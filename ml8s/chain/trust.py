@@ -34,6 +34,7 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 _POLICY_KEY = re.compile(r"policy-([0-9]{10})\.json")
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Problems = list[tuple[str, str]]
+_REQUIRED = "signatures are required (CHAIN_REQUIRE_SIGNED; --allow-unsigned to accept a legacy chain)"
 
 
 class TrustedKey(BaseModel):
@@ -148,6 +149,37 @@ def block_problems(version: ChainVersion, policies: list[TrustPolicy]) -> Proble
     if not signature_valid(key.public_key, block.signature, header_bytes(version.header)):
         return [("bad_signature", f"the signature by {block.signer_key_id} does not match the header")]
     return []
+
+
+def required_problems(version: ChainVersion, policies: list[TrustPolicy]) -> Problems:
+    """With signatures required (CHAIN_REQUIRE_SIGNED): a version above genesis that no policy made
+    sign (the chain has none, or it predates ``signed_from``) is ``unsigned``. Genesis holds no payload;
+    the first signed block's parent links pin it, and every version before it."""
+    if version.counter == 0:
+        return []
+    if not policies:
+        return [("unsigned", f"the chain has no trust policy; {_REQUIRED}")]
+    if version.counter < policies[0].signed_from:
+        return [
+            (
+                "unsigned",
+                f"committed before the first trust policy (signed from {policies[0].signed_from}); {_REQUIRED}",
+            )
+        ]
+    return []
+
+
+def required_findings(walked: list[ChainVersion], policies: list[TrustPolicy]) -> list[tuple[str, str, int | None]]:
+    """verify's ``unsigned`` finding when signatures are required: chain-wide when there is no policy,
+    else at the first version committed before the first policy, saying how many such versions there are."""
+    if not policies:
+        return [("unsigned", f"the chain has no trust policy: no version is signed; {_REQUIRED}", None)]
+    legacy = sorted(v.counter for v in walked if required_problems(v, policies))
+    if not legacy:
+        return []
+    where = f"versions {legacy[0]} to {legacy[-1]} ({len(legacy)})" if len(legacy) > 1 else f"version {legacy[0]}"
+    reason = f"{where} predate the first trust policy (signed from {policies[0].signed_from}); {_REQUIRED}"
+    return [("unsigned", reason, legacy[0])]
 
 
 def _trusted(public_key: str) -> TrustedKey:

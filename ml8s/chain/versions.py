@@ -33,6 +33,7 @@ from ml8s.errors import (
     ChainHeadMissingError,
     ChecksumError,
     ConfigError,
+    IntegrityError,
     NotFoundError,
     StoreError,
     VersionNotFoundError,
@@ -196,7 +197,7 @@ class ChainVersions:
     def write_version(self, version: ChainVersion, payload: Mapping[str, PayloadSource], written: list[str]) -> None:
         """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land.
 
-        Local files are streamed (put_file_atomic) and what landed is checked against the block's
+        Local files are streamed (put_file_expecting) and what landed is checked against the block's
         sha256 and size: a file changed since it was hashed fails the commit, never the chain."""
         at = self.version_key
         files: list[tuple[str, PayloadSource]] = [
@@ -210,13 +211,14 @@ class ChainVersions:
         for key, data in files:
             if isinstance(data, LocalFile):
                 written.append(key)  # before the upload: a half-done one is deleted too
-                landed = self.store.put_file_atomic(key, data.path, tmp_key=self.tmp_key())
-                if (landed.sha256, landed.size) != (data.sha256, data.size):
-                    raise ChecksumError(
-                        f"{data.path} changed while committing: uploaded {landed.size} bytes sha256 {landed.sha256}, "
-                        f"hashed {data.size} bytes sha256 {data.sha256}",
-                        check="payload_hash",
+                try:
+                    self.store.put_file_expecting(
+                        key, data.path, tmp_key=self.tmp_key(), sha256=data.sha256, size=data.size
                     )
+                except IntegrityError as exc:
+                    raise ChecksumError(
+                        f"{data.path} changed while committing: {exc.message}", check="payload_hash"
+                    ) from exc
                 continue
             if len(data) > SINGLE_PUT_MAX:
                 self.store.put_atomic(key, data, tmp_key=self.tmp_key())

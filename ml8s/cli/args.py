@@ -51,6 +51,27 @@ def add_root(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_require_signed(parser: argparse.ArgumentParser) -> None:
+    """``--require-signed`` / ``--allow-unsigned``: override CHAIN_REQUIRE_SIGNED (``args.require_signed``,
+    None when neither is given)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--require-signed",
+        dest="require_signed",
+        action="store_const",
+        const=True,
+        default=None,
+        help="refuse a chain without a trust policy and unsigned versions (default: CHAIN_REQUIRE_SIGNED)",
+    )
+    group.add_argument(
+        "--allow-unsigned",
+        dest="require_signed",
+        action="store_const",
+        const=False,
+        help="accept a legacy unsigned chain (says what it could not check)",
+    )
+
+
 def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
     """Run a handler; a named ml8s error is one line on stderr and exit 1.
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_root, guarded, run_id_arg
+from ml8s.cli.args import add_require_signed, add_root, guarded, run_id_arg
 
 if TYPE_CHECKING:
+    from ml8s.chain import Anchor
     from ml8s.cli.args import Subcommands
 
 
@@ -21,6 +23,8 @@ def register(commands: Subcommands) -> None:
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.add_argument("--recheck-data", action="store_true", help="fingerprint DATA_ROOT again, report drift")
     _add_tracking_uri(verify)
+    verify.add_argument("--anchor", default=None, help="check the chain against an anchor: FILE or mlflow:[MODEL[/N]]")
+    add_require_signed(verify)
     verify.set_defaults(handler=guarded(_verify))
 
     audit = commands.add_parser("audit", help="audit bundles: write one for a run, or verify one offline")
@@ -32,6 +36,11 @@ def register(commands: Subcommands) -> None:
     bundle.add_argument("--no-model", action="store_true", help="leave the model files out (their sha256 stay)")
     bundle.add_argument("--allow-failed", action="store_true", help="bundle a run that fails verification")
     _add_tracking_uri(bundle)
+    bundle.add_argument(
+        "--anchor",
+        default=None,
+        help="anchor to embed and check: FILE or mlflow:[MODEL[/N]] (default: the latest published)",
+    )
     bundle.set_defaults(handler=guarded(_bundle))
     check = sub.add_parser("verify", help="verify an audit bundle offline (no store, no MLflow)")
     check.add_argument("file", metavar="FILE")
@@ -52,8 +61,14 @@ def _add_tracking_uri(parser: argparse.ArgumentParser) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from ml8s.audit import render_text, verify_run
 
+    env = _environment(args.require_signed)
     report = verify_run(
-        args.root, args.run_id, os.environ, recheck_data=args.recheck_data, tracking_uri=args.mlflow_tracking_uri
+        args.root,
+        args.run_id,
+        env,
+        recheck_data=args.recheck_data,
+        tracking_uri=args.mlflow_tracking_uri,
+        anchor=_anchor(args, env),
     )
     sys.stdout.write(report.model_dump_json(indent=2) + "\n" if args.json else render_text(report))
     return 0 if report.passed else 1
@@ -69,6 +84,7 @@ def _bundle(args: argparse.Namespace) -> int:
         include_model=not args.no_model,
         allow_failed=args.allow_failed,
         tracking_uri=args.mlflow_tracking_uri,
+        anchor=_anchor(args, os.environ),
     )
     write_bundle(args.output, data)
     sys.stderr.write(render_text(report))
@@ -82,3 +98,17 @@ def _audit_verify(args: argparse.Namespace) -> int:
     report = verify_bundle(args.file)
     sys.stdout.write(report.model_dump_json(indent=2) + "\n" if args.json else render_text(report))
     return 0 if report.passed else 1
+
+
+def _environment(require_signed: bool | None) -> Mapping[str, str]:
+    """The environment, with CHAIN_REQUIRE_SIGNED as --require-signed / --allow-unsigned say (if given)."""
+    if require_signed is None:
+        return os.environ
+    return {**os.environ, "CHAIN_REQUIRE_SIGNED": "true" if require_signed else "false"}
+
+
+def _anchor(args: argparse.Namespace, env: Mapping[str, str]) -> Anchor | None:
+    from ml8s.audit.anchor_tags import load_anchor
+    from ml8s.identity.settings import PlatformSettings
+
+    return load_anchor(args.anchor, PlatformSettings.load(env, {"pipeline_root_uri": args.root}))

@@ -27,10 +27,9 @@ from ml8s.chain import (
     collect_garbage,
     local_file,
     make_anchor,
-    read_anchor,
     verify_chain,
 )
-from ml8s.cli.args import guarded
+from ml8s.cli.args import add_require_signed, guarded
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import open_store
@@ -64,8 +63,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["commit"].add_argument("--steps", type=int, default=0, help="training steps since the parent")
     verbs.choices["show"].add_argument("counter", nargs="?", type=int, help="version counter (default: head)")
     verbs.choices["verify"].add_argument("--known-head", default=None, help="a block hash seen before (>= 12 hex)")
-    verbs.choices["verify"].add_argument("--anchor", default=None, help="an anchor file (ml8s chain anchor)")
-    verbs.choices["anchor"].add_argument("--out", required=True, help="anchor file to write")
+    verbs.choices["verify"].add_argument(
+        "--anchor", default=None, help="an anchor: a file (ml8s chain anchor --out), or mlflow:[MODEL[/VERSION]]"
+    )
+    add_require_signed(verbs.choices["verify"])
+    verbs.choices["anchor"].add_argument("--out", default=None, help="anchor file to write")
+    verbs.choices["anchor"].add_argument(
+        "--publish", choices=["mlflow"], default=None, help="also tag the registered model and the head run's versions"
+    )
     verbs.choices["anchor"].add_argument("--ttl-hours", type=float, default=24.0, help="validity (default 24)")
     verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
@@ -91,11 +96,15 @@ def run(args: argparse.Namespace) -> int:
     signer = SigningKey.from_env(os.environ)
     chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name, signer=signer)
     if verb == "anchor":
-        if signer is None or not 0 < args.ttl_hours <= 24 * 366:
-            raise ConfigError(f"chain anchor: needs {ENV_KEY} or {ENV_KEY_FILE}, and --ttl-hours in (0, 8784]")
+        if signer is None or not 0 < args.ttl_hours <= 24 * 366 or not (args.out or args.publish):
+            raise ConfigError(
+                f"chain anchor: needs {ENV_KEY} or {ENV_KEY_FILE}, --ttl-hours in (0, 8784], and --out or --publish"
+            )
         anchor = make_anchor(chain, signer, dt.timedelta(hours=args.ttl_hours), dt.datetime.now(dt.UTC))
-        _write_new(args.out, anchor.model_dump_json(indent=2).encode("utf-8") + b"\n", mode=0o644)
-        _print(anchor.checkpoint.model_dump(mode="json"))
+        if args.out:
+            _write_new(args.out, anchor.model_dump_json(indent=2).encode("utf-8") + b"\n", mode=0o644)
+        published = _publish(settings, anchor, chain) if args.publish else None
+        _print({**anchor.checkpoint.model_dump(mode="json"), "published": published})
     elif verb == "trust":
         if signer is None:
             raise ConfigError(f"chain trust: set {ENV_KEY} or {ENV_KEY_FILE} to a key the current policy trusts")
@@ -115,7 +124,12 @@ def run(args: argparse.Namespace) -> int:
         version = chain.head() if args.counter is None else chain.get(args.counter)
         _print({**_summary(version), "header": version.header.model_dump(mode="json")})
     elif verb == "verify":
-        report = verify_chain(chain, known_head=args.known_head, anchor=_read_anchor(args.anchor))
+        from ml8s.audit.anchor_tags import load_anchor  # MLflow's client only for an mlflow: anchor
+
+        require = settings.chain_require_signed if args.require_signed is None else args.require_signed
+        report = verify_chain(
+            chain, known_head=args.known_head, anchor=load_anchor(args.anchor, settings), require_signed=require
+        )
         if args.json:
             _print(report.model_dump(mode="json"))
         elif report.ok:
@@ -151,14 +165,14 @@ def _write_new(path: str, data: bytes, *, mode: int) -> None:
         handle.write(data)
 
 
-def _read_anchor(path: str | None) -> Anchor | None:
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as handle:
-            return read_anchor(handle.read(), where=f"--anchor {path}")
-    except OSError as exc:
-        raise ConfigError(f"--anchor {path}: {exc.strerror or exc}; expected an anchor file") from exc
+def _publish(settings: PlatformSettings, anchor: Anchor, chain: ChainStore) -> dict[str, object]:
+    """Tag the registered model MLFLOW_MODEL_NAME and the head run's versions with the anchor."""
+    from ml8s.audit.anchor_tags import publish_anchor
+
+    head = chain.head()
+    uri = settings.mlflow_tracking_uri_for_registry()
+    where = publish_anchor(uri, settings.mlflow_model_name, anchor, head.header.full_config_hash)
+    return where.model_dump(mode="json")
 
 
 def _keygen(out: str) -> int:

@@ -80,6 +80,12 @@ class PlatformSettings(BaseSettings):
     chain_name: str = Field(
         "", description="model chain name; default MLFLOW_MODEL_NAME (made valid: invalid characters become '-')"
     )
+    chain_require_signed: bool = Field(
+        False,
+        strict=True,
+        description="true: chain verify, followers and readers refuse unsigned versions, and runs refuse to start "
+        "without a signing key (set it in production; false keeps legacy unsigned chains verifying)",
+    )
     image_version: str = Field("dev", description="image tag, used as the Flyte cache version")
     tmp_retention_days: int = Field(7, description="age after which stale .tmp entries are removed")
     warm_start_root_uri: str = Field(
@@ -149,7 +155,7 @@ class PlatformSettings(BaseSettings):
         """Where a warm start's parent chain lives."""
         return self.warm_start_root_uri or self.pipeline_root_uri
 
-    @field_validator("force_rerun", "strict_data_identity", mode="before")
+    @field_validator("force_rerun", "strict_data_identity", "chain_require_signed", mode="before")
     @classmethod
     def _flag(cls, value: object, info: ValidationInfo) -> object:
         if not isinstance(value, str):

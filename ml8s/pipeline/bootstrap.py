@@ -20,6 +20,7 @@ from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import canonical_config, raw_values_from_env
 from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
+from ml8s.pipeline.chain_commit import require_signing_key
 from ml8s.pipeline.context import RunContext, RunSpec
 from ml8s.pipeline.preflight import check_writable_root
 
@@ -54,6 +55,7 @@ def bootstrap(
         params = validate_params({**config, "warm_start": None})  # WARM_START is resolved below, on the data
     except ConfigError as exc:
         raise _naming_the_input(exc, given) from exc
+    require_signing_key(settings, env)
     fingerprint = fingerprint_data(params.data_root)
     if data_files is not None:
         fingerprint = restrict(fingerprint, data_files)

@@ -12,13 +12,15 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, CommitMeta, RetryPolicy, SigningKey
+from ml8s.chain import ENV_KEY, ENV_KEY_FILE, ChainStore, CommitMeta, RetryPolicy, SigningKey
 from ml8s.contract import Manifest, TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST
-from ml8s.errors import NotFastForwardError, NotFoundError, StaleParentError
+from ml8s.errors import NotFastForwardError, NotFoundError, SigningRequiredError, StaleParentError
+from ml8s.identity.settings import PlatformSettings
 from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
@@ -51,7 +53,7 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     payload[PAYLOAD_MANIFEST] = manifest.chain_payload()
     # The committer's key comes from this process's environment (a Kubernetes secret on a cluster), never
     # from the run context: the context travels between Flyte tasks and must hold no secret.
-    chain = ChainStore(store, ctx.settings.chain_name, signer=SigningKey.from_env(os.environ))
+    chain = ChainStore(store, ctx.settings.chain_name, signer=require_signing_key(ctx.settings, os.environ))
     with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
         has_logs = _fetch_events(ctx, store, logdir)
         meta = CommitMeta(
@@ -90,6 +92,20 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
         version_dir=version.version_dir,
         global_step=version.global_step,
     )
+
+
+def require_signing_key(settings: PlatformSettings, env: Mapping[str, str]) -> SigningKey | None:
+    """The committer's key from ``env``; with CHAIN_REQUIRE_SIGNED, SigningRequiredError when there is none.
+
+    Bootstrap calls it too, so a run that could not commit signed fails before anything is written.
+    """
+    signer = SigningKey.from_env(env)
+    if signer is None and settings.chain_require_signed:
+        raise SigningRequiredError(
+            f"CHAIN_REQUIRE_SIGNED=true: chain {settings.chain_name!r} takes only signed versions; set {ENV_KEY} "
+            f"or {ENV_KEY_FILE} to a key its trust policy lists (docs/chain.md, keys)"
+        )
+    return signer
 
 
 def _fetch_events(ctx: RunContext, store: Store, directory: str) -> bool:

@@ -16,6 +16,8 @@ import abc
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.errors import IntegrityError
+
 
 class ObjectInfo(BaseModel):
     """A listed object: key relative to the store root, size in bytes, modification time (epoch seconds).
@@ -63,6 +65,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
         """Like :meth:`put_atomic` for a local file, streamed."""
+
+    def put_file_expecting(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
+        """:meth:`put_file_atomic` of a file the caller has already hashed (``sha256``, ``size``): what landed
+        must equal that, else :class:`ml8s.errors.IntegrityError` (the file changed since it was hashed) and
+        ``key`` does not hold the file (this default deletes what it stored; the local backend moves nothing).
+        A backend that can check the landed bytes against the expected hash directly overrides this to
+        spare a hashing pass (the local one does)."""
+        landed = self.put_file_atomic(key, path, tmp_key=tmp_key)
+        if (landed.sha256, landed.size) != (sha256, size):
+            self.delete(key)
+            raise IntegrityError(
+                f"{self.uri(key)}: stored {landed.size} bytes sha256 {landed.sha256} from {path}, expected "
+                f"{size} bytes sha256 {sha256} (the file changed since it was hashed)"
+            )
+        return landed
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:

@@ -2,7 +2,8 @@
 
 Costs: a listing is a directory walk and one ``stat`` per file (no file is read); an atomic write reads
 its source once and hashes each byte twice: while writing the tmp file and re-reading it after fsync
-(the validation).
+(the validation); ``put_file_expecting`` (a file its caller hashed) copies in the kernel and hashes once,
+the validation against the caller's hash.
 Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
 would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 
 from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, StoreError
 from ml8s.store._files import (
+    copy_file,
     fsync_dir,
     into_dir,
     open_source,
@@ -53,6 +55,33 @@ class LocalStore(Store):
             # One pass: the digest of the chunks written is the expected value the re-read tmp file must match.
             digest, size = write_file(tmp, source)
         return self._validate_and_move(key, tmp, tmp_key, digest, size)
+
+    def put_file_expecting(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
+        """A kernel copy of ``path`` (no byte passes through Python), fsync, then one sha256 pass over the tmp
+        file compared with the caller's ``sha256`` and ``size``; only a match moves to ``key``.
+
+        As safe as :meth:`put_file_atomic`: the check is end to end. What is compared is the tmp file as
+        re-read after fsync, the bytes that then move to ``key``, against the hash the caller took of the
+        source (and will record, e.g. in a chain block). A source changed after it was hashed, a short copy
+        or a bad write all give other bytes, so IntegrityError and nothing at ``key``. What this spares is
+        the intermediate hash of the bytes in transit, which put_file_atomic needs only because it has no
+        expected value to compare with: one read and one sha256 pass fewer for a caller that hashed already.
+        """
+        tmp = self._path(tmp_key)
+        with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
+            copy_file(tmp, source)
+        on_disk, found = sha256_or_none(tmp), size_or_none(tmp)
+        if (on_disk, found) != (sha256, size):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise IntegrityError(
+                f"{self.uri(key)}: copied {found} bytes sha256 {on_disk} from {path} (read back after fsync), "
+                f"expected {size} bytes sha256 {sha256}: the file changed since it was hashed"
+            )
+        final = self._path(key)
+        into_dir(tmp, final, os.replace)
+        fsync_dir(os.path.dirname(final))
+        return WriteResult(key=key, size=size, sha256=sha256)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         final = self._path(key)
