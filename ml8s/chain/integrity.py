@@ -26,6 +26,7 @@ and the versions around it are still checked, then reports what does not hold. C
 ``committed_off_chain`` a version that a run record or a winning audit event names is not on the chain
                      (evidence.py): the head was rolled back or history rewritten
 ``run_index`` / ``audit_event``  a run record or audit event that is no valid JSON of its model
+``weights_hash`` / ``delta_base``  a version's weights, rebuilt FULL -> DELTAs, are not what it records
 
 Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
 are reported as ``orphans``, not as findings: they are the normal residue that GC removes. A head
@@ -44,6 +45,7 @@ from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.versions import ChainVersions
+from ml8s.chain.weights_check import weights_problems
 from ml8s.chain.wire import decode_block
 from ml8s.errors import (
     ChainCorruptionError,
@@ -122,6 +124,8 @@ class _Verifier:
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
             )
             self.add_all(trust.block_problems(version, policies), version)
+        for check, reason, version in weights_problems(self.chain, walked) if self.payloads else []:
+            self.add(check, reason, version)
         on_chain = {v.version_dir for v in walked}
         off = sorted(set(self.parsed) - on_chain)
         ahead = self._ahead(head) if head is not None else set()

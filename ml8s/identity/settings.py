@@ -77,6 +77,9 @@ class PlatformSettings(BaseSettings):
     chain_name: str = Field("", description="model chain name; default MLFLOW_MODEL_NAME")
     image_version: str = Field("dev", description="image tag, used as the Flyte cache version")
     tmp_retention_days: int = Field(7, description="age after which stale .tmp entries are removed")
+    delta_base_interval: int = Field(
+        10, description="chain weights: a FULL every N versions, DELTAs on the parent in between (1: always FULL)"
+    )
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> PlatformSettings:
@@ -159,6 +162,14 @@ class PlatformSettings(BaseSettings):
         text = str(value).strip()
         if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text):
             raise ConfigError(f"TMP_RETENTION_DAYS={text!r} is invalid; expected a whole number of days")
+        return int(text)
+
+    @field_validator("delta_base_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: object) -> int:
+        text = str(value).strip()
+        if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+            raise ConfigError(f"DELTA_BASE_INTERVAL={text!r} is invalid; expected a whole number >= 1")
         return int(text)
 
 
