@@ -52,8 +52,10 @@ class _Builder:
         interval: int,
         mode: WeightsMode,
         known: VersionWeights | None,
+        extra: Mapping[str, PayloadSource],
     ) -> None:
         self.chain, self.interval, self.mode, self.known = chain, interval, mode, known
+        self.extra = dict(extra)
         self.tensors = {name: tensors[name].detach().contiguous() for name in sorted(tensors)}
         self.float = is_float_weights(self.tensors)
         self.hash = weights_hash(self.tensors) if self.float else ""
@@ -78,9 +80,9 @@ class _Builder:
                     delta_base_counter=parent.counter,
                     delta_base_block_hash=parent.block_hash,
                 )
-                return {WEIGHTS_DELTA: delta}, fields
+                return {**self.extra, WEIGHTS_DELTA: delta}, fields
         full = WeightsFields(weights_hash=self.hash, weights_full_counter=counter if self.float else 0)
-        return {WEIGHTS_FULL: self._full()}, full
+        return {**self.extra, WEIGHTS_FULL: self._full()}, full
 
     def _delta_due(self, parent: ChainVersion) -> bool:
         header = parent.header
@@ -113,6 +115,7 @@ def commit_weights(
     source: LocalFile | None = None,
     known: VersionWeights | None = None,
     policy: RetryPolicy | None = None,
+    extra: Mapping[str, PayloadSource] | None = None,
 ) -> ChainVersion:
     """Commit ``tensors`` as the next version, FULL or DELTA (module docstring), retrying conflicts.
 
@@ -125,6 +128,7 @@ def commit_weights(
         source: the safetensors file ``tensors`` were read from: a FULL stores it as is, streamed.
         known: weights the caller holds (e.g. of its last commit), to rebuild the parent from quickly.
         policy: retries (default ``RetryPolicy()``).
+        extra: other payload files, stored whole in every version (e.g. ``model.onnx``, ``feature_schema.json``).
 
     Raises:
         ConfigError: ``interval`` < 1.
@@ -133,7 +137,9 @@ def commit_weights(
     """
     if interval < 1:
         raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
-    builder = _Builder(chain, tensors, source, interval, mode, known)
+    if extra and ({WEIGHTS_FULL, WEIGHTS_DELTA} & set(extra)):
+        raise ConfigError(f"extra payload files may not be named {WEIGHTS_FULL} or {WEIGHTS_DELTA}")
+    builder = _Builder(chain, tensors, source, interval, mode, known, extra or {})
     return commit_with_retry(chain, builder, meta, policy or RetryPolicy(), notify=to_stderr)
 
 

@@ -67,13 +67,24 @@ class DeltaProducer:
         return await asyncio.to_thread(functools.partial(self.publish_sync, state_dict, meta, WeightsMode.DELTA))
 
     def publish_sync(
-        self, state_dict: Mapping[str, torch.Tensor], meta: CommitMeta, mode: WeightsMode = WeightsMode.AUTO
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        meta: CommitMeta,
+        mode: WeightsMode = WeightsMode.AUTO,
+        extra: Mapping[str, bytes] | None = None,
     ) -> PublishResult:
-        """``publish`` (``mode``), blocking the caller."""
+        """``publish`` (``mode``), blocking the caller; ``extra``: other payload files, stored whole."""
         # A private copy: a trainer keeps updating its tensors in place after publishing them.
         tensors = {name: state_dict[name].detach().to("cpu", copy=True).contiguous() for name in sorted(state_dict)}
         version = commit_weights(
-            self.chain, tensors, meta, interval=self.interval, mode=mode, known=self._last, policy=self.policy
+            self.chain,
+            tensors,
+            meta,
+            interval=self.interval,
+            mode=mode,
+            known=self._last,
+            policy=self.policy,
+            extra=dict(extra or {}),
         )
         header = version.header
         if header.weights_hash and is_float_weights(tensors) and header.weights_hash == weights_hash(tensors):
