@@ -100,11 +100,8 @@ def commit(
         _refuse(chain, parent, meta, f"expected parent {expected_parent}, the head is {parent.block_hash}")
     if meta.step_after(parent.global_step) < parent.global_step:
         _refuse(chain, parent, meta, f"global_step {meta.global_step} < the head's {parent.global_step}")
-    weights = WeightsFields()
-    if not isinstance(payload, Mapping):
-        payload, weights = payload(parent)
-        files = payload_files(payload)
-    assert files is not None  # a Mapping payload's files were listed above
+    payload, weights = (payload, WeightsFields()) if isinstance(payload, Mapping) else payload(parent)
+    files = files if files is not None else payload_files(payload)
     version = _seal(parent, meta, files, policy, chain.signer, claim_sha256, weights)
     written: list[str] = []
     try:
@@ -256,7 +253,7 @@ def _seal(
     weights: WeightsFields | None = None,
 ) -> ChainVersion:
     counter = parent.counter + 1
-    weights = weights if weights is not None else WeightsFields()
+    weights = weights or WeightsFields()
     header = BlockHeader(
         counter=counter,
         parent_block_hash=parent.block_hash,
@@ -276,10 +273,7 @@ def _seal(
         files=files,
         trust_policy_version=policy,
         run_claim_sha256=claim_sha256,
-        weights_hash=weights.weights_hash,
-        weights_full_counter=weights.weights_full_counter,
-        delta_base_counter=weights.delta_base_counter,
-        delta_base_block_hash=weights.delta_base_block_hash,
+        **weights.model_dump(exclude={"payload_kind"}),
     )
     return _version(header, signer)
 
