@@ -419,3 +419,33 @@ class ChainEvidenceError(ChainCorruptionError):
     """A version's run claim or audit events are missing or edited: the store's index or trail was tampered with."""
 
     code = "CHAIN_EVIDENCE_MISSING"
+
+
+class WeightsError(ChainError):
+    """A version's weights (FULL or DELTA payload, ml8s/chain/weights.py) cannot be committed or rebuilt."""
+
+    code = "CHAIN_WEIGHTS"
+
+
+class WeightsMissingError(WeightsError):
+    """A version has no weights to rebuild from: no FULL anchor below a DELTA, or not a weights payload."""
+
+    code = "CHAIN_WEIGHTS_MISSING"
+
+
+class WeightsMismatchError(WeightsError, IntegrityError):
+    """Rebuilt weights do not have the weights hash their block records, or a DELTA names another base."""
+
+    code = "CHAIN_WEIGHTS_MISMATCH"
+
+
+class ServingError(Ml8sError):
+    """An inference client or ``ml8s follow`` cannot serve a version (ml8s.serving)."""
+
+    code = "SERVING_ERROR"
+
+
+class NoModelGraphError(ServingError):
+    """``predict`` was asked of a version whose payload holds weights but no model graph and feature schema."""
+
+    code = "SERVING_NO_MODEL_GRAPH"

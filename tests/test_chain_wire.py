@@ -88,6 +88,10 @@ CHANGES = {
     "files": FILES[:1],
     "trust_policy_version": 3,
     "run_claim_sha256": "c" * 64,
+    "weights_hash": "d" * 64,
+    "weights_full_counter": 2,
+    "delta_base_counter": 3,
+    "delta_base_block_hash": "e" * 64,
 }
 
 

@@ -21,8 +21,10 @@ from ml8s.chain.models import (
     ChainVersion,
     CommitMeta,
     LocalFile,
+    PayloadBuilder,
     PayloadFile,
     PayloadKind,
+    WeightsFields,
 )
 from ml8s.chain.payload import local_file
 from ml8s.chain.retry import RetryPolicy
@@ -32,11 +34,25 @@ from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, SigningKey
 from ml8s.chain.trust import TrustPolicy, adopt_policy, load_policies
 from ml8s.chain.trusted import TrustedReader
 from ml8s.chain.versions import ChainVersions
+from ml8s.chain.weights import (
+    WEIGHTS_DELTA,
+    WEIGHTS_FULL,
+    VersionWeights,
+    apply_hop,
+    is_float_weights,
+    load_full,
+    load_tensors,
+    rebuild_weights,
+    weights_file,
+)
+from ml8s.chain.weights_commit import WeightsMode, commit_weights
 from ml8s.chain.wire import block_hash_of
 
 __all__ = [
     "ENV_KEY",
     "ENV_KEY_FILE",
+    "WEIGHTS_DELTA",
+    "WEIGHTS_FULL",
     "Anchor",
     "Block",
     "BlockHeader",
@@ -50,6 +66,7 @@ __all__ = [
     "Follower",
     "GcReport",
     "LocalFile",
+    "PayloadBuilder",
     "PayloadFile",
     "PayloadKind",
     "RetryPolicy",
@@ -58,19 +75,29 @@ __all__ = [
     "TrustPolicy",
     "TrustedReader",
     "VerifyReport",
+    "VersionWeights",
+    "WeightsFields",
+    "WeightsMode",
     "adopt_policy",
+    "apply_hop",
     "block_hash_of",
     "check_safetensors",
     "collect_garbage",
+    "commit_weights",
     "committed",
     "content_hash",
     "find_corruption",
+    "is_float_weights",
+    "load_full",
     "load_policies",
+    "load_tensors",
     "local_file",
     "make_anchor",
     "named_versions",
     "proof_anchor_problems",
     "read_anchor",
+    "rebuild_weights",
     "sha256_hex",
     "verify_chain",
+    "weights_file",
 ]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from ml8s.chain.commit import commit as commit_once
 from ml8s.chain.commit import init as init_chain
-from ml8s.chain.models import ChainVersion, CommitMeta, PayloadSource
+from ml8s.chain.models import ChainVersion, CommitMeta, PayloadBuilder, PayloadSource
 from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
 from ml8s.chain.versions import ChainVersions
 
@@ -32,14 +32,17 @@ class ChainStore(ChainVersions):
         return init_chain(self)
 
     def commit(
-        self, payload: Mapping[str, PayloadSource], meta: CommitMeta, expected_parent: str | None = None
+        self,
+        payload: Mapping[str, PayloadSource] | PayloadBuilder,
+        meta: CommitMeta,
+        expected_parent: str | None = None,
     ) -> ChainVersion:
         """Append one version, once (see commit.py); ConflictError / NotFastForwardError when it lost."""
         return commit_once(self, payload, meta, expected_parent)
 
     def commit_with_retry(
         self,
-        payload: Mapping[str, PayloadSource],
+        payload: Mapping[str, PayloadSource] | PayloadBuilder,
         meta: CommitMeta,
         policy: RetryPolicy | None = None,
         *,

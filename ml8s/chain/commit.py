@@ -37,9 +37,11 @@ from ml8s.chain.models import (
     BlockHeader,
     ChainVersion,
     CommitMeta,
+    PayloadBuilder,
     PayloadFile,
     PayloadKind,
     PayloadSource,
+    WeightsFields,
 )
 from ml8s.chain.payload import payload_files
 from ml8s.chain.semver import GENESIS_SEMVER, bump
@@ -65,15 +67,17 @@ RESOLVE_DELAY_S = 0.1  # before look n: uniform(0.5, 2) * RESOLVE_DELAY_S * 2**n
 
 def commit(
     chain: ChainVersions,
-    payload: Mapping[str, PayloadSource],
+    payload: Mapping[str, PayloadSource] | PayloadBuilder,
     meta: CommitMeta,
     expected_parent: str | None = None,
     files: tuple[PayloadFile, ...] | None = None,
     check_record: bool = True,
 ) -> ChainVersion:
     """One commit attempt (module docstring). A retry loop passes the ``files`` it hashed once, and
-    ``check_record=False`` after its first attempt (the walk from the claim's counter finds the run anyway)."""
-    files = files if files is not None else payload_files(payload)
+    ``check_record=False`` after its first attempt (the walk from the claim's counter finds the run anyway).
+    A ``PayloadBuilder`` is called with the parent once the attempt knows it (weights.py: FULL or DELTA)."""
+    if files is None and isinstance(payload, Mapping):
+        files = payload_files(payload)
     if check_record and (done := runindex.committed(chain, meta.full_config_hash)) is not None:
         return _already(chain, done, files)
     pointer = chain.read_head()
@@ -96,7 +100,9 @@ def commit(
         _refuse(chain, parent, meta, f"expected parent {expected_parent}, the head is {parent.block_hash}")
     if meta.step_after(parent.global_step) < parent.global_step:
         _refuse(chain, parent, meta, f"global_step {meta.global_step} < the head's {parent.global_step}")
-    version = _seal(parent, meta, files, policy, chain.signer, claim_sha256)
+    payload, weights = (payload, WeightsFields()) if isinstance(payload, Mapping) else payload(parent)
+    files = files if files is not None else payload_files(payload)
+    version = _seal(parent, meta, files, policy, chain.signer, claim_sha256, weights)
     written: list[str] = []
     try:
         chain.write_version(version, payload, written)
@@ -225,11 +231,11 @@ def _refuse(chain: ChainVersions, head: ChainVersion, meta: CommitMeta, why: str
 
 
 def _already(
-    chain: ChainVersions, version: ChainVersion, files: tuple[PayloadFile, ...], *, repaired: bool = False
+    chain: ChainVersions, version: ChainVersion, files: tuple[PayloadFile, ...] | None, *, repaired: bool = False
 ) -> ChainVersion:
     """The run's existing version. A plain re-run writes nothing (idempotence includes the audit trail);
     what is news is recorded: a payload that differs (a determinism audit for free), a repaired record."""
-    mine = content_hash((f.name, f.sha256, f.size) for f in files)
+    mine = content_hash((f.name, f.sha256, f.size) for f in files) if files is not None else version.content_hash
     notes = [f"this payload differs: content hash {mine}"] if mine != version.content_hash else []
     notes += ["the run record was missing (a crash after the swap): rewritten"] if repaired else []
     if notes:
@@ -244,8 +250,10 @@ def _seal(
     policy: int = 0,
     signer: SigningKey | None = None,
     claim_sha256: str = "",
+    weights: WeightsFields | None = None,
 ) -> ChainVersion:
     counter = parent.counter + 1
+    weights = weights or WeightsFields()
     header = BlockHeader(
         counter=counter,
         parent_block_hash=parent.block_hash,
@@ -255,7 +263,7 @@ def _seal(
         run_id=meta.run_id,
         full_config_hash=meta.full_config_hash,
         artifact_root=meta.artifact_root,
-        payload_kind=PayloadKind.FULL,
+        payload_kind=weights.payload_kind,
         created_at=rfc3339(utc_now()),
         creator=meta.creator,
         tensorboard_logdir=paths.tensorboard_dir(counter),
@@ -265,6 +273,7 @@ def _seal(
         files=files,
         trust_policy_version=policy,
         run_claim_sha256=claim_sha256,
+        **weights.model_dump(exclude={"payload_kind"}),
     )
     return _version(header, signer)
 

@@ -29,6 +29,7 @@ and the versions around it are still checked, then reports what does not hold. C
 ``unsigned`` / ``untrusted_key`` / ``bad_signature`` / ``trust_policy*``  signatures (trust.py); with
                      ``require_signed``, also a chain without a trust policy or versions before its first
 ``anchor_*``         disagreement with an anchor (anchor.py)
+``weights_hash`` / ``delta_base``  a version's weights, rebuilt FULL -> DELTAs, are not what it records
 
 Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
 are reported as ``orphans``, not as findings: they are the normal residue that GC removes. A head
@@ -47,6 +48,7 @@ from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.versions import ChainVersions
+from ml8s.chain.weights_check import weights_problems
 from ml8s.chain.wire import decode_block
 from ml8s.errors import (
     ChainCorruptionError,
@@ -128,6 +130,8 @@ class _Verifier:
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
             )
             self.add_all(trust.block_problems(version, policies), version)
+        for check, reason, version in weights_problems(self.chain, walked) if self.payloads else []:
+            self.add(check, reason, version)
         on_chain = {v.version_dir for v in walked}
         off = sorted(set(self.parsed) - on_chain)
         ahead = self._ahead(head) if head is not None else set()

@@ -8,6 +8,7 @@ block can still be read, and named, rather than failing as a mere validation err
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -26,7 +27,7 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
 class PayloadKind(enum.StrEnum):
-    """What a version holds. DELTA is reserved for sparse delta checkpoints (SPEC §8)."""
+    """What a version holds: FULL (every file whole) or DELTA (its weights as a sparse delta on the parent's)."""
 
     GENESIS = "genesis"
     FULL = "full"
@@ -81,6 +82,10 @@ class BlockHeader(BaseModel):
     files: tuple[PayloadFile, ...]
     trust_policy_version: int = Field(default=0, ge=0)
     run_claim_sha256: OptionalHex64 = ""
+    weights_hash: OptionalHex64 = ""
+    weights_full_counter: int = Field(default=0, ge=0)
+    delta_base_counter: int = Field(default=0, ge=0)
+    delta_base_block_hash: OptionalHex64 = ""
 
     @model_validator(mode="after")
     def _files_sorted_unique(self) -> BlockHeader:
@@ -88,6 +93,29 @@ class BlockHeader(BaseModel):
         if names != sorted(set(names)):
             raise ValueError(f"payload files must be sorted by name and unique, got {names}")
         return self
+
+    @property
+    def weights(self) -> WeightsFields:
+        """The weights fields of this header (all unset when the version carries no weights hash)."""
+        return WeightsFields(
+            payload_kind=self.payload_kind,
+            weights_hash=self.weights_hash,
+            weights_full_counter=self.weights_full_counter,
+            delta_base_counter=self.delta_base_counter,
+            delta_base_block_hash=self.delta_base_block_hash,
+        )
+
+
+class WeightsFields(BaseModel):
+    """What a weights payload adds to a header: its kind, the full-weights hash and, for a DELTA, its base."""
+
+    model_config = _FROZEN
+
+    payload_kind: PayloadKind = PayloadKind.FULL
+    weights_hash: OptionalHex64 = ""
+    weights_full_counter: int = Field(default=0, ge=0)
+    delta_base_counter: int = Field(default=0, ge=0)
+    delta_base_block_hash: OptionalHex64 = ""
 
 
 class Block(BaseModel):
@@ -184,3 +212,8 @@ class CommitMeta(BaseModel):
         if self.global_step is not None:
             return self.global_step
         return parent_step + (self.steps_since_parent or 0)
+
+
+# A payload that depends on the version it is committed on (a DELTA on the parent's weights): called with
+# the parent on every commit attempt, it returns the files and the weights fields of the new header.
+PayloadBuilder = Callable[[ChainVersion], tuple[Mapping[str, PayloadSource], WeightsFields]]

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pydantic import BaseModel, ConfigDict, Field
 
 from ml8s.chain.commit import commit
-from ml8s.chain.models import ChainVersion, CommitMeta, PayloadSource
+from ml8s.chain.models import ChainVersion, CommitMeta, PayloadBuilder, PayloadSource
 from ml8s.chain.payload import payload_files
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import CommitDeadlineError, ConflictError, RetryableStoreError
@@ -60,7 +60,7 @@ def to_stderr(line: str) -> None:
 
 def commit_with_retry(
     chain: ChainVersions,
-    payload: Mapping[str, PayloadSource],
+    payload: Mapping[str, PayloadSource] | PayloadBuilder,
     meta: CommitMeta,
     policy: RetryPolicy,
     *,
@@ -71,7 +71,7 @@ def commit_with_retry(
     """Commit until won (or the run is found in the chain); the last error after ``max_attempts``,
     CommitDeadlineError once ``deadline_s`` has passed. With ``expected_parent`` (a warm start's parent),
     a head that moved is NotFastForwardError at once: retrying cannot make a stale parent the head."""
-    files = payload_files(payload)
+    files = payload_files(payload) if isinstance(payload, Mapping) else None  # a builder lists per attempt
     start = time.monotonic()
     what = f"chain {chain.name!r}: the store at {endpoint_of(chain.store)}"
     where = f"ml8s: {what}"

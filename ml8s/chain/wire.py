@@ -45,6 +45,10 @@ def header_to_proto(header: BlockHeader) -> pb.BlockHeader:
         files=[pb.PayloadFile(name=f.name, sha256=f.sha256, size=f.size) for f in header.files],
         trust_policy_version=header.trust_policy_version,
         run_claim_sha256=header.run_claim_sha256,
+        weights_hash=header.weights_hash,
+        weights_full_counter=header.weights_full_counter,
+        delta_base_counter=header.delta_base_counter,
+        delta_base_block_hash=header.delta_base_block_hash,
     )
 
 
@@ -69,6 +73,10 @@ def header_from_proto(message: pb.BlockHeader) -> BlockHeader:
         files=tuple(PayloadFile(name=f.name, sha256=f.sha256, size=f.size) for f in message.files),
         trust_policy_version=message.trust_policy_version,
         run_claim_sha256=message.run_claim_sha256,
+        weights_hash=message.weights_hash,
+        weights_full_counter=message.weights_full_counter,
+        delta_base_counter=message.delta_base_counter,
+        delta_base_block_hash=message.delta_base_block_hash,
     )
 
 
@@ -145,10 +153,20 @@ def metadata_json(block: Block) -> bytes:
     for key in ("signature", "signer_key_id"):
         if not rendered[key]:
             del rendered[key]
-    for key in ("trust_policy_version", "run_claim_sha256"):
+    for key in _LATER_HEADER_FIELDS:
         if not rendered["header"][key]:
             del rendered["header"][key]
     return canonical_bytes(rendered)
+
+
+_LATER_HEADER_FIELDS = (
+    "trust_policy_version",
+    "run_claim_sha256",
+    "weights_hash",
+    "weights_full_counter",
+    "delta_base_counter",
+    "delta_base_block_hash",
+)
 
 
 def content_hash_txt(block: Block) -> bytes:

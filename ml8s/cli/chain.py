@@ -25,6 +25,8 @@ from ml8s.chain import (
     adopt_policy,
     check_safetensors,
     collect_garbage,
+    commit_weights,
+    load_tensors,
     local_file,
     make_anchor,
     verify_chain,
@@ -112,14 +114,17 @@ def run(args: argparse.Namespace) -> int:
     elif verb == "init":
         _print(_summary(chain.init()))
     elif verb == "commit":
-        _print(_summary(_commit_external(chain, args.payload, args.steps)))
+        _print(_summary(_commit_external(chain, args.payload, args.steps, settings.delta_base_interval)))
     elif verb == "log":
         versions = sorted(chain.list(), key=lambda v: v.counter, reverse=True)
         if args.json:
             _print([_summary(v) for v in versions])
         for v in [] if args.json else versions:
             h = v.header
-            print(f"v{v.counter:<6} {v.semver:<10} {v.block_hash[:12]}  run {h.run_id or '-':<12}  {h.created_at}")
+            print(
+                f"v{v.counter:<6} {v.semver:<10} {v.block_hash[:12]}  {h.payload_kind.upper():<7} "
+                f"{sum(f.size for f in h.files):>12} B  run {h.run_id or '-':<12}  {h.created_at}"
+            )
     elif verb == "show":
         version = chain.head() if args.counter is None else chain.get(args.counter)
         _print({**_summary(version), "header": version.header.model_dump(mode="json")})
@@ -182,11 +187,11 @@ def _keygen(out: str) -> int:
     return 0
 
 
-def _commit_external(chain: ChainStore, path: str, steps: int) -> ChainVersion:
+def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) -> ChainVersion:
     """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file).
 
-    Everything is checked before anything is written (no run claim for a bad payload), and the file
-    is streamed: hashed once in chunks, then uploaded from disk.
+    Everything is checked before anything is written (no run claim for a bad payload). A FULL streams the
+    file as is; a DELTA (DELTA_BASE_INTERVAL, ml8s.chain.commit_weights) is encoded on the parent's weights.
     """
     if not 0 <= steps <= MAX_STEPS:
         raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
@@ -203,7 +208,9 @@ def _commit_external(chain: ChainStore, path: str, steps: int) -> ChainVersion:
         parameter_count=summary.parameter_count,
         steps_since_parent=steps,
     )
-    return chain.commit_with_retry({"model_native.safetensors": source}, meta, RetryPolicy())
+    with open(path, "rb") as handle:  # checked above: a complete safetensors file
+        tensors = load_tensors(handle.read(), path)
+    return commit_weights(chain, tensors, meta, interval=interval, source=source, policy=RetryPolicy())
 
 
 def _summary(version: ChainVersion) -> dict[str, object]:
@@ -213,6 +220,9 @@ def _summary(version: ChainVersion) -> dict[str, object]:
         "content_hash": version.content_hash,
         "counter": version.counter,
         "global_step": h.global_step,
+        "payload_kind": str(h.payload_kind),
+        "stored_bytes": sum(f.size for f in h.files),
+        "weights_hash": h.weights_hash,
         "parent_block_hash": h.parent_block_hash,
         "run_id": h.run_id,
         "semver": version.semver,

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 
 from ml8s import __version__
-from ml8s.cli import audit, chain, ops, pipeline, predict
+from ml8s.cli import audit, chain, follow, ops, pipeline, predict
 from ml8s.identity.variables import CANONICALIZATION_VERSION
 
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.register(commands)  # tmp-cleanup, resolve-collision, runs list
     chain.register(commands)  # chain init|commit|log|show|verify|gc|tensorboard
     predict.register(commands)  # predict
+    follow.register(commands)  # follow
     return parser
 
 

@@ -96,6 +96,9 @@ class PlatformSettings(BaseSettings):
         description="a WARM_START=head run whose parent stopped being the head: train again from the new head "
         "(retrain) or stop with LINEAGE_STALE_PARENT (fail)",
     )
+    delta_base_interval: int = Field(
+        10, description="chain weights: a FULL every N versions, DELTAs on the parent in between (1: always FULL)"
+    )
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> PlatformSettings:
@@ -195,6 +198,14 @@ class PlatformSettings(BaseSettings):
         text = str(value).strip()
         if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text):
             raise ConfigError(f"TMP_RETENTION_DAYS={text!r} is invalid; expected a whole number of days")
+        return int(text)
+
+    @field_validator("delta_base_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: object) -> int:
+        text = str(value).strip()
+        if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+            raise ConfigError(f"DELTA_BASE_INTERVAL={text!r} is invalid; expected a whole number >= 1")
         return int(text)
 
 

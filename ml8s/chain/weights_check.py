@@ -1,0 +1,77 @@
+"""verify_chain's weights rules: every version's weights rebuilt from genesis up and checked by hash.
+
+``weights_hash``  a FULL's tensors, or a DELTA applied to its parent's rebuilt weights, do not give the
+                  weights hash the block records (or the payload does not parse, or cannot be rebuilt)
+``delta_base``    a DELTA names a base other than its parent, or its FULL counter is not its parent's
+
+Memory: one set of weights at a time (each DELTA is applied in place to the set rebuilt for its parent),
+plus the payload bytes being read; a FULL is read into memory whole.
+"""
+
+from __future__ import annotations
+
+from ml8s.chain.models import ChainVersion, PayloadKind
+from ml8s.chain.versions import ChainVersions
+from ml8s.chain.weights import VersionWeights, apply_hop, load_full, weights_file
+from ml8s.errors import ChainError, DeltaError
+
+Problem = tuple[str, str, ChainVersion]
+
+
+def weights_problems(chain: ChainVersions, walked: list[ChainVersion]) -> list[Problem]:
+    """The weights findings of the chain ``walked`` (head first, as verify walks it)."""
+    found: list[Problem] = []
+    current: VersionWeights | None = None
+    parent: ChainVersion | None = None
+    for version in reversed(walked):
+        header = version.header
+        if header.payload_kind is PayloadKind.DELTA:
+            current = _delta(chain, version, parent, current, found)
+        elif weights_file(version) is not None and header.weights_hash:
+            if header.weights_full_counter != version.counter:
+                found.append(("delta_base", f"a FULL records FULL counter {header.weights_full_counter}", version))
+            current = _full(chain, version, found)
+        else:
+            current = None  # a version without a recorded weights hash: nothing to check, no DELTA may follow
+        parent = version
+    return found
+
+
+def _full(chain: ChainVersions, version: ChainVersion, found: list[Problem]) -> VersionWeights | None:
+    try:
+        return load_full(chain, version)
+    except (DeltaError, ChainError) as exc:
+        found.append(("weights_hash", exc.message, version))
+        return None
+
+
+def _delta(
+    chain: ChainVersions,
+    version: ChainVersion,
+    parent: ChainVersion | None,
+    current: VersionWeights | None,
+    found: list[Problem],
+) -> VersionWeights | None:
+    header = version.header
+    if parent is None or (header.delta_base_counter, header.delta_base_block_hash) != (
+        parent.counter,
+        parent.block_hash,
+    ):
+        found.append(("delta_base", f"a DELTA on version {header.delta_base_counter}, not on its parent", version))
+        return None
+    if header.weights_full_counter != parent.header.weights_full_counter:
+        found.append(
+            (
+                "delta_base",
+                f"records FULL counter {header.weights_full_counter}, its parent {parent.header.weights_full_counter}",
+                version,
+            )
+        )
+    if current is None:
+        found.append(("weights_hash", "its parent's weights could not be rebuilt, so neither can its own", version))
+        return None
+    try:
+        return apply_hop(chain, current, version)
+    except (DeltaError, ChainError) as exc:
+        found.append(("weights_hash", exc.message, version))
+        return None

@@ -1,0 +1,63 @@
+"""``ml8s follow``: keep a local directory holding a chain's current verified model (ml8s.serving)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ml8s.chain import ChainStore, read_anchor
+from ml8s.cli.args import guarded
+from ml8s.errors import ConfigError
+from ml8s.identity.settings import PlatformSettings
+from ml8s.store import open_store
+
+if TYPE_CHECKING:
+    from ml8s.cli.args import Subcommands
+    from ml8s.serving import ServedVersion
+
+
+def register(commands: Subcommands) -> None:
+    """Add ``ml8s follow`` to the CLI."""
+    text = (
+        "keep --out holding the chain's current verified model (weights as safetensors plus the version's other "
+        "payload files) under versions/, with a 'current' symlink swapped atomically"
+    )
+    follow = commands.add_parser("follow", help=text, description=text)
+    follow.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
+    follow.add_argument("--chain", default="", help="chain name (default: CHAIN_NAME)")
+    follow.add_argument("--out", required=True, help="the directory to keep current")
+    follow.add_argument("--once", action="store_true", help="catch up to the head, then exit")
+    follow.add_argument("--pinned", type=int, default=None, metavar="VERSION", help="serve this version only")
+    follow.add_argument("--poll-seconds", type=float, default=5.0, help="between polls (default 5)")
+    follow.add_argument("--anchor", default=None, help="an anchor file (ml8s chain anchor) to start from")
+    follow.set_defaults(handler=guarded(_follow))
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from ml8s.serving import FollowOptions, follow
+
+    if args.pinned is not None and args.pinned < 1:
+        raise ConfigError(f"--pinned {args.pinned}: expected a version counter >= 1")
+    if not 0 < args.poll_seconds < 86400:
+        raise ConfigError(f"--poll-seconds {args.poll_seconds}: expected a number of seconds in (0, 86400)")
+    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
+    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
+    anchor = None
+    if args.anchor is not None:
+        try:
+            with open(args.anchor, "rb") as handle:
+                anchor = read_anchor(handle.read(), where=f"--anchor {args.anchor}")
+        except OSError as exc:
+            raise ConfigError(f"--anchor {args.anchor}: {exc.strerror or exc}; expected an anchor file") from exc
+    options = FollowOptions(out=args.out, pinned=args.pinned, once=args.once, poll_interval_s=args.poll_seconds)
+    held = follow(chain, options, anchor=anchor, report=_report, warn=lambda line: print(line, file=sys.stderr))
+    if held is None:
+        print(f"ml8s: chain {chain.name!r} has no version to serve yet", file=sys.stderr)
+    return 0
+
+
+def _report(info: ServedVersion) -> None:
+    print(json.dumps(info.model_dump(mode="json"), sort_keys=True), flush=True)

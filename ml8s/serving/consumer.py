@@ -1,0 +1,116 @@
+"""The consumer side of weights on a chain: find versions, rebuild them, apply a DELTA in place.
+
+The same code for every store (local directory, S3, radosgw): it reads through ``ml8s.chain``, which
+reads through ``ml8s.store.Store``. The API is async: each call runs the blocking store reads, hashing
+and tensor work in a thread pool (``asyncio.to_thread``, or the executor given), so an event loop that
+serves requests keeps running while a model is fetched. The ``*_sync`` methods are the same calls,
+blocking the caller.
+
+Versions are named by their chain counter. A version's weights are always checked against the weights
+hash its block records, and the block against the chain (hash links from the head).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, MutableMapping
+from concurrent.futures import Executor
+from typing import TypeVar
+
+import torch
+
+from ml8s.chain import (
+    ChainVersion,
+    ChainVersions,
+    PayloadKind,
+    VersionWeights,
+    apply_hop,
+    rebuild_weights,
+)
+from ml8s.errors import VersionNotFoundError, WeightsMismatchError
+from ml8s.serving.served import Served, build_served
+
+T = TypeVar("T")
+
+
+class DeltaConsumer:
+    """Reads weights from one chain (module docstring)."""
+
+    def __init__(self, chain: ChainVersions, *, executor: Executor | None = None) -> None:
+        self.chain, self._executor = chain, executor
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        if self._executor is None:
+            return await asyncio.to_thread(call)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def discover_latest(self, before: int | None = None) -> ChainVersion | None:
+        """The newest version above genesis (with ``before``: the newest below that counter), or None.
+
+        Blocks (in the pool): one head read, and one block read per version walked below the head.
+        """
+        return await self._run(functools.partial(self.discover_latest_sync, before))
+
+    def discover_latest_sync(self, before: int | None = None) -> ChainVersion | None:
+        for version in self.chain.walk():
+            if version.counter == 0:
+                return None
+            if before is None or version.counter < before:
+                return version
+        return None
+
+    async def get_checkpoint(self, counter: int, *, known: VersionWeights | None = None) -> Served | None:
+        """Version ``counter`` rebuilt and verified, with its other payload files; None if the chain has no
+        such version. ``known``: weights the caller holds (fast path: only the DELTAs above them are read);
+        otherwise the nearest FULL below is the start (slow path).
+
+        Blocks (in the pool): the walk from the head, the payload downloads, the DELTA applications and
+        the weights hashes.
+
+        Raises:
+            WeightsMissingError, WeightsMismatchError, DeltaError, ChecksumError: the version does not rebuild.
+        """
+        return await self._run(functools.partial(self.get_checkpoint_sync, counter, known=known))
+
+    def get_checkpoint_sync(self, counter: int, *, known: VersionWeights | None = None) -> Served | None:
+        try:
+            version = self.chain.get(counter)
+        except VersionNotFoundError:
+            return None
+        return build_served(self.chain, rebuild_weights(self.chain, version, known=known))
+
+    async def apply_delta_in_place(
+        self, tensors: MutableMapping[str, torch.Tensor], target: int, current: int
+    ) -> VersionWeights | None:
+        """Update ``tensors`` (version ``current``'s weights) to version ``target`` by its DELTA, in place.
+
+        All or nothing: the tensors are either ``target``'s weights, verified by the hash ``target``'s
+        block records, or left exactly as they were.
+
+        Returns:
+            The updated weights (the same tensor objects), or None when ``target`` is no DELTA on
+            ``current`` (the caller takes the slow path: ``get_checkpoint``).
+
+        Raises:
+            DeltaBaseMismatchError: the tensors are not ``current``'s weights (nothing changed).
+            WeightsMismatchError, DeltaError, ChecksumError: the DELTA does not verify (nothing changed).
+        """
+        return await self._run(functools.partial(self.apply_delta_in_place_sync, tensors, target, current))
+
+    def apply_delta_in_place_sync(
+        self, tensors: MutableMapping[str, torch.Tensor], target: int, current: int
+    ) -> VersionWeights | None:
+        version = self.chain.get(target)
+        header = version.header
+        if header.payload_kind is not PayloadKind.DELTA or header.delta_base_counter != current or target < 1:
+            return None
+        base = self.chain.get(current)
+        if base.block_hash != header.delta_base_block_hash or not base.header.weights_hash:
+            raise WeightsMismatchError(
+                f"chain {self.chain.name!r} version {target} is a DELTA on block {header.delta_base_block_hash}; "
+                f"version {current} on the chain is block {base.block_hash}"
+            )
+        held = VersionWeights(version=base, tensors=dict(tensors), weights_hash=base.header.weights_hash)
+        result = apply_hop(self.chain, held, version)
+        return result

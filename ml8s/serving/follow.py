@@ -1,0 +1,65 @@
+"""``ml8s follow``'s loop: keep a ``ModelDirectory`` holding the version an ``InferenceClient`` serves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ml8s.chain import Anchor, ChainVersions
+from ml8s.errors import Ml8sError
+from ml8s.serving.client import ClientConfig, InferenceClient
+from ml8s.serving.directory import ModelDirectory
+from ml8s.serving.served import ServedVersion
+
+
+class FollowOptions(BaseModel):
+    """What ``ml8s follow`` was asked: the output directory, the mode, and when to stop."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    out: str
+    pinned: int | None = Field(default=None, ge=1)
+    once: bool = False
+    poll_interval_s: float = Field(default=5.0, gt=0)
+
+
+def follow(
+    chain: ChainVersions,
+    options: FollowOptions,
+    *,
+    anchor: Anchor | None = None,
+    report: Callable[[ServedVersion], None] = lambda _: None,
+    warn: Callable[[str], None] = lambda _: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ServedVersion | None:
+    """Keep ``options.out`` current; returns (``--once`` or pinned) the version it holds.
+
+    Pinned: publish that version and return. ``once``: refresh until the client serves the head it last
+    polled, then return; a refused head (rollback, fork, a version that does not verify) is raised. Otherwise
+    poll forever: a refused head is reported through ``warn`` and the directory keeps the last good version.
+    """
+    directory = ModelDirectory(options.out)
+    config = ClientConfig(
+        pinned=options.pinned, poll_interval_s=options.poll_interval_s, state_path=directory.state_path
+    )
+    client = InferenceClient(chain, config, anchor=anchor)
+    while True:
+        try:
+            changed = client.refresh()
+        except Ml8sError as exc:
+            if options.once or options.pinned is not None:
+                raise
+            warn(f"ml8s: chain {chain.name!r}: keeping {directory.current()}: {exc}")
+            changed = False
+        served = client.served
+        if served is not None and (changed or directory.current() != served.info):
+            directory.publish(served)
+            report(served.info)
+        if options.pinned is not None:
+            return served.info if served is not None else None
+        if options.once and not changed:
+            return served.info if served is not None else None
+        if not options.once:
+            sleep(options.poll_interval_s)

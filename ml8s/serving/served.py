@@ -1,0 +1,100 @@
+"""One served model: a chain version's verified weights, its other payload files and, when the payload
+holds them, a raw-row predictor. Immutable once built: a client swaps whole ``Served`` objects, never
+edits one, so a reader always sees one version's weights, files and predictor together.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.chain import ChainVersion, ChainVersions, VersionWeights, weights_file
+from ml8s.contract import layout
+from ml8s.errors import NoModelGraphError
+from ml8s.inference import ModelFiles, Predictions, Predictor
+from ml8s.inference.transform import Rows
+
+# The payload files ``predict`` needs (a pipeline version's exported graph, feature rules, and the
+# metadata recording both files' sha256).
+MODEL_GRAPH = posixpath.basename(layout.model_export("onnx"))
+FEATURE_SCHEMA = posixpath.basename(layout.FEATURE_SCHEMA)
+TRAINING_METADATA = posixpath.basename(layout.TRAINING_METADATA)
+PREDICT_FILES = (FEATURE_SCHEMA, MODEL_GRAPH, TRAINING_METADATA)
+
+
+class ServedVersion(BaseModel):
+    """What a client serves, in words: the version and the hash its weights were verified against."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chain_name: str
+    counter: int
+    block_hash: str
+    version_dir: str
+    semver: str
+    payload_kind: str
+    weights_hash: str
+
+
+class Served(BaseModel):
+    """A version ready to serve (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    info: ServedVersion
+    weights: VersionWeights
+    files: dict[str, bytes]
+    predictor: Predictor | None
+
+    def predict(self, rows: Rows) -> Predictions:
+        """Predict raw rows with this version's model graph (see ml8s.inference).
+
+        Raises:
+            NoModelGraphError: the payload holds no model graph, feature schema and training metadata.
+            PredictionInputError: a row is not what the feature rules expect.
+        """
+        if self.predictor is None:
+            missing = [name for name in PREDICT_FILES if name not in self.files]
+            raise NoModelGraphError(
+                f"version {self.info.counter} of chain {self.info.chain_name!r} ({self.info.version_dir}) holds "
+                f"weights but no model graph: its payload lacks {missing}; expected {list(PREDICT_FILES)} to predict"
+            )
+        return self.predictor.predict(rows)
+
+
+def build_served(chain: ChainVersions, weights: VersionWeights) -> Served:
+    """The served form of verified ``weights``: the version's other payload files, each sha256-checked, and
+    a predictor when the payload holds the model graph.
+
+    Raises:
+        ChecksumError: a payload file differs from its block.
+        InferenceError, IntegrityError: the model files are present but inconsistent.
+    """
+    version = weights.version
+    skip = weights_file(version)
+    files = {f.name: chain.fetch_payload(version, f.name) for f in version.header.files if f.name != skip}
+    predictor = None
+    if all(name in files for name in PREDICT_FILES):
+        model_files = ModelFiles(
+            source=f"{chain.uri()} v{version.counter}",
+            feature_schema=files[FEATURE_SCHEMA],
+            training_metadata=files[TRAINING_METADATA],
+            model=files[MODEL_GRAPH],
+        )
+        predictor = Predictor(model_files)
+    return Served(
+        info=served_version(chain, version, weights.weights_hash), weights=weights, files=files, predictor=predictor
+    )
+
+
+def served_version(chain: ChainVersions, version: ChainVersion, weights_hash: str) -> ServedVersion:
+    return ServedVersion(
+        chain_name=chain.name,
+        counter=version.counter,
+        block_hash=version.block_hash,
+        version_dir=version.version_dir,
+        semver=version.semver,
+        payload_kind=str(version.header.payload_kind),
+        weights_hash=weights_hash,
+    )

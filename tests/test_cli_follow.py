@@ -1,0 +1,102 @@
+"""`ml8s chain commit` writes FULL/DELTA by DELTA_BASE_INTERVAL; `ml8s follow` keeps a directory current."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+from serving_support import weights_series
+
+from ml8s.chain import ChainStore
+from ml8s.cli.main import main
+from ml8s.deltas import weights_hash
+from ml8s.store import open_store
+
+CLI_ENV = {"PIPELINE_ROOT_URI": "", "CHAIN_NAME": "", "DELTA_BASE_INTERVAL": "3"}
+
+
+@pytest.fixture
+def committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str]]:
+    """Four versions committed by the CLI; their weights hashes."""
+    root = f"file://{tmp_path}/root"
+    for key, value in {**CLI_ENV, "PIPELINE_ROOT_URI": root, "CHAIN_NAME": "cli"}.items():
+        monkeypatch.setenv(key, value)
+    hashes = []
+    for n, weights in enumerate(weights_series(41, torch.bfloat16, 4)):
+        path = tmp_path / f"w{n}.safetensors"
+        safetensors.torch.save_file(weights, str(path))
+        assert main(["chain", "commit", "--payload", str(path)]) == 0
+        hashes.append(weights_hash(weights))
+    return root, hashes
+
+
+def test_commit_kinds_and_log(committed: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["chain", "log", "--json"]) == 0
+    log = json.loads(capsys.readouterr().out)
+    assert [(v["counter"], v["payload_kind"]) for v in log] == [
+        (4, "full"),
+        (3, "delta"),
+        (2, "delta"),
+        (1, "full"),
+        (0, "genesis"),
+    ]
+    assert [v["weights_hash"] for v in log[:4]] == committed[1][::-1]
+    assert all(v["stored_bytes"] < log[0]["stored_bytes"] / 4 for v in log[1:3])
+    assert main(["chain", "log"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "DELTA" in lines[1] and "FULL" in lines[0] and " B " in lines[0]
+    assert main(["chain", "verify"]) == 0
+
+
+def test_follow_once_swaps_current(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    current = out / "current"
+    assert current.is_symlink()
+    version = json.loads((current / "ml8s_version.json").read_text())
+    assert (version["counter"], version["weights_hash"]) == (4, committed[1][-1])
+    assert weights_hash(safetensors.torch.load_file(str(current / "model_native.safetensors"))) == committed[1][-1]
+    first = os.readlink(current)
+    path = tmp_path / "w-next.safetensors"
+    safetensors.torch.save_file(weights_series(42, torch.bfloat16, 1)[0], str(path))
+    assert main(["chain", "commit", "--payload", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["counter"] == 5
+    assert os.readlink(current) != first and (out / first).is_dir()  # the previous version is kept
+    assert sorted(os.listdir(out / "versions")) == sorted(
+        [os.path.basename(first), os.path.basename(os.readlink(current))]
+    )
+    assert main(["follow", "--out", str(out), "--once"]) == 0  # nothing new: unchanged
+
+
+def test_follow_pinned(committed: tuple[str, list[str]], tmp_path: Path) -> None:
+    out = tmp_path / "pinned"
+    assert main(["follow", "--out", str(out), "--pinned", "2"]) == 0
+    version = json.loads((out / "current" / "ml8s_version.json").read_text())
+    assert (version["counter"], version["payload_kind"], version["weights_hash"]) == (2, "delta", committed[1][1])
+
+
+def test_follow_refuses_a_rollback_in_one_line(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    chain = ChainStore(open_store(committed[0]), "cli")
+    pointer = chain.read_head()
+    assert pointer is not None
+    chain.swap_head(chain.get(2), pointer[1])
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ml8s: CHAIN_ROLLBACK:")
+    assert json.loads((out / "current" / "ml8s_version.json").read_text())["counter"] == 4
+    assert main(["follow", "--out", str(out), "--pinned", "0"]) == 1
+    assert "expected a version counter >= 1" in capsys.readouterr().err
