@@ -29,10 +29,11 @@ import numpy as np
 import torch
 import zstandard
 
-from ml8s.chain import ChainStore, CommitMeta, apply_hop, rebuild_weights
+from ml8s.chain import ChainStore, CommitMeta
 from ml8s.deltas import apply_delta_in_place, encode_delta, encode_full, weights_hash
 from ml8s.serving import DeltaProducer
 from ml8s.store import open_store
+from ml8s.weights import apply_hop, rebuild_weights
 
 FRACTIONS = (0.001, 0.01, 0.05, 0.1)
 GOALS = {torch.float32: 1.35, torch.bfloat16: 1.7}

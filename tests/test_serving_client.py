@@ -11,17 +11,7 @@ import pytest
 import torch
 from serving_support import chain_at, meta, weights_series
 
-from ml8s.chain import (
-    WEIGHTS_DELTA,
-    ChainStore,
-    ChainVersion,
-    PayloadBuilder,
-    PayloadKind,
-    RetryPolicy,
-    WeightsFields,
-    WeightsMode,
-    verify_chain,
-)
+from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields, verify_chain
 from ml8s.deltas import encode_delta, weights_hash
 from ml8s.errors import (
     ChainForkError,
@@ -36,6 +26,7 @@ from ml8s.errors import (
     WeightsMismatchError,
 )
 from ml8s.serving import ClientConfig, DeltaConsumer, DeltaProducer, InferenceClient
+from ml8s.weights import WEIGHTS_DELTA, WeightsMode
 
 
 def _published(tmp_path: Path, count: int, interval: int = 4) -> tuple[ChainStore, list[dict[str, torch.Tensor]]]:

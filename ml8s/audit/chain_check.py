@@ -10,7 +10,7 @@ from ml8s.audit.offline import model_format
 from ml8s.audit.report import CheckResult, verdict
 from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.state import RunState
-from ml8s.chain import ChainStore, committed, verify_chain
+from ml8s.chain import ChainStore, ChainVersion, ChainVersions, committed, verify_chain
 from ml8s.contract import layout
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.identity.settings import PlatformSettings
@@ -48,7 +48,7 @@ def check_chain(state: RunState) -> CheckResult:
         elif stored != _as_chained(state, rel):
             problems.append(f"block v{version.counter} payload {name} has sha256 {stored}; the run's {rel} differs")
     require = PlatformSettings.load(state.env).chain_require_signed
-    report = verify_chain(chain, anchor=state.anchor, require_signed=require)
+    report = verify_chain(chain, anchor=state.anchor, require_signed=require, weights=weights_check)
     problems += [f"{f.check}: v{f.counter} {f.reason}" for f in report.findings]
     ok = (
         f"block v{version.counter} ({version.semver}, {version.block_hash[:12]}) of chain {chain.name!r} holds this "
@@ -63,3 +63,13 @@ def _as_chained(state: RunState, rel: str) -> str:
     (``Manifest.chain_payload``; docs/chain.md, forced re-runs), any other file as it is."""
     manifest = maybe(state.manifest) if rel == layout.MANIFEST else None
     return hashlib.sha256(manifest.chain_payload()).hexdigest() if manifest is not None else state.digest(rel)[0]
+
+
+def weights_check(chain: ChainVersions, walked: list[ChainVersion]) -> list[tuple[str, str, ChainVersion]]:
+    """``verify_chain``'s weights rebuild (``ml8s.weights``, which imports torch), for chains whose versions
+    record a weights hash; a chain of pipeline versions alone (no weights hash) needs no torch to verify."""
+    if not any(v.header.weights_hash for v in walked):
+        return []
+    from ml8s.weights import weights_problems
+
+    return weights_problems(chain, walked)

@@ -13,7 +13,7 @@ from ml8s.chain.evidence import named_versions
 from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
-from ml8s.chain.integrity import find_corruption, verify_chain
+from ml8s.chain.integrity import WeightsCheck, find_corruption, verify_chain
 from ml8s.chain.models import (
     Block,
     BlockHeader,
@@ -24,35 +24,22 @@ from ml8s.chain.models import (
     PayloadBuilder,
     PayloadFile,
     PayloadKind,
+    PayloadSource,
     WeightsFields,
 )
 from ml8s.chain.payload import local_file
-from ml8s.chain.retry import RetryPolicy
+from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
 from ml8s.chain.runindex import committed
 from ml8s.chain.safetensors_check import SafetensorsSummary, check_safetensors
 from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, SigningKey
 from ml8s.chain.trust import TrustPolicy, adopt_policy, load_policies
 from ml8s.chain.trusted import TrustedReader
 from ml8s.chain.versions import ChainVersions
-from ml8s.chain.weights import (
-    WEIGHTS_DELTA,
-    WEIGHTS_FULL,
-    VersionWeights,
-    apply_hop,
-    is_float_weights,
-    load_full,
-    load_tensors,
-    rebuild_weights,
-    weights_file,
-)
-from ml8s.chain.weights_commit import WeightsMode, commit_weights
 from ml8s.chain.wire import block_hash_of
 
 __all__ = [
     "ENV_KEY",
     "ENV_KEY_FILE",
-    "WEIGHTS_DELTA",
-    "WEIGHTS_FULL",
     "Anchor",
     "Block",
     "BlockHeader",
@@ -69,35 +56,30 @@ __all__ = [
     "PayloadBuilder",
     "PayloadFile",
     "PayloadKind",
+    "PayloadSource",
     "RetryPolicy",
     "SafetensorsSummary",
     "SigningKey",
     "TrustPolicy",
     "TrustedReader",
     "VerifyReport",
-    "VersionWeights",
+    "WeightsCheck",
     "WeightsFields",
-    "WeightsMode",
     "adopt_policy",
-    "apply_hop",
     "block_hash_of",
     "check_safetensors",
     "collect_garbage",
-    "commit_weights",
+    "commit_with_retry",
     "committed",
     "content_hash",
     "find_corruption",
-    "is_float_weights",
-    "load_full",
     "load_policies",
-    "load_tensors",
     "local_file",
     "make_anchor",
     "named_versions",
     "proof_anchor_problems",
     "read_anchor",
-    "rebuild_weights",
     "sha256_hex",
+    "to_stderr",
     "verify_chain",
-    "weights_file",
 ]

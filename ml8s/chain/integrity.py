@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ml8s.chain import _checks, evidence, paths, trust
 from ml8s.chain._util import utc_now
@@ -48,7 +48,6 @@ from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.versions import ChainVersions
-from ml8s.chain.weights_check import weights_problems
 from ml8s.chain.wire import decode_block
 from ml8s.errors import (
     ChainCorruptionError,
@@ -58,6 +57,10 @@ from ml8s.errors import (
     RetryableStoreError,
     StoreError,
 )
+
+# What ``verify_chain(weights=...)`` calls to rebuild and check every version's weights (ml8s.weights, which
+# needs torch): the chain and the versions on it, head first -> (check, reason, version) per problem.
+WeightsCheck = Callable[[ChainVersions, list[ChainVersion]], list[tuple[str, str, ChainVersion]]]
 
 
 def verify_chain(
@@ -69,12 +72,16 @@ def verify_chain(
     anchor: Anchor | None = None,
     now: dt.datetime | None = None,
     require_signed: bool = False,
+    weights: WeightsCheck | None = None,
 ) -> VerifyReport:
     """Check the whole chain (module docstring). ``payloads=False`` skips reading payload bytes
     (sizes are still checked); ``known_head`` is a block hash that must be on the chain; ``anchor`` a
     signed checkpoint (anchor.py), checked as of ``now`` (default: the current time); ``require_signed``
-    (CHAIN_REQUIRE_SIGNED) makes a chain without a trust policy, or versions before its first, ``unsigned``."""
+    (CHAIN_REQUIRE_SIGNED) makes a chain without a trust policy, or versions before its first, ``unsigned``;
+    ``weights`` (``ml8s.weights.weights_problems``, which needs torch) also rebuilds every version's weights
+    and checks them against the hash its block records (``weights_hash``, ``delta_base``)."""
     verifier = _Verifier(chain, payloads, strict_orphans)
+    verifier.weights = weights
     verifier.anchor, verifier.now, verifier.require_signed = anchor, now or utc_now(), require_signed
     return verifier.run(normalize_known_head(known_head))[0]
 
@@ -95,6 +102,7 @@ def find_corruption(chain: ChainVersions, *, known_head: str | None = None) -> C
 class _Verifier:
     def __init__(self, chain: ChainVersions, payloads: bool, strict_orphans: bool) -> None:
         self.chain, self.payloads, self.strict = chain, payloads, strict_orphans
+        self.weights: WeightsCheck | None = None
         self.findings: list[Finding] = []
         self.anchor: Anchor | None = None
         self.now = utc_now()
@@ -130,7 +138,7 @@ class _Verifier:
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
             )
             self.add_all(trust.block_problems(version, policies), version)
-        for check, reason, version in weights_problems(self.chain, walked) if self.payloads else []:
+        for check, reason, version in self.weights(self.chain, walked) if self.payloads and self.weights else []:
             self.add(check, reason, version)
         on_chain = {v.version_dir for v in walked}
         off = sorted(set(self.parsed) - on_chain)

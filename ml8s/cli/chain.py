@@ -25,8 +25,6 @@ from ml8s.chain import (
     adopt_policy,
     check_safetensors,
     collect_garbage,
-    commit_weights,
-    load_tensors,
     local_file,
     make_anchor,
     verify_chain,
@@ -130,10 +128,15 @@ def run(args: argparse.Namespace) -> int:
         _print({**_summary(version), "header": version.header.model_dump(mode="json")})
     elif verb == "verify":
         from ml8s.audit.anchor_tags import load_anchor  # MLflow's client only for an mlflow: anchor
+        from ml8s.audit.chain_check import weights_check
 
         require = settings.chain_require_signed if args.require_signed is None else args.require_signed
         report = verify_chain(
-            chain, known_head=args.known_head, anchor=load_anchor(args.anchor, settings), require_signed=require
+            chain,
+            known_head=args.known_head,
+            anchor=load_anchor(args.anchor, settings),
+            require_signed=require,
+            weights=weights_check,
         )
         if args.json:
             _print(report.model_dump(mode="json"))
@@ -191,7 +194,7 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
     """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file).
 
     Everything is checked before anything is written (no run claim for a bad payload). A FULL streams the
-    file as is; a DELTA (DELTA_BASE_INTERVAL, ml8s.chain.commit_weights) is encoded on the parent's weights.
+    file as is; a DELTA (DELTA_BASE_INTERVAL, ml8s.weights.commit_weights) is encoded on the parent's weights.
     """
     if not 0 <= steps <= MAX_STEPS:
         raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
@@ -208,6 +211,8 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
         parameter_count=summary.parameter_count,
         steps_since_parent=steps,
     )
+    from ml8s.weights import commit_weights, load_tensors  # torch: only when a checkpoint is committed
+
     with open(path, "rb") as handle:  # checked above: a complete safetensors file
         tensors = load_tensors(handle.read(), path)
     return commit_weights(chain, tensors, meta, interval=interval, source=source, policy=RetryPolicy())

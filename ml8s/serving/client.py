@@ -24,11 +24,12 @@ import logging
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, rebuild_weights
+from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind
 from ml8s.errors import Ml8sError, ServingError
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
 from ml8s.serving.served import Served, ServedVersion, build_served
+from ml8s.weights import rebuild_weights
 
 log = logging.getLogger(__name__)
 

@@ -20,16 +20,10 @@ from typing import TypeVar
 
 import torch
 
-from ml8s.chain import (
-    ChainVersion,
-    ChainVersions,
-    PayloadKind,
-    VersionWeights,
-    apply_hop,
-    rebuild_weights,
-)
+from ml8s.chain import ChainVersion, ChainVersions, PayloadKind
 from ml8s.errors import VersionNotFoundError, WeightsMismatchError
 from ml8s.serving.served import Served, build_served
+from ml8s.weights import VersionWeights, apply_hop, rebuild_weights
 
 T = TypeVar("T")
 

@@ -23,10 +23,10 @@ import uuid
 
 from pydantic import ValidationError
 
-from ml8s.chain import WEIGHTS_FULL
 from ml8s.deltas import encode_full
 from ml8s.errors import ConfigError
 from ml8s.serving.served import Served, ServedVersion
+from ml8s.weights import WEIGHTS_FULL
 
 CURRENT = "current"
 VERSIONS = "versions"

@@ -16,16 +16,9 @@ from collections.abc import Mapping
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import (
-    ChainVersions,
-    CommitMeta,
-    RetryPolicy,
-    VersionWeights,
-    WeightsMode,
-    commit_weights,
-    is_float_weights,
-)
+from ml8s.chain import ChainVersions, CommitMeta, RetryPolicy
 from ml8s.deltas import weights_hash
+from ml8s.weights import VersionWeights, WeightsMode, commit_weights, is_float_weights
 
 
 class PublishResult(BaseModel):

@@ -9,11 +9,12 @@ import posixpath
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainVersion, ChainVersions, VersionWeights, weights_file
+from ml8s.chain import ChainVersion, ChainVersions
 from ml8s.contract import layout
 from ml8s.errors import NoModelGraphError
 from ml8s.inference import ModelFiles, Predictions, Predictor
 from ml8s.inference.transform import Rows
+from ml8s.weights import VersionWeights, weights_file
 
 # The payload files ``predict`` needs (a pipeline version's exported graph, feature rules, and the
 # metadata recording both files' sha256).

@@ -10,10 +10,9 @@ plus the payload bytes being read; a FULL is read into memory whole.
 
 from __future__ import annotations
 
-from ml8s.chain.models import ChainVersion, PayloadKind
-from ml8s.chain.versions import ChainVersions
-from ml8s.chain.weights import VersionWeights, apply_hop, load_full, weights_file
+from ml8s.chain import ChainVersion, ChainVersions, PayloadKind
 from ml8s.errors import ChainError, DeltaError
+from ml8s.weights.rebuild import VersionWeights, apply_hop, load_full, weights_file
 
 Problem = tuple[str, str, ChainVersion]
 

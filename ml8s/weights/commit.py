@@ -19,18 +19,27 @@ from collections.abc import Mapping
 
 import torch
 
-from ml8s.chain.models import ChainVersion, CommitMeta, LocalFile, PayloadKind, PayloadSource, WeightsFields
-from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
-from ml8s.chain.versions import ChainVersions
-from ml8s.chain.weights import (
+from ml8s.chain import (
+    ChainVersion,
+    ChainVersions,
+    CommitMeta,
+    LocalFile,
+    PayloadKind,
+    PayloadSource,
+    RetryPolicy,
+    WeightsFields,
+    commit_with_retry,
+    to_stderr,
+)
+from ml8s.deltas import encode_delta, encode_full, weights_hash
+from ml8s.errors import ConfigError, DeltaShapeError, WeightsError
+from ml8s.weights.rebuild import (
     WEIGHTS_DELTA,
     WEIGHTS_FULL,
     VersionWeights,
     is_float_weights,
     rebuild_weights,
 )
-from ml8s.deltas import encode_delta, encode_full, weights_hash
-from ml8s.errors import ConfigError, DeltaShapeError, WeightsError
 
 
 class WeightsMode(enum.StrEnum):

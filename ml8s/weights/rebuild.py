@@ -18,8 +18,7 @@ import safetensors.torch
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain.models import ChainVersion, PayloadKind
-from ml8s.chain.versions import ChainVersions
+from ml8s.chain import ChainVersion, ChainVersions, PayloadKind
 from ml8s.deltas import apply_delta_in_place, read_delta_header, weights_hash
 from ml8s.errors import DeltaFormatError, WeightsMismatchError, WeightsMissingError
 
