@@ -166,3 +166,43 @@ def test_missing_table_is_named_and_a_garbage_file_is_a_registry_error(tmp_path:
     with pytest.raises(RegistryError, match="cannot be read as sqlite") as caught:
         ensure_schema(uri)
     assert "\n" not in str(caught.value)
+
+
+_KILLED_WRITER = """
+import os, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("PRAGMA journal_mode=DELETE")
+connection.execute("PRAGMA cache_size=1")  # pages spill into the database file before the commit, as MLflow's do
+connection.execute("BEGIN IMMEDIATE")
+connection.execute("UPDATE experiments SET name = name || '-half-written'")
+connection.execute("CREATE TABLE ml8s_killed_writer (x BLOB)")
+for _ in range(20):
+    connection.execute("INSERT INTO ml8s_killed_writer VALUES (zeroblob(20000))")
+os.kill(os.getpid(), 9)  # mid-transaction: the rollback journal stays behind, hot
+"""
+
+
+def test_a_writer_killed_mid_transaction_leaves_no_wedge(tmp_path: Path) -> None:
+    """MLflow killed inside a write leaves `mlflow.db-journal`; the schema check must let SQLite roll it back
+    (a read-only open cannot, and every later run failed with "attempt to write a readonly database")."""
+    data = write_small_churn(tmp_path / "data", rows=120, files=1)
+    root = tmp_path / "root"
+    env = _env(data, root)
+    first = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    db = root / "mlflow.db"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(db)], capture_output=True, timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    assert (root / "mlflow.db-journal").stat().st_size > 0, "the killed writer left no hot journal"
+
+    second = subprocess.run([ML8S, "run"], env={**env, "EPOCHS": "3"}, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    for run_id in (json.loads(first.stdout)["run_id"], json.loads(second.stdout)["run_id"]):
+        verify = subprocess.run([ML8S, "verify", run_id], env=env, capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    import sqlite3
+
+    with sqlite3.connect(db) as connection:  # the killed transaction was rolled back, not half kept
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        names = [row[0] for row in connection.execute("SELECT name FROM experiments")]
+    assert "ml8s_killed_writer" not in tables and not any(n.endswith("-half-written") for n in names)

@@ -13,6 +13,7 @@ run's READY one, so one run has one.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ def ensure_logged_model(
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.exceptions import MlflowException
     from mlflow.models import Model
+    from sqlalchemy.exc import SQLAlchemyError
 
     found = [
         m
@@ -61,11 +63,25 @@ def ensure_logged_model(
         client.finalize_logged_model(model_id, LoggedModelStatus.READY)
         client.log_outputs(run_id, [LoggedModelOutput(model_id, step=ctx.params.epochs)])
     except BaseException:
-        with contextlib.suppress(MlflowException):  # best effort: a FAILED model is never reused
+        # Best effort (a FAILED model is never reused), and quiet: on a full disk MLflow would log this
+        # second failure with a traceback, and the user's one line is the first failure's.
+        with contextlib.suppress(MlflowException, SQLAlchemyError, OSError), _silenced("mlflow"):
             client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
         raise
     ctx.log("register", f"logged MLflow model {model_id} of run {run_id} at {model.artifact_location}")
     return model_id
+
+
+@contextlib.contextmanager
+def _silenced(name: str) -> Iterator[None]:
+    """No record below CRITICAL from logger ``name`` and its children that inherit its level, while inside."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def experiment_location(settings: PlatformSettings) -> str | None:

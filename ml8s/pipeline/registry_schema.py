@@ -78,11 +78,17 @@ def _remove_dead_attempts(path: str) -> None:
 
 
 def _read_only(path: str) -> sqlalchemy.Engine:
-    """An engine that can neither create nor change the file (a check writes nothing)."""
+    """An engine that cannot create the file, for checks that write nothing.
+
+    Opened read-write (``mode=rw``), not read-only: a writer killed mid-transaction leaves a hot journal
+    (``mlflow.db-journal``) that SQLite rolls back on the next open, and a read-only connection cannot,
+    so it would fail ("attempt to write a readonly database") on every later run. The rollback restores
+    the database as it was before the killed transaction; the checks themselves change nothing.
+    """
     import sqlalchemy
 
     return sqlalchemy.create_engine(
-        "sqlite://", creator=lambda: sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
+        "sqlite://", creator=lambda: sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=rw", uri=True)
     )
 
 
