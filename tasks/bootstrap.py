@@ -53,6 +53,7 @@ def bootstrap_run(
     train_device: TrainDevice,
     warm_start: str,
     sampler_alpha: str,
+    train_world_size: int | FromEnv,
     pipeline_root_uri: str,
     force_rerun: bool | FromEnv,
 ) -> BootstrapOutput:
@@ -82,6 +83,7 @@ def bootstrap_run(
         "train_device": train_device,
         "warm_start": warm_start,
         "sampler_alpha": sampler_alpha,
+        "train_world_size": train_world_size,
         "pipeline_root_uri": pipeline_root_uri,
         "force_rerun": force_rerun,
     }
