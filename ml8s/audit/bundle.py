@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.audit import anchor_tags, mlflow_refs
 from ml8s.audit.chain_proof import ANCHOR, CHAIN_PROOF, anchor_bytes, build_proof, proof_bytes
-from ml8s.audit.offline import model_format, pretty
+from ml8s.audit.offline import final_artifacts, model_format, pretty
 from ml8s.audit.report import Report
 from ml8s.audit.run_checks import maybe
 from ml8s.audit.state import RunState
@@ -87,7 +87,7 @@ def _run_files(source: BundleSource) -> list[BundleEntry]:
 def artifact_sha256(state: RunState) -> dict[str, str]:
     """sha256 of every final artifact present, read from the store now."""
     snapshot = state.snapshot()
-    rels = layout.final_artifacts(model_format(snapshot), snapshot.canonicalization_version)
+    rels = final_artifacts(snapshot)
     return {rel: state.digest(rel)[0] for rel in rels if rel in state.listing()}
 
 

@@ -159,7 +159,7 @@ def _retrain(ctx: RunContext, scratch: str) -> dict[str, bytes]:
     )
     payload = {
         name: run_files[rel]
-        for name, rel in layout.chain_payload_files(ctx.params.model_format, version)
+        for name, rel in layout.chain_payload_files(ctx.params.model_format, version, ctx.params.train_world_size)
         if name != layout.PAYLOAD_MANIFEST
     }
     payload[layout.PAYLOAD_MANIFEST] = manifest.to_bytes()

@@ -70,7 +70,11 @@ def _run(ctx: RunContext) -> str:
         publish.publish(
             ctx,
             store,
-            publish.local_files(model, publish.trained(spec.identity.canonicalization_version) + publish.TRAINING_LOGS),
+            publish.local_files(
+                model,
+                publish.trained(spec.identity.canonicalization_version, spec.params.train_world_size)
+                + publish.TRAINING_LOGS,
+            ),
         )
         export(spec, summary, features, model, exported)
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
