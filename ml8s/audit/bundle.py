@@ -46,6 +46,9 @@ RECORDS = (
     layout.MANIFEST,
     layout.FEATURE_SCHEMA,
 )
+# A sharded run's shard metadata (the shard list, sizes, sha256, tensor map) is bundled when the run has it;
+# the shards themselves are model files of the verified run, their sha256 in artifacts.sha256.
+SHARD_RECORDS = (layout.MODEL_SHARD_METADATA,)
 MODEL_BYTES_LIMIT = 256 * 1024 * 1024
 
 
@@ -80,7 +83,7 @@ class BundleSource:
 
 
 def _run_files(source: BundleSource) -> list[BundleEntry]:
-    rels = sorted({*RECORDS, *source.model_files})
+    rels = sorted({*RECORDS, *SHARD_RECORDS, *source.model_files})
     return [BundleEntry(f"{RUN_DIR}/{rel}", source.state.read(rel)) for rel in rels if rel in source.state.listing()]
 
 
