@@ -32,6 +32,8 @@ from ml8s.shards import PlanConfig, TensorPiece, load_resharded, read_metadata
 from ml8s.store import LocalStore
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
+PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
+REPO = Path(__file__).resolve().parents[1]
 # BATCH_SIZE 25 over 160 training rows: six full batches split 12/13 between two ranks, and a last one of 10
 SMALL = {"EPOCHS": "1", "HIDDEN_UNITS": "16", "BATCH_SIZE": "25", "TEST_SIZE": "0.2"}
 WROTE = re.compile(r"rank (\d+)/2 pid (\d+) wrote (model_shard_\d+\.shard)")
@@ -180,6 +182,42 @@ def test_world_size_2_trains_the_same_model_as_one_process_up_to_summation_order
     assert sorted(one) == sorted(two)
     for name in one:  # the same batches and the same mean gradients, summed in another order
         torch.testing.assert_close(one[name], two[name], rtol=1e-4, atol=1e-5)
+
+
+def pyflyte_run(env: dict[str, str], home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pyflyte run`` of the training workflow (local execution), with its own HOME and TMPDIR (Flyte cache)."""
+    (home / "tmp").mkdir(parents=True)
+    env = {k: v for k, v in env.items() if k != "TRAIN_WORLD_SIZE"} | {"HOME": str(home), "TMPDIR": str(home / "tmp")}
+    cmd = [PYFLYTE, "run", "workflows/training.py", "training_pipeline", *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_pyflyte_runs_the_ranks_as_a_pytorch_elastic_task(runs: tuple[Run, Run], tmp_path: Path) -> None:
+    """The Flyte PyTorch plugin starts two worker processes; their shards equal those of ``ml8s run``."""
+    root = tmp_path / "root"
+    done = pyflyte_run(runs[0].env | {"PIPELINE_ROOT_URI": str(root)}, tmp_path / "home", "--train_world_size", "2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wrote = {m[3]: int(m[2]) for m in WROTE.finditer(done.stderr)}
+    assert sorted(wrote) == ["model_shard_0.shard", "model_shard_1.shard"]
+    assert wrote["model_shard_0.shard"] != wrote["model_shard_1.shard"]
+    flyte_dir = root / layout.RUNS_DIR / runs[0].run_id
+    for rel in [*layout.sharded_artifacts(2), layout.MODEL_NATIVE, layout.MODEL_TRAINING_STATE]:
+        assert (flyte_dir / rel).read_bytes() == (runs[0].dir / rel).read_bytes(), rel
+
+
+def test_the_workflow_refuses_a_world_size_it_has_no_task_for(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bootstrap task (its function, in this process) refuses TRAIN_WORLD_SIZE=3 before any write."""
+    from tasks.bootstrap import InvalidInputError, bootstrap_run
+    from workflows.training import training_pipeline
+
+    for name, value in env_for(data, tmp_path / "root").items():
+        monkeypatch.setenv(name, value)
+    inputs = {name: default for name, (_, default) in training_pipeline.python_interface.inputs_with_defaults.items()}
+    with pytest.raises(InvalidInputError, match="TRAIN_WORLD_SIZE=3 has no training task in the Flyte workflow"):
+        bootstrap_run.task_function(**(inputs | {"train_world_size": 3}))
+    assert not (tmp_path / "root" / layout.RUNS_DIR).exists()
 
 
 def test_micro_batches_are_contiguous_slices_covering_the_batch() -> None:

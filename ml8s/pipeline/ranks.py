@@ -8,7 +8,7 @@ Each rank trains its slice of every batch (:mod:`ml8s.pipeline.ddp`), then write
 trained weights, ``model_shard_{rank}.shard`` (:mod:`ml8s.shards`: streamed, atomic), into rank 0's output
 directory. The ranks exchange their shard receipts; rank 0 writes the shards' metadata last of the
 checkpoint, then, as one process would, ``model_native.safetensors``, the training state, the metrics and
-the TensorBoard events, and returns the train summary (every other rank returns None). The checkpoint id
+the TensorBoard events, and sends its train summary to every rank: each returns it. The checkpoint id
 in every shard header is the sha256 of ``model_native.safetensors``: shards and weights name each other.
 """
 
@@ -39,6 +39,15 @@ SHARD_PREFIX = layout.MODEL_SHARD_PREFIX.rsplit("/", 1)[-1]
 """The shards' prefix inside a training output directory (``model``: ``model_shard_0.shard`` ...)."""
 
 
+class RankResult(BaseModel):
+    """What every rank returns: rank 0's train summary and the directory holding the trained files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    summary: TrainSummary
+    out_dir: str
+
+
 class RankRequest(BaseModel):
     """What ``python -m ml8s.pipeline.ranks`` reads from its one argument, a JSON file."""
 
@@ -51,9 +60,9 @@ class RankRequest(BaseModel):
     error_dir: str  # a failing rank writes ``rank_{rank}.error`` here: its error code and message
 
 
-def train_rank(spec: RunSpec, features_dir: str, out_dir: str, world: RankEnv | None = None) -> TrainSummary | None:
-    """Train this process's rank; rank 0 returns the summary and writes into ``out_dir`` (every rank's
-    shard goes into rank 0's ``out_dir``, so the ranks must share a file system: one node)."""
+def train_rank(spec: RunSpec, features_dir: str, out_dir: str, world: RankEnv | None = None) -> RankResult:
+    """Train this process's rank; every rank returns rank 0's summary and output directory (every rank's
+    shard goes there, so the ranks must share a file system, i.e. run on one node)."""
     world = world or RankEnv.from_env(os.environ)
     params = spec.params
     if world.world_size != params.train_world_size:
@@ -94,11 +103,12 @@ def train_rank(spec: RunSpec, features_dir: str, out_dir: str, world: RankEnv | 
         optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
         losses, steps = ddp_fit(spec, model, optimizer, data.x, data.y, train_idx, world)
         receipts = _gather(_write_shard(spec, model, world, out_dir), world)
-        if world.rank != 0:
-            return None
-        write_metadata(open_store(_file_uri(out_dir)), SHARD_PREFIX, receipts, plan=WriterConfig().plan)
-        spec.log("train", f"rank 0 wrote {SHARD_PREFIX}.metadata.json for {len(receipts)} shards, last")
-        return write_trained(spec, data, model, optimizer, cold_state(model, steps, device), losses, out_dir)
+        summary = None
+        if world.rank == 0:
+            write_metadata(open_store(_file_uri(out_dir)), SHARD_PREFIX, receipts, plan=WriterConfig().plan)
+            spec.log("train", f"rank 0 wrote {SHARD_PREFIX}.metadata.json for {len(receipts)} shards, last")
+            summary = write_trained(spec, data, model, optimizer, cold_state(model, steps, device), losses, out_dir)
+        return RankResult(summary=_from_rank0(summary), out_dir=out_dir)
     finally:
         close_group()
 
@@ -112,6 +122,16 @@ def _rank0_dir(out_dir: str) -> str:
         raise RankError(f"rank 0 sent {chosen!r} as its output directory; expected a path")
     os.makedirs(chosen, exist_ok=True)
     return chosen
+
+
+def _from_rank0(summary: TrainSummary | None) -> TrainSummary:
+    """Rank 0's train summary, on every rank."""
+    holder: list[object] = [summary.model_dump_json() if summary is not None else None]
+    dist.broadcast_object_list(holder, src=0)
+    text = holder[0]
+    if not isinstance(text, str):
+        raise RankError("rank 0 sent no train summary")
+    return TrainSummary.model_validate_json(text)
 
 
 def _write_shard(spec: RunSpec, model: torch.nn.Module, world: RankEnv, out_dir: str) -> ShardReceipt:
@@ -162,15 +182,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         request = RankRequest.model_validate_json(handle.read())
     world = RankEnv.from_env(os.environ)
     try:
-        summary = train_rank(request.spec, request.features_dir, request.out_dir, world)
+        result = train_rank(request.spec, request.features_dir, request.out_dir, world)
     except Ml8sError as exc:
         with open(error_path(request.error_dir, world.rank), "w", encoding="utf-8") as handle:
             handle.write(f"{exc.code}\n{exc.message}")
         print(f"rank {world.rank}: {exc}", file=sys.stderr)
         return 1
-    if summary is not None:
+    if world.rank == 0:
         with open(request.summary_path, "w", encoding="utf-8") as handle:
-            handle.write(summary.model_dump_json())
+            handle.write(result.summary.model_dump_json())
     return 0
 
 
