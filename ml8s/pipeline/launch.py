@@ -31,6 +31,15 @@ _POLL_S = 0.05
 _STOP_GRACE_S = 10.0
 
 
+def train_ranks_or_one(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
+    """Step 4 as ``ml8s run`` takes it: :func:`launch_ranks` when TRAIN_WORLD_SIZE > 1, else one process."""
+    if spec.params.train_world_size > 1:
+        return launch_ranks(spec, features_dir, out_dir)
+    from ml8s.pipeline.train import train
+
+    return train(spec, features_dir, out_dir)
+
+
 def launch_ranks(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     """Train ``spec`` in TRAIN_WORLD_SIZE local processes; rank 0's summary (module docstring)."""
     world = spec.params.train_world_size

@@ -19,7 +19,7 @@ import torch
 
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
-from ml8s.errors import TrainingError
+from ml8s.errors import RankError, TrainingError
 from ml8s.identity.model_code import MODEL_CODE_KEY
 from ml8s.identity.versions import records_training_state
 from ml8s.modeling.determinism import seed_everything
@@ -60,13 +60,14 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     """Train MODEL_TYPE on the training split of ``features_dir``; evaluate on the held-out split.
 
     Writes ``model_native.safetensors``, ``metrics.json`` and the TensorBoard events into ``out_dir``.
-    TRAIN_WORLD_SIZE > 1 trains in that many processes instead (:mod:`ml8s.pipeline.launch`), each writing
-    its shard of the weights too.
+    One process: TRAIN_WORLD_SIZE > 1 trains in that many processes instead, started by
+    :func:`ml8s.pipeline.launch.launch_ranks` or the Flyte PyTorch task, each running ``ml8s.pipeline.ranks``.
     """
     if spec.params.train_world_size > 1:
-        from ml8s.pipeline.launch import launch_ranks
-
-        return launch_ranks(spec, features_dir, out_dir)
+        raise RankError(
+            f"train() trains in one process; TRAIN_WORLD_SIZE={spec.params.train_world_size} trains through "
+            "ml8s.pipeline.launch.launch_ranks (ml8s run) or the Flyte PyTorch task"
+        )
     params = spec.params
     family = model_family(spec)  # before seeding: a plug-in's import-time code must not move the seeded RNGs
     device = seed_everything(params.random_seed, params.train_device)
