@@ -220,6 +220,13 @@ def test_the_workflow_refuses_a_world_size_it_has_no_task_for(
     assert not (tmp_path / "root" / layout.RUNS_DIR).exists()
 
 
+def test_chain_reproduce_retrains_the_sharded_version_byte_for_byte(runs: tuple[Run, Run]) -> None:
+    """The chain payload (shards and metadata among it) is rebuilt from the data by new rank processes."""
+    proc = ml8s(runs[0].env, "chain", "reproduce", "--from", "0")
+    assert f"v1      run {runs[0].run_id}" in proc.stdout and "MATCH" in proc.stdout
+    assert "1/1 versions reproduced byte for byte" in proc.stderr  # the summary line goes to stderr
+
+
 def test_micro_batches_are_contiguous_slices_covering_the_batch() -> None:
     batch = torch.arange(10)
     slices = [micro_batch(batch, rank, 3).tolist() for rank in range(3)]
