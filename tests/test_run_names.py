@@ -50,7 +50,7 @@ def test_a_quoted_model_name_runs_on_a_derived_chain_and_verifies(tmp_path: Path
     assert sorted(p.name for p in (root / "ml8s_chain").iterdir()) == [derived]
     verify = _ml8s(env, "verify", manifest["run_id"])
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert f"of chain {derived!r} holds this run's weights and manifest" in verify.stdout
+    assert f"of chain {derived!r} holds this run's config_snapshot.json" in verify.stdout
 
 
 @pytest.mark.parametrize(

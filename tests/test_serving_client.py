@@ -26,7 +26,7 @@ from ml8s.errors import (
     WeightsMismatchError,
 )
 from ml8s.serving import ClientConfig, DeltaConsumer, DeltaProducer, InferenceClient
-from ml8s.weights import WEIGHTS_DELTA, WeightsMode
+from ml8s.weights import WEIGHTS_DELTA, WeightsMode, weights_problems
 
 
 def _published(tmp_path: Path, count: int, interval: int = 4) -> tuple[ChainStore, list[dict[str, torch.Tensor]]]:
@@ -111,7 +111,7 @@ def test_tampered_delta_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ChecksumError, match="sha256"):
         client.refresh()
     _untouched(client, before)
-    assert not verify_chain(chain).ok
+    assert not verify_chain(chain, weights=weights_problems).ok
 
 
 def test_consumer_refuses_a_delta_on_another_base(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ def test_inconsistent_weights_are_refused_and_reported(tmp_path: Path) -> None:
     with pytest.raises(WeightsMismatchError):
         client.refresh()
     _untouched(client, before)
-    findings = verify_chain(chain).findings
+    findings = verify_chain(chain, weights=weights_problems).findings
     assert [(f.check, f.counter) for f in findings] == [("weights_hash", 3)]
 
 
@@ -199,7 +199,7 @@ def test_non_float_and_shape_changes_fall_back_to_full(tmp_path: Path) -> None:
     assert producer.publish_sync(wider, meta("wider")).payload_kind == "full"
     with pytest.raises(DeltaShapeError):
         producer.publish_sync(series[0], meta("narrower"), mode=WeightsMode.DELTA)
-    assert verify_chain(chain).ok
+    assert verify_chain(chain, weights=weights_problems).ok
     with pytest.raises(DeltaDtypeError):  # a client cannot serve integer tensors: named, nothing served
         InferenceClient(chain, ClientConfig(pinned=2)).refresh()
     producer.publish_sync({**ints, "steps": torch.arange(6)}, meta("ints-2"))

@@ -223,10 +223,14 @@ import workflows.launch_plans as lps
 order = [node.metadata.name for node in training.train_and_register_wf.nodes]
 edges = {n.metadata.name: [u.metadata.name for u in n.upstream_nodes] for n in training.train_and_register_wf.nodes}
 plans = {}
-for lp in (lps.training_nightly_lp, lps.training_force_rerun_lp):
+def value(literal):
+    scalar = literal.scalar.union.value.scalar if literal.scalar.union else literal.scalar
+    primitive = scalar.primitive
+    return primitive.string_value if primitive.string_value is not None else primitive.boolean
+for lp in (lps.training_nightly_lp, lps.training_force_rerun_lp, lps.training_continuous_lp):
     plans[lp.name] = {
         "cron": lp.schedule.cron_schedule.schedule if lp.schedule else None,
-        "fixed": {k: v.scalar.union.value.scalar.primitive.boolean for k, v in lp.fixed_inputs.literals.items()},
+        "fixed": {k: value(v) for k, v in lp.fixed_inputs.literals.items()},
         "required": sorted(k for k, p in lp.parameters.parameters.items() if p.required),
         "overwrite_cache": bool(lp.overwrite_cache),
     }
@@ -269,5 +273,11 @@ def test_import_is_light_and_launch_plans_are_wired() -> None:
             "fixed": {"force_rerun": True},
             "required": [],
             "overwrite_cache": False,  # not needed: a forced run's cache key matches nothing cached
+        },
+        "training_continuous_lp": {  # WARM_START=head: resolved at bootstrap, so never cached as text
+            "cron": "0 3 * * *",
+            "fixed": {"warm_start": "head"},
+            "required": [],
+            "overwrite_cache": False,
         },
     }

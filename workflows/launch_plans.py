@@ -1,7 +1,10 @@
 """Launch plans of the training pipeline. Locally the schedule is ignored.
 
 Both take their configuration from the workflow's defaults (unset: the environment of the task pods),
-so they are valid with no inputs; only the force-rerun plan pins an input.
+so they are valid with no inputs; the force-rerun plan pins ``force_rerun`` and the continuous plan
+``warm_start="head"``: every day it trains the next version of its lineage from the chain's head on all the
+data generations under DATA_ROOT (the head is resolved at bootstrap, so the run's identity names the
+parent it trained from; the first run on an empty chain is the lineage's cold start; docs/continuous.md).
 
 The force-rerun plan needs no ``overwrite_cache``: a forced run's spec carries a fresh recompute token
 (``RunSpec.recompute_token``), so the compute tasks' cache key matches nothing cached and Steps 2-7 run
@@ -26,4 +29,11 @@ training_force_rerun_lp = LaunchPlan.get_or_create(
     workflow=training_pipeline,
     name="training_force_rerun_lp",
     fixed_inputs={"force_rerun": True},
+)
+
+training_continuous_lp = LaunchPlan.get_or_create(
+    workflow=training_pipeline,
+    name="training_continuous_lp",
+    schedule=CronSchedule(schedule="0 3 * * *"),
+    fixed_inputs={"warm_start": "head"},
 )

@@ -14,11 +14,12 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, ChainVersion, content_hash
-from ml8s.contract import ConfigSnapshot, FingerprintRecord, TrainingMetadata, layout, parse
+from ml8s.contract import ConfigSnapshot, ContractFile, FingerprintRecord, TrainingMetadata, layout, parse
 from ml8s.contract._parse import Invalid
 from ml8s.contract.artifact import ArtifactDigest
 from ml8s.contract.chain_manifest import ChainManifest
@@ -28,6 +29,8 @@ from ml8s.identity.variables import USER_VARIABLES, JsonValue
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.context import RunContext
 from ml8s.store import open_store
+
+M = TypeVar("M", bound=ContractFile)
 
 
 class Reproduction(BaseModel):
@@ -67,23 +70,14 @@ def reproduce_chain(
 def _reproduce(root_uri: str, chain: ChainStore, version: ChainVersion) -> Reproduction:
     header = version.header
     base = Reproduction(counter=version.counter, run_id=header.run_id, content_hash=version.content_hash)
-    listed = {f.name for f in header.files}
-    if layout.PAYLOAD_CONFIG_SNAPSHOT not in listed:
-        return base.model_copy(update={"reason": "its payload holds no config snapshot (committed before 2.1.0)"})
-    try:
-        snapshot = parse(
-            layout.CONFIG_SNAPSHOT, chain.fetch_payload(version, layout.PAYLOAD_CONFIG_SNAPSHOT), ConfigSnapshot
-        )
-    except Invalid as exc:
-        return base.model_copy(update={"reason": f"its config snapshot is unreadable: {exc}"})
-    if layout.PAYLOAD_DATA_FINGERPRINT not in listed:
-        return base.model_copy(update={"reason": "its payload holds no data fingerprint (committed before 2.1.0)"})
-    try:
-        recorded = parse(
-            layout.DATA_FINGERPRINT, chain.fetch_payload(version, layout.PAYLOAD_DATA_FINGERPRINT), FingerprintRecord
-        )
-    except Invalid as exc:
-        return base.model_copy(update={"reason": f"its data fingerprint is unreadable: {exc}"})
+    snapshot = _payload_file(chain, version, layout.PAYLOAD_CONFIG_SNAPSHOT, layout.CONFIG_SNAPSHOT, ConfigSnapshot)
+    if isinstance(snapshot, str):
+        return base.model_copy(update={"reason": snapshot})
+    recorded = _payload_file(
+        chain, version, layout.PAYLOAD_DATA_FINGERPRINT, layout.DATA_FINGERPRINT, FingerprintRecord
+    )
+    if isinstance(recorded, str):
+        return base.model_copy(update={"reason": recorded})
     paths = {entry.relative_path for entry in recorded.files}
     with tempfile.TemporaryDirectory(prefix=f"ml8s-reproduce-v{version.counter}-") as scratch:
         env = _environment(snapshot.canonical_config, root_uri, chain.name, os.path.join(scratch, "root"))
@@ -103,6 +97,16 @@ def _reproduce(root_uri: str, chain: ChainStore, version: ChainVersion) -> Repro
     theirs = {f.name: (f.sha256, f.size) for f in header.files}
     differing = tuple(sorted({n for n, s, z in entries if theirs.get(n) != (s, z)} | (set(theirs) - set(files))))
     return base.model_copy(update={"reproduced_hash": content_hash(entries), "differing": differing})
+
+
+def _payload_file(chain: ChainStore, version: ChainVersion, name: str, rel: str, model: type[M]) -> M | str:
+    """A run file the version's payload holds, parsed; else why not (a reason line, never an exception)."""
+    if name not in {f.name for f in version.header.files}:
+        return f"its payload holds no {name} (committed before canonicalization 2.1.0)"
+    try:
+        return parse(rel, chain.fetch_payload(version, name), model)
+    except Invalid as exc:
+        return f"its {name} is unreadable: {exc}"
 
 
 def _environment(config: Mapping[str, JsonValue], root_uri: str, chain_name: str, scratch_root: str) -> dict[str, str]:

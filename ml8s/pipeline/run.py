@@ -29,7 +29,8 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
     ``head`` whose parent stopped being the head before its commit is re-run from the new head under
     STALE_PARENT_POLICY=retrain (docs/continuous.md); any other stale parent is StaleParentError.
     """
-    for attempt in range(1, STALE_PARENT_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         ctx = bootstrap(env, overrides)
         try:
             return _run(ctx)
@@ -38,8 +39,8 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
             retry = plan is not None and plan.request == "head" and ctx.settings.stale_parent_policy == "retrain"
             if not retry or attempt == STALE_PARENT_ATTEMPTS:
                 raise
-            ctx.log("chain_commit", f"{exc.message}; training again from the new head (attempt {attempt + 1})")
-    raise AssertionError("unreachable: the last attempt returns or raises")
+            attempt += 1
+            ctx.log("chain_commit", f"{exc.message}; training again from the new head (attempt {attempt})")
 
 
 def _run(ctx: RunContext) -> str:

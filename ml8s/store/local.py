@@ -70,18 +70,7 @@ class LocalStore(Store):
         tmp = self._path(tmp_key)
         with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
             copy_file(tmp, source)
-        on_disk, found = sha256_or_none(tmp), size_or_none(tmp)
-        if (on_disk, found) != (sha256, size):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise IntegrityError(
-                f"{self.uri(key)}: copied {found} bytes sha256 {on_disk} from {path} (read back after fsync), "
-                f"expected {size} bytes sha256 {sha256}: the file changed since it was hashed"
-            )
-        final = self._path(key)
-        into_dir(tmp, final, os.replace)
-        fsync_dir(os.path.dirname(final))
-        return WriteResult(key=key, size=size, sha256=sha256)
+        return self._validate_and_move(key, tmp, tmp_key, sha256, size, source=path)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         final = self._path(key)
@@ -207,13 +196,21 @@ class LocalStore(Store):
             directory = os.path.dirname(directory)
         return directory
 
-    def _validate_and_move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
-        """Re-read the fsynced tmp file; only bytes equal to those written (sha256 and size) move to ``key``."""
+    def _validate_and_move(
+        self, key: str, tmp: str, tmp_key: str, digest: str, size: int, *, source: str | None = None
+    ) -> WriteResult:
+        """Re-read the fsynced tmp file; only bytes equal to those expected (sha256 and size) move to ``key``.
+        ``source``: the local file the bytes were copied from (named in the error: it changed since hashed)."""
         on_disk = sha256_or_none(tmp)
         found = size_or_none(tmp)
         if (on_disk, found) != (digest, size):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if source is not None:
+                raise IntegrityError(
+                    f"{self.uri(key)}: copied {found} bytes sha256 {on_disk} from {source} (read back after fsync), "
+                    f"expected {size} bytes sha256 {digest}: the file changed since it was hashed"
+                )
             raise IntegrityError(
                 f"{self.uri(tmp_key)}: expected {size} bytes sha256 {digest}, read back {found} bytes sha256 "
                 f"{on_disk} after fsync (None: the tmp file vanished)"
