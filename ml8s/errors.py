@@ -449,3 +449,9 @@ class NoModelGraphError(ServingError):
     """``predict`` was asked of a version whose payload holds weights but no model graph and feature schema."""
 
     code = "SERVING_NO_MODEL_GRAPH"
+
+
+class RankError(TrainingError):
+    """A rank of a distributed training (TRAIN_WORLD_SIZE > 1) could not start, failed, or disagreed."""
+
+    code = "TRAINING_RANK_ERROR"

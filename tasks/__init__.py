@@ -13,10 +13,10 @@ the verify and cleanup reports, which are rendered for people (JSON text and a D
 inputs are typed too (``tasks.inputs`` says how an unset input is spelled).
 
 Caching (SPEC §4: only where the inputs fully determine the output). The heavy steps are split in
-two. The compute tasks (``compute_features``, ``train_cpu``/``train_gpu``, ``export_model``) are pure:
-they take the RunSpec (the run without the platform settings: no pipeline root or MLflow) and the
-directories of the compute tasks before them, return a directory, write nothing to the store, and are
-cached with ``Cache(version=IMAGE_VERSION)``. A forced run's RunSpec carries a fresh recompute token,
+two. The compute tasks (``compute_features``, ``train_cpu``/``train_gpu``, the ``train_*_ranks_N`` PyTorch
+tasks, ``export_model``) are pure: they take the RunSpec (the run without the platform settings: no pipeline
+root or MLflow) and the directories of the compute tasks before them, return a directory, write nothing to
+the store, and are cached with ``Cache(version=IMAGE_VERSION)``. A forced run's RunSpec carries a fresh recompute token,
 so its key matches no cached result: FORCE_RERUN recomputes on every path, with no cache setting.
 Everything that reads or writes outside state is uncached: bootstrap (fingerprints DATA_ROOT), the
 gate (reads the marker, deletes under FORCE_RERUN), snapshot and the publish tasks (write into

@@ -16,7 +16,7 @@ from ml8s import log
 from ml8s.errors import ConfigError, DataError, LineageError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.context import RunContext, RunSpec
-from tasks.inputs import FromEnv, InputValue, ModelFormat, TrainDevice, input_text
+from tasks.inputs import FromEnv, InputValue, ModelFormat, TrainDevice, check_flyte_world_size, input_text
 
 
 class BootstrapOutput(NamedTuple):
@@ -53,6 +53,7 @@ def bootstrap_run(
     train_device: TrainDevice,
     warm_start: str,
     sampler_alpha: str,
+    train_world_size: int | FromEnv,
     pipeline_root_uri: str,
     force_rerun: bool | FromEnv,
 ) -> BootstrapOutput:
@@ -82,6 +83,7 @@ def bootstrap_run(
         "train_device": train_device,
         "warm_start": warm_start,
         "sampler_alpha": sampler_alpha,
+        "train_world_size": train_world_size,
         "pipeline_root_uri": pipeline_root_uri,
         "force_rerun": force_rerun,
     }
@@ -89,4 +91,8 @@ def bootstrap_run(
         run = bootstrap(os.environ, {name: input_text(value) for name, value in given.items()})
     except (ConfigError, DataError, LineageError) as exc:
         raise InvalidInputError(str(exc)) from exc
+    try:  # the workflow has a training task for a few world sizes only (tasks.train): refuse others now
+        check_flyte_world_size(run.params.train_world_size)
+    except ValueError as exc:
+        raise InvalidInputError(f"CONFIG_ERROR: {exc}") from exc
     return BootstrapOutput(run=run, spec=run.spec)

@@ -37,7 +37,8 @@ def publish_model(run: RunContext, model: FlyteDirectory, exported: FlyteDirecto
     log.configure()
     files = {
         **publish.local_files(
-            model.download(), publish.trained(run.identity.canonicalization_version) + publish.TRAINING_LOGS
+            model.download(),
+            publish.trained(run.identity.canonicalization_version, run.params.train_world_size) + publish.TRAINING_LOGS,
         ),
         **publish.local_files(exported.download(), publish.exported(run.params.model_format)),
     }

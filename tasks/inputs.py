@@ -54,6 +54,19 @@ class TrainDevice(enum.StrEnum):
 
 InputValue = str | int | float | bool | enum.Enum
 
+FLYTE_WORLD_SIZES = (1, 2, 4, 8)
+"""The TRAIN_WORLD_SIZE values the workflow trains: one registered PyTorch task per size above 1 and device
+(``tasks.train``: a task's ``nproc_per_node`` is fixed when it is declared). ``ml8s run`` takes 1..64."""
+
+
+def check_flyte_world_size(world_size: int) -> None:
+    """ValueError naming TRAIN_WORLD_SIZE unless the workflow has a training task for ``world_size`` ranks."""
+    if world_size not in FLYTE_WORLD_SIZES:
+        raise ValueError(
+            f"TRAIN_WORLD_SIZE={world_size} has no training task in the Flyte workflow; expected one of "
+            f"{', '.join(map(str, FLYTE_WORLD_SIZES))} (ml8s run trains any size from 1 to 64)"
+        )
+
 
 def input_text(value: InputValue) -> str:
     """The environment-style text of one input; ``""`` when it is unset (an ``env`` member, or ``""``).

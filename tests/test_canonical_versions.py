@@ -28,7 +28,7 @@ def v1_config() -> CanonicalConfig:
 def v2_config() -> CanonicalConfig:
     """The canonical config as ml8s 2.0.0 wrote it: 1.0.0's and model_code."""
     config = dict(canonical_config({"DATA_ROOT": "/data/churn", "TARGET_COLUMN": "churned"}))
-    del config["warm_start"], config["sampler_alpha"]
+    del config["warm_start"], config["sampler_alpha"], config["train_world_size"]
     return config
 
 
@@ -37,7 +37,7 @@ def test_the_current_version_is_2_1_0_and_older_ones_are_still_known() -> None:
     assert frozenset(KNOWN_CANONICALIZATION_VERSIONS) == frozenset({"1.0.0", "1.1.0", "2.0.0", "2.1.0"})
     assert CANONICAL_KEYS["1.1.0"] == CANONICAL_KEYS["1.0.0"]  # 1.1.0 changed feature rules only
     assert set(CANONICAL_KEYS["2.0.0"]) - set(CANONICAL_KEYS["1.0.0"]) == {"model_code"}
-    assert set(CANONICAL_KEYS["2.1.0"]) - set(CANONICAL_KEYS["2.0.0"]) == {"sampler_alpha", "warm_start"}
+    assert set(CANONICAL_KEYS["2.1.0"]) - set(CANONICAL_KEYS["2.0.0"]) == {"sampler_alpha", "train_world_size", "warm_start"}
     assert len(CANONICAL_KEYS["1.0.0"]) == 16
 
 

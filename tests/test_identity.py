@@ -17,14 +17,14 @@ DEFAULT_JSON = (
     '"hidden_layers":2,"hidden_units":64,"learning_rate":0.001,"max_features":null,"model_code":null,'
     '"model_format":"onnx","model_type":"mlp","random_seed":42,"sample_rows":null,'
     '"sampler_alpha":1,"standardize":true,"target_column":"churned","test_size":0.2,"train_device":"cpu",'
-    '"warm_start":null}'
+    '"train_world_size":1,"warm_start":null}'
 )
 # printf '%s' 'a.csv:x:1|b/c.csv:y:2' | sha256sum
 TOY_FP = "47fb05818f9daee0b981c840c44e3689b2af41fe06254db5d8e93c184262ad15"
 # printf '%s\n%s' "$DEFAULT_JSON" "$TOY_FP" | sha256sum
-TOY_FULL = "b6c715f992cd28b85ab2525215d57f9edbe2f63ea4e18ecfcbe04e77862357a3"
+TOY_FULL = "3a9bf3fd51bf3335761605769d296449189cf3e51b848af26342f64c52b5c8ee"
 # printf '%s\n%s' "$DEFAULT_JSON" '' | sha256sum
-NONSTRICT_FULL = "823038db32f07ba67eb127c706d201334d24ba011dbcd7325e35ad9d40a1f875"
+NONSTRICT_FULL = "62197a4d3fd7f72706f375c0a5e82427f6617fe8db7b220a3cd4cf961679d51a"
 
 
 def test_defaults_fill_every_variable() -> None:

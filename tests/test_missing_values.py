@@ -147,7 +147,7 @@ OLD_RUN = """
 import os
 from ml8s.pipeline import bootstrap
 real = bootstrap.compute_identity
-new_keys = ("model_code", "sampler_alpha", "warm_start")
+new_keys = ("model_code", "sampler_alpha", "train_world_size", "warm_start")
 old_keys = lambda config: {key: value for key, value in config.items() if key not in new_keys}  # 1.0.0 keys
 bootstrap.compute_identity = lambda config, *a, **k: real(old_keys(config), *a, **k).model_copy(
     update={"canonicalization_version": "1.0.0"}

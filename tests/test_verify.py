@@ -39,6 +39,7 @@ CHECKS = [
     "manifest",
     "artifacts",
     "unexpected_files",
+    "shards",
     "mlflow",
     "chain",
 ]

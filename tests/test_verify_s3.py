@@ -44,7 +44,7 @@ def test_fresh_s3_run_verifies_and_bundles(s3_run: S3Run, tmp_path: Path) -> Non
     done = ml8s(s3_run.env, "verify", s3_run.run_id)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0].endswith(f"s3://{s3_run.bucket}/{s3_run.prefix}")
-    assert done.stdout.splitlines()[-1] == "RESULT: PASS (9 checks)"  # the 8 store and MLflow checks + chain
+    assert done.stdout.splitlines()[-1] == "RESULT: PASS (10 checks)"  # the 9 store and MLflow checks + chain
     bundle = tmp_path / "b.tar.gz"
     assert ml8s(s3_run.env, "audit", "bundle", s3_run.run_id, "-o", str(bundle)).returncode == 0
     assert ml8s(clean_env(), "audit", "verify", str(bundle)).returncode == 0

@@ -73,6 +73,7 @@ def training_pipeline(
     train_device: TrainDevice = TrainDevice.ENV,
     warm_start: str = "",
     sampler_alpha: str = "",
+    train_world_size: int | FromEnv = FromEnv.ENV,
     pipeline_root_uri: str = "",
     force_rerun: bool | FromEnv = FromEnv.ENV,
 ) -> str:
@@ -99,6 +100,7 @@ def training_pipeline(
         train_device: cpu or cuda; it changes the bits, so it is identity (unset: TRAIN_DEVICE, else cpu)
         warm_start: the version to continue: head, N or a block hash (unset: WARM_START, else a cold start)
         sampler_alpha: a warm start's recency exponent over data generations, as text (unset: SAMPLER_ALPHA, else 1)
+        train_world_size: ranks training together, 1..64; it changes the bits (unset: TRAIN_WORLD_SIZE, else 1)
         pipeline_root_uri: where runs are written (unset: PIPELINE_ROOT_URI, else ./pipeline_root)
         force_rerun: true: recompute Steps 2-7 with no cached result, audit the bytes (unset: FORCE_RERUN, else false)
     """
@@ -121,6 +123,7 @@ def training_pipeline(
         train_device=train_device,
         warm_start=warm_start,
         sampler_alpha=sampler_alpha,
+        train_world_size=train_world_size,
         pipeline_root_uri=pipeline_root_uri,
         force_rerun=force_rerun,
     )

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.audit import anchor_tags, mlflow_refs
 from ml8s.audit.chain_proof import ANCHOR, CHAIN_PROOF, anchor_bytes, build_proof, proof_bytes
-from ml8s.audit.offline import model_format, pretty
+from ml8s.audit.offline import final_artifacts, model_format, pretty
 from ml8s.audit.report import Report
 from ml8s.audit.run_checks import maybe
 from ml8s.audit.state import RunState
@@ -46,6 +46,9 @@ RECORDS = (
     layout.MANIFEST,
     layout.FEATURE_SCHEMA,
 )
+# A sharded run's shard metadata (the shard list, sizes, sha256, tensor map) is bundled when the run has it;
+# the shards themselves are model files of the verified run, their sha256 in artifacts.sha256.
+SHARD_RECORDS = (layout.MODEL_SHARD_METADATA,)
 MODEL_BYTES_LIMIT = 256 * 1024 * 1024
 
 
@@ -80,14 +83,14 @@ class BundleSource:
 
 
 def _run_files(source: BundleSource) -> list[BundleEntry]:
-    rels = sorted({*RECORDS, *source.model_files})
+    rels = sorted({*RECORDS, *SHARD_RECORDS, *source.model_files})
     return [BundleEntry(f"{RUN_DIR}/{rel}", source.state.read(rel)) for rel in rels if rel in source.state.listing()]
 
 
 def artifact_sha256(state: RunState) -> dict[str, str]:
     """sha256 of every final artifact present, read from the store now."""
     snapshot = state.snapshot()
-    rels = layout.final_artifacts(model_format(snapshot), snapshot.canonicalization_version)
+    rels = final_artifacts(snapshot)
     return {rel: state.digest(rel)[0] for rel in rels if rel in state.listing()}
 
 

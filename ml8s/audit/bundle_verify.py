@@ -207,12 +207,12 @@ def check_manifest(bundle: OpenedBundle) -> CheckResult:
 def check_artifacts(bundle: OpenedBundle) -> CheckResult:
     """Recorded checksums (training_metadata.json, manifest.json) = the bundled list = the bundled files."""
     snapshot = use(bundle.snapshot, "config_snapshot")
-    fmt, index = offline.model_format(snapshot), bundle.index()
+    index = bundle.index()
     try:
         listed = bundle.checksum_list(b.ARTIFACT_CHECKSUMS)
     except Invalid as exc:  # a missing entry is the archive check's FAIL; here it SKIPs
         return failed("artifacts", [str(exc)])
-    expected = set(layout.final_artifacts(fmt, snapshot.canonicalization_version))
+    expected = set(offline.final_artifacts(snapshot))
     problems = [f"{b.ARTIFACT_CHECKSUMS} lacks {rel}" for rel in sorted(expected - set(listed))]
     problems += [f"{b.ARTIFACT_CHECKSUMS} lists {rel}, not an artifact" for rel in sorted(set(listed) - expected)]
     recorded = offline.recorded_checksums(maybe(bundle.metadata), maybe(bundle.manifest))

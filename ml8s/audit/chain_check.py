@@ -14,6 +14,7 @@ from ml8s.chain import ChainStore, ChainVersion, ChainVersions, committed, verif
 from ml8s.contract import layout
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.identity.settings import PlatformSettings
+from ml8s.identity.versions import world_size_of
 
 
 def chain_name(env: Mapping[str, str]) -> str:
@@ -39,7 +40,9 @@ def check_chain(state: RunState) -> CheckResult:
     listed = {f.name for f in header.files}
     for name in sorted({PAYLOAD_WEIGHTS, PAYLOAD_MANIFEST} - listed):
         problems.append(f"block v{version.counter} holds no payload {name}; expected the run's weights and manifest")
-    for name, rel in layout.chain_payload_files(model_format(snapshot), snapshot.canonicalization_version):
+    for name, rel in layout.chain_payload_files(
+        model_format(snapshot), snapshot.canonicalization_version, world_size_of(snapshot.canonical_config)
+    ):
         if name not in listed:
             continue  # a version committed before the export and schema joined the payload
         stored = hashlib.sha256(chain.fetch_payload(version, name)).hexdigest()  # checked against the block

@@ -15,7 +15,7 @@ from ml8s.data.fingerprint import fingerprint_entries
 from ml8s.identity.hashing import full_config_hash
 from ml8s.identity.model_code import model_code_problem
 from ml8s.identity.variables import CANONICALIZATION_VERSION, canonical_json
-from ml8s.identity.versions import CANONICAL_KEYS
+from ml8s.identity.versions import CANONICAL_KEYS, world_size_of
 from ml8s.modeling.families import MODEL_FORMATS
 
 # Every canonicalization version this verifier can recompute (SPEC §2): ml8s.identity.versions lists them.
@@ -117,11 +117,20 @@ def model_format(snapshot: ConfigSnapshot) -> str:
     return fmt if isinstance(fmt, str) and fmt in MODEL_FORMATS else "onnx"
 
 
+def final_artifacts(snapshot: ConfigSnapshot) -> tuple[str, ...]:
+    """The layout's final files of the run the snapshot records (its format, version and world size)."""
+    return layout.final_artifacts(
+        model_format(snapshot), snapshot.canonicalization_version, world_size_of(snapshot.canonical_config)
+    )
+
+
 def metadata_problems(metadata: TrainingMetadata, snapshot: ConfigSnapshot) -> list[str]:
     """What training_metadata.json can be checked against: the layout and the canonical config."""
     problems: list[str] = []
     fmt = model_format(snapshot)
-    expected = sorted(layout.checksummed_artifacts(fmt, snapshot.canonicalization_version))
+    expected = sorted(
+        layout.checksummed_artifacts(fmt, snapshot.canonicalization_version, world_size_of(snapshot.canonical_config))
+    )
     if sorted(metadata.artifacts) != expected:
         problems.append(f"artifacts records {sorted(metadata.artifacts)}; expected exactly {expected}")
     if metadata.canonicalization_version != snapshot.canonicalization_version:
@@ -151,7 +160,11 @@ def manifest_problems(manifest: Manifest, snapshot: ConfigSnapshot, artifact_roo
     if manifest.artifact_root != artifact_root:
         problems.append(f"artifact_root is {manifest.artifact_root}; the run is at {artifact_root}")
     fmt = model_format(snapshot)
-    required = {*layout.checksummed_artifacts(fmt, snapshot.canonicalization_version), *layout.identity_artifacts()}
+    world = world_size_of(snapshot.canonical_config)
+    required = {
+        *layout.checksummed_artifacts(fmt, snapshot.canonicalization_version, world),
+        *layout.identity_artifacts(),
+    }
     allowed = required | {layout.TRAINING_METADATA}
     if not required <= set(manifest.artifacts) <= allowed:
         problems.append(f"artifacts records {sorted(manifest.artifacts)}; expected {sorted(required)}")

@@ -104,7 +104,7 @@ def check_manifest(state: RunState) -> CheckResult:
 def check_artifacts(state: RunState) -> CheckResult:
     """Every final file of the layout present, each sha256 and size equal to every record of it."""
     snapshot = use(state.snapshot, "config_snapshot")
-    expected = layout.final_artifacts(offline.model_format(snapshot), snapshot.canonicalization_version)
+    expected = offline.final_artifacts(snapshot)
     listing = state.listing()
     problems = [f"{rel} is missing ({state.uri(rel)})" for rel in expected if rel not in listing]
     metadata, manifest = maybe(state.metadata), maybe(state.manifest)
@@ -134,7 +134,7 @@ def check_artifacts(state: RunState) -> CheckResult:
 def check_unexpected_files(state: RunState) -> CheckResult:
     """Nothing under ARTIFACT_ROOT but the layout, in-flight writes (``.tmp/``) and logs (``logs/``)."""
     snapshot = use(state.snapshot, "config_snapshot")
-    final = layout.final_artifacts(offline.model_format(snapshot), snapshot.canonicalization_version)
+    final = offline.final_artifacts(snapshot)
     allowed = {*final, layout.SUCCESS_MARKER}
     tmp = [rel for rel in state.listing() if rel.startswith(f"{layout.TMP_DIR}/")]
     logs = [rel for rel in state.listing() if rel.startswith(f"{layout.LOGS_DIR}/")]

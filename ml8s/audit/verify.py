@@ -21,6 +21,7 @@ from ml8s.audit.run_checks import (
     check_unexpected_files,
     use,
 )
+from ml8s.audit.shard_check import check_shards
 from ml8s.audit.state import RunState
 from ml8s.chain import Anchor
 from ml8s.errors import RegistryError
@@ -60,6 +61,7 @@ STORE_CHECKS: tuple[Check[RunState], ...] = (
     Check("manifest", check_manifest),
     Check("artifacts", check_artifacts),
     Check("unexpected_files", check_unexpected_files),
+    Check("shards", check_shards),
 )
 RUN_CHECKS: tuple[Check[RunState], ...] = (*STORE_CHECKS, Check("mlflow", check_mlflow), Check("chain", check_chain))
 DATA_RECHECK = Check("data_recheck", check_data_recheck)

@@ -16,6 +16,10 @@ FEATURE_SCHEMA = "features/feature_schema.json"
 MODEL_NATIVE = "model/model_native.safetensors"
 # Canonicalization 2.1.0 on: the optimizer, RNG and sampler state and the lineage (ml8s.contract.training_state).
 MODEL_TRAINING_STATE = "model/training_state.safetensors"
+# TRAIN_WORLD_SIZE > 1 (docs/distributed.md): each rank's shard of the trained weights and the metadata rank 0
+# writes last, ml8s.shards's layout under the prefix MODEL_SHARD_PREFIX.
+MODEL_SHARD_PREFIX = "model/model"
+MODEL_SHARD_METADATA = f"{MODEL_SHARD_PREFIX}.metadata.json"
 METRICS = "metrics.json"
 TRAINING_METADATA = "training_metadata.json"
 # Not in seed 001's listing: the run manifest, written by finalization just before the marker so the
@@ -49,18 +53,33 @@ def payload_export(model_format: str) -> str:
     return f"model.{model_format}"
 
 
+def model_shard(rank: int) -> str:
+    """Rank ``rank``'s shard of the trained weights: ``model/model_shard_{rank}.shard``."""
+    return f"{MODEL_SHARD_PREFIX}_shard_{rank}.shard"
+
+
+def sharded_artifacts(world_size: int) -> tuple[str, ...]:
+    """The shard files and their metadata of a run trained by ``world_size`` ranks (none for one rank), sorted."""
+    if world_size <= 1:
+        return ()
+    return tuple(sorted({*(model_shard(rank) for rank in range(world_size)), MODEL_SHARD_METADATA}))
+
+
 def chain_payload_files(
-    model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION
+    model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION, world_size: int = 1
 ) -> tuple[tuple[str, str], ...]:
     """(payload name, run key) of every file a run's chain version holds, sorted by payload name; the
-    manifest is held as ``Manifest.chain_payload`` makes it (identity and digests only, from 2.1.0 on)."""
+    manifest is held as ``Manifest.chain_payload`` makes it (identity and digests only, from 2.1.0 on).
+    A run of ``world_size`` > 1 ranks adds its shards and their metadata, named as in the run's model/."""
     state = (
         {(PAYLOAD_TRAINING_STATE, MODEL_TRAINING_STATE)} if records_training_state(canonicalization_version) else set()
     )
+    shards = {(rel.rsplit("/", 1)[-1], rel) for rel in sharded_artifacts(world_size)}
     return tuple(
         sorted(
             {
                 *state,
+                *shards,
                 (PAYLOAD_CONFIG_SNAPSHOT, CONFIG_SNAPSHOT),
                 (PAYLOAD_DATA_FINGERPRINT, DATA_FINGERPRINT),
                 (PAYLOAD_FEATURE_SCHEMA, FEATURE_SCHEMA),
@@ -79,14 +98,27 @@ def run_prefix(run_id: str) -> str:
 
 
 def checksummed_artifacts(
-    model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION
+    model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION, world_size: int = 1
 ) -> tuple[str, ...]:
     """Artifacts whose sha256 ``training_metadata.json`` records (sorted): what the data and the
     training produced. The two identity files are not among them: they name DATA_ROOT, and the
     metadata must be byte-identical whether the same bytes were read from a disk or a bucket.
-    Finalization checks those two against the run's identity instead."""
+    Finalization checks those two against the run's identity instead. ``world_size``: TRAIN_WORLD_SIZE
+    (``identity.versions.world_size_of`` of a recorded config), whose shards are checksummed too."""
     state = {MODEL_TRAINING_STATE} if records_training_state(canonicalization_version) else set()
-    return tuple(sorted({FEATURE_MATRIX, FEATURE_SCHEMA, MODEL_NATIVE, model_export(model_format), METRICS, *state}))
+    return tuple(
+        sorted(
+            {
+                FEATURE_MATRIX,
+                FEATURE_SCHEMA,
+                MODEL_NATIVE,
+                model_export(model_format),
+                METRICS,
+                *state,
+                *sharded_artifacts(world_size),
+            }
+        )
+    )
 
 
 def identity_artifacts() -> tuple[str, ...]:
@@ -94,9 +126,11 @@ def identity_artifacts() -> tuple[str, ...]:
     return (CONFIG_SNAPSHOT, DATA_FINGERPRINT)
 
 
-def final_artifacts(model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION) -> tuple[str, ...]:
+def final_artifacts(
+    model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION, world_size: int = 1
+) -> tuple[str, ...]:
     """Every final file of a complete run (sorted), the marker excluded."""
-    checksummed = checksummed_artifacts(model_format, canonicalization_version)
+    checksummed = checksummed_artifacts(model_format, canonicalization_version, world_size)
     return tuple(sorted({*checksummed, *identity_artifacts(), TRAINING_METADATA, MANIFEST}))
 
 

@@ -27,6 +27,7 @@ MAX_HIDDEN_LAYERS = 256
 # Hidden-to-hidden weights: each is held four times in float32 while training (weight, gradient and
 # Adam's two moments): 2**28 of them is 4 GiB.
 MAX_HIDDEN_WEIGHTS = 2**28
+MAX_WORLD_SIZE = 64  # ranks of one distributed training: processes (or GPUs) of one node
 MAX_SAMPLER_ALPHA = 64.0  # (g + 1) ** 64 still fits a float64 for a million generations
 _BYTES_PER_WEIGHT = 16
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -57,6 +58,8 @@ class RunParams(BaseModel):
     # Absent from configs of canonicalization versions before 2.1.0 (cold starts, alpha unused).
     warm_start: str | None = None
     sampler_alpha: float = 1.0
+    # The ranks that train (docs/distributed.md); absent from configs before 2.1.0 (one process).
+    train_world_size: int = 1
 
 
 def validate_params(config: CanonicalConfig) -> RunParams:
@@ -86,14 +89,18 @@ def validate_params(config: CanonicalConfig) -> RunParams:
         )
     )
     _check_network(params)
+    _check_ranks(params)
     return params
 
 
-def _continuous(config: CanonicalConfig) -> dict[str, str | float | None]:
-    """WARM_START (as bootstrap resolved it: a 64-hex content hash or null) and SAMPLER_ALPHA, when the
-    config has them (canonicalization 2.1.0 on)."""
+def _continuous(config: CanonicalConfig) -> dict[str, str | float | int | None]:
+    """WARM_START (as bootstrap resolved it: a 64-hex content hash or null), SAMPLER_ALPHA and
+    TRAIN_WORLD_SIZE, when the config has them (canonicalization 2.1.0 on)."""
     if "warm_start" not in config:
         return {}
+    world = (
+        _integer(config, "train_world_size", minimum=1, maximum=MAX_WORLD_SIZE) if "train_world_size" in config else 1
+    )
     warm = config["warm_start"]
     if warm is not None and not (isinstance(warm, str) and _HEX64.fullmatch(warm)):
         raise _fail(
@@ -103,7 +110,7 @@ def _continuous(config: CanonicalConfig) -> dict[str, str | float | None]:
     alpha = _number(config, "sampler_alpha", expected)
     if not 0 <= alpha <= MAX_SAMPLER_ALPHA:
         raise _fail("sampler_alpha", config["sampler_alpha"], expected)
-    return {"warm_start": warm, "sampler_alpha": alpha}
+    return {"warm_start": warm, "sampler_alpha": alpha, "train_world_size": world}
 
 
 def _check_network(params: RunParams) -> None:
@@ -114,6 +121,15 @@ def _check_network(params: RunParams) -> None:
             f"HIDDEN_UNITS={params.hidden_units} with HIDDEN_LAYERS={params.hidden_layers} makes {weights:,} "
             f"hidden-to-hidden weights ({gib:,.0f} GiB while training); expected at most {MAX_HIDDEN_WEIGHTS:,} "
             f"({max_gib} GiB): fewer units or layers"
+        )
+
+
+def _check_ranks(params: RunParams) -> None:
+    """Every rank takes a contiguous slice of every batch, so a batch must hold at least one row per rank."""
+    if params.train_world_size > params.batch_size:
+        raise ConfigError(
+            f"TRAIN_WORLD_SIZE={params.train_world_size} is larger than BATCH_SIZE={params.batch_size}; expected "
+            "at most BATCH_SIZE ranks (each rank trains on its contiguous slice of every batch)"
         )
 
 

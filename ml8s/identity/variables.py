@@ -18,7 +18,8 @@ from ml8s.identity.uri import parse_root_uri
 # 2.0.0: the canonical config gains model_code (a plug-in's code identity): every RUN_ID changes.
 # 2.1.0: the canonical config gains warm_start (the resolved parent's content hash, null for a cold start)
 #        and sampler_alpha (the recency exponent of a warm start's history sampler); every run records its
-#        training state: every RUN_ID changes.
+#        training state: every RUN_ID changes. train_world_size (the ranks of a distributed training) joined
+#        before 2.1.0 was released, so it shares the version.
 CANONICALIZATION_VERSION = "2.1.0"
 # Keys of the canonical config that no user sets: bootstrap resolves them (2.0.0: the code identity of a
 # plug-in MODEL_TYPE, see ml8s.identity.model_code). canonical_config writes them as null.
@@ -51,6 +52,9 @@ USER_VARIABLES: dict[str, str | None] = {
     # block hash (a prefix of 12+ hex digits); bootstrap replaces it with the parent's content hash.
     "WARM_START": "",
     "SAMPLER_ALPHA": "1",
+    # Distributed training (docs/distributed.md): the number of ranks; it changes the bits (the gradient
+    # all-reduce sums in another order), so it is identity.
+    "TRAIN_WORLD_SIZE": "1",
 }
 
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")

@@ -7,7 +7,7 @@ version. A new version is added here when the rules change (SPEC §2: any change
 
 from __future__ import annotations
 
-from ml8s.identity.variables import CANONICALIZATION_VERSION, RESOLVED_KEYS, USER_VARIABLES
+from ml8s.identity.variables import CANONICALIZATION_VERSION, RESOLVED_KEYS, USER_VARIABLES, CanonicalConfig
 
 # 1.0.0: the sixteen user-level variables, nothing else (frozen: later variables do not apply to it).
 _V1_KEYS = (
@@ -44,6 +44,13 @@ CANONICAL_KEYS: dict[str, tuple[str, ...]] = {
 def records_training_state(canonicalization_version: str) -> bool:
     """Whether runs of this version write ``model/training_state.safetensors`` (from 2.1.0 on)."""
     return canonicalization_version not in ("1.0.0", "1.1.0", "2.0.0")
+
+
+def world_size_of(config: CanonicalConfig) -> int:
+    """TRAIN_WORLD_SIZE of a recorded canonical config: 1 when absent (before 2.1.0) or not a count >= 1
+    (the snapshot check reports a malformed value; the layout then expects one rank's files)."""
+    value = config.get("train_world_size", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
 KNOWN_CANONICALIZATION_VERSIONS = tuple(sorted(CANONICAL_KEYS))

@@ -129,12 +129,12 @@ def _retrain(ctx: RunContext, scratch: str) -> dict[str, bytes]:
     """Steps 3-5 into scratch directories; the payload files as the chain commit would hold them."""
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
-    from ml8s.pipeline.train import train
+    from ml8s.pipeline.launch import train_ranks_or_one
 
     spec = ctx.spec
     features, model, exported = (os.path.join(scratch, d) for d in ("features", "model", "export"))
     compute_features(spec, features)
-    summary = train(spec, features, model)
+    summary = train_ranks_or_one(spec, features, model)
     export(spec, summary, features, model, exported)
     version = ctx.identity.canonicalization_version
     run_files = {
@@ -147,6 +147,7 @@ def _retrain(ctx: RunContext, scratch: str) -> dict[str, bytes]:
         (layout.MODEL_TRAINING_STATE, model),
         (layout.model_export(ctx.params.model_format), exported),
         (layout.TRAINING_METADATA, exported),
+        *((rel, model) for rel in layout.sharded_artifacts(ctx.params.train_world_size)),
     ):
         with open(os.path.join(directory, os.path.basename(rel)), "rb") as handle:
             run_files[rel] = handle.read()
@@ -163,7 +164,7 @@ def _retrain(ctx: RunContext, scratch: str) -> dict[str, bytes]:
     )
     payload = {
         name: run_files[rel]
-        for name, rel in layout.chain_payload_files(ctx.params.model_format, version)
+        for name, rel in layout.chain_payload_files(ctx.params.model_format, version, ctx.params.train_world_size)
         if name != layout.PAYLOAD_MANIFEST
     }
     payload[layout.PAYLOAD_MANIFEST] = manifest.to_bytes()

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Collection, Mapping
 
 from ml8s.data.sources import fingerprint_data, restrict
-from ml8s.errors import ConfigError
+from ml8s.errors import ConfigError, LineageError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.names import CHAIN_NAME_RULE
 from ml8s.identity.params import validate_params
@@ -55,6 +55,11 @@ def bootstrap(
         params = validate_params({**config, "warm_start": None})  # WARM_START is resolved below, on the data
     except ConfigError as exc:
         raise _naming_the_input(exc, given) from exc
+    if config.get("warm_start") is not None and params.train_world_size > 1:
+        raise LineageError(
+            f"WARM_START={config['warm_start']} with TRAIN_WORLD_SIZE={params.train_world_size}: a warm start "
+            "trains in one process; expected TRAIN_WORLD_SIZE=1 (or unset) for a warm start, or a cold start"
+        )
     require_signing_key(settings, env)
     fingerprint = fingerprint_data(params.data_root)
     if data_files is not None:

@@ -46,7 +46,9 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
     payload = {
         name: store.get(ctx.key(rel))
-        for name, rel in layout.chain_payload_files(ctx.params.model_format, ctx.identity.canonicalization_version)
+        for name, rel in layout.chain_payload_files(
+            ctx.params.model_format, ctx.identity.canonicalization_version, ctx.params.train_world_size
+        )
         if name != PAYLOAD_MANIFEST
     }
     manifest = load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest)

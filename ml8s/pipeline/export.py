@@ -86,10 +86,13 @@ def artifact_checksums(spec: RunSpec, features_dir: str, model_dir: str, export_
     fmt = spec.params.model_format
     sources: dict[str, str] = {
         **{rel: local_path(features_dir, rel) for rel in FEATURES},
-        **{rel: local_path(model_dir, rel) for rel in trained(spec.identity.canonicalization_version)},
+        **{
+            rel: local_path(model_dir, rel)
+            for rel in trained(spec.identity.canonicalization_version, spec.params.train_world_size)
+        },
         layout.model_export(fmt): local_path(export_dir, layout.model_export(fmt)),
     }
-    expected = layout.checksummed_artifacts(fmt, spec.identity.canonicalization_version)
+    expected = layout.checksummed_artifacts(fmt, spec.identity.canonicalization_version, spec.params.train_world_size)
     if sorted(sources) != sorted(expected):
         raise IntegrityError(f"export would checksum {sorted(sources)}; expected exactly {sorted(expected)}")
     artifacts: dict[str, ArtifactDigest] = {}

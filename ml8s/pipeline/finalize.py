@@ -29,7 +29,11 @@ def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDec
     """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
     recorded = metadata.artifacts
-    expected = set(layout.checksummed_artifacts(ctx.params.model_format, ctx.identity.canonicalization_version))
+    expected = set(
+        layout.checksummed_artifacts(
+            ctx.params.model_format, ctx.identity.canonicalization_version, ctx.params.train_world_size
+        )
+    )
     if set(recorded) != expected:
         raise IntegrityError(
             f"{ctx.uri(layout.TRAINING_METADATA)} records {sorted(recorded)}; expected exactly {sorted(expected)}"
@@ -90,7 +94,9 @@ def _rerun_audit(decision: GateDecision, artifacts: dict[str, ArtifactRef], ctx:
     """
     previous = decision.previous_sha256
     compared = set(previous) | set(
-        layout.checksummed_artifacts(ctx.params.model_format, ctx.identity.canonicalization_version)
+        layout.checksummed_artifacts(
+            ctx.params.model_format, ctx.identity.canonicalization_version, ctx.params.train_world_size
+        )
     )
     changed = sorted(rel for rel in compared if previous.get(rel) != _sha(artifacts, rel))
     return RerunAudit(

@@ -63,7 +63,10 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
 def clear_run(ctx: RunContext, store: Store) -> None:
     """FORCE_RERUN order: the marker first (the run stops counting as complete), then the artifacts."""
     store.delete(ctx.key(layout.SUCCESS_MARKER))
-    for rel in sorted({*layout.final_artifacts("onnx"), *layout.final_artifacts("safetensors")}):
+    world = ctx.params.train_world_size
+    for rel in sorted(
+        {*layout.final_artifacts("onnx", world_size=world), *layout.final_artifacts("safetensors", world_size=world)}
+    ):
         store.delete(ctx.key(rel))
 
 

@@ -29,9 +29,12 @@ TRAINING_LOGS = (layout.TENSORBOARD_EVENTS,)
 """What training also produces: logs, published beside the artifacts but never checksummed."""
 
 
-def trained(canonicalization_version: str) -> tuple[str, ...]:
-    """What training produces for a run of this version (the training state from 2.1.0 on)."""
-    return tuple(rel for rel in TRAINED if rel in layout.checksummed_artifacts("onnx", canonicalization_version))
+def trained(canonicalization_version: str, world_size: int = 1) -> tuple[str, ...]:
+    """What training produces for a run of this version (the training state from 2.1.0 on) and world size
+    (each rank's shard and the shards' metadata when it is above 1)."""
+    produced = (*TRAINED, *layout.sharded_artifacts(world_size))
+    checksummed = layout.checksummed_artifacts("onnx", canonicalization_version, world_size)
+    return tuple(sorted(rel for rel in produced if rel in checksummed))
 
 
 def exported(model_format: str) -> tuple[str, ...]:

@@ -53,9 +53,9 @@ def _run(ctx: RunContext) -> str:
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.finalize import finalize
+    from ml8s.pipeline.launch import train_ranks_or_one
     from ml8s.pipeline.registry import register
     from ml8s.pipeline.snapshot import snapshot
-    from ml8s.pipeline.train import train
 
     spec = ctx.spec
     if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
@@ -67,11 +67,15 @@ def _run(ctx: RunContext) -> str:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
         compute_features(spec, features)
         publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
-        summary = train(spec, features, model)
+        summary = train_ranks_or_one(spec, features, model)  # TRAIN_WORLD_SIZE processes
         publish.publish(
             ctx,
             store,
-            publish.local_files(model, publish.trained(spec.identity.canonicalization_version) + publish.TRAINING_LOGS),
+            publish.local_files(
+                model,
+                publish.trained(spec.identity.canonicalization_version, spec.params.train_world_size)
+                + publish.TRAINING_LOGS,
+            ),
         )
         export(spec, summary, features, model, exported)
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))

@@ -10,14 +10,16 @@ Pure: ``publish`` copies the files into ARTIFACT_ROOT.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import safetensors.torch
 import torch
 
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
-from ml8s.errors import TrainingError
+from ml8s.errors import RankError, TrainingError
 from ml8s.identity.model_code import MODEL_CODE_KEY
 from ml8s.identity.versions import records_training_state
 from ml8s.modeling.determinism import seed_everything
@@ -34,18 +36,62 @@ from ml8s.pipeline.train_summary import TrainSummary as TrainSummary  # re-expor
 from ml8s.pipeline.training_state import capture_rng, state_bytes
 
 
+@dataclass(frozen=True)
+class TrainingData:
+    """The feature matrix as training reads it: tensors on the device, the split and the model's numbers.
+
+    A dataclass, not a pydantic model: it carries live tensors and arrays, and never leaves the process.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    target: npt.NDArray[np.int64]
+    split: npt.NDArray[np.int64]
+    names: tuple[str, ...]
+    classes: tuple[str, ...]
+    model_spec: ModelSpec
+
+    def train_index(self) -> torch.Tensor:
+        """The training rows' indices, on the tensors' device."""
+        return torch.from_numpy(np.flatnonzero(self.split == 0)).to(self.x.device)
+
+
 def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     """Train MODEL_TYPE on the training split of ``features_dir``; evaluate on the held-out split.
 
     Writes ``model_native.safetensors``, ``metrics.json`` and the TensorBoard events into ``out_dir``.
+    One process: TRAIN_WORLD_SIZE > 1 trains in that many processes instead, started by
+    :func:`ml8s.pipeline.launch.launch_ranks` or the Flyte PyTorch task, each running ``ml8s.pipeline.ranks``.
     """
+    if spec.params.train_world_size > 1:
+        raise RankError(
+            f"train() trains in one process; TRAIN_WORLD_SIZE={spec.params.train_world_size} trains through "
+            "ml8s.pipeline.launch.launch_ranks (ml8s run) or the Flyte PyTorch task"
+        )
     params = spec.params
     family = model_family(spec)  # before seeding: a plug-in's import-time code must not move the seeded RNGs
     device = seed_everything(params.random_seed, params.train_device)
+    data = read_training_data(spec, features_dir, device)
+    model = family.build(data.model_spec).to(device)
+    plan = spec.lineage
+    if plan is None:
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+        losses, steps = _fit(spec, family, model, optimizer, data.x, data.y, data.train_index())
+        state = cold_state(model, steps, device)
+    else:
+        from ml8s.pipeline.warm_train import warm_fit
+
+        optimizer, losses, state = warm_fit(spec, plan, family, model, device, features_dir)
+    return write_trained(spec, data, model, optimizer, state, losses, out_dir)
+
+
+def read_training_data(spec: RunSpec, features_dir: str, device: torch.device) -> TrainingData:
+    """The feature matrix and schema of ``features_dir``, ready to train ``spec``'s network on ``device``."""
     features, target, split, names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
     schema_path = local_path(features_dir, layout.FEATURE_SCHEMA)
     with open(schema_path, "rb") as handle:
         classes = tuple(load(schema_path, handle.read(), FeatureSchema).target.classes)
+    params = spec.params
     model_spec = ModelSpec(
         model_type=params.model_type,
         n_features=features.shape[1],
@@ -53,22 +99,30 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
         hidden_units=params.hidden_units,
         hidden_layers=params.hidden_layers,
     )
-    model = family.build(model_spec).to(device)
-    x = torch.from_numpy(features.astype(np.float32)).to(device)
-    y = torch.from_numpy(target).to(device)
-    plan = spec.lineage
-    if plan is None:
-        train_idx = torch.from_numpy(np.flatnonzero(split == 0)).to(device)
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
-        losses, steps = _fit(spec, family, model, optimizer, x, y, train_idx)
-        state = _cold_state(spec, model, steps, device)
-    else:
-        from ml8s.pipeline.warm_train import warm_fit
+    return TrainingData(
+        x=torch.from_numpy(features.astype(np.float32)).to(device),
+        y=torch.from_numpy(target).to(device),
+        target=target,
+        split=split,
+        names=tuple(names),
+        classes=classes,
+        model_spec=model_spec,
+    )
 
-        optimizer, losses, state = warm_fit(spec, plan, family, model, device, features_dir)
-    test = split == 1
-    probs = predict_proba(model, x[torch.from_numpy(np.flatnonzero(test)).to(device)])
-    held_out = classification_metrics(probs, target[test], len(classes))
+
+def write_trained(
+    spec: RunSpec,
+    data: TrainingData,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainingState,
+    losses: list[float],
+    out_dir: str,
+) -> TrainSummary:
+    """Evaluate the trained ``model`` on the held-out rows and write its files into ``out_dir``."""
+    test = data.split == 1
+    probs = predict_proba(model, data.x[torch.from_numpy(np.flatnonzero(test)).to(data.x.device)])
+    held_out = classification_metrics(probs, data.target[test], len(data.classes))
     metrics = Metrics(
         accuracy=held_out["accuracy"],
         final_train_loss=losses[-1],
@@ -88,6 +142,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     with open(local_path(out_dir, layout.METRICS), "wb") as handle:
         handle.write(metrics.to_bytes())
     write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics.scalars())
+    model_spec = data.model_spec
     spec.log(
         "train",
         f"{architecture(model_spec)} held-out accuracy {metrics.accuracy:.4f} log-loss {metrics.log_loss:.4f}",
@@ -96,8 +151,8 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
         spec=model_spec,
         architecture=architecture(model_spec),
         parameter_count=parameter_count(model),
-        classes=classes,
-        feature_names=tuple(names),
+        classes=data.classes,
+        feature_names=data.names,
         epoch_losses=tuple(losses),
         train_rows=int((~test).sum()),
         test_rows=int(test.sum()),
@@ -125,7 +180,7 @@ def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[i
     return np.asarray(exp / exp.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
-def _cold_state(spec: RunSpec, model: torch.nn.Module, steps: int, device: torch.device) -> TrainingState:
+def cold_state(model: torch.nn.Module, steps: int, device: torch.device) -> TrainingState:
     """A cold start's state: the first of its lineage (which its FULL_CONFIG_HASH names), generation 0 being
     every file of its DATA_ROOT (listed by its data fingerprint, not here)."""
     return TrainingState(
