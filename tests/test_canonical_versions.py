@@ -37,7 +37,8 @@ def test_the_current_version_is_2_1_0_and_older_ones_are_still_known() -> None:
     assert frozenset(KNOWN_CANONICALIZATION_VERSIONS) == frozenset({"1.0.0", "1.1.0", "2.0.0", "2.1.0"})
     assert CANONICAL_KEYS["1.1.0"] == CANONICAL_KEYS["1.0.0"]  # 1.1.0 changed feature rules only
     assert set(CANONICAL_KEYS["2.0.0"]) - set(CANONICAL_KEYS["1.0.0"]) == {"model_code"}
-    assert set(CANONICAL_KEYS["2.1.0"]) - set(CANONICAL_KEYS["2.0.0"]) == {"sampler_alpha", "train_world_size", "warm_start"}
+    added = {"sampler_alpha", "train_world_size", "warm_start"}
+    assert set(CANONICAL_KEYS["2.1.0"]) - set(CANONICAL_KEYS["2.0.0"]) == added
     assert len(CANONICAL_KEYS["1.0.0"]) == 16
 
 
