@@ -15,7 +15,8 @@ TRAIN_WORLD_SIZE > 1 trains on Flyte's PyTorch plugin: a task with ``Elastic(npr
 worker processes (torch elastic; real processes, also in a local ``pyflyte run``), each calling
 ``ml8s.pipeline.ranks.train_rank``. ``nproc_per_node`` is fixed when the task is declared, and a workflow
 input cannot change it, so there is one registered task per supported world size and device
-(``tasks.inputs.FLYTE_WORLD_SIZES``: ``train_cpu_ranks_2`` ... ``train_gpu_ranks_8``), and ``train_model`` picks the
+(``tasks.inputs.FLYTE_WORLD_SIZES``: ``train_cpu_ranks_2`` ... ``train_gpu_ranks_8``, in ``tasks/train_ranks.py``,
+which ``train_model`` imports only when it needs one: the plugin imports torch), and ``train_model`` picks the
 one of the spec's TRAIN_WORLD_SIZE like it picks CPU or GPU. A world size outside that list is refused at
 bootstrap (``tasks.bootstrap``), before anything is written; ``ml8s run`` trains any size from 1 to 64.
 Each such task requests one core (or one GPU) per rank, on one node: the ranks share its file system.
@@ -23,11 +24,10 @@ Each such task requests one core (or one GPU) per rank, on one node: the ranks s
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from flytekit import Resources, dynamic, task
 from flytekit.types.directory import FlyteDirectory
-from flytekitplugins.kfpytorch import Elastic
 
 from ml8s import log
 from ml8s.pipeline.context import RunSpec
@@ -77,75 +77,6 @@ def train_gpu(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
     return _train(spec, features)
 
 
-def _train_ranks(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
-    """One rank (torch elastic set RANK, WORLD_SIZE, MASTER_ADDR ...); every rank returns rank 0's output."""
-    log.configure()
-    from ml8s.pipeline.ranks import train_rank
-
-    trained = train_rank(spec, features.download(), output_dir("model"))
-    return TrainOutput(model=FlyteDirectory(path=trained.out_dir), summary=trained.summary)
-
-
-def _ranks(world: int, gpu: bool) -> dict[str, Any]:
-    """The task settings of a ``world``-rank training: torch elastic on one node, a core (and a GPU) per rank."""
-    gpus = {"gpu": str(world)} if gpu else {}
-    return dict(
-        # NCCL between the GPUs of one pod uses /dev/shm; gloo on CPUs does not need it
-        task_config=Elastic(nnodes=1, nproc_per_node=world, increase_shared_mem=False),
-        shared_memory=gpu,
-        container_image="{{.image.train}}",
-        cache=COMPUTE_CACHE,
-        requests=Resources(cpu=str(world), mem=f"{4 * world}Gi", **gpus),
-        limits=Resources(**gpus) if gpu else None,
-    )
-
-
-@task(**_ranks(2, gpu=False))
-def train_cpu_ranks_2(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
-    """TRAIN_WORLD_SIZE=2 on CPUs: two rank processes, each writing its shard; returns rank 0's output."""
-    return _train_ranks(spec, features)
-
-
-@task(**_ranks(4, gpu=False))
-def train_cpu_ranks_4(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
-    """TRAIN_WORLD_SIZE=4 on CPUs: four rank processes, each writing its shard; returns rank 0's output."""
-    return _train_ranks(spec, features)
-
-
-@task(**_ranks(8, gpu=False))
-def train_cpu_ranks_8(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
-    """TRAIN_WORLD_SIZE=8 on CPUs: eight rank processes, each writing its shard; returns rank 0's output."""
-    return _train_ranks(spec, features)
-
-
-@task(**_ranks(2, gpu=True))
-def train_gpu_ranks_2(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
-    """TRAIN_WORLD_SIZE=2 on GPUs (NCCL, one GPU per rank), each rank writing its shard."""
-    return _train_ranks(spec, features)
-
-
-@task(**_ranks(4, gpu=True))
-def train_gpu_ranks_4(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
-    """TRAIN_WORLD_SIZE=4 on GPUs (NCCL, one GPU per rank), each rank writing its shard."""
-    return _train_ranks(spec, features)
-
-
-@task(**_ranks(8, gpu=True))
-def train_gpu_ranks_8(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
-    """TRAIN_WORLD_SIZE=8 on GPUs (NCCL, one GPU per rank), each rank writing its shard."""
-    return _train_ranks(spec, features)
-
-
-_RANK_TASKS = {
-    (2, "cpu"): train_cpu_ranks_2,
-    (4, "cpu"): train_cpu_ranks_4,
-    (8, "cpu"): train_cpu_ranks_8,
-    (2, "gpu"): train_gpu_ranks_2,
-    (4, "gpu"): train_gpu_ranks_4,
-    (8, "gpu"): train_gpu_ranks_8,
-}
-
-
 # Never cached: it only chooses; the task it launches is cached (a dynamic node costs one light pod).
 @dynamic(cache=False)
 def train_model(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
@@ -158,7 +89,10 @@ def train_model(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
     if world > 1:
         check_flyte_world_size(world)
         device = "gpu" if spec.params.train_device == "cuda" else "cpu"
-        return _RANK_TASKS[(world, device)](spec=spec, features=features)
+        # Imported here: Flyte's PyTorch plugin imports torch, which the early-exit path must not load.
+        from tasks.train_ranks import RANK_TASKS
+
+        return RANK_TASKS[(world, device)](spec=spec, features=features)
     if spec.params.train_device == "cuda":
         return train_gpu(spec=spec, features=features)
     return train_cpu(spec=spec, features=features)

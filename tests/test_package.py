@@ -37,7 +37,7 @@ IMAGES = {
     "tasks.train.train_model": DEFAULT_IMAGE,
     "tasks.train.train_cpu": TRAIN_IMAGE,
     "tasks.train.train_gpu": TRAIN_IMAGE,
-    **{f"tasks.train.train_{device}_ranks_{n}": TRAIN_IMAGE for device in ("cpu", "gpu") for n in (2, 4, 8)},
+    **{f"tasks.train_ranks.train_{device}_ranks_{n}": TRAIN_IMAGE for device in ("cpu", "gpu") for n in (2, 4, 8)},
     "tasks.export.export_model": TRAIN_IMAGE,
     "tasks.export.publish_model": DEFAULT_IMAGE,
     "tasks.register.register_model": TRAIN_IMAGE,
@@ -51,7 +51,7 @@ CACHED = {
     "tasks.features.compute_features",
     "tasks.train.train_cpu",
     "tasks.train.train_gpu",
-    *(f"tasks.train.train_{device}_ranks_{n}" for device in ("cpu", "gpu") for n in (2, 4, 8)),
+    *(f"tasks.train_ranks.train_{device}_ranks_{n}" for device in ("cpu", "gpu") for n in (2, 4, 8)),
     "tasks.export.export_model",
 }
 GPU = tasks_pb2.Resources.ResourceName.GPU
@@ -109,13 +109,13 @@ def test_only_gpu_training_requests_a_gpu(package: Path) -> None:
     for name, template in templates.items():
         resources = template.container.resources
         gpus = (_amount(resources.requests, GPU), _amount(resources.limits, GPU))
-        ranks = name.rsplit("_", 1)[-1] if name.startswith("tasks.train.train_gpu_ranks_") else "1"
-        wants_gpu = name == "tasks.train.train_gpu" or name.startswith("tasks.train.train_gpu_ranks_")
+        ranks = name.rsplit("_", 1)[-1] if name.startswith("tasks.train_ranks.train_gpu_ranks_") else "1"
+        wants_gpu = name == "tasks.train.train_gpu" or name.startswith("tasks.train_ranks.train_gpu_ranks_")
         assert gpus == ((ranks, ranks) if wants_gpu else (None, None)), name
     # CPU training runs on one thread (determinism): one core requested, one per rank for several ranks.
     assert _amount(templates["tasks.train.train_cpu"].container.resources.requests, CPU) == "1"
     for n in (2, 4, 8):
-        assert _amount(templates[f"tasks.train.train_cpu_ranks_{n}"].container.resources.requests, CPU) == str(n)
+        assert _amount(templates[f"tasks.train_ranks.train_cpu_ranks_{n}"].container.resources.requests, CPU) == str(n)
 
 
 def test_cache_is_on_exactly_the_compute_tasks_versioned_by_image(package: Path) -> None:
