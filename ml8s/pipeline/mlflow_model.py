@@ -65,7 +65,7 @@ def ensure_logged_model(
     except BaseException:
         # Best effort (a FAILED model is never reused), and quiet: on a full disk MLflow would log this
         # second failure with a traceback, and the user's one line is the first failure's.
-        with contextlib.suppress(MlflowException, SQLAlchemyError, OSError), _silenced("mlflow"):
+        with contextlib.suppress(MlflowException, SQLAlchemyError, OSError), silenced("mlflow"):
             client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
         raise
     ctx.log("register", f"logged MLflow model {model_id} of run {run_id} at {model.artifact_location}")
@@ -73,7 +73,7 @@ def ensure_logged_model(
 
 
 @contextlib.contextmanager
-def _silenced(name: str) -> Iterator[None]:
+def silenced(name: str) -> Iterator[None]:
     """No record below CRITICAL from logger ``name`` and its children that inherit its level, while inside."""
     logger = logging.getLogger(name)
     level = logger.level

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with
+from ml8s.pipeline.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
 from ml8s.pipeline.mlflow_run import log_run_data
 from ml8s.pipeline.registry_claim import RegistryClaim, gone_reason, read_claim, this_process
 from ml8s.pipeline.registry_query import hash_filter, public_tracking_uri, versions_of_hash
@@ -72,7 +72,9 @@ def register(
     uri = ctx.settings.mlflow_tracking_uri_for_registry()  # an s3:// root has no default: ConfigError naming it
     deadline = time.monotonic() + timeout_s
     try:
-        with _sqlite_lock(uri, deadline):
+        # MLflow logs each failed database session with a traceback (a full disk fails several); the user
+        # gets one line, REGISTRY_ERROR with the cause, so those records stay out of the CLI's stderr.
+        with _sqlite_lock(uri, deadline), silenced("mlflow.store.db.utils"):
             ensure_schema(uri)  # before any MLflow client opens it: created whole, or named when broken
             return _register(ctx, store, MlflowClient(tracking_uri=uri), deadline, lease_s)
     except (MlflowException, SQLAlchemyError, OSError) as exc:  # a full disk surfaces as any of them
