@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from unittest import mock
 
 import numpy as np
@@ -185,6 +186,29 @@ def bench_speed(params: int, dtype: torch.dtype, repeat: int) -> None:
     print(row("apply in place, cold", nbytes, t_apply_cold, t_copy))
 
 
+def bench_encode_rates(params: int, dtype: torch.dtype, repeat: int) -> None:
+    """The encode goal at every change rate: diff + compress (and the warm encode, hash included) vs zstd -3."""
+    base = make_weights(params, dtype, seed=1)
+    base_hash = weights_hash(base)
+    zstd3 = zstandard.ZstdCompressor(level=3)
+    print(f"\n[encode by change rate] {dtype}, speed-up against zstd -3 over the FULL (wall/CPU), best of {repeat}")
+    print(f"  {'changed':>8} {'zstd -3 ms':>11} {'diff+compress ms':>17} {'speed-up':>15}  goal    {'warm encode':>16}")
+    for fraction in FRACTIONS:
+        new = perturb(base, fraction, seed=2)
+        full = encode_full(new)
+        t_zstd = best_of(repeat, partial(zstd3.compress, full))
+        encode = partial(encode_delta, base, new, base_hash=base_hash)
+        with hashing_skipped("ml8s.deltas.codec", {id(new[min(new)]): weights_hash(new)}):
+            t_bare = best_of(repeat, encode)
+        t_warm = best_of(repeat, encode)
+        wall, cpu = t_zstd.wall / t_bare.wall, t_zstd.cpu / t_bare.cpu
+        verdict = "ok" if min(wall, cpu) >= 1.0 else "MISSED"
+        print(
+            f"  {changed_fraction(base, new) * 100:7.3f}% {t_zstd.wall * 1e3:11.1f} {t_bare.wall * 1e3:17.1f}"
+            f" {wall:6.2f}x/{cpu:5.2f}x  >= 1.0x: {verdict:6} {t_zstd.wall / t_warm.wall:6.2f}x (hashed)"
+        )
+
+
 def bench_choices(params: int, dtype: torch.dtype, repeat: int) -> None:
     """The measurements behind DeltaOptions' defaults and the section layout."""
     base = make_weights(params, dtype, seed=1)
@@ -236,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_sizes(params, dtype)
     for dtype in (torch.float32, torch.bfloat16):
         bench_speed(params, dtype, args.repeat)
+    for dtype in (torch.float32, torch.bfloat16):
+        bench_encode_rates(params, dtype, args.repeat)
     for dtype in (torch.float32, torch.bfloat16):
         bench_choices(params, dtype, args.repeat)
     print(f"\nbench_deltas: load average {os.getloadavg()[0]:.2f} at the end (other work on the machine skews timings)")
