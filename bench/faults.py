@@ -279,7 +279,8 @@ def race_trials(c: Campaign, rounds: int, racers: int) -> Tally:
             tally.notes.append(f"race {round_}: racers report different runs {sorted(manifests)}")
         c.judge(tally, root, env, set(), f"race {round_}")
         print(f"  race round {round_ + 1}/{rounds}: {racers} racers", flush=True)
-    c.audit_root(tally, root, c.env(root, 0))
+    if rounds:  # --races 0: no root was written, so there is nothing to audit
+        c.audit_root(tally, root, c.env(root, 0))
     return tally
 
 

@@ -100,3 +100,44 @@ def test_follow_refuses_a_rollback_in_one_line(
     assert json.loads((out / "current" / "ml8s_version.json").read_text())["counter"] == 4
     assert main(["follow", "--out", str(out), "--pinned", "0"]) == 1
     assert "expected a version counter >= 1" in capsys.readouterr().err
+
+
+def _damage(version: Path, how: str) -> None:
+    weights = version / "model_native.safetensors"
+    if how == "flipped":
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0x01
+        weights.write_bytes(bytes(data))
+    elif how == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-100])
+    elif how == "appended":
+        weights.write_bytes(weights.read_bytes() + b"x")
+    elif how == "removed":
+        weights.unlink()
+    elif how == "stray":
+        (version / "model.onnx").write_bytes(b"not from the chain")
+    elif how == "a-directory":
+        weights.unlink()
+        weights.mkdir()
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated", "appended", "removed", "stray", "a-directory"])
+def test_a_restarted_follower_rewrites_a_damaged_version_directory(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """Files damaged on disk between two runs of the follower are not served: the version is rewritten."""
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    version = out / os.readlink(out / "current")
+    good = {p.name: p.read_bytes() for p in sorted(version.iterdir())}
+    _damage(version, how)
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    err = capsys.readouterr().err
+    assert "differ from chain version 4's payload; rewriting them" in err, err
+    assert {p.name: p.read_bytes() for p in sorted(version.iterdir())} == good
+    assert (
+        weights_hash(safetensors.torch.load_file(str(out / "current" / "model_native.safetensors")))
+        == (committed[1][-1])
+    )
+    assert [n for n in os.listdir(out / "versions") if n.startswith(".")] == []  # nothing left aside

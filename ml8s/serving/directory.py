@@ -13,6 +13,11 @@ A version is written into a hidden sibling (``versions/.tmp-...``), flushed, ren
 then ``current`` is pointed at it by creating a new symlink and renaming it over the old one (one
 ``rename``: a reader resolving ``current`` sees the old version or the new one, never a mix). The
 version before the current one is kept (a server may still be reading it); older ones are removed.
+
+Each publish (a new version, and the first one after a follower starts) compares the version's directory
+with the verified payload byte for byte, so a file damaged, truncated, removed or added on disk since an
+earlier publish is rewritten rather than served. Between publishes the directory is not re-read: a
+follower does not hash its model on every poll.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
@@ -57,40 +63,64 @@ class ModelDirectory:
         except (OSError, ValidationError):
             return None
 
-    def publish(self, served: Served) -> str:
-        """Write ``served`` (unless its directory is complete already) and point ``current`` at it."""
+    def publish(self, served: Served, warn: Callable[[str], None] = lambda _: None) -> str:
+        """Write ``served`` (unless its directory holds exactly its files already) and point ``current`` at it.
+
+        ``warn`` hears of a directory found damaged on disk (and rewritten).
+        """
         info = served.info
         name = f"v{info.counter:010d}_{info.block_hash[:12]}"
         final = os.path.join(self.root, VERSIONS, name)
-        if not self._complete(final, info):
-            self._write(final, served)
+        files = {
+            **served.files,
+            WEIGHTS_FULL: encode_full(served.weights.tensors),
+            VERSION_FILE: info.model_dump_json().encode(),
+        }
+        if not self._intact(final, files):
+            if os.path.lexists(final):
+                warn(f"ml8s: {final}: its files differ from chain version {info.counter}'s payload; rewriting them")
+            self._write(final, files)
         link = os.path.join(self.root, f".{CURRENT}-{uuid.uuid4().hex}")
         os.symlink(os.path.join(VERSIONS, name), link)
         os.replace(link, os.path.join(self.root, CURRENT))
         self._prune(name)
         return final
 
-    def _complete(self, path: str, info: ServedVersion) -> bool:
+    @staticmethod
+    def _intact(path: str, files: dict[str, bytes]) -> bool:
+        """``path`` holds exactly ``files``, byte for byte (a regular file each, nothing else)."""
         try:
-            with open(os.path.join(path, VERSION_FILE), "rb") as handle:
-                return ServedVersion.model_validate_json(handle.read()) == info
-        except (OSError, ValidationError):
+            if sorted(os.listdir(path)) != sorted(files):
+                return False
+            for name, data in sorted(files.items()):
+                with open(os.path.join(path, name), "rb") as handle:
+                    if handle.read(len(data) + 1) != data:
+                        return False
+        except OSError:  # absent, not a directory, a file that is a directory, unreadable
             return False
+        return True
 
-    def _write(self, final: str, served: Served) -> None:
+    def _write(self, final: str, files: dict[str, bytes]) -> None:
         tmp = os.path.join(self.root, VERSIONS, f".tmp-{uuid.uuid4().hex}")
         os.makedirs(tmp)
         try:
-            files = {**served.files, WEIGHTS_FULL: encode_full(served.weights.tensors)}
             # ml8s_version.json last: a directory with it is complete
-            for name, data in [*sorted(files.items()), (VERSION_FILE, served.info.model_dump_json().encode())]:
+            order = [*sorted(n for n in files if n != VERSION_FILE), VERSION_FILE]
+            for name in order:
                 with open(os.path.join(tmp, name), "wb") as handle:
-                    handle.write(data)
+                    handle.write(files[name])
                     handle.flush()
                     os.fsync(handle.fileno())
-            if os.path.lexists(final):  # an incomplete earlier attempt
-                shutil.rmtree(final)
-            os.rename(tmp, final)
+            if os.path.lexists(final):  # damaged or incomplete: moved aside in one rename, removed after
+                aside = os.path.join(self.root, VERSIONS, f".tmp-{uuid.uuid4().hex}")
+                os.rename(final, aside)
+                os.rename(tmp, final)
+                if os.path.isdir(aside) and not os.path.islink(aside):
+                    shutil.rmtree(aside, ignore_errors=True)
+                else:
+                    os.unlink(aside)
+            else:
+                os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -55,7 +55,7 @@ def follow(
             changed = False
         served = client.served
         if served is not None and (changed or directory.current() != served.info):
-            directory.publish(served)
+            directory.publish(served, warn)
             report(served.info)
         if options.pinned is not None:
             return served.info if served is not None else None
