@@ -28,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 import zstandard
+from bench_deltas import perturb  # the same changes as the codec bench (bench/ is on sys.path)
 
 from ml8s.chain import ChainStore, CommitMeta
 from ml8s.deltas import apply_delta_in_place, encode_delta, encode_full, weights_hash
@@ -55,21 +56,6 @@ def make_weights(params: int, dtype: torch.dtype) -> Weights:
     side = int((params / 4) ** 0.5)
     shapes = {f"layer.{i}.weight": (side, side) for i in range(4)} | {f"layer.{i}.bias": (side,) for i in range(4)}
     return {n: torch.from_numpy(rng.normal(0, 0.02, s).astype(np.float32)).to(dtype) for n, s in shapes.items()}
-
-
-def perturb(weights: Weights, fraction: float, seed: int) -> Weights:
-    """``fraction`` of the elements moved by normal(0, 1e-3): new values near the old ones."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, tensor in weights.items():
-        flat = tensor.clone().reshape(-1)
-        count = max(1, round(flat.numel() * fraction))
-        where = torch.from_numpy(rng.choice(flat.numel(), size=count, replace=False))
-        flat[where] = (flat[where].float() + torch.from_numpy(rng.normal(0, 1e-3, count).astype(np.float32))).to(
-            tensor.dtype
-        )
-        out[name] = flat.reshape(tensor.shape)
-    return out
 
 
 def meta(tag: str) -> CommitMeta:

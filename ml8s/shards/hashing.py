@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 
 class DataHasher:
     """Feed the data section in order, in chunks of any size; ``data_sha256`` and ``blocks`` at the end."""
@@ -16,7 +18,7 @@ class DataHasher:
         self._blocks: list[str] = []
 
     def update(self, chunk: bytes | bytearray | memoryview) -> None:
-        view = memoryview(chunk).cast("B")
+        view = np.frombuffer(chunk, dtype=np.uint8).data  # any contiguous buffer as bytes, no copy
         self._data.update(view)
         while view:
             take = min(len(view), self.block_size - self._in_block)

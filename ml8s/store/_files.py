@@ -7,7 +7,7 @@ import errno
 import hashlib
 import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeVar
 
 from ml8s.errors import StoreError
@@ -31,18 +31,12 @@ def write_file(path: str, source: bytes | io.FileIO) -> tuple[str, int]:
 
     Returns (sha256, size) of the bytes written, hashed once, from the same buffers that were written.
     """
-    try:
+    with _writing(path):
         handle = in_fresh_dir(path, lambda: open(path, "wb"))
         with handle:
             digest, size = _write_hashed(handle, source)
             handle.flush()
             os.fsync(handle.fileno())
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        if exc.errno == errno.ENOSPC:
-            raise StoreError(f"no space left writing {path}") from exc
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return digest, size
 
 
@@ -52,18 +46,25 @@ def copy_file(path: str, source: io.FileIO) -> int:
     ``os.copy_file_range`` (no user-space buffer, a reflink where the filesystem shares extents), else
     ``os.sendfile``, else a plain read/write loop; returns the byte count copied.
     """
-    try:
+    with _writing(path):
         handle = in_fresh_dir(path, lambda: open(path, "wb", buffering=0))
         with handle:
             size = _kernel_copy(source.fileno(), handle.fileno())
             os.fsync(handle.fileno())
+    return size
+
+
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
+    """An OSError while writing ``path`` removes the partial file and becomes a StoreError (ENOSPC named)."""
+    try:
+        yield
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(path)
         if exc.errno == errno.ENOSPC:
             raise StoreError(f"no space left writing {path}") from exc
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    return size
 
 
 def _kernel_copy(source: int, target: int) -> int:

@@ -3,7 +3,7 @@
 Uploads carry our sha256 (``x-amz-checksum-sha256``) and md5 (``Content-MD5``), so a server checking either
 rejects corrupted bytes (AWS checks both, radosgw 16 the md5, moto neither). The stored object is then checked:
 its size, and its ETag against our md5 (the server computes it from the bytes it got) or, where the ETag is no
-md5 (SSE-KMS, SSE-C), the sha256 the server verified. Any sha256 the server reports must match too.
+md5 (SSE-KMS, SSE-C), the sha256 the server verified. Every sha256 the server reports must match too.
 """
 
 from __future__ import annotations
