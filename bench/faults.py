@@ -176,7 +176,7 @@ class Campaign:
         from mlflow import MlflowClient
 
         from ml8s.errors import RegistryError
-        from ml8s.pipeline.registry_schema import ensure_schema
+        from ml8s.registry.schema import ensure_schema
 
         uri = f"sqlite:///{root}/mlflow.db"
         if (root / "mlflow.db").exists():

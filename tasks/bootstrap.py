@@ -13,9 +13,9 @@ import click
 from flytekit import task
 
 from ml8s import log
+from ml8s.context.run import RunContext, RunSpec
 from ml8s.errors import ConfigError, DataError, LineageError
 from ml8s.pipeline.bootstrap import bootstrap
-from ml8s.pipeline.context import RunContext, RunSpec
 from tasks.inputs import FromEnv, InputValue, ModelFormat, TrainDevice, check_flyte_world_size, input_text
 
 

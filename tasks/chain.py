@@ -6,7 +6,7 @@ from __future__ import annotations
 from flytekit import Deck, task
 
 from ml8s import log
-from ml8s.pipeline.context import RunContext
+from ml8s.context.run import RunContext
 from ml8s.pipeline.gate import GateDecision
 
 

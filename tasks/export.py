@@ -6,9 +6,9 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 
 from ml8s import log
-from ml8s.pipeline import publish
-from ml8s.pipeline.context import RunContext, RunSpec
-from ml8s.pipeline.train_summary import TrainSummary
+from ml8s.context import publish
+from ml8s.context.run import RunContext, RunSpec
+from ml8s.training.summary import TrainSummary
 from tasks._util import COMPUTE_CACHE, output_dir
 
 

@@ -6,8 +6,8 @@ from flytekit import task
 from flytekit.types.directory import FlyteDirectory
 
 from ml8s import log
-from ml8s.pipeline import publish
-from ml8s.pipeline.context import RunContext, RunSpec
+from ml8s.context import publish
+from ml8s.context.run import RunContext, RunSpec
 from tasks._util import COMPUTE_CACHE, output_dir
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from flytekit import task
 
 from ml8s import log
-from ml8s.pipeline.context import RunContext
+from ml8s.context.run import RunContext
 from ml8s.pipeline.gate import GateDecision
-from ml8s.pipeline.registry import MlflowRef
+from ml8s.registry.registration import MlflowRef
 
 
 # Never cached: it verifies the stored artifacts and writes the manifest and the marker.

@@ -7,7 +7,7 @@ from typing import NamedTuple
 from flytekit import task
 
 from ml8s import log
-from ml8s.pipeline.context import RunContext
+from ml8s.context.run import RunContext
 from ml8s.pipeline.gate import GateDecision, gate
 
 

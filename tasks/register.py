@@ -5,8 +5,8 @@ from __future__ import annotations
 from flytekit import task
 
 from ml8s import log
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.registry import MlflowRef
+from ml8s.context.run import RunContext
+from ml8s.registry.registration import MlflowRef
 
 
 # In the training image: the only one with MLflow. Never cached: it writes to MLflow, whose state is
@@ -20,6 +20,6 @@ def register_model(run: RunContext) -> MlflowRef:
     """
     log.configure()
     # Imported here, not at module level: importing mlflow would slow the early-exit path.
-    from ml8s.pipeline import registry
+    from ml8s.pipeline import register
 
-    return registry.register(run, run.open_store())
+    return register.register(run, run.open_store())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flytekit import task
 
 from ml8s import log
-from ml8s.pipeline.context import RunContext
+from ml8s.context.run import RunContext
 
 
 # Never cached: it writes into ARTIFACT_ROOT, which a cache hit would skip.

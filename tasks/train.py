@@ -13,7 +13,7 @@ graph compiled at run time, not in the registered task, where the package test a
 
 TRAIN_WORLD_SIZE > 1 trains on Flyte's PyTorch plugin: a task with ``Elastic(nproc_per_node=N)`` starts N
 worker processes (torch elastic; real processes, also in a local ``pyflyte run``), each calling
-``ml8s.pipeline.ranks.train_rank``. ``nproc_per_node`` is fixed when the task is declared, and a workflow
+``ml8s.training.ranks.train_rank``. ``nproc_per_node`` is fixed when the task is declared, and a workflow
 input cannot change it, so there is one registered task per supported world size and device
 (``tasks.inputs.FLYTE_WORLD_SIZES``: ``train_cpu_ranks_2`` ... ``train_gpu_ranks_8``, in ``tasks/train_ranks.py``,
 which ``train_model`` imports only when it needs one: the plugin imports torch), and ``train_model`` picks the
@@ -24,21 +24,14 @@ Each such task requests one core (or one GPU) per rank, on one node: the ranks s
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from flytekit import Resources, dynamic, task
 from flytekit.types.directory import FlyteDirectory
 
 from ml8s import log
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.train_summary import TrainSummary
+from ml8s.context.run import RunSpec
 from tasks._util import COMPUTE_CACHE, output_dir
 from tasks.inputs import check_flyte_world_size
-
-
-class TrainOutput(NamedTuple):
-    model: FlyteDirectory
-    summary: TrainSummary
+from tasks.train_output import TrainOutput
 
 
 def _train(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:

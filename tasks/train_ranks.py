@@ -14,15 +14,15 @@ from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
 
 from ml8s import log
-from ml8s.pipeline.context import RunSpec
+from ml8s.context.run import RunSpec
 from tasks._util import COMPUTE_CACHE, output_dir
-from tasks.train import TrainOutput
+from tasks.train_output import TrainOutput
 
 
 def _train_ranks(spec: RunSpec, features: FlyteDirectory) -> TrainOutput:
     """One rank (torch elastic set RANK, WORLD_SIZE, MASTER_ADDR ...); every rank returns rank 0's output."""
     log.configure()
-    from ml8s.pipeline.ranks import train_rank
+    from ml8s.training.ranks import train_rank
 
     trained = train_rank(spec, features.download(), output_dir("model"))
     return TrainOutput(model=FlyteDirectory(path=trained.out_dir), summary=trained.summary)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from s3_servers import moto_server, radosgw_server, s3_server  # noqa: F401  (pytest fixtures)
 
+from ml8s.context.run import RunContext
 from ml8s.pipeline.bootstrap import bootstrap
-from ml8s.pipeline.context import RunContext
 
 # Every file of a completed (onnx) run that is byte-identical wherever it was written: the seed's layout.
 # manifest.json is not among them: it names its own pipeline root and MLflow run.

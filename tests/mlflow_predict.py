@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from ml8s.cli.main import main
-from ml8s.pipeline.mlflow_model import registry_resolves_with
+from ml8s.registry.mlflow_model import registry_resolves_with
 
 # Rows the training data never held: an unseen plan, every value missing, untrimmed text, odd case.
 EDGE_ROWS = [

@@ -16,8 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from ml8s.context.run import RunContext
 from ml8s.contract import layout
-from ml8s.pipeline.context import RunContext
 
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))
 
@@ -25,11 +25,11 @@ MLFLOW = str(Path(sys.executable).with_name("mlflow"))
 def train_run(ctx: RunContext) -> None:
     """Steps 2-5 of a run (snapshot, features, training, export), published into ARTIFACT_ROOT: no MLflow,
     no manifest, no marker, exactly as registration finds a run."""
-    from ml8s.pipeline import publish
+    from ml8s.context import publish
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.snapshot import snapshot
-    from ml8s.pipeline.train import train
+    from ml8s.training.fit import train
 
     spec, store = ctx.spec, ctx.open_store()
     snapshot(ctx, store)

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from conftest import make_context
 
+from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.data.dataset import load_dataset
 from ml8s.errors import DataError
-from ml8s.pipeline.column_names import RESERVED_COLUMNS
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.feature_rules import encode, prepare
+from ml8s.features.column_names import RESERVED_COLUMNS
+from ml8s.features.rules import encode, prepare
 from ml8s.pipeline.features import SPLIT, TARGET
 from ml8s.pipeline.snapshot import snapshot
 

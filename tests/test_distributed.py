@@ -26,10 +26,10 @@ from conftest import write_small_churn
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, LineageError
 from ml8s.pipeline.bootstrap import bootstrap
-from ml8s.pipeline.ddp import micro_batch
-from ml8s.pipeline.train import model_family, read_training_data
 from ml8s.shards import PlanConfig, TensorPiece, load_resharded, read_metadata
 from ml8s.store import LocalStore
+from ml8s.training.ddp import micro_batch
+from ml8s.training.fit import model_family, read_training_data
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))

@@ -27,8 +27,8 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.literals import LiteralMap
 from ml8s.contract import ModelSpec
 from ml8s.pipeline.bootstrap import bootstrap
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.train_summary import TrainSummary
+from ml8s.context.run import RunSpec
+from ml8s.training.summary import TrainSummary
 
 ctx = FlyteContextManager.current_context()
 spec = bootstrap(json.loads(sys.argv[1])).spec

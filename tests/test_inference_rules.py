@@ -16,11 +16,11 @@ import pytest
 from ml8s.data.dataset import load_dataset, text_column
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError, InferenceError, PredictionInputError
+from ml8s.features.rules import Prepared, encode, prepare
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.inference import MAX_CATEGORIES, MISSING, OTHER, RawTransform
 from ml8s.inference.csv_rows import read_csv_rows
-from ml8s.pipeline.feature_rules import Prepared, encode, prepare
 from ml8s.pipeline.features import feature_schema
 
 HEADER = "amount,active,colour,kind,y"

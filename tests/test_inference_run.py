@@ -16,10 +16,10 @@ from conftest import make_context, write_small_churn
 from mlflow_support import artifact_dir, raw_rows, train_run, write_rows
 
 from ml8s.cli.main import main
+from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.errors import InferenceError, IntegrityError
 from ml8s.inference import Predictor, read_model_dir, read_onnx_metadata, read_run_files
-from ml8s.pipeline.context import RunContext
 
 ONNX = layout.model_export("onnx")
 

@@ -17,13 +17,13 @@ from typing import Any
 from conftest import make_context, write_small_churn
 
 from ml8s.audit.offline import KNOWN_CANONICALIZATION_VERSIONS
+from ml8s.context.publish import local_path
 from ml8s.contract import layout
 from ml8s.data.dataset import load_dataset
 from ml8s.data.missing import MISSING_TOKENS, STRAY_TEXT_CODE
 from ml8s.identity.variables import CANONICALIZATION_VERSION
 from ml8s.pipeline.features import compute_features
-from ml8s.pipeline.publish import local_path
-from ml8s.pipeline.train import train
+from ml8s.training.fit import train
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 

@@ -17,8 +17,8 @@ from conftest import write_small_churn
 from mlflow import MlflowClient
 
 from ml8s.pipeline.bootstrap import bootstrap
-from ml8s.pipeline.registry import MlflowRef, register
-from ml8s.pipeline.registry_query import versions_of_hash
+from ml8s.registry.query import versions_of_hash
+from ml8s.registry.registration import MlflowRef, register
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 

@@ -18,15 +18,15 @@ from mlflow_predict import EDGE_ROWS, assert_same_predictions, cli_predict, pyfu
 from mlflow_support import mlflow_server, raw_rows, write_rows
 
 from ml8s.audit import verify_run
-from ml8s.pipeline.registry import MlflowRef
 from ml8s.pipeline.run import run_pipeline
+from ml8s.registry.registration import MlflowRef
 
 # A child process: import everything, say it is ready, wait for the barrier, register.
 CHILD = """
 import os, sys, time
 import mlflow
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.registry import register
+from ml8s.context.run import RunContext
+from ml8s.registry.registration import register
 ctx_file, ready, barrier = sys.argv[1:4]
 ctx = RunContext.from_json(open(ctx_file).read())
 open(ready, "w").close()

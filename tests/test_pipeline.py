@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import SEED_LAYOUT
 
+from ml8s.context.run import RunContext
 from ml8s.contract import layout
-from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))

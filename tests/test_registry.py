@@ -18,12 +18,12 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 from mlflow_support import copy_run, train_run
 
+from ml8s.context.run import RunContext
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings, worker_id
-from ml8s.pipeline import registry
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.mlflow_model import experiment_location
-from ml8s.pipeline.registry import CLAIMS_DIR, MlflowRef, register
+from ml8s.registry import registration as registry
+from ml8s.registry.mlflow_model import experiment_location
+from ml8s.registry.registration import CLAIMS_DIR, MlflowRef, register
 
 TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
 
@@ -31,9 +31,9 @@ TAGS = ("run_id", "full_config_hash", "data_fingerprint", "artifact_uri")
 CHILD = """
 import os, sys, time
 import mlflow
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.mlflow_model import experiment_location
-from ml8s.pipeline.registry import register
+from ml8s.context.run import RunContext
+from ml8s.registry.mlflow_model import experiment_location
+from ml8s.registry.registration import register
 ctx_file, ready, barrier = sys.argv[1:4]
 ctx = RunContext.from_json(open(ctx_file).read())
 open(ready, "w").close()

@@ -20,8 +20,8 @@ from conftest import make_context, write_small_churn
 from mlflow_support import train_run
 
 from ml8s.errors import RegistryError, RegistrySchemaError
-from ml8s.pipeline.registry import register
-from ml8s.pipeline.registry_schema import ensure_schema
+from ml8s.registry.registration import register
+from ml8s.registry.schema import ensure_schema
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 # The schema creation has begun: MLflow's own log line (creation in place), or ml8s's (in a temporary file).
@@ -32,8 +32,8 @@ CHILD = """
 import sys
 from ml8s import log
 from ml8s.pipeline.bootstrap import bootstrap
-from ml8s.pipeline.registry import register
-from ml8s.pipeline.registry_schema import ensure_schema
+from ml8s.registry.registration import register
+from ml8s.registry.schema import ensure_schema
 data, root = sys.argv[1:3]
 log.configure("INFO")
 ctx = bootstrap({"DATA_ROOT": data, "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": root, "EPOCHS": "1"})

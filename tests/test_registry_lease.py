@@ -21,16 +21,16 @@ from conftest import make_context, write_small_churn
 from mlflow import MlflowClient
 from mlflow_support import copy_run, train_run
 
+from ml8s.context.run import RunContext
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import worker_id
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.registry import CLAIMS_DIR, register
-from ml8s.pipeline.registry_claim import HolderProcess, gone_reason, this_process
+from ml8s.registry.claim import HolderProcess, gone_reason, this_process
+from ml8s.registry.registration import CLAIMS_DIR, register
 
 # A child that records itself the way a claim does, then waits for its stdin to close.
 HOLDER = """
 import sys
-from ml8s.pipeline.registry_claim import this_process
+from ml8s.registry.claim import this_process
 print(this_process().model_dump_json(), flush=True)
 sys.stdin.read()
 """

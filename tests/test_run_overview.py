@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import make_context, write_small_churn
 
+from ml8s.context.run import RunContext
 from ml8s.contract import (
     ArtifactRef,
     FeatureSchema,
@@ -25,7 +26,6 @@ from ml8s.contract import (
 )
 from ml8s.errors import IntegrityError, NotFoundError
 from ml8s.pipeline.chain_commit import ChainCommit
-from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
 from ml8s.pipeline.run_overview import collect_overview, render_overview_html
 

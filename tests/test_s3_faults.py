@@ -124,7 +124,7 @@ def test_endpoint_stopped_during_upload_leaves_old_object_intact(
     store.put_atomic("model.bin", b"old model", tmp_key=".tmp/model-w0.bin")
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(24 * MiB))
-    import ml8s.store.s3 as s3
+    import ml8s.store.s3.writes as s3
 
     def opener(path: str, mode: str = "r", *args: object, **kwargs: object) -> object:
         if str(path) == str(big) and "b" in mode:

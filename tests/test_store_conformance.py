@@ -20,7 +20,8 @@ from botocore.stub import Stubber
 from s3_servers import S3Endpoint, free_port
 
 import ml8s.store._files as files_module
-import ml8s.store.s3 as s3_module
+import ml8s.store.s3.digest as s3_digest
+import ml8s.store.s3.writes as s3_writes
 from ml8s.errors import (
     ConfigError,
     IntegrityError,
@@ -230,7 +231,7 @@ def test_put_file_atomic_reads_the_source_once(store: Store, tmp_path: Path, mon
     counts: dict[str, int] = {}
     monkeypatch.setattr(_CountingFile, "counts", counts)
     hashes = _CountingHashlib()
-    for module in (files_module, s3_module):
+    for module in (files_module, s3_digest):
         monkeypatch.setattr(module, "hashlib", hashes)
     real_open = open
 
@@ -284,7 +285,7 @@ def test_uri_and_keys(store: Store) -> None:
 @pytest.mark.parametrize("copy", ["CopyObject", "UploadPartCopy"])
 def test_multipart_upload(s3_server: S3Endpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy: str) -> None:
     if copy == "UploadPartCopy":  # what objects over 5 GiB take, here with 11 MiB
-        monkeypatch.setattr(s3_module, "MAX_COPY", MiB)
+        monkeypatch.setattr(s3_writes, "MAX_COPY", MiB)
     store = s3_store(s3_server, multipart_threshold=5 * MiB, part_size=5 * MiB)
     src = tmp_path / "big.bin"
     src.write_bytes(os.urandom(11 * MiB + 3))
@@ -386,13 +387,13 @@ def test_wrong_checksum_header_is_caught(s3_server: S3Endpoint, monkeypatch: pyt
     """A checksum header that disagrees with the body: radosgw answers BadDigest; moto stores the claim."""
     store = s3_store(s3_server)
     store.put_atomic("k", b"old", tmp_key=".tmp/k")
-    real = s3_module._Digest.add
+    real = s3_digest.Digest.add
 
-    def wrong_headers(self: s3_module._Digest, data: bytes) -> tuple[str, str]:
+    def wrong_headers(self: s3_digest.Digest, data: bytes) -> tuple[str, str]:
         real(self, data)  # the digests of what is sent stay right; the headers claim other bytes
-        return real(s3_module._Digest(), b"other bytes")
+        return real(s3_digest.Digest(), b"other bytes")
 
-    monkeypatch.setattr(s3_module._Digest, "add", wrong_headers)
+    monkeypatch.setattr(s3_digest.Digest, "add", wrong_headers)
     with pytest.raises(IntegrityError, match="BadDigest" if s3_server.kind == "radosgw" else r"checksum o\+rV7trV"):
         store.put_atomic("k", b"new", tmp_key=".tmp/k")
     assert store.get("k") == b"old"

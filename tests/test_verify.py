@@ -20,7 +20,7 @@ import pytest
 from ml8s.audit import Report, Status, verify_run
 from ml8s.contract import layout
 from ml8s.identity.hashing import canonical_bytes
-from ml8s.pipeline.mlflow_model import registry_resolves_with
+from ml8s.registry.mlflow_model import registry_resolves_with
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 REPO = Path(__file__).resolve().parent.parent

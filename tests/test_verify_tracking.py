@@ -18,8 +18,8 @@ from conftest import write_small_churn
 
 from ml8s.audit import verify_run
 from ml8s.audit.mlflow_refs import choose_tracking_uri
-from ml8s.pipeline.registry import MlflowRef
-from ml8s.pipeline.registry_query import public_tracking_uri
+from ml8s.registry.query import public_tracking_uri
+from ml8s.registry.registration import MlflowRef
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 OURS = ("FORCE_RERUN", "MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME", "PIPELINE_ROOT_URI", "DATA_ROOT")

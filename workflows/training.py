@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from flytekit import conditional, workflow
 
-from ml8s.pipeline.context import RunContext, RunSpec
+from ml8s.context.run import RunContext, RunSpec
 from ml8s.pipeline.gate import GateDecision
 from tasks.bootstrap import bootstrap_run
 from tasks.chain import commit_to_chain

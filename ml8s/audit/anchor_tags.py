@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.chain import Anchor, read_anchor
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.pipeline.registry_query import versions_of_hash
+from ml8s.registry.query import versions_of_hash
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

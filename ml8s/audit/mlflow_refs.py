@@ -20,9 +20,9 @@ from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
 from ml8s.errors import RegistryError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
-from ml8s.pipeline.mlflow_run import mlflow_params
-from ml8s.pipeline.registry import MlflowRef
-from ml8s.pipeline.registry_query import public_tracking_uri, versions_of_hash
+from ml8s.registry.mlflow_run import mlflow_params
+from ml8s.registry.query import public_tracking_uri, versions_of_hash
+from ml8s.registry.registration import MlflowRef
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

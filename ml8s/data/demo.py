@@ -18,25 +18,18 @@ get two RUN_IDs and the idempotence demo would be meaningless. So:
 Bytes are stable for a given numpy version; numpy does not promise identical streams across versions
 of its distributions, which is why constraints.txt pins it.
 
-Writing is idempotent and never mixes datasets: each file is written atomically (temporary file in the
-same directory, fsync, ``os.replace``); a directory that already holds exactly these bytes is left
-untouched (same mtimes, so nothing downstream sees a change); a directory holding anything else
-(another dataset, foreign files) is refused rather than half-overwritten.
+Writing is idempotent and never mixes datasets (``ml8s.data.demo_files``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
-import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from ml8s.data.demo_files import DemoFile, write_dataset
 from ml8s.errors import DataError
 
 COLUMNS: tuple[str, ...] = (
@@ -74,22 +67,9 @@ MISSING_RATES: tuple[tuple[str, float], ...] = (
     ("paperless_billing", 0.015),
 )
 
-_PART_RE = re.compile(r"^part-\d{5}\.csv$")
-# Temporary files this module creates (mkstemp adds random characters between prefix and suffix).
-_TMP_RE = re.compile(r"^\.part-\d{5}\.csv\..+\.tmp$")
-
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True)
-class DemoFile:
-    """One generated file: its name in the output directory, its bytes and its row count."""
-
-    name: str
-    content: bytes
-    rows: int
 
 
 def generate(rows: int, files: int, seed: int) -> list[DemoFile]:
@@ -212,79 +192,6 @@ def _blank(column: list[str], mask: list[bool]) -> None:
     for i, missing in enumerate(mask):
         if missing:
             column[i] = ""
-
-
-def write_dataset(out_dir: str, demo_files: Sequence[DemoFile]) -> list[str]:
-    """Write the files that are missing from ``out_dir``; return their names (empty: nothing to do).
-
-    Raises DataError, before writing anything, when ``out_dir`` holds anything but a subset of these
-    exact files: an existing ``part-*.csv`` with other bytes is another dataset (other seed, rows or
-    file count) that a previous run may have fingerprinted, so it is never silently replaced.
-    Leftover temporary files of an interrupted run of this generator are removed (they would
-    otherwise enter the data fingerprint, which counts hidden files).
-    """
-    expected = {f.name: f for f in demo_files}
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise DataError(f"--out {out_dir} exists and is not a directory; expected a directory for the CSV files")
-    os.makedirs(out_dir, exist_ok=True)
-    stale: list[str] = []
-    present: set[str] = set()
-    for name in sorted(os.listdir(out_dir)):
-        path = os.path.join(out_dir, name)
-        if _TMP_RE.match(name) and os.path.isfile(path) and not os.path.islink(path):
-            stale.append(path)
-        elif name in expected and os.path.isfile(path) and not os.path.islink(path):
-            if not _same_bytes(path, expected[name].content):
-                raise DataError(
-                    f"--out {out_dir} already holds a different dataset ({name} differs from what --rows/--files/"
-                    "--seed would generate); refusing to mix datasets: remove the directory or choose another --out"
-                )
-            present.add(name)
-        else:
-            kind = "file" if os.path.isfile(path) else "entry"
-            raise DataError(
-                f"--out {out_dir} holds a foreign {kind} {name!r} (expected only part-NNNNN.csv files of this "
-                "dataset); refusing to mix datasets: remove it or choose another --out"
-            )
-    for path in stale:
-        os.unlink(path)
-    written = [f.name for f in demo_files if f.name not in present]
-    for name in written:
-        _atomic_write(out_dir, name, expected[name].content)
-    if written or stale:
-        _fsync_dir(out_dir)
-    return written
-
-
-def _same_bytes(path: str, content: bytes) -> bool:
-    if os.path.getsize(path) != len(content):
-        return False
-    with open(path, "rb") as handle:
-        return handle.read() == content
-
-
-def _atomic_write(directory: str, name: str, content: bytes) -> None:
-    """Temporary file in the same directory, fsync, then rename: readers see all of it or none."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; data files are plain readable files
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _parser() -> argparse.ArgumentParser:

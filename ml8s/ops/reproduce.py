@@ -19,6 +19,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, ChainVersion, content_hash
+from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, ContractFile, FingerprintRecord, TrainingMetadata, layout, parse
 from ml8s.contract._parse import Invalid
 from ml8s.contract.artifact import ArtifactDigest
@@ -27,7 +28,6 @@ from ml8s.errors import Ml8sError
 from ml8s.identity.settings import PLATFORM_VARIABLES
 from ml8s.identity.variables import USER_VARIABLES, JsonValue
 from ml8s.pipeline.bootstrap import bootstrap
-from ml8s.pipeline.context import RunContext
 from ml8s.store import open_store
 
 M = TypeVar("M", bound=ContractFile)
@@ -129,12 +129,12 @@ def _retrain(ctx: RunContext, scratch: str) -> dict[str, bytes]:
     """Steps 3-5 into scratch directories; the payload files as the chain commit would hold them."""
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
-    from ml8s.pipeline.launch import train_ranks_or_one
+    from ml8s.pipeline.train import train_all_ranks
 
     spec = ctx.spec
     features, model, exported = (os.path.join(scratch, d) for d in ("features", "model", "export"))
     compute_features(spec, features)
-    summary = train_ranks_or_one(spec, features, model)
+    summary = train_all_ranks(spec, features, model)
     export(spec, summary, features, model, exported)
     version = ctx.identity.canonicalization_version
     run_files = {

@@ -10,6 +10,7 @@ import re
 import secrets
 from collections.abc import Collection, Mapping
 
+from ml8s.context.run import RunContext, RunSpec
 from ml8s.data.sources import fingerprint_data, restrict
 from ml8s.errors import ConfigError, LineageError
 from ml8s.identity.hashing import compute_identity
@@ -21,7 +22,6 @@ from ml8s.identity.variables import canonical_config, raw_values_from_env
 from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.chain_commit import require_signing_key
-from ml8s.pipeline.context import RunContext, RunSpec
 from ml8s.pipeline.preflight import check_writable_root
 
 # Every configuration message starts with the variable it is about: "EPOCHS=0 is invalid; ...",

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ENV_KEY, ENV_KEY_FILE, ChainStore, CommitMeta, RetryPolicy, SigningKey
+from ml8s.context.run import RunContext
 from ml8s.contract import Manifest, TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST
 from ml8s.errors import NotFastForwardError, NotFoundError, SigningRequiredError, StaleParentError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
 

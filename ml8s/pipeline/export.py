@@ -19,8 +19,11 @@ import onnxruntime
 import safetensors.torch
 import torch
 
+from ml8s.context.publish import FEATURES, local_path, trained
+from ml8s.context.run import RunSpec
 from ml8s.contract import ArtifactDigest, ExportRecord, ModelRecord, TrainingMetadata, TrainingRecord, layout
 from ml8s.errors import ExportValidationError, IntegrityError
+from ml8s.features.matrix import read_matrix
 from ml8s.inference.onnx_metadata import label_onnx
 from ml8s.modeling.families import (
     EXPORT_TOLERANCE,
@@ -30,10 +33,7 @@ from ml8s.modeling.families import (
     library_versions,
     onnx_opset,
 )
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.features import read_matrix
-from ml8s.pipeline.publish import FEATURES, local_path, trained
-from ml8s.pipeline.train import TrainSummary, model_family
+from ml8s.training.fit import TrainSummary, model_family
 
 
 def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: str, out_dir: str) -> None:

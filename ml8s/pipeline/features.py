@@ -14,16 +14,15 @@ import os
 
 from pydantic import TypeAdapter
 
+from ml8s.context.publish import local_path
+from ml8s.context.run import RunSpec
 from ml8s.contract import Feature, FeatureSchema, RowCounts, SplitRecord, TargetRecord, layout
 from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
 from ml8s.data.dataset import FloatArray, load_dataset
 from ml8s.data.missing import missing_values_record
-from ml8s.pipeline.column_names import SPLIT, TARGET
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.feature_rules import Prepared, encode, hidden_categories, prepare
-from ml8s.pipeline.matrix import read_matrix as read_matrix  # re-exported: train and export read it here
-from ml8s.pipeline.matrix import write_matrix_arrays
-from ml8s.pipeline.publish import local_path
+from ml8s.features.column_names import SPLIT, TARGET
+from ml8s.features.matrix import write_matrix_arrays
+from ml8s.features.rules import Prepared, encode, hidden_categories, prepare
 
 # Version 2 adds ``categories`` (hidden_categories); it is written only when that is not empty, so every
 # other schema keeps version 1 and its bytes.
@@ -36,10 +35,10 @@ def compute_features(spec: RunSpec, out_dir: str) -> None:
     """Load the data (re-verified), engineer features and write both feature files into ``out_dir``.
 
     Pure: nothing is written to the store (``publish`` does that), so the step can be cached. A warm start
-    encodes its lineage's generations instead (:mod:`ml8s.pipeline.warm_features`).
+    encodes its lineage's generations instead (:mod:`ml8s.features.warm`).
     """
     if spec.lineage is not None:
-        from ml8s.pipeline.warm_features import compute_warm_features
+        from ml8s.features.warm import compute_warm_features
 
         compute_warm_features(spec, spec.lineage, out_dir)
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
+from ml8s.context.run import RunContext
 from ml8s.contract import (
     ArtifactRef,
     ConfigSnapshot,
@@ -16,9 +17,8 @@ from ml8s.contract import (
     load,
 )
 from ml8s.errors import IntegrityError, NotFoundError
-from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
-from ml8s.pipeline.registry import MlflowRef
+from ml8s.registry.registration import MlflowRef
 from ml8s.store import Store
 
 RECOMPUTED_STEPS = ("snapshot", "features", "train", "export")

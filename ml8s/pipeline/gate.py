@@ -12,10 +12,10 @@ import socket
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, Incident, layout
 from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
 from ml8s.identity.settings import worker_id
-from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
 

@@ -11,10 +11,10 @@ import os
 import tempfile
 from collections.abc import Mapping
 
+from ml8s.context.run import RunContext
 from ml8s.errors import StaleParentError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.chain_commit import chain_commit
-from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import gate
 
 # A WARM_START=head run that lost its parent to a concurrent commit trains again from the new head, at most
@@ -49,13 +49,13 @@ def _run(ctx: RunContext) -> str:
     if decision.completed:
         chain_commit(ctx, store)  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
-    from ml8s.pipeline import publish  # heavy imports only on the path that trains
+    from ml8s.context import publish  # heavy imports only on the path that trains
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.finalize import finalize
-    from ml8s.pipeline.launch import train_ranks_or_one
-    from ml8s.pipeline.registry import register
+    from ml8s.pipeline.register import register
     from ml8s.pipeline.snapshot import snapshot
+    from ml8s.pipeline.train import train_all_ranks
 
     spec = ctx.spec
     if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
@@ -67,7 +67,7 @@ def _run(ctx: RunContext) -> str:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
         compute_features(spec, features)
         publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
-        summary = train_ranks_or_one(spec, features, model)  # TRAIN_WORLD_SIZE processes
+        summary = train_all_ranks(spec, features, model)  # TRAIN_WORLD_SIZE processes
         publish.publish(
             ctx,
             store,

@@ -13,10 +13,10 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.context.run import RunContext
 from ml8s.contract import FeatureSchema, Manifest, Metrics, layout, load
 from ml8s.identity.variables import JsonValue
 from ml8s.pipeline.chain_commit import ChainCommit
-from ml8s.pipeline.context import RunContext
 from ml8s.pipeline.gate import GateDecision
 from ml8s.store import Store
 

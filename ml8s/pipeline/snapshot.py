@@ -8,10 +8,10 @@ and on a cluster by the GPU training task, which is scheduled on a GPU node.
 
 from __future__ import annotations
 
+from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout
 from ml8s.data.dataset import load_dataset
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.feature_rules import prepare
+from ml8s.features.rules import prepare
 from ml8s.store import Store
 
 

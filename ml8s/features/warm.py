@@ -15,8 +15,11 @@ import os
 import numpy as np
 from pydantic import TypeAdapter
 
+from ml8s.context.publish import local_path
+from ml8s.context.run import RunSpec
 from ml8s.contract import layout
 from ml8s.contract.training_state import Generation
+from ml8s.features.matrix import write_matrix_arrays
 from ml8s.inference import RawTransform
 from ml8s.lineage import (
     EncodedGeneration,
@@ -28,9 +31,6 @@ from ml8s.lineage import (
     record_schema,
     sync_history,
 )
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.matrix import write_matrix_arrays
-from ml8s.pipeline.publish import local_path
 from ml8s.records import RecordStore
 from ml8s.store import open_store
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s.data.dataset import FloatArray
-from ml8s.pipeline.column_names import SPLIT, TARGET
+from ml8s.features.column_names import SPLIT, TARGET
 
 IntArray = npt.NDArray[np.int64]
 

@@ -23,8 +23,8 @@ import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 from torch.nn.parallel import DistributedDataParallel
 
+from ml8s.context.run import RunSpec
 from ml8s.errors import RankError, TrainingError
-from ml8s.pipeline.context import RunSpec
 
 # A rank that waits longer than this on the others (a dead peer the launcher has not noticed yet) fails.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import ml8s
+from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.errors import NotFoundError, RegistryError
 from ml8s.identity.variables import JsonValue
-from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Publishing: the only way the compute steps' files reach ARTIFACT_ROOT.
 
-Feature engineering, training and export are pure: a :class:`~ml8s.pipeline.context.RunSpec` and local input
+Feature engineering, training and export are pure: a :class:`~ml8s.context.run.RunSpec` and local input
 directories in, files in a local output directory out, nothing written to the store. That makes them
 cacheable (a cache hit returns the same files). Publishing copies those files into ARTIFACT_ROOT, each
 with an atomic write, and is never cached: after FORCE_RERUN cleared the run, or for a run under
@@ -16,9 +16,9 @@ import os
 import posixpath
 from collections.abc import Iterable, Mapping
 
+from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.errors import IntegrityError
-from ml8s.pipeline.context import RunContext
 from ml8s.store import Store
 
 FEATURES = (layout.FEATURE_MATRIX, layout.FEATURE_SCHEMA)

@@ -1,10 +1,10 @@
 """One rank of a distributed training (TRAIN_WORLD_SIZE > 1): what every training process runs.
 
-``ml8s run`` starts the ranks as ``python -m ml8s.pipeline.ranks REQUEST`` (:mod:`ml8s.pipeline.launch`);
+``ml8s run`` starts the ranks as ``python -m ml8s.training.ranks REQUEST`` (:mod:`ml8s.training.launch`);
 the Flyte PyTorch task starts them through torch elastic and calls :func:`train_rank` in each. Either way
 RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are in the environment.
 
-Each rank trains its slice of every batch (:mod:`ml8s.pipeline.ddp`), then writes its own shard of the
+Each rank trains its slice of every batch (:mod:`ml8s.training.ddp`), then writes its own shard of the
 trained weights, ``model_shard_{rank}.shard`` (:mod:`ml8s.shards`: streamed, atomic), into rank 0's output
 directory. The ranks exchange their shard receipts; rank 0 writes the shards' metadata last of the
 checkpoint, then, as one process would, ``model_native.safetensors``, the training state, the metrics and
@@ -24,16 +24,16 @@ import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict
 
 from ml8s import log
+from ml8s.context.run import RunSpec
 from ml8s.contract import layout
 from ml8s.errors import LineageError, Ml8sError, RankError
 from ml8s.modeling.determinism import seed_everything
 from ml8s.modeling.registry import cross_entropy_step
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.ddp import RankEnv, close_group, ddp_fit, open_group
-from ml8s.pipeline.train import cold_state, model_family, native_bytes, read_training_data, write_trained
-from ml8s.pipeline.train_summary import TrainSummary
 from ml8s.shards import ShardReceipt, WriterConfig, pieces_for_rank, write_metadata, write_shard
 from ml8s.store import open_store
+from ml8s.training.ddp import RankEnv, close_group, ddp_fit, open_group
+from ml8s.training.fit import cold_state, model_family, native_bytes, read_training_data, write_trained
+from ml8s.training.summary import TrainSummary
 
 SHARD_PREFIX = layout.MODEL_SHARD_PREFIX.rsplit("/", 1)[-1]
 """The shards' prefix inside a training output directory (``model``: ``model_shard_0.shard`` ...)."""
@@ -49,7 +49,7 @@ class RankResult(BaseModel):
 
 
 class RankRequest(BaseModel):
-    """What ``python -m ml8s.pipeline.ranks`` reads from its one argument, a JSON file."""
+    """What ``python -m ml8s.training.ranks`` reads from its one argument, a JSON file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -172,11 +172,11 @@ def _file_uri(path: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ml8s.pipeline.ranks REQUEST_JSON``: one rank, as ``launch_ranks`` starts it."""
+    """``python -m ml8s.training.ranks REQUEST_JSON``: one rank, as ``launch_ranks`` starts it."""
     log.configure()
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m ml8s.pipeline.ranks REQUEST_JSON", file=sys.stderr)
+        print("usage: python -m ml8s.training.ranks REQUEST_JSON", file=sys.stderr)
         return 2
     with open(args[0], "rb") as handle:
         request = RankRequest.model_validate_json(handle.read())

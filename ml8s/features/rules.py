@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.data.dataset import Column, Dataset, FloatArray, ObjectArray
 from ml8s.data.missing import DataWarning
 from ml8s.errors import DataError
+from ml8s.features.column_names import check_feature_names, resolve_excluded, resolve_target
 from ml8s.identity.params import RunParams
 from ml8s.inference.rules import (
     MAX_CATEGORIES,
@@ -26,7 +27,6 @@ from ml8s.inference.rules import (
     encode_columns,
     feature_values,
 )
-from ml8s.pipeline.column_names import check_feature_names, resolve_excluded, resolve_target
 
 __all__ = ["MAX_CATEGORIES", "MISSING", "OTHER", "IntArray", "Prepared", "encode", "hidden_categories", "prepare"]
 

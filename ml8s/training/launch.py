@@ -1,6 +1,6 @@
 """Starting the ranks of a distributed training without Flyte: what ``ml8s run`` does for TRAIN_WORLD_SIZE > 1.
 
-``launch_ranks`` starts TRAIN_WORLD_SIZE processes ``python -m ml8s.pipeline.ranks REQUEST`` on this machine,
+``launch_ranks`` starts TRAIN_WORLD_SIZE processes ``python -m ml8s.training.ranks REQUEST`` on this machine,
 each with RANK, WORLD_SIZE, LOCAL_RANK and a rendezvous on the loopback interface only (MASTER_ADDR
 127.0.0.1, a port the kernel just handed out, GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME the loopback
 device): nothing listens beyond this machine. It waits for all of them; the first rank that fails stops
@@ -21,10 +21,10 @@ import time
 from typing import IO
 
 import ml8s
+from ml8s.context.run import RunSpec
 from ml8s.errors import RankError
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.ranks import RankRequest, error_path
-from ml8s.pipeline.train_summary import TrainSummary
+from ml8s.training.ranks import RankRequest, error_path
+from ml8s.training.summary import TrainSummary
 
 LOOPBACK = "127.0.0.1"
 _POLL_S = 0.05
@@ -35,7 +35,7 @@ def train_ranks_or_one(spec: RunSpec, features_dir: str, out_dir: str) -> TrainS
     """Step 4 as ``ml8s run`` takes it: :func:`launch_ranks` when TRAIN_WORLD_SIZE > 1, else one process."""
     if spec.params.train_world_size > 1:
         return launch_ranks(spec, features_dir, out_dir)
-    from ml8s.pipeline.train import train
+    from ml8s.training.fit import train
 
     return train(spec, features_dir, out_dir)
 
@@ -59,7 +59,7 @@ def launch_ranks(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary
         spec.log("train", f"starting {world} ranks (rendezvous {LOOPBACK}:{port})")
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "ml8s.pipeline.ranks", path],
+                [sys.executable, "-m", "ml8s.training.ranks", path],
                 env=_rank_env(rank, world, port),
                 stdout=_stderr(),
             )

@@ -19,10 +19,10 @@ import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ml8s.context.run import RunContext
 from ml8s.errors import InferenceError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.inference.model_files import read_run_files
-from ml8s.pipeline.context import RunContext
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

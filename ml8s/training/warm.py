@@ -14,16 +14,16 @@ import tempfile
 import safetensors.torch
 import torch
 
+from ml8s.context.run import RunSpec
 from ml8s.contract import layout
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.errors import LineageError, TrainingError
+from ml8s.features.warm import history_for, read_generations
 from ml8s.lineage import LineagePlan, parent_version
 from ml8s.modeling.family import ModelFamily
 from ml8s.modeling.registry import cross_entropy_step
-from ml8s.pipeline.context import RunSpec
-from ml8s.pipeline.training_state import capture_rng, load_optimizer, read_state, restore_rng
-from ml8s.pipeline.warm_features import history_for, read_generations
 from ml8s.records import RecencySampler, SamplerConfig, gather
+from ml8s.training.state import capture_rng, load_optimizer, read_state, restore_rng
 
 
 def warm_fit(

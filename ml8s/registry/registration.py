@@ -3,13 +3,13 @@
 MLflow has no "create if absent" for runs or model versions, so racing identical runs are serialized
 by a claim object in the artifact store (``ml8s_registry/claims/{full_config_hash}.json``, swapped by
 compare-and-swap) whose lease lets a survivor take over from a crashed holder: at once when the holder
-ran on the same machine and its process is gone (:mod:`ml8s.pipeline.registry_claim`), else when the
+ran on the same machine and its process is gone (:mod:`ml8s.registry.claim`), else when the
 lease expires. MLflow stays the source of truth: every holder re-checks it before creating anything, and
 duplicates that slip through a crash window (or two pipeline roots sharing one MLflow server) are
 reconciled to the lowest version.
 
 Sources: a version's source is ``models:/{model_id}``, the run's MLflow model (a pyfunc predicting on raw
-rows) logged into MLflow's own artifact store (:mod:`ml8s.pipeline.mlflow_model`), so the same code
+rows) logged into MLflow's own artifact store (:mod:`ml8s.registry.mlflow_model`), so the same code
 registers against a ``sqlite:///`` file and an MLflow server, which accepts no source outside the
 artifact store it manages. ARTIFACT_ROOT stays untouched: its URI is the ``artifact_uri`` tag.
 """
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.context.run import RunContext
 from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
-from ml8s.pipeline.context import RunContext
-from ml8s.pipeline.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
-from ml8s.pipeline.mlflow_run import log_run_data
-from ml8s.pipeline.registry_claim import RegistryClaim, gone_reason, read_claim, this_process
-from ml8s.pipeline.registry_query import hash_filter, public_tracking_uri, versions_of_hash
-from ml8s.pipeline.registry_schema import ensure_schema, first_line
+from ml8s.registry.claim import RegistryClaim, gone_reason, read_claim, this_process
+from ml8s.registry.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
+from ml8s.registry.mlflow_run import log_run_data
+from ml8s.registry.query import hash_filter, public_tracking_uri, versions_of_hash
+from ml8s.registry.schema import ensure_schema, first_line
 from ml8s.store import Store
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: only registration pays for it, not MlflowRef users

@@ -1,0 +1,16 @@
+"""Step 6, registration: the step the run and the Flyte task call; MLflow itself lives in ``ml8s.registry``.
+
+``ml8s.registry`` imports mlflow only inside its functions, so importing the step costs nothing on the early-exit path.
+"""
+
+from __future__ import annotations
+
+from ml8s.context.run import RunContext
+from ml8s.registry import registration
+from ml8s.registry.registration import MlflowRef
+from ml8s.store import Store
+
+
+def register(ctx: RunContext, store: Store) -> MlflowRef:
+    """Log the run to MLflow and register its model exactly once (``ml8s.registry.registration.register``)."""
+    return registration.register(ctx, store)

@@ -1,0 +1,190 @@
+"""The S3 client and its settings, key mapping, and boto3 failures mapped to ml8s errors.
+
+:class:`S3Base` holds what every S3 operation needs; reads, atomic writes and conditional writes are the
+mixins beside it (``reads``, ``writes``, ``conditional``), combined into :class:`~ml8s.store.s3.S3Store`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import boto3
+import botocore.session
+from botocore import exceptions as boto
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ml8s.errors import (
+    ConfigError,
+    IntegrityError,
+    NotFoundError,
+    PreconditionFailedError,
+    RetryableStoreError,
+    StoreError,
+    StoreUnavailableError,
+)
+from ml8s.store.base import Store
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+log = logging.getLogger("ml8s.store.s3")
+MiB = 1024 * 1024
+CUT_SHORT = (boto.HTTPClientError, boto.IncompleteReadError, boto.FlexibleChecksumError)  # while reading a body
+_DIGEST = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
+_SLOW = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "OperationAborted"}
+
+
+class S3Base(Store):
+    """What every S3 operation needs: the bucket and prefix, two boto3 clients, key mapping, error mapping.
+
+    Read once from ``env`` (default ``os.environ``): ``AWS_ENDPOINT_URL`` (else ``FLYTE_AWS_ENDPOINT``; when
+    set, path-style addressing), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (else ``FLYTE_AWS_*``; else
+    boto3's credential chain), ``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION`` (default
+    us-east-1), ``AWS_MAX_ATTEMPTS`` (default 4, for idempotent requests).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        multipart_threshold: int = 64 * MiB,
+        part_size: int = 16 * MiB,
+        page_size: int = 1000,
+    ) -> None:
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        env = os.environ if env is None else env
+        if not uri.startswith("s3://") or not bucket:
+            raise ConfigError(f"invalid S3 URI {uri!r}; expected s3://bucket/prefix")
+        if not 5 * MiB <= part_size <= multipart_threshold:
+            raise ConfigError(f"S3 part size {part_size}: expected ≥ 5 MiB and ≤ multipart_threshold")
+        if not (attempts := env.get("AWS_MAX_ATTEMPTS", "4")).isdigit() or int(attempts) < 1:
+            raise ConfigError(f"AWS_MAX_ATTEMPTS={attempts!r}; expected a positive integer")
+        self.bucket, self.prefix = bucket, "/".join(p for p in prefix.split("/") if p)
+        self.root_uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self.multipart_threshold, self.part_size, self.page_size = multipart_threshold, part_size, page_size
+        self.attempts, self._bucket_seen = int(attempts), False
+        endpoint = first(env, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "FLYTE_AWS_ENDPOINT")
+        core = botocore.session.get_session()
+        core.set_config_variable("ignore_configured_endpoint_urls", True)  # the endpoint is the one from env
+        session = boto3.session.Session(
+            aws_access_key_id=first(env, "AWS_ACCESS_KEY_ID", "FLYTE_AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=first(env, "AWS_SECRET_ACCESS_KEY", "FLYTE_AWS_SECRET_ACCESS_KEY"),
+            aws_session_token=first(env, "AWS_SESSION_TOKEN"),
+            region_name=first(env, "AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",
+            botocore_session=core,
+        )
+        # Bounded waits: a hung endpoint fails a request within seconds (and the chain's retry loop says so on
+        # stderr) instead of holding a commit for minutes; a part upload's answer still fits in 30 s.
+        config = Config(
+            connect_timeout=5,
+            read_timeout=30,
+            s3={"addressing_style": "path" if endpoint else "auto"},
+            retries={"mode": "standard", "total_max_attempts": self.attempts},
+            request_checksum_calculation="when_required",  # we send our own sha256: no CRC32 trailers
+        )
+        self._client: S3Client = session.client("s3", endpoint_url=endpoint, config=config)
+        once = config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))  # see _conditional_put
+        self._once: S3Client = session.client("s3", endpoint_url=endpoint, config=once)
+        self.endpoint = self._client.meta.endpoint_url
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _key(self, key: str) -> str:
+        parts = [p for p in key.split("/") if p]
+        if not parts or any(p in (".", "..") for p in parts):
+            raise StoreError(f"invalid key {key!r} under {self.root_uri}: empty, or with '.' or '..'")
+        return "/".join([self.prefix, *parts] if self.prefix else parts)
+
+    def _delete_quietly(self, full_key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=full_key)
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("could not delete s3://%s/%s (the tmp cleanup job will): %s", self.bucket, full_key, exc)
+
+    @contextlib.contextmanager
+    def _errors(self, op: str, key: str, expected: str = "", attempts: int | None = None) -> Iterator[None]:
+        """Turn boto3 failures into ml8s errors naming the operation, the URI and what was expected."""
+        try:
+            yield
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, op, self.uri(key), f"; expected {expected}" if expected else "", attempts) from exc
+
+    def _error(self, exc: ClientError | BotoCoreError, op: str, uri: str, want: str, tries: int | None) -> StoreError:
+        tried = f"{tries or self.attempts} attempt(s)"
+        if isinstance(exc, boto.NoCredentialsError):
+            return StoreError(f"{op} {uri}: no S3 credentials; expected AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        if isinstance(exc, boto.FlexibleChecksumError):
+            return IntegrityError(f"{op} {uri}: the bytes received do not match the object's checksum ({exc}){want}")
+        if isinstance(exc, (boto.ConnectionError, *CUT_SHORT)):
+            reason = next((e.strerror.lower() for e in _chain(exc) if isinstance(e, OSError) and e.strerror), str(exc))
+            what = "cannot reach" if isinstance(exc, boto.ConnectionError) else "lost the connection to"
+            return StoreUnavailableError(
+                f"{what} S3 endpoint {self.endpoint} for {op} {uri}: {reason} ({tried}); expected a reachable S3 "
+                "endpoint (AWS_ENDPOINT_URL)"
+            )
+        if not isinstance(exc, ClientError):
+            return StoreError(f"{op} {uri}: {exc}{want}")
+        code, status = exc.response.get("Error", {}).get("Code", ""), http_status(exc)
+        detail = f"{op} {uri}: HTTP {status}" + (f" {code}" if code != str(status) else "")
+        if code == "NoSuchBucket" or (code in ("404", "NotFound") and not self._bucket_exists()):
+            return StoreError(f"{detail}: bucket {self.bucket!r} does not exist at {self.endpoint}; create it first")
+        if status == 412 or code == "PreconditionFailed":
+            return PreconditionFailedError(f"{uri} changed: {op} precondition failed{want}")
+        if status == 404 or code == "NoSuchKey":
+            return NotFoundError(f"{uri} does not exist")
+        if code in _DIGEST:
+            return IntegrityError(f"{detail}: the server found the bytes do not match their checksum{want}")
+        if status == 403:
+            return StoreError(f"{detail}: access denied; expected credentials allowed to {op} in {self.bucket!r}")
+        if status in (409, 429) or status >= 500 or code in _SLOW:
+            return RetryableStoreError(f"{detail} ({tried}): a transient failure, retry later{want}")
+        return StoreError(f"{detail}: {exc.response.get('Error', {}).get('Message') or exc}{want}")
+
+    def _bucket_exists(self) -> bool:
+        """HeadObject's 404 has no body, so a missing bucket looks like a missing key: ask (once)."""
+        if not self._bucket_seen:
+            try:
+                self._client.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                return http_status(exc) != 404
+            except BotoCoreError:
+                return True  # unknown: keep the original error
+            self._bucket_seen = True
+        return True
+
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class _Upload(TypedDict):
+        Bucket: str
+        Key: str
+        UploadId: str
+
+
+def first(env: Mapping[str, str], *names: str) -> str | None:
+    return next((env[n] for n in names if env.get(n)), None)
+
+
+def unquote(etag: str) -> str:
+    return etag.strip().removeprefix("W/").strip('"')
+
+
+def http_status(exc: ClientError) -> int:
+    return exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+
+
+def encrypted(output: Mapping[str, object]) -> bool:
+    """SSE-KMS and SSE-C objects have ETags that are no md5 of their bytes."""
+    return "kms" in str(output.get("ServerSideEncryption", "")) or bool(output.get("SSECustomerAlgorithm"))
+
+
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__

@@ -1,0 +1,101 @@
+"""S3 reads: streamed GETs (a body cut short is fetched again), HEAD, listings and deletes."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import random
+import time
+from typing import IO, TYPE_CHECKING
+
+from ml8s.errors import NotFoundError
+from ml8s.store.base import ObjectInfo, Versioned, WriteResult
+from ml8s.store.s3.client import CUT_SHORT, MiB, S3Base, unquote
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import GetObjectRequestTypeDef
+
+
+class S3Reads(S3Base):
+    def get(self, key: str, *, if_match: str | None = None) -> bytes:
+        buffer = io.BytesIO()
+        self._read(key, if_match, buffer)
+        return buffer.getvalue()
+
+    def get_versioned(self, key: str) -> Versioned:
+        buffer = io.BytesIO()
+        token = self._read(key, None, buffer)
+        return Versioned(data=buffer.getvalue(), token=token)
+
+    def download(self, key: str, path: str) -> WriteResult:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        try:
+            with open(path, "wb") as handle:
+                self._read(key, None, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            with open(path, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return WriteResult(key=key, size=os.path.getsize(path), sha256=digest)
+
+    def _read(self, key: str, if_match: str | None, out: IO[bytes]) -> str:
+        """Stream the object into ``out``; returns its ETag. A body cut short is fetched again (GET is idempotent)."""
+        request: GetObjectRequestTypeDef = {"Bucket": self.bucket, "Key": self._key(key)}
+        if if_match is not None:
+            request["IfMatch"] = unquote(if_match)
+        for attempt in range(1, self.attempts + 1):
+            out.seek(0)
+            out.truncate()
+            with self._errors("GET", key, f"version {if_match}" if if_match else ""):
+                response = self._client.get_object(**request)
+                try:
+                    for chunk in response["Body"].iter_chunks(MiB):
+                        out.write(chunk)
+                    return unquote(response["ETag"])
+                except CUT_SHORT:
+                    if attempt == self.attempts:
+                        raise
+            time.sleep(random.uniform(0, 0.05 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def checksum(self, key: str) -> str:
+        """The object's ETag (unquoted), from one HeadObject: what a listing reports, without the listing."""
+        with self._errors("HEAD", key):
+            head = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+        return unquote(head["ETag"])
+
+    def exists(self, key: str) -> bool:
+        try:
+            with self._errors("HEAD", key):
+                self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except NotFoundError:
+            return False
+        return True
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        rel, root = "/".join(p for p in prefix.split("/") if p), f"{self.prefix}/" if self.prefix else ""
+        found: list[ObjectInfo] = []
+        with self._errors("LIST", rel):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket,
+                Prefix=self._key(rel) if rel else root,
+                PaginationConfig={"PageSize": self.page_size},
+            )
+            for item in (item for page in pages for item in page.get("Contents", [])):
+                name, stamp = item.get("Key", "").removeprefix(root), item.get("LastModified")
+                # S3 prefixes are strings, not directories: keep ``rel`` itself and the keys below it, as locally;
+                # "folder" keys (ending in "/", the root's own marker shows as "") are not objects of the store
+                if name and not name.endswith("/") and (not rel or name == rel or name.startswith(f"{rel}/")):
+                    etag, mtime = unquote(item.get("ETag", "")), stamp.timestamp() if stamp else 0.0
+                    found.append(ObjectInfo(key=name, size=item.get("Size", 0), checksum=etag, mtime=mtime))
+        return sorted(found, key=lambda info: info.key)
+
+    def delete(self, key: str) -> None:
+        with self._errors("DELETE", key):
+            self._client.delete_object(Bucket=self.bucket, Key=self._key(key))

@@ -1,0 +1,157 @@
+"""S3 atomic writes: upload to a tmp key (multipart above the threshold), check what the server stored, copy."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ml8s.errors import IntegrityError, PreconditionFailedError, StoreError
+from ml8s.store.base import WriteResult
+from ml8s.store.s3.client import MiB, S3Base, encrypted, unquote
+from ml8s.store.s3.digest import Digest
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, PutObjectRequestTypeDef
+
+    class _Upload(TypedDict):
+        Bucket: str
+        Key: str
+        UploadId: str
+
+
+MAX_COPY = 5 * 1024 * MiB  # CopyObject's limit; larger objects are copied part by part
+
+
+class S3Writes(S3Base):
+    # -- atomic writes --------------------------------------------------------------------------
+    def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
+        return self._put_validated(key, tmp_key, io.BytesIO(data), len(data))
+
+    def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
+        try:
+            size, handle = os.path.getsize(path), open(path, "rb")  # closed below
+        except OSError as exc:
+            raise StoreError(f"cannot read {path} to upload it to {self.uri(key)}: {exc.strerror or exc}") from exc
+        with handle:
+            return self._put_validated(key, tmp_key, handle, size)
+
+    def _put_validated(self, key: str, tmp_key: str, source: IO[bytes], size: int) -> WriteResult:
+        """Upload to ``tmp_key`` hashing as it reads, check what the server stored, copy to ``key``, delete tmp."""
+        tmp, digest = self._key(tmp_key), Digest()
+        if size <= self.multipart_threshold:
+            with self._errors("PUT", tmp_key):
+                self._client.put_object(**self._put_request(tmp_key, source.read(), digest))
+        else:
+            with self._multipart(tmp_key) as (upload, parts):
+                while chunk := source.read(max(self.part_size, -(-size // 10_000))):
+                    sha, md5 = digest.add(chunk)
+                    number = len(parts) + 1
+                    out = self._client.upload_part(
+                        **upload,
+                        PartNumber=number,
+                        Body=chunk,
+                        ChecksumAlgorithm="SHA256",
+                        ChecksumSHA256=sha,
+                        ContentMD5=md5,
+                    )
+                    parts.append(_part(number, out["ETag"], out.get("ChecksumSHA256")))
+        try:
+            etag = self._validate(tmp_key, digest)
+        except IntegrityError:
+            self._delete_quietly(tmp)
+            raise
+        try:
+            if digest.size > MAX_COPY:
+                self._copy_parts(key, tmp, etag, digest)
+                self._validate(key, digest)
+            else:
+                with self._errors("COPY", key, f"{self.uri(tmp_key)} unchanged since validated (ETag {etag})"):
+                    copy = self._client.copy_object(
+                        Bucket=self.bucket,
+                        Key=self._key(key),
+                        CopySource={"Bucket": self.bucket, "Key": tmp},
+                        CopySourceIfMatch=etag,
+                        ChecksumAlgorithm="SHA256",
+                    )
+                result, kms = copy["CopyObjectResult"], encrypted(copy)
+                self._check(key, digest, digest.size, result.get("ETag", ""), result.get("ChecksumSHA256"), kms)
+        except PreconditionFailedError as exc:  # the tmp object changed after it was validated
+            raise IntegrityError(exc.message) from exc
+        self._delete_quietly(tmp)  # on failure the final object is in place; the cleanup job takes the tmp key
+        return WriteResult(key=key, size=digest.size, sha256=digest.sha256().hex())
+
+    def _copy_parts(self, key: str, tmp: str, etag: str, digest: Digest) -> None:
+        """Copy over 5 GiB by UploadPartCopy on the upload's part boundaries (so the same multipart ETag)."""
+        start = 0
+        with self._multipart(key) as (upload, parts):
+            for _, _, size in digest.parts:
+                out = self._client.upload_part_copy(
+                    **upload,
+                    PartNumber=len(parts) + 1,
+                    CopySource={"Bucket": self.bucket, "Key": tmp},
+                    CopySourceIfMatch=etag,
+                    CopySourceRange=f"bytes={start}-{start + size - 1}",
+                )["CopyPartResult"]
+                start += size
+                parts.append(_part(len(parts) + 1, out.get("ETag", ""), out.get("ChecksumSHA256")))
+
+    @contextlib.contextmanager
+    def _multipart(self, key: str) -> Iterator[tuple[_Upload, list[CompletedPartTypeDef]]]:
+        """A multipart upload to ``key``: completed with the parts the caller appends, aborted on any failure."""
+        parts: list[CompletedPartTypeDef] = []
+        with self._errors("multipart PUT", key):
+            created = self._client.create_multipart_upload(
+                Bucket=self.bucket, Key=self._key(key), ChecksumAlgorithm="SHA256"
+            )
+            upload: _Upload = {"Bucket": self.bucket, "Key": self._key(key), "UploadId": created["UploadId"]}
+            try:
+                yield upload, parts
+                self._client.complete_multipart_upload(**upload, MultipartUpload={"Parts": parts})
+            except BaseException:
+                with contextlib.suppress(ClientError, BotoCoreError):
+                    self._client.abort_multipart_upload(**upload)
+                raise
+
+    def _validate(self, key: str, digest: Digest) -> str:
+        """HeadObject ``key`` and check it against ``digest``; returns its ETag."""
+        with self._errors("HEAD", key):
+            head = self._client.head_object(Bucket=self.bucket, Key=self._key(key), ChecksumMode="ENABLED")
+        kms = encrypted(head)
+        self._check(key, digest, head["ContentLength"], head["ETag"], head.get("ChecksumSHA256"), kms)
+        return unquote(head["ETag"])
+
+    def _check(self, key: str, digest: Digest, size: int, etag: str, checksum: str | None, kms: bool) -> None:
+        """The size must match, a reported sha256 must match, and the ETag be our md5 (encrypted: the sha256)."""
+        sum_ok = checksum in digest.checksums() if checksum else None
+        if size == digest.size and sum_ok is not False and (sum_ok if kms else unquote(etag) in digest.etags()):
+            return
+        raise IntegrityError(
+            f"{self.uri(key)}: expected {digest.size} bytes sha256 {digest.sha256().hex()} (ETag one of "
+            f"{sorted(digest.etags())}); the server has {size} bytes, ETag {etag}, checksum {checksum or '<none>'}"
+        )
+
+    def _put_request(self, key: str, data: bytes, digest: Digest) -> PutObjectRequestTypeDef:
+        sha, md5 = digest.add(data)
+        return {
+            "Bucket": self.bucket,
+            "Key": self._key(key),
+            "Body": data,
+            "ChecksumAlgorithm": "SHA256",
+            "ChecksumSHA256": sha,
+            "ContentMD5": md5,
+        }
+
+
+def _part(number: int, etag: str, checksum: str | None) -> CompletedPartTypeDef:
+    """A part for CompleteMultipartUpload, with its sha256 only where the server reported one."""
+    part: CompletedPartTypeDef = {"PartNumber": number, "ETag": etag}
+    if checksum:
+        part["ChecksumSHA256"] = checksum
+    return part

@@ -1,0 +1,229 @@
+"""Step 4, training: deterministic torch training on the feature matrix, held-out metrics.
+
+Reads the feature files from a local directory and writes ``model/model_native.safetensors`` (the state
+dict, no metadata: safetensors writes its metadata dict in hash order), ``model/training_state.safetensors``
+(what a warm start continues from) and ``metrics.json`` into another; returns the summary export needs.
+A warm start (``spec.lineage``) continues its parent instead (:mod:`ml8s.training.warm`).
+Pure: ``publish`` copies the files into ARTIFACT_ROOT.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import safetensors.torch
+import torch
+
+from ml8s.context.publish import local_path
+from ml8s.context.run import RunSpec
+from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
+from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
+from ml8s.errors import RankError, TrainingError
+from ml8s.features.matrix import read_matrix
+from ml8s.identity.model_code import MODEL_CODE_KEY
+from ml8s.identity.versions import records_training_state
+from ml8s.modeling.determinism import seed_everything
+from ml8s.modeling.families import architecture
+from ml8s.modeling.family import ModelFamily
+from ml8s.modeling.networks import parameter_count
+from ml8s.modeling.registry import cross_entropy_step, family_for
+from ml8s.training.metrics import classification_metrics
+from ml8s.training.state import capture_rng, state_bytes
+from ml8s.training.summary import TrainSummary as TrainSummary  # re-exported: export names it here
+from ml8s.training.tensorboard import write_training_events
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The feature matrix as training reads it: tensors on the device, the split and the model's numbers.
+
+    A dataclass, not a pydantic model: it carries live tensors and arrays, and never leaves the process.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    target: npt.NDArray[np.int64]
+    split: npt.NDArray[np.int64]
+    names: tuple[str, ...]
+    classes: tuple[str, ...]
+    model_spec: ModelSpec
+
+    def train_index(self) -> torch.Tensor:
+        """The training rows' indices, on the tensors' device."""
+        return torch.from_numpy(np.flatnonzero(self.split == 0)).to(self.x.device)
+
+
+def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
+    """Train MODEL_TYPE on the training split of ``features_dir``; evaluate on the held-out split.
+
+    Writes ``model_native.safetensors``, ``metrics.json`` and the TensorBoard events into ``out_dir``.
+    One process: TRAIN_WORLD_SIZE > 1 trains in that many processes instead, started by
+    :func:`ml8s.training.launch.launch_ranks` or the Flyte PyTorch task, each running ``ml8s.training.ranks``.
+    """
+    if spec.params.train_world_size > 1:
+        raise RankError(
+            f"train() trains in one process; TRAIN_WORLD_SIZE={spec.params.train_world_size} trains through "
+            "ml8s.training.launch.launch_ranks (ml8s run) or the Flyte PyTorch task"
+        )
+    params = spec.params
+    family = model_family(spec)  # before seeding: a plug-in's import-time code must not move the seeded RNGs
+    device = seed_everything(params.random_seed, params.train_device)
+    data = read_training_data(spec, features_dir, device)
+    model = family.build(data.model_spec).to(device)
+    plan = spec.lineage
+    if plan is None:
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+        losses, steps = _fit(spec, family, model, optimizer, data.x, data.y, data.train_index())
+        state = cold_state(model, steps, device)
+    else:
+        from ml8s.training.warm import warm_fit
+
+        optimizer, losses, state = warm_fit(spec, plan, family, model, device, features_dir)
+    return write_trained(spec, data, model, optimizer, state, losses, out_dir)
+
+
+def read_training_data(spec: RunSpec, features_dir: str, device: torch.device) -> TrainingData:
+    """The feature matrix and schema of ``features_dir``, ready to train ``spec``'s network on ``device``."""
+    features, target, split, names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
+    schema_path = local_path(features_dir, layout.FEATURE_SCHEMA)
+    with open(schema_path, "rb") as handle:
+        classes = tuple(load(schema_path, handle.read(), FeatureSchema).target.classes)
+    params = spec.params
+    model_spec = ModelSpec(
+        model_type=params.model_type,
+        n_features=features.shape[1],
+        n_classes=len(classes),
+        hidden_units=params.hidden_units,
+        hidden_layers=params.hidden_layers,
+    )
+    return TrainingData(
+        x=torch.from_numpy(features.astype(np.float32)).to(device),
+        y=torch.from_numpy(target).to(device),
+        target=target,
+        split=split,
+        names=tuple(names),
+        classes=classes,
+        model_spec=model_spec,
+    )
+
+
+def write_trained(
+    spec: RunSpec,
+    data: TrainingData,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainingState,
+    losses: list[float],
+    out_dir: str,
+) -> TrainSummary:
+    """Evaluate the trained ``model`` on the held-out rows and write its files into ``out_dir``."""
+    test = data.split == 1
+    probs = predict_proba(model, data.x[torch.from_numpy(np.flatnonzero(test)).to(data.x.device)])
+    held_out = classification_metrics(probs, data.target[test], len(data.classes))
+    metrics = Metrics(
+        accuracy=held_out["accuracy"],
+        final_train_loss=losses[-1],
+        log_loss=held_out["log_loss"],
+        macro_f1=held_out["macro_f1"],
+        majority_class_accuracy=held_out["majority_class_accuracy"],
+        roc_auc=held_out.get("roc_auc"),
+        test_rows=int(test.sum()),
+        train_rows=int((~test).sum()),
+    )
+    os.makedirs(out_dir, exist_ok=True)
+    with open(local_path(out_dir, layout.MODEL_NATIVE), "wb") as handle:
+        handle.write(native_bytes(model))
+    if records_training_state(spec.identity.canonicalization_version):
+        with open(local_path(out_dir, layout.MODEL_TRAINING_STATE), "wb") as handle:
+            handle.write(state_bytes(model, optimizer, state))
+    with open(local_path(out_dir, layout.METRICS), "wb") as handle:
+        handle.write(metrics.to_bytes())
+    write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics.scalars())
+    model_spec = data.model_spec
+    spec.log(
+        "train",
+        f"{architecture(model_spec)} held-out accuracy {metrics.accuracy:.4f} log-loss {metrics.log_loss:.4f}",
+    )
+    return TrainSummary(
+        spec=model_spec,
+        architecture=architecture(model_spec),
+        parameter_count=parameter_count(model),
+        classes=data.classes,
+        feature_names=data.names,
+        epoch_losses=tuple(losses),
+        train_rows=int((~test).sum()),
+        test_rows=int(test.sum()),
+    )
+
+
+def model_family(spec: RunSpec) -> ModelFamily:
+    """The family that trains and exports the run: built-in, or a plug-in whose code is the code it recorded."""
+    return family_for(spec.params.model_type, spec.identity.canonical_config.get(MODEL_CODE_KEY))
+
+
+def native_bytes(model: torch.nn.Module) -> bytes:
+    """The state dict as safetensors bytes (CPU, contiguous, no metadata)."""
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in sorted(model.state_dict().items())}
+    return safetensors.torch.save(tensors)
+
+
+def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[int, int], np.dtype[np.float64]]:
+    """Softmax in float64 on the CPU, so metrics do not depend on the device's float32 softmax."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(x).to("cpu").numpy().astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return np.asarray(exp / exp.sum(axis=1, keepdims=True), dtype=np.float64)
+
+
+def cold_state(model: torch.nn.Module, steps: int, device: torch.device) -> TrainingState:
+    """A cold start's state: the first of its lineage (which its FULL_CONFIG_HASH names), generation 0 being
+    every file of its DATA_ROOT (listed by its data fingerprint, not here)."""
+    return TrainingState(
+        state_version=STATE_VERSION,
+        lineage_id=None,
+        parent_content_hash=None,
+        generations=[Generation(index=0, partition="", files=[])],
+        global_step=steps,
+        trainings=1,
+        parameter_names=[name for name, _ in model.named_parameters()],
+        rng=capture_rng(device),
+    )
+
+
+def _fit(
+    spec: RunSpec,
+    family: ModelFamily,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    train_idx: torch.Tensor,
+) -> tuple[list[float], int]:
+    """Epochs of seeded shuffles over the training rows; the loss per epoch and the optimizer steps taken."""
+    params = spec.params
+    step = family.train_step or cross_entropy_step
+    steps = 0
+    generator = torch.Generator().manual_seed(params.random_seed)
+    losses: list[float] = []
+    model.train()
+    for epoch in range(params.epochs):
+        order = train_idx[torch.randperm(len(train_idx), generator=generator).to(train_idx.device)]
+        total, batches = 0.0, 0
+        for start in range(0, len(order), params.batch_size):
+            batch = order[start : start + params.batch_size]
+            loss = step(model, optimizer, x[batch], y[batch])
+            total, batches = total + float(loss.item()), batches + 1
+            steps += 1
+        mean = total / max(batches, 1)
+        if not np.isfinite(mean):
+            raise TrainingError(
+                f"training loss is {mean} at epoch {epoch + 1}; expected a finite loss (lower LEARNING_RATE?)"
+            )
+        losses.append(mean)
+        spec.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f}")
+    return losses, steps
