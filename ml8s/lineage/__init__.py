@@ -1,5 +1,5 @@
 """Continuous training: WARM_START resolved into a parent and data generations, and the lineage's
-disk-native record history (docs/continuous.md). Torch-free: training itself is ``ml8s.pipeline``'s."""
+disk-native record history (docs/continuous.md). Torch-free: training itself is ``ml8s.training``'s."""
 
 from __future__ import annotations
 
