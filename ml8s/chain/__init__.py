@@ -29,17 +29,19 @@ from ml8s.chain.models import (
 )
 from ml8s.chain.payload import local_file
 from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
+from ml8s.chain.root import ENV_TRUST_ROOT, TrustRoot, load_root, make_root, root_json
 from ml8s.chain.runindex import committed
 from ml8s.chain.safetensors_check import SafetensorsSummary, check_safetensors
 from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, SigningKey
 from ml8s.chain.trust import TrustPolicy, adopt_policy, load_policies
-from ml8s.chain.trusted import TrustedReader
+from ml8s.chain.trusted import ReadTrust, TrustedReader
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import block_hash_of
 
 __all__ = [
     "ENV_KEY",
     "ENV_KEY_FILE",
+    "ENV_TRUST_ROOT",
     "Anchor",
     "Block",
     "BlockHeader",
@@ -57,10 +59,12 @@ __all__ = [
     "PayloadFile",
     "PayloadKind",
     "PayloadSource",
+    "ReadTrust",
     "RetryPolicy",
     "SafetensorsSummary",
     "SigningKey",
     "TrustPolicy",
+    "TrustRoot",
     "TrustedReader",
     "VerifyReport",
     "WeightsCheck",
@@ -74,11 +78,14 @@ __all__ = [
     "content_hash",
     "find_corruption",
     "load_policies",
+    "load_root",
     "local_file",
     "make_anchor",
+    "make_root",
     "named_versions",
     "proof_anchor_problems",
     "read_anchor",
+    "root_json",
     "sha256_hex",
     "to_stderr",
     "verify_chain",

@@ -13,7 +13,12 @@ a model-registry tag), it lets verify tell:
 - ``anchor_expired``: the anchor's expiry has passed (a frozen head: whoever publishes anchors stopped,
   or someone replays an old anchor to hide newer versions); publish a fresh one at least once per TTL;
 - ``anchor_policy``: the trust policy the anchor pinned was replaced;
-- ``anchor_signature``: the anchor is not signed by a key the chain's policy (or the verifier) trusts.
+- ``anchor_signature``: the anchor is not signed by a key of the chain's *newest* trust policy (a key a
+  rotation retired signs no anchor after it: re-issue anchors after rotating) or of the pinned root;
+- ``anchor_root``: the anchor is bound to another trust root than the one pinned (CHAIN_TRUST_ROOT).
+
+Anchors bind the chain name, the trust root's id and the number of trust policies they saw: a policy
+file deleted after the anchor was issued is ``anchor_policy``, never a silent undo of the rotation.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ml8s.chain import trust
 from ml8s.chain._util import rfc3339
 from ml8s.chain.models import Block, ChainVersion, Hex64, OptionalHex64, Rfc3339
+from ml8s.chain.root import TrustRoot
 from ml8s.chain.signing import SigningKey, key_id, signature_valid
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ConfigError, NotFoundError
+from ml8s.errors import ChainCorruptionError, ConfigError, NotFoundError
 from ml8s.identity.hashing import canonical_bytes
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -47,6 +53,8 @@ class Checkpoint(BaseModel):
     policy_sha256: OptionalHex64
     issued_at: Rfc3339
     expires_at: Rfc3339
+    policy_version: int = Field(default=0, ge=0)  # how many trust policies the chain had (0: none, or older)
+    trust_root_id: OptionalHex64 = ""  # the pinned root the policies chained to ("": none pinned)
 
 
 class Anchor(BaseModel):
@@ -59,17 +67,30 @@ class Anchor(BaseModel):
     signature: str
 
 
-def make_anchor(chain: ChainVersions, signer: SigningKey, ttl: dt.timedelta, now: dt.datetime) -> Anchor:
+def make_anchor(
+    chain: ChainVersions, signer: SigningKey, ttl: dt.timedelta, now: dt.datetime, root: TrustRoot | None = None
+) -> Anchor:
     """An anchor of the chain's current head, valid for ``ttl``."""
     head = chain.head()
+    policies, problems = trust.load_policies(chain, root)
+    if problems:
+        raise ChainCorruptionError(None, problems[0][1], check=problems[0][0])
     checkpoint = Checkpoint(
         chain_name=chain.name,
         counter=head.counter,
         block_hash=head.block_hash,
-        policy_sha256=_policy_sha256(chain),
+        policy_sha256=_policy_hashes(chain, len(policies))[-1] if policies else "",
         issued_at=rfc3339(now),
         expires_at=rfc3339(now + ttl),
+        policy_version=len(policies),
+        trust_root_id=root.root_id if root is not None else "",
     )
+    if signature_problems(
+        Anchor(checkpoint=checkpoint, public_key=signer.public_key, signature=""), policies, root, verify=False
+    ):
+        raise ConfigError(
+            f"key {signer.key_id} is not in the newest trust policy of {chain.name!r}: it signs no anchor"
+        )
     return Anchor(checkpoint=checkpoint, public_key=signer.public_key, signature=signer.sign(_bytes(checkpoint)))
 
 
@@ -81,14 +102,18 @@ def read_anchor(data: bytes, *, where: str) -> Anchor:
 
 
 def anchor_problems(
-    chain: ChainVersions, anchor: Anchor, walked: list[ChainVersion], now: dt.datetime
+    chain: ChainVersions,
+    anchor: Anchor,
+    walked: list[ChainVersion],
+    now: dt.datetime,
+    root: TrustRoot | None = None,
 ) -> list[tuple[str, str, int | None]]:
     """(check, reason, counter) for every way the chain read (``walked``, head first) disagrees with ``anchor``."""
     point, found = anchor.checkpoint, list[tuple[str, str, int | None]]()
     if point.chain_name != chain.name:
         found.append(("anchor_chain", f"the anchor is for chain {point.chain_name!r}", None))
-    policies, _ = trust.load_policies(chain)
-    found += [(check, reason, None) for check, reason in signature_problems(anchor, policies)]
+    policies, _ = trust.load_policies(chain, root)
+    found += [(check, reason, None) for check, reason in signature_problems(anchor, policies, root)]
     found += _position_problems(point, [(v.counter, v.block_hash) for v in walked])
     if expired(anchor, now):
         found.append(
@@ -110,7 +135,7 @@ def proof_anchor_problems(
     found = list[tuple[str, str, int | None]]()
     if point.chain_name != chain_name:
         found.append(("anchor_chain", f"the anchor is for chain {point.chain_name!r}", None))
-    found += [(check, reason, None) for check, reason in signature_problems(anchor, [])]
+    found += [(check, reason, None) for check, reason in signature_problems(anchor, [], None)]
     return found + _position_problems(point, [(b.header.counter, b.block_hash) for b in reversed(blocks)])
 
 
@@ -134,14 +159,34 @@ def _position_problems(point: Checkpoint, walked: list[tuple[int, str]]) -> list
     return []
 
 
-def signature_problems(anchor: Anchor, policies: list[trust.TrustPolicy]) -> Problems:
-    """``anchor_signature`` unless the anchor is validly signed by a key one of ``policies`` trusts (any
-    key on a chain without a policy: there the anchor only pins the head, it cannot vouch for authors)."""
+def signature_problems(
+    anchor: Anchor, policies: list[trust.TrustPolicy], root: TrustRoot | None, *, verify: bool = True
+) -> Problems:
+    """``anchor_root`` when the anchor names another root than the pinned one; ``anchor_policy`` when it saw
+    more policies than the chain holds (one was deleted); ``anchor_signature`` unless it is validly signed by a
+    key of the newest policy or of the pinned root (any key on a chain with neither: there the anchor only
+    pins the head, it cannot vouch for authors)."""
+    point, found = anchor.checkpoint, Problems()
+    if root is not None and point.trust_root_id != root.root_id:
+        found.append(("anchor_root", f"bound to root {point.trust_root_id or '<none>'}, not the pinned {root.root_id}"))
+    if point.policy_version > len(policies):
+        found.append(
+            (
+                "anchor_policy",
+                f"issued under trust policy {point.policy_version}, the chain has "
+                f"{len(policies)} valid: a policy was deleted or broken since",
+            )
+        )
     signer = key_id(_raw(anchor.public_key))
-    trusted = not policies or any(p.trusts(signer) for p in policies)
-    if trusted and signature_valid(anchor.public_key, anchor.signature, _bytes(anchor.checkpoint)):
-        return []
-    return [("anchor_signature", f"not validly signed by a trusted key (key {signer})")]
+    newest = policies[-1] if policies else None
+    trusted = (newest is None and root is None) or (newest is not None and newest.trusts(signer) is not None)
+    trusted = trusted or (root is not None and any(k.key_id == signer for k in root.keys))
+    if not trusted:
+        where = f"trust policy {newest.version}" if newest is not None else "the pinned root"
+        found.append(("anchor_signature", f"key {signer} is not in {where}: a retired or unknown key signs no anchor"))
+    elif verify and not signature_valid(anchor.public_key, anchor.signature, _bytes(anchor.checkpoint)):
+        found.append(("anchor_signature", f"not validly signed by key {signer}"))
+    return found
 
 
 def expired(anchor: Anchor, now: dt.datetime) -> bool:
@@ -149,7 +194,11 @@ def expired(anchor: Anchor, now: dt.datetime) -> bool:
 
 
 def _bytes(checkpoint: Checkpoint) -> bytes:
-    return canonical_bytes(checkpoint.model_dump(mode="json"))
+    dumped = checkpoint.model_dump(mode="json")
+    for name in ("policy_version", "trust_root_id"):  # unset in anchors from before them: they verify as signed
+        if not dumped[name]:
+            del dumped[name]
+    return canonical_bytes(dumped)
 
 
 def _raw(public_key: str) -> bytes:
@@ -157,11 +206,6 @@ def _raw(public_key: str) -> bytes:
         return base64.b64decode(public_key, validate=True)
     except binascii.Error:
         return b""
-
-
-def _policy_sha256(chain: ChainVersions) -> str:
-    policies, _ = trust.load_policies(chain)
-    return _policy_hashes(chain, len(policies))[-1] if policies else ""
 
 
 def _policy_hashes(chain: ChainVersions, count: int) -> list[str]:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import NoReturn
 
-from ml8s.chain import paths, runindex, trust
+from ml8s.chain import paths, revocation, runindex
 from ml8s.chain._util import content_hash, rfc3339, utc_now
 from ml8s.chain.models import (
     MAX_U63,
@@ -47,6 +47,7 @@ from ml8s.chain.payload import payload_files
 from ml8s.chain.semver import GENESIS_SEMVER, bump
 from ml8s.chain.signing import SigningKey
 from ml8s.chain.tensorboard import upload_tensorboard
+from ml8s.chain.trust import TrustPolicy
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import make_block
 from ml8s.errors import (
@@ -90,7 +91,8 @@ def commit(
         raise ConfigError(
             f"global_step {meta.step_after(parent.global_step)} exceeds {MAX_U63} (the head's is {parent.global_step})"
         )
-    policy = trust.commit_policy(chain, chain.signer)  # before the claim: a refused commit writes nothing
+    # Before the claim: a commit the policy refuses writes nothing.
+    policy = revocation.commit_policy(chain, chain.signer, chain.trust_root)
     since, fresh, claim_sha256 = runindex.claim(chain, meta, head.counter)
     # A fresh claim: the run was never claimed, or runs/ was deleted; only the whole chain can tell.
     if (found := runindex.find(chain, parent, meta.full_config_hash, -1 if fresh else since)) is not None:
@@ -102,13 +104,18 @@ def commit(
         _refuse(chain, parent, meta, f"global_step {meta.global_step} < the head's {parent.global_step}")
     payload, weights = (payload, WeightsFields()) if isinstance(payload, Mapping) else payload(parent)
     files = files if files is not None else payload_files(payload)
-    version = _seal(parent, meta, files, policy, chain.signer, claim_sha256, weights)
+    version = _seal(parent, meta, files, policy, chain, claim_sha256, weights)
     written: list[str] = []
     try:
         chain.write_version(version, payload, written)
     except BaseException:
         chain.discard(written)
         raise
+    named = version.header.trust_policy_version
+    if newer := revocation.superseded(chain, named, version.counter, chain.trust_root):
+        # A rotation raced this commit: its block would name a retired policy. Lose, as to a racing
+        # commit; the retry seals under the new policy (or refuses a key the rotation dropped).
+        _lost(chain, version, written, expected_parent is not None, f"trust policy {newer} replaced {named}")
     _audit(chain, "sealed", version)  # before the swap: a version on the chain always has an event
     swap(chain, version, token, written, named_parent=expected_parent is not None)
     # Won: from here on nothing may turn the commit into an error. The record is a shortcut (the walk
@@ -148,6 +155,7 @@ def init(chain: ChainVersions) -> ChainVersion:
         architecture="",
         parameter_count=0,
         files=(),
+        chain_name=chain.name,
     )
     genesis = _version(header)
     written: list[str] = []
@@ -247,8 +255,8 @@ def _seal(
     parent: ChainVersion,
     meta: CommitMeta,
     files: tuple[PayloadFile, ...],
-    policy: int = 0,
-    signer: SigningKey | None = None,
+    policy: TrustPolicy | None,
+    chain: ChainVersions,
     claim_sha256: str = "",
     weights: WeightsFields | None = None,
 ) -> ChainVersion:
@@ -271,11 +279,13 @@ def _seal(
         architecture=meta.architecture,
         parameter_count=meta.parameter_count,
         files=files,
-        trust_policy_version=policy,
+        trust_policy_version=policy.version if policy is not None else 0,
         run_claim_sha256=claim_sha256,
         **weights.model_dump(exclude={"payload_kind"}),
+        chain_name=chain.name,
+        trust_root_id=policy.root_id if policy is not None else "",
     )
-    return _version(header, signer)
+    return _version(header, chain.signer)
 
 
 def _version(header: BlockHeader, signer: SigningKey | None = None) -> ChainVersion:

@@ -5,15 +5,19 @@ saw before, proved by walking parent hashes back to it. A head with a lower coun
 (ChainRollbackError), a different block at or below the last counter is a fork (ChainForkError):
 either means the chain's history was rewritten, and the follower keeps serving what it had.
 
-Every version new to the follower must also be
-- signed as the chain's trust policy requires, and with ``require_signed`` (CHAIN_REQUIRE_SIGNED) the
-  chain must have a policy at all (UntrustedVersionError naming ``unsigned``, ``untrusted_key``, ...:
-  trusted.py, which also serves the payloads: ``fetch_payload``);
-- backed by its run claim and an audit event, as its header records (ChainEvidenceError naming
-  ``run_index`` or ``audit_missing``: the index or trail was deleted or edited).
-With an ``anchor`` (a signed checkpoint kept outside the store), a poll after the anchor expired is
-refused (ChainFrozenError, ``anchor_expired``): nothing proves the head read is still the newest, so a
-frozen or replayed store is not followed; ``renew`` takes a fresh anchor.
+Every version new to the follower must also pass the one checked path (trusted.py): signed by a
+key of the policy in force at its position, policies chained to the pinned root, the chain's name bound,
+and with ``require_signed`` a root and a policy at all (UntrustedVersionError naming the check); and be
+backed by its run claim and an audit event (ChainEvidenceError naming ``run_index`` or ``audit_missing``).
+No version the run index or audit trail records as committed may be above the head or off it
+(ChainRollbackError, ``committed_off_chain``), so even a first start with no saved state refuses a
+rolled-back head. A trust policy the follower saw must stay (``trust_policy_missing``): a deleted policy
+file never undoes a rotation. With an ``anchor`` (a signed checkpoint kept outside the store), a poll
+after the anchor expired is refused (ChainFrozenError, ``anchor_expired``): nothing proves the head
+read is still the newest, so a frozen or replayed store is not followed; ``renew`` takes a fresh anchor.
+
+What a poll accepted is ``current``: the version checked, from the one head read of that poll. Readers
+serve ``current``, never a head read again (which a store writer could have flipped in between).
 
 The last head seen is kept in memory and, with ``state_path``, in a small JSON file (written by
 rename, so a crash leaves the old or the new state), so a restarted node still refuses a rollback.
@@ -37,7 +41,7 @@ from ml8s.chain import evidence
 from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, expired, signature_problems
 from ml8s.chain.models import ChainVersion
-from ml8s.chain.trusted import TrustedReader
+from ml8s.chain.trusted import ReadTrust, TrustedReader
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import (
     ChainEvidenceError,
@@ -46,6 +50,7 @@ from ml8s.errors import (
     ChainRollbackError,
     ConfigError,
     UntrustedVersionError,
+    VersionNotFoundError,
 )
 
 
@@ -57,6 +62,7 @@ class SeenHead(BaseModel):
     chain_name: str
     counter: int
     block_hash: str
+    policy_version: int = 0  # the trust policies seen by then: one that disappears is a finding
 
 
 class Follower:
@@ -69,13 +75,15 @@ class Follower:
         state_path: str | None = None,
         anchor: Anchor | None = None,
         require_signed: bool = False,
+        trust: ReadTrust | None = None,
         clock: Callable[[], dt.datetime] = utc_now,
     ) -> None:
         """``anchor``: where a follower with no state yet starts, so even its first poll refuses a head
-        that does not extend the anchored one; ``require_signed``: refuse unsigned chains and versions
-        (CHAIN_REQUIRE_SIGNED); ``clock``: the current time, for the anchor's expiry."""
+        that does not extend the anchored one; ``trust``: the pinned root and CHAIN_REQUIRE_SIGNED
+        (``require_signed`` alone: no root); ``clock``: the current time, for the anchor's expiry."""
         self.chain, self.state_path, self.clock = chain, state_path, clock
-        self.reader = TrustedReader(chain, require_signed=require_signed)
+        self.reader = TrustedReader(chain, trust=trust or ReadTrust(require_signed=require_signed))
+        self.current: ChainVersion | None = None  # the version the last poll checked (module docstring)
         self.last: SeenHead | None = None
         self.anchor: Anchor | None = None
         if state_path and os.path.exists(state_path):
@@ -99,26 +107,56 @@ class Follower:
             raise ConfigError(f"the anchor is for chain {point.chain_name!r}, not {self.chain.name!r}")
         self.anchor = anchor
         if self.last is None or point.counter > self.last.counter:
-            self.last = SeenHead(chain_name=point.chain_name, counter=point.counter, block_hash=point.block_hash)
+            seen = max(point.policy_version, self.last.policy_version if self.last is not None else 0)
+            self.last = SeenHead(
+                chain_name=point.chain_name, counter=point.counter, block_hash=point.block_hash, policy_version=seen
+            )
 
     def poll(self) -> ChainVersion | None:
         """The new head if it moved (and extends the last one), None if unchanged; raises on rollback,
-        fork, an expired anchor, or a new version that is not signed or backed as required."""
+        fork, an expired anchor, or a version that is not signed or backed as required. Either way
+        ``current`` is then the head this poll read and checked."""
+        head = self.chain.head()  # the one head read: everything below checks this version
+        if self.current is not None and head.block_hash == self.current.block_hash:
+            if self.anchor is not None:
+                self._check_anchor(self.anchor)
+            return None
+        policies = self.reader.fresh_policies()
+        last = self.last
+        if last is not None and len(policies) < last.policy_version:
+            raise UntrustedVersionError(
+                None,
+                f"chain {self.chain.name!r}: trust policy {last.policy_version} was seen before, the chain now has "
+                f"{len(policies)} valid: a deleted policy never undoes a rotation",
+                check="trust_policy_missing",
+            )
         if self.anchor is not None:
             self._check_anchor(self.anchor)
-        head = self.chain.head()
-        last = self.last
-        if last is not None and head.block_hash == last.block_hash:
-            return None
-        if last is not None:
+        moved = last is None or head.block_hash != last.block_hash
+        if last is not None and moved:
             self._check_extends(head, last)
-        self._check_new(head, last.counter if last is not None else -1)
-        self._remember(head)
-        return head
+        seen = last.counter if last is not None and moved else head.counter - 1
+        if self.current is None and last is None:
+            seen = -1  # a first start: check the whole chain, so evidence of a rollback is checked in full
+        self._check_new(head, self.reader.check_down_to(head, seen), seen)
+        self.current = head
+        self._remember(head, len(policies))
+        return head if moved else None
 
     def fetch_payload(self, version: ChainVersion, name: str) -> bytes:
         """A payload file of ``version``, sha256-checked, once its signature checks (TrustedReader)."""
         return self.reader.fetch_payload(version, name)
+
+    def version(self, counter: int) -> ChainVersion:
+        """Version ``counter`` of the chain ``current`` heads, checked: reached from it by hash links."""
+        if self.current is None:
+            raise VersionNotFoundError(f"chain {self.chain.name!r}: nothing polled yet; expected poll() first")
+        for version in self.chain.walk(self.current):
+            if version.counter == counter:
+                return self.reader.check(version)
+            if version.counter < counter:
+                break
+        raise VersionNotFoundError(f"chain {self.chain.name!r} has no version {counter} (head v{self.current.counter})")
 
     def _check_anchor(self, anchor: Anchor) -> None:
         point = anchor.checkpoint
@@ -129,19 +167,27 @@ class Follower:
                 f"{point.expires_at}; a frozen or replayed head cannot be told from the newest: renew the anchor",
                 check="anchor_expired",
             )
-        for check, reason in signature_problems(anchor, self.reader.policies()):
+        for check, reason in signature_problems(anchor, self.reader.policies(), self.reader.trust.root):
             raise UntrustedVersionError(point.counter, f"the anchor of {self.chain.name!r}: {reason}", check=check)
 
-    def _check_new(self, head: ChainVersion, seen: int) -> None:
-        """Every version new to this follower: signed as required, and backed by the run index and trail."""
-        new = []
-        for version in self.chain.walk(head):
-            if version.counter <= seen:
-                break
-            new.append(self.reader.check(version))
+    def _check_new(self, head: ChainVersion, new: list[ChainVersion], seen: int) -> None:
+        """Every version new to this follower is backed by the run index and trail, and nothing recorded as
+        committed lies above the head or off the versions walked."""
         named, problems = evidence.named_versions(self.chain)
         for check, reason in problems:
             raise ChainEvidenceError(None, reason, check=check)
+        walked = {v.counter: v.block_hash for v in new}
+        for item in named:
+            if item.intent or item.counter <= seen:
+                continue
+            off = item.counter > head.counter or walked.get(item.counter, item.block_hash) != item.block_hash
+            if off and not evidence.reachable_now(self.chain, item):  # not a commit that landed since the read
+                raise ChainRollbackError(
+                    item.counter,
+                    f"chain {self.chain.name!r}: {item.version_dir} was committed ({item.source}) but is not on the "
+                    f"chain headed by {head.version_dir}: the head was rolled back or history rewritten",
+                    check="committed_off_chain",
+                )
         for check, reason, version in evidence.index_problems(self.chain, new, named):
             raise ChainEvidenceError(version.counter, f"{version.version_dir}: {reason}", check=check)
 
@@ -161,8 +207,10 @@ class Follower:
                     )
                 return
 
-    def _remember(self, head: ChainVersion) -> None:
-        self.last = SeenHead(chain_name=self.chain.name, counter=head.counter, block_hash=head.block_hash)
+    def _remember(self, head: ChainVersion, policy_version: int) -> None:
+        self.last = SeenHead(
+            chain_name=self.chain.name, counter=head.counter, block_hash=head.block_hash, policy_version=policy_version
+        )
         if self.state_path:
             tmp = f"{self.state_path}.{os.getpid()}.tmp"
             with open(tmp, "wb") as handle:

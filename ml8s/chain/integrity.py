@@ -26,8 +26,9 @@ and the versions around it are still checked, then reports what does not hold. C
 ``committed_off_chain`` a version that a run record or a winning audit event names is not on the chain
                      (evidence.py): the head was rolled back or history rewritten
 ``run_index`` / ``audit_event``  a run record or audit event that is no valid JSON of its model
-``unsigned`` / ``untrusted_key`` / ``bad_signature`` / ``trust_policy*``  signatures (trust.py); with
-                     ``require_signed``, also a chain without a trust policy or versions before its first
+``unsigned`` / ``untrusted_key`` / ``bad_signature`` / ``trust_policy*`` / ``retired_policy`` /
+``chain_name`` / ``trust_root*``  signatures, policies and bindings (revocation.py, the rules every reader
+                     applies); with ``require_signed``, also no pinned root, no policy, or versions before it
 ``anchor_*``         disagreement with an anchor (anchor.py)
 ``weights_hash`` / ``delta_base``  a version's weights, rebuilt FULL -> DELTAs, are not what it records
 
@@ -42,11 +43,12 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from ml8s.chain import _checks, evidence, paths, trust
+from ml8s.chain import _checks, evidence, paths, revocation, trust
 from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
+from ml8s.chain.root import TrustRoot
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
 from ml8s.errors import (
@@ -73,14 +75,17 @@ def verify_chain(
     now: dt.datetime | None = None,
     require_signed: bool = False,
     weights: WeightsCheck | None = None,
+    root: TrustRoot | None = None,
 ) -> VerifyReport:
     """Check the whole chain (module docstring). ``payloads=False`` skips reading payload bytes
     (sizes are still checked); ``known_head`` is a block hash that must be on the chain; ``anchor`` a
     signed checkpoint (anchor.py), checked as of ``now`` (default: the current time); ``require_signed``
     (CHAIN_REQUIRE_SIGNED) makes a chain without a trust policy, or versions before its first, ``unsigned``;
     ``weights`` (``ml8s.weights.weights_problems``, which needs torch) also rebuilds every version's weights
-    and checks them against the hash its block records (``weights_hash``, ``delta_base``)."""
+    and checks them against the hash its block records (``weights_hash``, ``delta_base``); ``root`` the pinned
+    trust root (CHAIN_TRUST_ROOT) the policies must chain to (None: taken on first use, said in ``unchecked``)."""
     verifier = _Verifier(chain, payloads, strict_orphans)
+    verifier.root = root
     verifier.weights = weights
     verifier.anchor, verifier.now, verifier.require_signed = anchor, now or utc_now(), require_signed
     return verifier.run(normalize_known_head(known_head))[0]
@@ -107,6 +112,7 @@ class _Verifier:
         self.anchor: Anchor | None = None
         self.now = utc_now()
         self.require_signed = False
+        self.root: TrustRoot | None = None
         self.parsed: dict[str, ChainVersion] = {}  # every readable block, tampered or not, by directory
 
     def add(self, check: str, reason: str, version: ChainVersion | None = None, *, counter: int | None = None) -> None:
@@ -129,15 +135,15 @@ class _Verifier:
         head = self._head(pointer)
         start = head if head is not None else self._best_guess()
         walked = list(self._walk(start)) if start is not None else []
-        policies, policy_problems = trust.load_policies(self.chain)
+        policies, policy_problems = trust.load_policies(self.chain, self.root)
         for check, reason in policy_problems:
             self.add(check, reason)
-        for version in walked:
+        for version, parent in zip(walked, [*walked[1:], None], strict=True):
             base = self.chain.version_key(version.version_dir) + "/"
             self.add_all(
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
             )
-            self.add_all(trust.block_problems(version, policies), version)
+            self.add_all(revocation.block_problems(version, policies, self.chain.name, parent), version)
         for check, reason, version in self.weights(self.chain, walked) if self.payloads and self.weights else []:
             self.add(check, reason, version)
         on_chain = {v.version_dir for v in walked}
@@ -154,9 +160,11 @@ class _Verifier:
             for check, reason, seen in known_head_problems(known_head, list(self.parsed.values()), head):
                 self.add(check, reason, seen)
         self._evidence(on_chain | ahead, walked)
-        for check, reason, counter in anchor_problems(self.chain, self.anchor, walked, self.now) if self.anchor else []:
+        anchored = anchor_problems(self.chain, self.anchor, walked, self.now, self.root) if self.anchor else []
+        for check, reason, counter in anchored:
             self.add(check, reason, counter=counter)
-        for check, reason, counter in trust.required_findings(walked, policies) if self.require_signed else []:
+        required = revocation.required_findings(walked, policies, self.root) if self.require_signed else []
+        for check, reason, counter in required:
             self.add(check, reason, next((v for v in walked if v.counter == counter), None), counter=counter)
         findings = sorted(self.findings, key=lambda f: (f.counter is None, f.counter or 0, f.check, f.version_dir))
         report = VerifyReport(
@@ -169,7 +177,8 @@ class _Verifier:
             incomplete=tuple(incomplete),
             unchecked=unchecked_limits(
                 policies[0].signed_from if policies else None, known_head is not None or self.anchor is not None
-            ),
+            )
+            + (() if self.root is not None or not policies else (revocation.TOFU,)),
         )
         return report, self.parsed
 

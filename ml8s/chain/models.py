@@ -86,6 +86,8 @@ class BlockHeader(BaseModel):
     weights_full_counter: int = Field(default=0, ge=0)
     delta_base_counter: int = Field(default=0, ge=0)
     delta_base_block_hash: OptionalHex64 = ""
+    chain_name: str = ""
+    trust_root_id: OptionalHex64 = ""
 
     @model_validator(mode="after")
     def _files_sorted_unique(self) -> BlockHeader:

@@ -25,6 +25,7 @@ from ml8s.chain import paths
 from ml8s.chain._util import list_objects, prune_empty_dirs, sha256_hex
 from ml8s.chain.events import AuditLog
 from ml8s.chain.models import ChainHead, ChainVersion, LocalFile, PayloadSource
+from ml8s.chain.root import TrustRoot
 from ml8s.chain.signing import SigningKey
 from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, head_json, metadata_json
 from ml8s.errors import (
@@ -52,11 +53,14 @@ class ChainVersions:
     (layout: paths.py). Readers (integrity, follower, GC) use it as is; committers use ``ChainStore``.
     """
 
-    def __init__(self, store: Store, chain_name: str, *, signer: SigningKey | None = None) -> None:
+    def __init__(
+        self, store: Store, chain_name: str, *, signer: SigningKey | None = None, trust_root: TrustRoot | None = None
+    ) -> None:
         if not paths.CHAIN_NAME.fullmatch(chain_name):
             raise ConfigError(f"chain name {chain_name!r}: expected letters, digits, '.', '_' or '-' (at most 128)")
         self.store, self.name, self.prefix = store, chain_name, f"{paths.ROOT}/{chain_name}"
         self.signer = signer  # signs the blocks this instance commits (trust.py: when the chain requires it)
+        self.trust_root = trust_root  # the pinned root a committer checks the policies against (root.py)
         self.audit = AuditLog(store, self.key(paths.AUDIT), chain_name)
         self._versions: dict[str, ChainVersion] = {}  # version dir -> verified version
         self._created: dict[str, bytes] = {}  # key -> bytes of a create-only object (put_once)

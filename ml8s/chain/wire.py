@@ -49,6 +49,8 @@ def header_to_proto(header: BlockHeader) -> pb.BlockHeader:
         weights_full_counter=header.weights_full_counter,
         delta_base_counter=header.delta_base_counter,
         delta_base_block_hash=header.delta_base_block_hash,
+        chain_name=header.chain_name,
+        trust_root_id=header.trust_root_id,
     )
 
 
@@ -77,6 +79,8 @@ def header_from_proto(message: pb.BlockHeader) -> BlockHeader:
         weights_full_counter=message.weights_full_counter,
         delta_base_counter=message.delta_base_counter,
         delta_base_block_hash=message.delta_base_block_hash,
+        chain_name=message.chain_name,
+        trust_root_id=message.trust_root_id,
     )
 
 
@@ -166,6 +170,8 @@ _LATER_HEADER_FIELDS = (
     "weights_full_counter",
     "delta_base_counter",
     "delta_base_block_hash",
+    "chain_name",
+    "trust_root_id",
 )
 
 

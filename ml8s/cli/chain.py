@@ -1,4 +1,4 @@
-"""``ml8s chain init|commit|log|show|verify|gc|tensorboard|anchor|keygen|trust``: operate a model chain from a shell.
+"""``ml8s chain init|commit|log|show|verify|gc|tensorboard|anchor|keygen|root|trust``: a model chain from a shell.
 
 Every subcommand takes ``--root URI`` (default PIPELINE_ROOT_URI) and ``--chain NAME`` (default
 CHAIN_NAME, else MLFLOW_MODEL_NAME's default). ``verify`` exits 0 when the chain is intact and 1
@@ -20,6 +20,7 @@ from ml8s.chain import (
     ChainStore,
     ChainVersion,
     CommitMeta,
+    ReadTrust,
     RetryPolicy,
     SigningKey,
     adopt_policy,
@@ -27,6 +28,8 @@ from ml8s.chain import (
     collect_garbage,
     local_file,
     make_anchor,
+    make_root,
+    root_json,
     verify_chain,
 )
 from ml8s.cli.args import add_require_signed, guarded
@@ -52,7 +55,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("tensorboard", "print the TensorBoard log directories of versions (default: all)"),
         ("anchor", "write a signed checkpoint of the head (keep it outside the store) to --out"),
         ("keygen", "write a new ed25519 signing key (PEM) to --out; prints its key id and public key"),
-        ("trust", "adopt the next trust policy: the keys that may sign, signed by ML8S_SIGNING_KEY(_FILE)"),
+        ("root", "write a trust root (public keys and a threshold) to --out, to pin as CHAIN_TRUST_ROOT"),
+        ("trust", "adopt the next trust policy: the keys that may sign, signed by ML8S_SIGNING_KEY(_FILE) and --key"),
         ("reproduce", "re-train versions above --from K from their parents and data; exit 0 only if all match"),
     ):
         verb = verbs.add_parser(name, help=text, description=text)
@@ -75,8 +79,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
     verbs.choices["keygen"].add_argument("--out", required=True, help="private key file to create (mode 0600)")
+    for keyed in ("trust", "root"):
+        verbs.choices[keyed].add_argument(
+            "--public-key", action="append", required=True, help="base64 raw ed25519 public key (repeat)"
+        )
+        verbs.choices[keyed].add_argument("--threshold", type=int, default=1, help="signatures needed (default 1)")
+    verbs.choices["root"].add_argument("--out", required=True, help="root file to create")
     verbs.choices["trust"].add_argument(
-        "--public-key", action="append", required=True, help="base64 raw ed25519 public key (repeat)"
+        "--key", action="append", default=[], help="another private key file that signs the policy (repeat)"
     )
     verbs.choices["tensorboard"].add_argument("counters", nargs="*", type=int, help="versions (default: all)")
     verbs.choices["reproduce"].add_argument(
@@ -93,22 +103,33 @@ def run(args: argparse.Namespace) -> int:
         from ml8s.cli.reproduce import reproduce
 
         return reproduce(settings.pipeline_root_uri, settings.chain_name, args.start, as_json=args.json)
+    if verb == "root":
+        root = make_root(args.public_key, args.threshold)
+        _write_new(args.out, root_json(root), mode=0o644)
+        _print({"root_id": root.root_id, "root_file": args.out, "threshold": root.threshold, "keys": len(root.keys)})
+        return 0
     signer = SigningKey.from_env(os.environ)
-    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name, signer=signer)
+    trust = ReadTrust.from_settings(settings, getattr(args, "require_signed", None))
+    store = open_store(settings.pipeline_root_uri)
+    chain = ChainStore(store, settings.chain_name, signer=signer, trust_root=trust.root)
     if verb == "anchor":
         if signer is None or not 0 < args.ttl_hours <= 24 * 366 or not (args.out or args.publish):
             raise ConfigError(
                 f"chain anchor: needs {ENV_KEY} or {ENV_KEY_FILE}, --ttl-hours in (0, 8784], and --out or --publish"
             )
-        anchor = make_anchor(chain, signer, dt.timedelta(hours=args.ttl_hours), dt.datetime.now(dt.UTC))
+        anchor = make_anchor(chain, signer, dt.timedelta(hours=args.ttl_hours), dt.datetime.now(dt.UTC), trust.root)
         if args.out:
             _write_new(args.out, anchor.model_dump_json(indent=2).encode("utf-8") + b"\n", mode=0o644)
         published = _publish(settings, anchor, chain) if args.publish else None
         _print({**anchor.checkpoint.model_dump(mode="json"), "published": published})
     elif verb == "trust":
-        if signer is None:
-            raise ConfigError(f"chain trust: set {ENV_KEY} or {ENV_KEY_FILE} to a key the current policy trusts")
-        _print(adopt_policy(chain, signer, args.public_key).model_dump(mode="json"))
+        signers = ([signer] if signer is not None else []) + [_key_file(path) for path in args.key]
+        if not signers:
+            raise ConfigError(
+                f"chain trust: set {ENV_KEY} or {ENV_KEY_FILE} (or --key) to keys the current policy trusts"
+            )
+        policy = adopt_policy(chain, signers, args.public_key, threshold=args.threshold, root=trust.root)
+        _print(policy.model_dump(mode="json", by_alias=True))
     elif verb == "init":
         _print(_summary(chain.init()))
     elif verb == "commit":
@@ -130,13 +151,13 @@ def run(args: argparse.Namespace) -> int:
         from ml8s.audit.anchor_tags import load_anchor  # MLflow's client only for an mlflow: anchor
         from ml8s.audit.chain_check import weights_check
 
-        require = settings.chain_require_signed if args.require_signed is None else args.require_signed
         report = verify_chain(
             chain,
             known_head=args.known_head,
             anchor=load_anchor(args.anchor, settings),
-            require_signed=require,
+            require_signed=trust.require_signed,
             weights=weights_check,
+            root=trust.root,
         )
         if args.json:
             _print(report.model_dump(mode="json"))
@@ -181,6 +202,14 @@ def _publish(settings: PlatformSettings, anchor: Anchor, chain: ChainStore) -> d
     uri = settings.mlflow_tracking_uri_for_registry()
     where = publish_anchor(uri, settings.mlflow_model_name, anchor, head.header.full_config_hash)
     return where.model_dump(mode="json")
+
+
+def _key_file(path: str) -> SigningKey:
+    try:
+        with open(path, "rb") as handle:
+            return SigningKey.from_text(handle.read(64 * 1024), where=f"--key {path}")
+    except OSError as exc:
+        raise ConfigError(f"--key {path}: {exc.strerror or exc}; expected a private key file") from exc
 
 
 def _keygen(out: str) -> int:

@@ -8,8 +8,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ml8s.chain import ChainStore, read_anchor
-from ml8s.cli.args import guarded
+from ml8s.chain import Anchor, ChainStore, ReadTrust, read_anchor
+from ml8s.cli.args import add_require_signed, guarded
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import open_store
@@ -33,6 +33,7 @@ def register(commands: Subcommands) -> None:
     follow.add_argument("--pinned", type=int, default=None, metavar="VERSION", help="serve this version only")
     follow.add_argument("--poll-seconds", type=float, default=5.0, help="between polls (default 5)")
     follow.add_argument("--anchor", default=None, help="an anchor file (ml8s chain anchor) to start from")
+    add_require_signed(follow)
     follow.set_defaults(handler=guarded(_follow))
 
 
@@ -45,18 +46,27 @@ def _follow(args: argparse.Namespace) -> int:
         raise ConfigError(f"--poll-seconds {args.poll_seconds}: expected a number of seconds in (0, 86400)")
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
     chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
-    anchor = None
-    if args.anchor is not None:
-        try:
-            with open(args.anchor, "rb") as handle:
-                anchor = read_anchor(handle.read(), where=f"--anchor {args.anchor}")
-        except OSError as exc:
-            raise ConfigError(f"--anchor {args.anchor}: {exc.strerror or exc}; expected an anchor file") from exc
+    trust = ReadTrust.from_settings(settings, args.require_signed)
+    for note in trust.notes():
+        print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
+    anchor = anchor_file(args.anchor)
     options = FollowOptions(out=args.out, pinned=args.pinned, once=args.once, poll_interval_s=args.poll_seconds)
-    held = follow(chain, options, anchor=anchor, report=_report, warn=lambda line: print(line, file=sys.stderr))
+    warn = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    held = follow(chain, options, anchor=anchor, trust=trust, report=_report, warn=warn)
     if held is None:
         print(f"ml8s: chain {chain.name!r} has no version to serve yet", file=sys.stderr)
     return 0
+
+
+def anchor_file(path: str | None) -> Anchor | None:
+    """The anchor in file ``path`` (an ``--anchor`` option); None when not given."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return read_anchor(handle.read(1024 * 1024), where=f"--anchor {path}")
+    except OSError as exc:
+        raise ConfigError(f"--anchor {path}: {exc.strerror or exc}; expected an anchor file") from exc
 
 
 def _report(info: ServedVersion) -> None:

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_root, guarded, run_id_arg
+from ml8s.cli.args import add_require_signed, add_root, guarded, run_id_arg
 from ml8s.errors import InferenceError, PredictionInputError
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ def register(commands: Subcommands) -> None:
     predict.add_argument(
         "--version", type=_counter, metavar="N", help="with --chain: the version's counter (default: the head)"
     )
+    predict.add_argument("--anchor", default=None, help="with --chain: an anchor file the head must extend")
+    add_require_signed(predict)
     predict.add_argument("--input", required=True, metavar="FILE", help="CSV of raw rows with a header ('-': stdin)")
     predict.add_argument("--output", default="-", metavar="FILE", help="where the predictions go (default: stdout)")
     add_root(predict)
@@ -49,8 +51,8 @@ def _predict(args: argparse.Namespace) -> int:
     from ml8s.inference import Predictor, read_run_files
     from ml8s.inference.csv_rows import read_csv_rows
 
-    if args.version is not None and args.chain is None:
-        raise PredictionInputError("--version names a chain version; expected it together with --chain NAME")
+    if args.chain is None and (args.version is not None or args.anchor is not None):
+        raise PredictionInputError("--version and --anchor name a chain's; expected them together with --chain NAME")
 
     where = "standard input" if args.input == "-" else str(args.input)
     try:
@@ -68,14 +70,24 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _chain_files(args: argparse.Namespace) -> ModelFiles:
-    from ml8s.chain import ChainStore
+    """The version's files, read as every follower reads: through one poll of the checked path (signatures,
+    the pinned root, CHAIN_REQUIRE_SIGNED, --anchor, the run index and trail), then the version it checked."""
+    from ml8s.chain import ChainStore, Follower, ReadTrust
+    from ml8s.cli.follow import anchor_file
     from ml8s.identity.settings import PlatformSettings
     from ml8s.inference import read_chain_files
     from ml8s.store import open_store
 
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
     chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
-    version = chain.head() if args.version is None else chain.get(args.version)
+    trust = ReadTrust.from_settings(settings, args.require_signed)
+    for note in trust.notes():
+        print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
+    follower = Follower(chain, anchor=anchor_file(args.anchor), trust=trust)
+    follower.poll()
+    version = follower.current if args.version is None else follower.version(args.version)
+    if version is None:  # poll() always sets it; a guard for the type checker
+        raise PredictionInputError(f"chain {chain.name!r}: no head was read")
     return read_chain_files(chain, version)
 
 

@@ -86,6 +86,12 @@ class PlatformSettings(BaseSettings):
         description="true: chain verify, followers and readers refuse unsigned versions, and runs refuse to start "
         "without a signing key (set it in production; false keeps legacy unsigned chains verifying)",
     )
+    chain_trust_root: str = Field(
+        "",
+        description="the pinned chain trust root: a JSON file (ml8s chain root) or its JSON; readers accept the "
+        "store's trust policies only when they chain to it (empty: trust on first use, which "
+        "CHAIN_REQUIRE_SIGNED=true refuses)",
+    )
     image_version: str = Field("dev", description="image tag, used as the Flyte cache version")
     tmp_retention_days: int = Field(7, description="age after which stale .tmp entries are removed")
     warm_start_root_uri: str = Field(

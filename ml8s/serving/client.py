@@ -24,7 +24,7 @@ import logging
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind
+from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
 from ml8s.errors import Ml8sError, ServingError
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
@@ -71,9 +71,17 @@ class SwapStats(BaseModel):
 class InferenceClient:
     """Serves one chain's model (module docstring)."""
 
-    def __init__(self, chain: ChainVersions, config: ClientConfig, *, anchor: Anchor | None = None) -> None:
+    def __init__(
+        self,
+        chain: ChainVersions,
+        config: ClientConfig,
+        *,
+        anchor: Anchor | None = None,
+        trust: ReadTrust | None = None,
+    ) -> None:
+        """``trust``: the pinned root and CHAIN_REQUIRE_SIGNED (``ReadTrust.from_settings``), as every reader."""
         self.chain, self.config = chain, config
-        self.follower = Follower(chain, state_path=config.state_path, anchor=anchor)
+        self.follower = Follower(chain, state_path=config.state_path, anchor=anchor, trust=trust)
         self.stats = SwapStats()
         self.last_error: Ml8sError | None = None
         self._served: Served | None = None
@@ -113,7 +121,9 @@ class InferenceClient:
         if (head := self.follower.poll()) is not None:
             self._pending = head
         if self._pending is None and self._served is None:
-            self._pending = self.chain.head()  # unchanged since the follower's last (persisted) head
+            # Unchanged since the follower's persisted head: serve what this poll read and checked, never a
+            # second read of the head (a store writer could flip it in between).
+            self._pending = self.follower.current
         target, served = self._pending, self._served
         same = served is not None and target is not None and served.info.block_hash == target.block_hash
         if target is None or target.counter == 0 or same:
@@ -127,7 +137,7 @@ class InferenceClient:
         if self._served is not None:
             return False  # pinned: never changes
         self.follower.poll()  # the head extends what this node saw, and new versions are signed as required
-        self._swap(self.chain.get(counter))
+        self._swap(self.follower.version(counter))
         return True
 
     def _swap(self, target: ChainVersion) -> None:

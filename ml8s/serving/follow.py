@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ml8s.chain import Anchor, ChainVersions
+from ml8s.chain import Anchor, ChainVersions, ReadTrust
 from ml8s.errors import Ml8sError
 from ml8s.serving.client import ClientConfig, InferenceClient
 from ml8s.serving.directory import ModelDirectory
@@ -30,6 +30,7 @@ def follow(
     options: FollowOptions,
     *,
     anchor: Anchor | None = None,
+    trust: ReadTrust | None = None,
     report: Callable[[ServedVersion], None] = lambda _: None,
     warn: Callable[[str], None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
@@ -44,7 +45,7 @@ def follow(
     config = ClientConfig(
         pinned=options.pinned, poll_interval_s=options.poll_interval_s, state_path=directory.state_path
     )
-    client = InferenceClient(chain, config, anchor=anchor)
+    client = InferenceClient(chain, config, anchor=anchor, trust=trust)
     while True:
         try:
             changed = client.refresh()
