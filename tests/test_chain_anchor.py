@@ -13,9 +13,20 @@ from pathlib import Path
 import pytest
 from test_chain_support import CHAIN, forge, meta, payload, set_head, version_path
 
-from ml8s.chain import ChainStore, ChainVersion, Follower, SigningKey, adopt_policy, make_anchor, paths, verify_chain
+from ml8s.chain import (
+    Anchor,
+    ChainStore,
+    ChainVersion,
+    Follower,
+    SigningKey,
+    adopt_policy,
+    make_anchor,
+    paths,
+    verify_chain,
+)
+from ml8s.chain.anchor import _bytes
 from ml8s.chain.trust import policy_key
-from ml8s.errors import ChainForkError, ChainRollbackError
+from ml8s.errors import ChainForkError, ChainRollbackError, ConfigError
 from ml8s.store import LocalStore
 
 KEY, OTHER = SigningKey.generate(), SigningKey.generate()
@@ -97,8 +108,12 @@ def test_freeze_is_an_expired_anchor(signed: tuple[ChainStore, list[ChainVersion
 
 def test_anchor_by_an_untrusted_key_or_edited(signed: tuple[ChainStore, list[ChainVersion]]) -> None:
     chain, _ = signed
-    assert "anchor_signature" in verify_chain(chain, anchor=make_anchor(chain, OTHER, DAY, NOW), now=NOW).checks
     good = make_anchor(chain, KEY, DAY, NOW)
+    checkpoint = good.checkpoint
+    forged = Anchor(checkpoint=checkpoint, public_key=OTHER.public_key, signature=OTHER.sign(_bytes(checkpoint)))
+    assert "anchor_signature" in verify_chain(chain, anchor=forged, now=NOW).checks
+    with pytest.raises(ConfigError, match="not in the newest trust policy"):
+        make_anchor(chain, OTHER, DAY, NOW)  # the CLI refuses to mint one
     edited = good.model_copy(update={"checkpoint": good.checkpoint.model_copy(update={"counter": 1})})
     assert "anchor_signature" in verify_chain(chain, anchor=edited, now=NOW).checks
 

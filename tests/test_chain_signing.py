@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_chain_support import CHAIN, meta, payload
 
-from ml8s.chain import ChainStore, ChainVersion, Follower, paths, verify_chain
+from ml8s.chain import ChainStore, ChainVersion, Follower, make_root, paths, verify_chain
 from ml8s.chain.commit import _seal, payload_files
 from ml8s.chain.signing import SigningKey
 from ml8s.chain.trust import SignedPolicy, TrustedKey, TrustPolicy, adopt_policy, policy_bytes, policy_key
@@ -18,6 +18,8 @@ from ml8s.errors import ChainCorruptionError, ChainError, ConfigError, SigningRe
 from ml8s.store import LocalStore
 
 KEY_A, KEY_B, KEY_C = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
+ROOT_KEY = SigningKey.generate()  # held offline by the operator: it signs policy 1 and re-issues
+ROOT = make_root([ROOT_KEY.public_key], 1)
 
 
 @pytest.fixture(name="signed")
@@ -100,13 +102,13 @@ def test_signature_that_does_not_match_its_header(signed: ChainStore) -> None:
 
 def test_rotation(signed: ChainStore) -> None:
     """Policy 2 (signed by A, still trusted) trusts only B: A can no longer commit, its old blocks still verify."""
-    adopt_policy(signed, KEY_A, [KEY_B.public_key])
+    adopt_policy(signed, [KEY_A, KEY_B], [KEY_B.public_key])  # the old policy's key and the new one's sign
     with pytest.raises(SigningRequiredError):
         ChainStore(signed.store, CHAIN, signer=KEY_A).commit(payload("p3"), meta("p3"))
     v3 = ChainStore(signed.store, CHAIN, signer=KEY_B).commit(payload("p3"), meta("p3"))
     assert v3.header.trust_policy_version == 2
     assert verify_chain(ChainStore(signed.store, CHAIN)).ok
-    with pytest.raises(ChainError, match="not trusted"):
+    with pytest.raises(ChainError, match="not signed by 1 key"):
         adopt_policy(signed, KEY_A, [KEY_A.public_key])  # A was rotated out: it cannot take the chain back
 
 

@@ -92,6 +92,8 @@ CHANGES = {
     "weights_full_counter": 2,
     "delta_base_counter": 3,
     "delta_base_block_hash": "e" * 64,
+    "chain_name": "another-chain",
+    "trust_root_id": "f" * 64,
 }
 
 

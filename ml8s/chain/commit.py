@@ -47,7 +47,6 @@ from ml8s.chain.payload import payload_files
 from ml8s.chain.semver import GENESIS_SEMVER, bump
 from ml8s.chain.signing import SigningKey
 from ml8s.chain.tensorboard import upload_tensorboard
-from ml8s.chain.trust import TrustPolicy
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import make_block
 from ml8s.errors import (
@@ -104,7 +103,8 @@ def commit(
         _refuse(chain, parent, meta, f"global_step {meta.global_step} < the head's {parent.global_step}")
     payload, weights = (payload, WeightsFields()) if isinstance(payload, Mapping) else payload(parent)
     files = files if files is not None else payload_files(payload)
-    version = _seal(parent, meta, files, policy, chain, claim_sha256, weights)
+    number, root_id = (policy.version, policy.root_id) if policy is not None else (0, "")
+    version = _seal(parent, meta, files, number, chain.signer, claim_sha256, weights, chain.name, root_id)
     written: list[str] = []
     try:
         chain.write_version(version, payload, written)
@@ -255,10 +255,12 @@ def _seal(
     parent: ChainVersion,
     meta: CommitMeta,
     files: tuple[PayloadFile, ...],
-    policy: TrustPolicy | None,
-    chain: ChainVersions,
+    policy: int = 0,
+    signer: SigningKey | None = None,
     claim_sha256: str = "",
     weights: WeightsFields | None = None,
+    chain_name: str = "",
+    root_id: str = "",
 ) -> ChainVersion:
     counter = parent.counter + 1
     weights = weights or WeightsFields()
@@ -279,13 +281,13 @@ def _seal(
         architecture=meta.architecture,
         parameter_count=meta.parameter_count,
         files=files,
-        trust_policy_version=policy.version if policy is not None else 0,
+        trust_policy_version=policy,
         run_claim_sha256=claim_sha256,
         **weights.model_dump(exclude={"payload_kind"}),
-        chain_name=chain.name,
-        trust_root_id=policy.root_id if policy is not None else "",
+        chain_name=chain_name,
+        trust_root_id=root_id,
     )
-    return _version(header, chain.signer)
+    return _version(header, signer)
 
 
 def _version(header: BlockHeader, signer: SigningKey | None = None) -> ChainVersion:

@@ -40,40 +40,45 @@ def in_force(policies: list[TrustPolicy], counter: int) -> int:
 def block_problems(
     version: ChainVersion, policies: list[TrustPolicy], chain_name: str, parent: ChainVersion | None = None
 ) -> Problems:
-    """What is wrong with a version's signature and bindings under the chain's policies (module docstring)."""
-    header, block, wanted = version.header, version.block, version.header.trust_policy_version
-    found: Problems = []
+    """What is wrong with a version's signature and bindings under the chain's policies (module docstring);
+    the signature's problems first (a reader raises the first)."""
+    header, wanted = version.header, version.header.trust_policy_version
+    bound: Problems = []
     if header.chain_name and header.chain_name != chain_name:
-        found.append(("chain_name", f"the block is bound to chain {header.chain_name!r}, not {chain_name!r}"))
+        bound.append(("chain_name", f"the block is bound to chain {header.chain_name!r}, not {chain_name!r}"))
     if parent is not None and wanted < (named := parent.header.trust_policy_version):
-        found.append(("retired_policy", f"names trust policy {wanted}, its parent already names {named}"))
+        bound.append(("retired_policy", f"names trust policy {wanted}, its parent already names {named}"))
     if wanted > len(policies):
-        return [*found, ("trust_policy_missing", f"names trust policy {wanted}, the chain has {len(policies)}")]
+        return [("trust_policy_missing", f"names trust policy {wanted}, the chain has {len(policies)}"), *bound]
     if (force := in_force(policies, version.counter)) > wanted:
         reason = f"names trust policy {wanted}, but policy {force} is in force from {policies[force - 1].from_counter}"
-        found.append(("retired_policy", reason))
+        bound.append(("retired_policy", reason))
     if wanted == 0 and (not policies or version.counter < policies[0].signed_from):
-        return found  # a legacy chain, or a version from before the first policy: nothing to check against
-    if not block.signature:
-        return [*found, ("unsigned", f"unsigned, but signatures are required from {policies[0].signed_from}")]
-    if wanted == 0:
-        return [*found, ("untrusted_key", "signed, but names no trust policy")]
-    policy = policies[wanted - 1]
-    if policy.schema_version == 2 and header.chain_name != chain_name:
-        found.append(("chain_name", f"policy {wanted} requires the header to bind chain {chain_name!r}"))
-    if policy.schema_version == 2 and header.trust_root_id != policy.root_id:
-        found.append(
-            (
-                "trust_root",
-                f"bound to root {header.trust_root_id or '<none>'}, policy {wanted}'s is {policy.root_id or '<none>'}",
+        return bound  # a legacy chain, or a version from before the first policy: nothing to check against
+    policy = policies[wanted - 1] if wanted else None
+    if policy is not None and policy.schema_version == 2:
+        if header.chain_name != chain_name:
+            bound.append(("chain_name", f"policy {wanted} requires the header to bind chain {chain_name!r}"))
+        if header.trust_root_id != policy.root_id:
+            root = policy.root_id or "<none>"
+            bound.append(
+                ("trust_root", f"bound to root {header.trust_root_id or '<none>'}, policy {wanted}'s is {root}")
             )
-        )
+    return _signature(version, policy, policies[0].signed_from) + bound
+
+
+def _signature(version: ChainVersion, policy: TrustPolicy | None, signed_from: int) -> Problems:
+    block = version.block
+    if not block.signature:
+        return [("unsigned", f"unsigned, but signatures are required from {signed_from}")]
+    if policy is None:
+        return [("untrusted_key", "signed, but names no trust policy")]
     key = policy.trusts(block.signer_key_id)
     if key is None:
-        return [*found, ("untrusted_key", f"signed by key {block.signer_key_id}, not in trust policy {wanted}")]
-    if not signature_valid(key.public_key, block.signature, header_bytes(header)):
-        found.append(("bad_signature", f"the signature by {block.signer_key_id} does not match the header"))
-    return found
+        return [("untrusted_key", f"signed by key {block.signer_key_id}, not in trust policy {policy.version}")]
+    if not signature_valid(key.public_key, block.signature, header_bytes(version.header)):
+        return [("bad_signature", f"the signature by {block.signer_key_id} does not match the header")]
+    return []
 
 
 def required_problems(version: ChainVersion, policies: list[TrustPolicy], root: TrustRoot | None) -> Problems:
