@@ -16,10 +16,20 @@ from pathlib import Path
 
 import pytest
 from test_chain_anchor import DAY, KEY, NOW, _forged_head, _rehashed_rewrite, _rollback
-from test_chain_signing import KEY_B, intruder
+from test_chain_signing import KEY_B, ROOT, ROOT_KEY, intruder
 from test_chain_support import CHAIN, meta, payload
 
-from ml8s.chain import Anchor, ChainStore, ChainVersion, Follower, adopt_policy, make_anchor, paths, verify_chain
+from ml8s.chain import (
+    Anchor,
+    ChainStore,
+    ChainVersion,
+    Follower,
+    ReadTrust,
+    adopt_policy,
+    make_anchor,
+    paths,
+    verify_chain,
+)
 from ml8s.errors import (
     ChainCorruptionError,
     ChainEvidenceError,
@@ -84,17 +94,18 @@ CASES: dict[str, tuple[Tamper, str, type[ChainCorruptionError], str | None, bool
 def anchored_fixture(tmp_path: Path) -> tuple[ChainStore, list[ChainVersion], Anchor]:
     chain = ChainStore(LocalStore(str(tmp_path / "root")), CHAIN, signer=KEY)
     chain.init()
-    adopt_policy(chain, KEY, [KEY.public_key])
+    adopt_policy(chain, [ROOT_KEY, KEY], [KEY.public_key], root=ROOT)
     for i in range(1, 4):
         chain.commit(payload(f"v{i}"), meta(f"v{i}", step=i))
-    return chain, chain.list(), make_anchor(chain, KEY, DAY, NOW)
+    return chain, chain.list(), make_anchor(chain, KEY, DAY, NOW, ROOT)
 
 
 def test_untampered_chain_passes_both(anchored: tuple[ChainStore, list[ChainVersion], Anchor]) -> None:
     chain, versions, anchor = anchored
-    report = verify_chain(ChainStore(chain.store, CHAIN), anchor=anchor, now=NOW, require_signed=True)
+    report = verify_chain(ChainStore(chain.store, CHAIN), anchor=anchor, now=NOW, require_signed=True, root=ROOT)
     assert report.ok, report.findings
-    follower = Follower(ChainStore(chain.store, CHAIN), require_signed=True, clock=lambda: NOW)
+    trust = ReadTrust(root=ROOT, require_signed=True)
+    follower = Follower(ChainStore(chain.store, CHAIN), trust=trust, clock=lambda: NOW)
     assert follower.poll() == versions[-1]
     assert follower.fetch_payload(versions[-1], "model.bin") == payload("v3")["model.bin"]
 

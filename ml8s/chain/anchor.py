@@ -89,7 +89,7 @@ def make_anchor(
         Anchor(checkpoint=checkpoint, public_key=signer.public_key, signature=""), policies, root, verify=False
     ):
         raise ConfigError(
-            f"key {signer.key_id} is not in the newest trust policy of {chain.name!r} (nor the root): it signs no anchor"
+            f"key {signer.key_id} is not in the newest trust policy of {chain.name!r} (nor the root): no anchor"
         )
     return Anchor(checkpoint=checkpoint, public_key=signer.public_key, signature=signer.sign(_bytes(checkpoint)))
 

@@ -49,9 +49,12 @@ class ReadTrust(BaseModel):
         required = settings.chain_require_signed if require_signed is None else require_signed
         return cls(root=load_root(settings.chain_trust_root), require_signed=required)
 
-    def notes(self) -> tuple[str, ...]:
-        """What a reader without a pinned root says plainly (it still reads: CHAIN_REQUIRE_SIGNED refuses)."""
-        return () if self.root is not None else (revocation.TOFU,)
+    def notes(self, chain: ChainVersions) -> tuple[str, ...]:
+        """What a reader without a pinned root says plainly of a chain with trust policies: they were taken on
+        first use (it still reads; CHAIN_REQUIRE_SIGNED refuses)."""
+        if self.root is not None or not trust.load_policies(chain)[0]:
+            return ()
+        return (revocation.TOFU,)
 
 
 class TrustedReader:

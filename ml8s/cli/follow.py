@@ -47,7 +47,7 @@ def _follow(args: argparse.Namespace) -> int:
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
     chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
-    for note in trust.notes():
+    for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
     anchor = anchor_file(args.anchor)
     options = FollowOptions(out=args.out, pinned=args.pinned, once=args.once, poll_interval_s=args.poll_seconds)

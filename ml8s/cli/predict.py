@@ -81,7 +81,7 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
     chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
-    for note in trust.notes():
+    for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
     follower = Follower(chain, anchor=anchor_file(args.anchor), trust=trust)
     follower.poll()
