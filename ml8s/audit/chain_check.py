@@ -10,7 +10,7 @@ from ml8s.audit.offline import model_format
 from ml8s.audit.report import CheckResult, verdict
 from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.state import RunState
-from ml8s.chain import ChainStore, ChainVersion, ChainVersions, committed, verify_chain
+from ml8s.chain import ChainStore, ChainVersion, ChainVersions, ReadTrust, committed, verify_chain
 from ml8s.contract import layout
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.identity.settings import PlatformSettings
@@ -50,8 +50,10 @@ def check_chain(state: RunState) -> CheckResult:
             problems.append(f"the run's {rel} is missing, so block v{version.counter}'s {name} matches nothing")
         elif stored != _as_chained(state, rel):
             problems.append(f"block v{version.counter} payload {name} has sha256 {stored}; the run's {rel} differs")
-    require = PlatformSettings.load(state.env).chain_require_signed
-    report = verify_chain(chain, anchor=state.anchor, require_signed=require, weights=weights_check)
+    trust = ReadTrust.from_settings(PlatformSettings.load(state.env))
+    report = verify_chain(
+        chain, anchor=state.anchor, require_signed=trust.require_signed, weights=weights_check, root=trust.root
+    )
     problems += [f"{f.check}: v{f.counter} {f.reason}" for f in report.findings]
     ok = (
         f"block v{version.counter} ({version.semver}, {version.block_hash[:12]}) of chain {chain.name!r} holds this "

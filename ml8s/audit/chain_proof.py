@@ -18,6 +18,8 @@ from ml8s.chain import (
     Anchor,
     Block,
     ChainStore,
+    Follower,
+    ReadTrust,
     block_hash_of,
     committed,
     content_hash,
@@ -28,6 +30,7 @@ from ml8s.chain import (
 from ml8s.contract import Invalid, Manifest, layout, parse
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.errors import ChainError, ConfigError
+from ml8s.identity.settings import PlatformSettings
 
 CHAIN_PROOF = "chain_proof.json"
 ANCHOR = "anchor.json"  # the chain anchor a bundle was checked against, when there was one
@@ -45,12 +48,18 @@ class ChainProof(BaseModel):
 
 
 def build_proof(state: RunState, full_config_hash: str) -> ChainProof:
-    """The proof for a run, read from its chain; ChainError when the run is not in the chain."""
+    """The proof for a run, read from its chain through the one checked path (a Follower: signatures, the
+    pinned root, CHAIN_REQUIRE_SIGNED, the bundle's anchor, the run index and trail), so that what is
+    bundled is what was checked; ChainError when the run is not in the chain."""
     chain = ChainStore(state.store, chain_name(state.env))
+    follower = Follower(chain, anchor=state.anchor, trust=ReadTrust.from_settings(PlatformSettings.load(state.env)))
+    follower.poll()
     version = committed(chain, full_config_hash)
-    if version is None:
+    if version is None or follower.current is None:
         raise ChainError(f"run {state.run_id} is not in chain {chain.name!r}: no chain proof can be bundled")
-    blocks = tuple(reversed([v.block for v in chain.walk()]))
+    blocks = tuple(reversed([v.block for v in chain.walk(follower.current)]))
+    if version.counter >= len(blocks) or blocks[version.counter].block_hash != version.block_hash:
+        raise ChainError(f"run {state.run_id}'s v{version.counter} is not on the chain the checked head heads")
     return ChainProof(
         chain_name=chain.name, run_counter=version.counter, head_counter=blocks[-1].header.counter, blocks=blocks
     )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion, committed
+from ml8s.chain import ChainStore, ChainVersion, Follower, ReadTrust, committed
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout, parse
 from ml8s.contract._parse import Invalid
 from ml8s.contract.training_state import Generation, TrainingState
@@ -98,7 +98,7 @@ def resolve_warm_start(
     if request is None:
         return config, None
     chain = ChainStore(open_store(settings.parent_root_uri), settings.chain_name)
-    parent = _find(chain, request)
+    parent, checked_head = _find(chain, request, ReadTrust.from_settings(settings))
     if parent is None:
         return {**config, "warm_start": None}, None
     listed = {f.name for f in parent.header.files}
@@ -111,9 +111,8 @@ def resolve_warm_start(
         )
     state = read_training_state(chain.fetch_payload(parent, layout.PAYLOAD_TRAINING_STATE), f"{where} training state")
     stale = None
-    if settings.parent_root_uri == settings.pipeline_root_uri:
-        head = chain.head()
-        stale = head.counter if head.block_hash != parent.block_hash else None
+    if settings.parent_root_uri == settings.pipeline_root_uri and checked_head is not None:
+        stale = checked_head.counter if checked_head.block_hash != parent.block_hash else None
     _check_continues(config, chain, parent, where)
     if any(not g.files for g in state.generations):
         state = _with_cold_files(state, chain, parent, where)
@@ -169,10 +168,11 @@ def history_prefix(plan: LineagePlan, schema_bytes: bytes, random_seed: int, tes
 
 
 def parent_version(parent: ParentRef) -> tuple[ChainStore, ChainVersion]:
-    """The parent version again (a later step, maybe another process), checked to be the one resolved."""
+    """The parent version again (a later step, maybe another process), checked as at bootstrap (trusted.py)
+    and to be the one resolved."""
     chain = ChainStore(open_store(parent.root_uri), parent.chain_name)
     try:
-        version = chain.get(parent.counter)
+        version = _reader(chain, ReadTrust.from_settings(PlatformSettings.load())).version(parent.counter)
     except VersionNotFoundError as exc:
         raise WarmStartNotFoundError(f"the parent {parent.chain_name!r} v{parent.counter} is gone: {exc}") from exc
     if version.block_hash != parent.block_hash:
@@ -183,19 +183,28 @@ def parent_version(parent: ParentRef) -> tuple[ChainStore, ChainVersion]:
     return chain, version
 
 
-def _find(chain: ChainStore, request: JsonValue) -> ChainVersion | None:
+def _reader(chain: ChainStore, trust: ReadTrust) -> Follower:
+    """A follower that polled once: the warm start reads its parent as every reader does (trusted.py)."""
+    follower = Follower(chain, trust=trust)
+    follower.poll()
+    return follower
+
+
+def _find(chain: ChainStore, request: JsonValue, trust: ReadTrust) -> tuple[ChainVersion | None, ChainVersion | None]:
+    """The version WARM_START names and the checked head it was found from (None, None: no chain yet)."""
     text = _text(request)
+    if text == "head" and chain.read_head() is None:
+        missing = chain.missing_head()
+        if missing is not None:
+            raise missing
+        return None, None  # no chain yet: the lineage's cold start
+    follower = _reader(chain, trust)
+    head = follower.current
     if text == "head":
-        if chain.read_head() is None:
-            missing = chain.missing_head()
-            if missing is not None:
-                raise missing
-            return None  # no chain yet: the lineage's cold start
-        head = chain.head()
-        return head if head.counter > 0 else None
+        return (head if head is not None and head.counter > 0 else None), head
     if isinstance(request, int) and not isinstance(request, bool) and 0 < request < 10**12:
         try:
-            return chain.get(request)
+            return follower.version(request), head
         except VersionNotFoundError as exc:
             raise WarmStartNotFoundError(f"WARM_START={request}: {exc}") from exc
     if not _HEX.fullmatch(text):
@@ -206,13 +215,13 @@ def _find(chain: ChainStore, request: JsonValue) -> ChainVersion | None:
     wanted = text.lower()
     found = [
         v
-        for v in chain.walk()
+        for v in chain.walk(head)
         if v.counter > 0 and (v.block_hash.startswith(wanted) or (len(wanted) == 64 and v.content_hash == wanted))
     ]
     if len(found) != 1:
         what = "matches no version" if not found else f"matches {len(found)} versions"
         raise WarmStartNotFoundError(f"WARM_START={text!r} {what} of chain {chain.name!r}; expected exactly one")
-    return found[0]
+    return found[0], head
 
 
 def _check_continues(config: CanonicalConfig, chain: ChainStore, parent: ChainVersion, where: str) -> None:
