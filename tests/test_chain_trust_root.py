@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -285,3 +286,59 @@ def test_follower_serves_what_it_checked(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(UntrustedVersionError) as caught:
         follower.poll()
     assert caught.value.check == "unsigned" and follower.current == checked != forged
+
+
+# -- class 3 through the CLI: ml8s follow and ml8s predict --chain honour the same settings -------------------
+
+
+@pytest.fixture(name="pinned_env")
+def pinned_env_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """CHAIN_TRUST_ROOT and CHAIN_REQUIRE_SIGNED set as an operator would, for in-process CLI calls."""
+    (tmp_path / "root.json").write_bytes(root_json(ROOT))
+    monkeypatch.setenv("CHAIN_TRUST_ROOT", str(tmp_path / "root.json"))
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "true")
+    monkeypatch.setenv("PIPELINE_ROOT_URI", str(tmp_path / "store"))
+    monkeypatch.setenv("CHAIN_NAME", CHAIN)
+    (tmp_path / "rows.csv").write_text("a,b\n1,2\n")
+    return tmp_path
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    from ml8s.cli.main import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_cli_readers_refuse_an_unsigned_forgery(pinned_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chain = rooted(pinned_env / "store")
+    intruder(chain, "forged", signer=None, policy=0)
+    out = pinned_env / "serve"
+    code, err = _cli(capsys, "follow", "--out", str(out), "--once")
+    assert code == 1 and "CHAIN_UNTRUSTED" in err and "unsigned" in err and not (out / "current").exists()
+    rows = str(pinned_env / "rows.csv")
+    code, err = _cli(capsys, "predict", "--chain", CHAIN, "--input", rows)
+    assert code == 1 and err.startswith("ml8s: CHAIN_UNTRUSTED") and len(err.splitlines()) == 1, err
+    code, err = _cli(capsys, "predict", "--chain", CHAIN, "--version", "1", "--input", rows)
+    assert code == 1 and "CHAIN_UNTRUSTED" in err, err  # an older version is read from the checked head only
+
+
+def test_cli_readers_refuse_a_rollback(pinned_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chain = rooted(pinned_env / "store", versions=3)
+    set_head(pinned_env / "store", chain.list()[-2])
+    rows = str(pinned_env / "rows.csv")
+    code, err = _cli(capsys, "predict", "--chain", CHAIN, "--input", rows)
+    assert code == 1 and err.startswith("ml8s: CHAIN_ROLLBACK") and "committed_off_chain" in err, err
+    code, err = _cli(capsys, "follow", "--out", str(pinned_env / "serve"), "--once")
+    assert code == 1 and "CHAIN_ROLLBACK" in err, err
+
+
+def test_cli_without_a_root_says_trust_on_first_use(pinned_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rooted(pinned_env / "store")
+    os.environ.pop("CHAIN_TRUST_ROOT")
+    code, err = _cli(capsys, "predict", "--chain", CHAIN, "--input", str(pinned_env / "rows.csv"), "--allow-unsigned")
+    assert "taken on first use" in err  # said plainly; then the rows fail (no model in this payload)
+    assert code == 1
+    code, err = _cli(capsys, "predict", "--chain", CHAIN, "--input", str(pinned_env / "rows.csv"))
+    assert code == 1 and "trust_root_missing" in err, err  # CHAIN_REQUIRE_SIGNED=true refuses it

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ENV_KEY, ENV_KEY_FILE, ChainStore, CommitMeta, RetryPolicy, SigningKey
+from ml8s.chain import ENV_KEY, ENV_KEY_FILE, ChainStore, CommitMeta, RetryPolicy, SigningKey, load_root
 from ml8s.context.run import RunContext
 from ml8s.contract import Manifest, TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST
@@ -55,7 +55,8 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     payload[PAYLOAD_MANIFEST] = manifest.chain_payload()
     # The committer's key comes from this process's environment (a Kubernetes secret on a cluster), never
     # from the run context: the context travels between Flyte tasks and must hold no secret.
-    chain = ChainStore(store, ctx.settings.chain_name, signer=require_signing_key(ctx.settings, os.environ))
+    signer, root = require_signing_key(ctx.settings, os.environ), load_root(ctx.settings.chain_trust_root)
+    chain = ChainStore(store, ctx.settings.chain_name, signer=signer, trust_root=root)
     with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
         has_logs = _fetch_events(ctx, store, logdir)
         meta = CommitMeta(
