@@ -15,6 +15,8 @@ as a warning then, also shows here as ``audit_missing``).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import paths
@@ -117,4 +119,28 @@ def index_problems(
             found.append(("run_index", f"its run claim {chain.store.uri(key)} was edited (sha256 {digest})", version))
         if version.version_dir not in audited:
             found.append(("audit_missing", "no audit event records its commit (audit/ edited or deleted?)", version))
+    return found
+
+
+def findings(
+    chain: ChainVersions, reachable: set[str], walked: list[ChainVersion], present: Collection[str]
+) -> list[tuple[str, str, int | None, str]]:
+    """verify's evidence findings, (check, reason, counter, version_dir): unreadable records and events,
+    ``index_problems`` of the walked versions, and ``committed_off_chain`` for each version recorded as
+    committed that is not in ``reachable`` (nor reachable from the head read now); ``present``: the
+    version directories whose block could be read."""
+    named, problems = named_versions(chain)
+    found: list[tuple[str, str, int | None, str]] = [(check, reason, None, "") for check, reason in problems]
+    found += [(c, r, v.counter, v.version_dir) for c, r, v in index_problems(chain, walked, named)]
+    sources: dict[str, list[Named]] = {}
+    for item in named:
+        if not item.intent and item.version_dir not in reachable:
+            sources.setdefault(item.version_dir, []).append(item)
+    for version_dir, items in sorted(sources.items()):
+        if reachable_now(chain, items[0]):
+            continue  # committed after the verifier's listing
+        said = ", ".join(sorted({i.source.removeprefix(chain.prefix + "/") for i in items}))
+        gone = "" if version_dir in present else " (its directory is gone)"
+        reason = f"recorded as committed by {said} but not on the chain{gone}: rolled back or rewritten"
+        found.append(("committed_off_chain", reason, items[0].counter, version_dir))
     return found

@@ -159,7 +159,8 @@ class _Verifier:
         if known_head is not None and not any(v.block_hash.startswith(known_head) for v in walked):
             for check, reason, seen in known_head_problems(known_head, list(self.parsed.values()), head):
                 self.add(check, reason, seen)
-        self._evidence(on_chain | ahead, walked)
+        for check, reason, counter, version_dir in evidence.findings(self.chain, on_chain | ahead, walked, self.parsed):
+            self.findings.append(Finding(check=check, reason=reason, counter=counter, version_dir=version_dir))
         anchored = anchor_problems(self.chain, self.anchor, walked, self.now, self.root) if self.anchor else []
         for check, reason, counter in anchored:
             self.add(check, reason, counter=counter)
@@ -292,24 +293,3 @@ class _Verifier:
                 resume = [v for v in older if v.counter == top]
                 parent = resume[0] if len(resume) == 1 else None
             child = parent
-
-    def _evidence(self, reachable: set[str], walked: list[ChainVersion]) -> None:
-        """Versions the run index or the audit trail record as committed must be on the chain."""
-        named, problems = evidence.named_versions(self.chain)
-        for check, reason in problems:
-            self.add(check, reason)
-        for check, reason, version in evidence.index_problems(self.chain, walked, named):
-            self.add(check, reason, version)
-        sources: dict[str, list[evidence.Named]] = defaultdict(list)
-        for item in named:
-            if not item.intent and item.version_dir not in reachable:
-                sources[item.version_dir].append(item)
-        for version_dir, items in sorted(sources.items()):
-            if evidence.reachable_now(self.chain, items[0]):
-                continue  # committed after our listing
-            said = ", ".join(sorted({i.source.removeprefix(self.chain.prefix + "/") for i in items}))
-            gone = "" if version_dir in self.parsed else " (its directory is gone)"
-            reason = f"recorded as committed by {said} but not on the chain{gone}: rolled back or rewritten"
-            self.findings.append(
-                Finding(check="committed_off_chain", reason=reason, counter=items[0].counter, version_dir=version_dir)
-            )
