@@ -217,3 +217,35 @@ def test_missing_anchor_is_refused(tmp_path: Path) -> None:
     assert client.served is None
     with pytest.raises(ServingError, match="no version is served"):
         client.predict_sync([])
+
+
+def test_restarted_client_serves_the_head_it_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21, class 3: a restarted tracking client whose saved head is unchanged serves the version its
+    poll read and checked; a head flipped to an unsigned forgery right after that poll is never loaded."""
+    from test_chain_signing import KEY_A, ROOT, ROOT_KEY, intruder
+
+    from ml8s.chain import ReadTrust, adopt_policy
+
+    chain = ChainStore(chain_at(f"file://{tmp_path}/root").store, "served", signer=KEY_A, trust_root=ROOT)
+    adopt_policy(chain, [ROOT_KEY, KEY_A], [KEY_A.public_key], root=ROOT)
+    producer = DeltaProducer(chain, interval=4)
+    for n, weights in enumerate(weights_series(5, torch.float32, 2)):
+        producer.publish_sync(weights, meta(f"signed-{n}"))
+    checked = chain.head()
+    trust = ReadTrust(root=ROOT, require_signed=True)
+    config = ClientConfig(state_path=str(tmp_path / "state.json"))
+    assert InferenceClient(ChainStore(chain.store, "served"), config, trust=trust).refresh()
+    reader = ChainStore(chain.store, "served")
+    real_head, reads = reader.head, []
+
+    def flip_after_the_poll() -> ChainVersion:
+        reads.append(1)
+        if len(reads) == 1:
+            return real_head()
+        return intruder(chain, f"flip-{len(reads)}", signer=None, policy=0)  # the store writer's forgery
+
+    monkeypatch.setattr(reader, "head", flip_after_the_poll)
+    restarted = InferenceClient(reader, config, trust=trust)
+    assert restarted.refresh() and restarted.version is not None
+    assert (restarted.version.counter, restarted.version.block_hash) == (checked.counter, checked.block_hash)
+    assert len(reads) == 1  # one head read: what it checked is what it loaded
