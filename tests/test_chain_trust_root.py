@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 from test_chain_signing import KEY_A, KEY_B, KEY_C, ROOT, ROOT_KEY, intruder
-from test_chain_support import CHAIN, meta, payload, set_head
+from test_chain_support import (  # noqa: F401  (fixtures)
+    CHAIN,
+    StoreSpec,
+    meta,
+    open_spec,
+    payload,
+    rgw_spec_fixture,
+    set_head,
+)
 
 from ml8s.chain import (
     ChainStore,
@@ -342,3 +350,47 @@ def test_cli_without_a_root_says_trust_on_first_use(pinned_env: Path, capsys: py
     assert code == 1
     code, err = _cli(capsys, "predict", "--chain", CHAIN, "--input", str(pinned_env / "rows.csv"))
     assert code == 1 and "trust_root_missing" in err, err  # CHAIN_REQUIRE_SIGNED=true refuses it
+
+
+# -- the store-writer attacks on radosgw too: every check is the store's API, never a file path ----------------
+
+
+@pytest.fixture(name="spec", params=["local", "radosgw"])
+def spec_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
+    if request.param == "local":
+        return ("local", str(tmp_path / "root"))
+    spec: StoreSpec = request.getfixturevalue("rgw_spec")
+    return spec
+
+
+def test_store_writer_attacks_on_every_backend(spec: StoreSpec, tmp_path: Path) -> None:
+    store = open_spec(spec)
+    chain = ChainStore(store, CHAIN, signer=KEY_A, trust_root=ROOT)
+    chain.init()
+    store.put_if_absent(policy_key(chain, 1), self_signed(chain, 1, KEY_C))  # class 1: pre-seeded policy 1
+    with pytest.raises(ChainError, match="broken"):
+        adopt_policy(fresh(chain), [ROOT_KEY, KEY_A], [KEY_A.public_key], root=ROOT)
+    assert "trust_root" in verify_chain(fresh(chain), root=ROOT).checks
+    store.delete(policy_key(chain, 1))
+    adopt_policy(fresh(chain), [ROOT_KEY, KEY_A], [KEY_A.public_key], root=ROOT)
+    for i in (1, 2):
+        fresh(chain, KEY_A).commit(payload(f"s{i}"), meta(f"s{i}", step=i))
+    state = str(tmp_path / "follower.json")
+    Follower(fresh(chain), state_path=state, trust=PINNED).poll()
+    adopt_policy(fresh(chain), [KEY_A, KEY_B], [KEY_B.public_key], root=ROOT)  # class 2: rotate, then A again
+    Follower(fresh(chain), state_path=state, trust=PINNED).poll()  # the follower sees policy 2
+    intruder(chain, "retired", signer=KEY_A, policy=1)
+    with pytest.raises(UntrustedVersionError) as retired:
+        Follower(fresh(chain), state_path=state, trust=PINNED).poll()
+    assert retired.value.check == "retired_policy"
+    assert "retired_policy" in verify_chain(fresh(chain), root=ROOT).checks
+    store.delete(policy_key(chain, 2))  # ... and undo the rotation: a finding, never an undo
+    with pytest.raises(UntrustedVersionError) as deleted:
+        Follower(fresh(chain), state_path=state, trust=PINNED).poll()
+    assert deleted.value.check == "trust_policy_missing"
+    good = chain.list()[-2]  # class 3: roll the head back below what the index and trail recorded
+    head = store.get_versioned(chain.key(paths.HEAD))
+    chain.swap_head(chain.load(chain.list()[-3].version_dir), head.token)
+    with pytest.raises(ChainRollbackError) as rolled:
+        Follower(fresh(chain), trust=ReadTrust(root=ROOT)).poll()  # a first start, no state
+    assert rolled.value.check == "committed_off_chain" and good.counter == 2
