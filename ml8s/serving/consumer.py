@@ -7,7 +7,9 @@ serves requests keeps running while a model is fetched. The ``*_sync`` methods a
 blocking the caller.
 
 Versions are named by their chain counter. A version's weights are always checked against the weights
-hash its block records, and the block against the chain (hash links from the head).
+hash its block records, and the block against the chain: every call reads through a ``Follower`` (the one
+checked path, ml8s.chain.trusted: signatures, the pinned root, rollback, evidence), whose checked head
+is where versions are found by hash links.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TypeVar
 
 import torch
 
-from ml8s.chain import ChainVersion, ChainVersions, PayloadKind
+from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
 from ml8s.errors import VersionNotFoundError, WeightsMismatchError
 from ml8s.serving.served import Served, build_served
 from ml8s.weights import VersionWeights, apply_hop, rebuild_weights
@@ -31,8 +33,16 @@ T = TypeVar("T")
 class DeltaConsumer:
     """Reads weights from one chain (module docstring)."""
 
-    def __init__(self, chain: ChainVersions, *, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        chain: ChainVersions,
+        *,
+        executor: Executor | None = None,
+        trust: ReadTrust | None = None,
+        anchor: Anchor | None = None,
+    ) -> None:
         self.chain, self._executor = chain, executor
+        self.follower = Follower(chain, trust=trust, anchor=anchor)
 
     async def _run(self, call: Callable[[], T]) -> T:
         if self._executor is None:
@@ -46,8 +56,14 @@ class DeltaConsumer:
         """
         return await self._run(functools.partial(self.discover_latest_sync, before))
 
+    def _version(self, counter: int) -> ChainVersion:
+        """Version ``counter`` below the head this call polled and checked (VersionNotFoundError: none)."""
+        self.follower.poll()
+        return self.follower.version(counter)
+
     def discover_latest_sync(self, before: int | None = None) -> ChainVersion | None:
-        for version in self.chain.walk():
+        self.follower.poll()
+        for version in self.chain.walk(self.follower.current):
             if version.counter == 0:
                 return None
             if before is None or version.counter < before:
@@ -69,7 +85,7 @@ class DeltaConsumer:
 
     def get_checkpoint_sync(self, counter: int, *, known: VersionWeights | None = None) -> Served | None:
         try:
-            version = self.chain.get(counter)
+            version = self._version(counter)
         except VersionNotFoundError:
             return None
         return build_served(self.chain, rebuild_weights(self.chain, version, known=known))
@@ -95,11 +111,11 @@ class DeltaConsumer:
     def apply_delta_in_place_sync(
         self, tensors: MutableMapping[str, torch.Tensor], target: int, current: int
     ) -> VersionWeights | None:
-        version = self.chain.get(target)
+        version = self._version(target)
         header = version.header
         if header.payload_kind is not PayloadKind.DELTA or header.delta_base_counter != current or target < 1:
             return None
-        base = self.chain.get(current)
+        base = self.follower.version(current)
         if base.block_hash != header.delta_base_block_hash or not base.header.weights_hash:
             raise WeightsMismatchError(
                 f"chain {self.chain.name!r} version {target} is a DELTA on block {header.delta_base_block_hash}; "
