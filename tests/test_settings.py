@@ -68,6 +68,7 @@ def test_defaults_live_on_the_fields(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "mlflow_model_name": "ml8s-model",
         "chain_name": "ml8s-model",
         "chain_require_signed": False,
+        "chain_trust_root": "",
         "image_version": "dev",
         "tmp_retention_days": 7,
         "warm_start_root_uri": "",

@@ -49,10 +49,12 @@ class ChainProof(BaseModel):
 
 def build_proof(state: RunState, full_config_hash: str) -> ChainProof:
     """The proof for a run, read from its chain through the one checked path (a Follower: signatures, the
-    pinned root, CHAIN_REQUIRE_SIGNED, the bundle's anchor, the run index and trail), so that what is
-    bundled is what was checked; ChainError when the run is not in the chain."""
+    pinned root, CHAIN_REQUIRE_SIGNED, the run index and trail), so that what is bundled is what was
+    checked; ChainError when the run is not in the chain."""
     chain = ChainStore(state.store, chain_name(state.env))
-    follower = Follower(chain, anchor=state.anchor, trust=ReadTrust.from_settings(PlatformSettings.load(state.env)))
+    # Not against the anchor: the chain check compared the chain with it already, and the anchor is bundled
+    # beside the proof so that an offline check names a rollback from the proof itself.
+    follower = Follower(chain, trust=ReadTrust.from_settings(PlatformSettings.load(state.env)))
     follower.poll()
     version = committed(chain, full_config_hash)
     if version is None or follower.current is None:
