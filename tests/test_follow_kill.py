@@ -191,3 +191,27 @@ def test_a_full_version_is_served_as_committed(tmp_path: Path) -> None:
     served = served_files(client.served)["model_native.safetensors"]
     assert served == path.read_bytes() != encode_full(weights)
     assert hashlib.sha256(served).hexdigest() == version.header.files[0].sha256
+
+
+def test_a_follower_waiting_for_a_chain_says_so_once(tmp_path: Path) -> None:
+    """Before the chain exists: one line saying it waits, not one per poll; a refusal that changes is said again."""
+    from ml8s.chain import ChainStore
+    from ml8s.serving import FollowOptions, follow
+    from ml8s.store import open_store
+
+    class Stop(Exception):
+        pass
+
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 4:
+            raise Stop
+
+    warned: list[str] = []
+    chain = ChainStore(open_store(f"file://{tmp_path}/root"), "absent")
+    with pytest.raises(Stop):
+        follow(chain, FollowOptions(out=str(tmp_path / "out"), poll_interval_s=0.5), warn=warned.append, sleep=sleep)
+    assert len(polls) == 4 and len(warned) == 1, warned
+    assert "waiting for a version to serve" in warned[0] and "keeping None" not in warned[0]
