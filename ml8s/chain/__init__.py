@@ -28,6 +28,7 @@ from ml8s.chain.models import (
     WeightsFields,
 )
 from ml8s.chain.payload import local_file
+from ml8s.chain.promotion import Decision, PromotionAction, PromotionLog, SignedDecision
 from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
 from ml8s.chain.runindex import committed
 from ml8s.chain.safetensors_check import SafetensorsSummary, check_safetensors
@@ -49,6 +50,7 @@ __all__ = [
     "ChainVersions",
     "Checkpoint",
     "CommitMeta",
+    "Decision",
     "Finding",
     "Follower",
     "GcReport",
@@ -57,8 +59,11 @@ __all__ = [
     "PayloadFile",
     "PayloadKind",
     "PayloadSource",
+    "PromotionAction",
+    "PromotionLog",
     "RetryPolicy",
     "SafetensorsSummary",
+    "SignedDecision",
     "SigningKey",
     "TrustPolicy",
     "TrustedReader",

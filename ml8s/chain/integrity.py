@@ -47,6 +47,7 @@ from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
+from ml8s.chain.promotion import promotion_problems
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
 from ml8s.errors import (
@@ -156,6 +157,8 @@ class _Verifier:
         self._evidence(on_chain | ahead, walked)
         for check, reason, counter in anchor_problems(self.chain, self.anchor, walked, self.now) if self.anchor else []:
             self.add(check, reason, counter=counter)
+        for check, reason in promotion_problems(self.chain) if head is not None else []:
+            self.add(check, reason)
         for check, reason, counter in trust.required_findings(walked, policies) if self.require_signed else []:
             self.add(check, reason, next((v for v in walked if v.counter == counter), None), counter=counter)
         findings = sorted(self.findings, key=lambda f: (f.counter is None, f.counter or 0, f.check, f.version_dir))

@@ -10,9 +10,10 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from ml8s.cli.args import add_root, guarded, run_id_arg
-from ml8s.errors import InferenceError, PredictionInputError
+from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 
 if TYPE_CHECKING:
+    from ml8s.chain import ChainStore, ChainVersion
     from ml8s.cli.args import Subcommands
     from ml8s.inference import ModelFiles
 
@@ -31,7 +32,10 @@ def register(commands: Subcommands) -> None:
     source.add_argument("--run", type=run_id_arg, metavar="RUN_ID", help="the run whose model predicts")
     source.add_argument("--chain", metavar="NAME", help="the model chain whose version predicts")
     predict.add_argument(
-        "--version", type=_counter, metavar="N", help="with --chain: the version's counter (default: the head)"
+        "--version",
+        type=_counter,
+        metavar="N",
+        help="with --chain: the version's counter (default: what followers serve)",
     )
     predict.add_argument("--input", required=True, metavar="FILE", help="CSV of raw rows with a header ('-': stdin)")
     predict.add_argument("--output", default="-", metavar="FILE", help="where the predictions go (default: stdout)")
@@ -75,8 +79,24 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
 
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
     chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
-    version = chain.head() if args.version is None else chain.get(args.version)
+    version = _promoted_or_head(chain) if args.version is None else chain.get(args.version)
     return read_chain_files(chain, version)
+
+
+def _promoted_or_head(chain: ChainStore) -> ChainVersion:
+    """What followers serve: the promoted version under a promotion gate, else the head."""
+    from ml8s.chain import PromotionLog
+
+    log = PromotionLog(chain)
+    if log.latest() is None:
+        return chain.head()
+    served = log.served()
+    if served is None:
+        raise VersionNotFoundError(
+            f"chain {chain.name!r} has a promotion gate and no version promoted yet; expected one promoted "
+            "(ml8s chain promote N), or --version N"
+        )
+    return served
 
 
 def _read(path: str) -> bytes:

@@ -1,5 +1,8 @@
 """The inference client: serve one chain version (pinned) or follow the head (tracking), verified.
 
+A chain with a promotion gate (``ml8s.chain``'s promotion log) is followed by its promoted version, not its
+head: a committed candidate is served only once promoted (``PromotionReader``).
+
 *Pinned*: the version ``pinned`` is checked to be on the chain (reached from the head by hash links,
 new versions' signatures checked as the trust policy requires), rebuilt from its FULL anchor, verified
 by its weights hash, and then never changes. *Tracking*: every ``refresh`` polls the head through a
@@ -28,6 +31,7 @@ from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKin
 from ml8s.errors import Ml8sError, ServingError
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
+from ml8s.serving.promoted import PromotionReader
 from ml8s.serving.served import Served, ServedVersion, build_served
 from ml8s.weights import rebuild_weights
 
@@ -74,6 +78,7 @@ class InferenceClient:
     def __init__(self, chain: ChainVersions, config: ClientConfig, *, anchor: Anchor | None = None) -> None:
         self.chain, self.config = chain, config
         self.follower = Follower(chain, state_path=config.state_path, anchor=anchor)
+        self.promotions = PromotionReader(chain, state_path=config.state_path)
         self.stats = SwapStats()
         self.last_error: Ml8sError | None = None
         self._served: Served | None = None
@@ -114,6 +119,8 @@ class InferenceClient:
             self._pending = head
         if self._pending is None and self._served is None:
             self._pending = self.chain.head()  # unchanged since the follower's last (persisted) head
+        if self.promotions.gated():  # the chain has a promotion gate: serve what it promoted, never a candidate
+            self._pending = self.promotions.served()
         target, served = self._pending, self._served
         same = served is not None and target is not None and served.info.block_hash == target.block_hash
         if target is None or target.counter == 0 or same:

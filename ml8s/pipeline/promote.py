@@ -1,0 +1,146 @@
+"""Step 9, promotion: decide whether the version just committed becomes what followers serve.
+
+The rule (docs/chain.md, "Promotion"): the candidate and the served version predict the same evaluation
+rows, each from raw rows with its own feature schema: the held-out split of every generation the candidate
+trained on for the first time and the held-out split of the lineage's generation 0 (a fixed holdout that
+every later version is measured on too). The candidate is promoted when its accuracy minus the served
+version's is at least PROMOTE_MIN_DELTA; otherwise the decision is ``reject`` and followers keep the served
+version (``ml8s chain promote N`` overrides it). Nothing served yet: the candidate is promoted. A cold start
+while something is served starts another lineage, whose held-out rows the served model never saw in the
+same split: it waits for ``ml8s chain promote``.
+
+Idempotent: a candidate decided once (a re-run, the gate's early exit) is not decided again.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ml8s.chain import ChainStore, ChainVersion, PromotionAction, PromotionLog, SignedDecision
+from ml8s.context.run import RunContext
+from ml8s.contract import layout
+from ml8s.errors import ConfigError, InferenceError, PredictionInputError, RegistryError
+from ml8s.pipeline.chain_commit import ChainCommit, require_signing_key
+from ml8s.store import Store
+
+if TYPE_CHECKING:  # onnxruntime and the data path load only where a candidate is evaluated
+    from ml8s.contract.training_state import Generation
+    from ml8s.inference import Predictor, RawTransform
+    from ml8s.lineage import LineagePlan
+
+_FILES = (layout.PAYLOAD_FEATURE_SCHEMA, layout.PAYLOAD_TRAINING_METADATA)
+
+
+def promote(ctx: RunContext, store: Store, commit: ChainCommit) -> SignedDecision:
+    """The promotion decision on the run's chain version (made now, or found made before)."""
+    signer = require_signing_key(ctx.settings, os.environ)
+    chain = ChainStore(store, ctx.settings.chain_name, signer=signer)
+    log = PromotionLog(chain)
+    decisions = log.decisions()
+    candidate = chain.get(commit.counter)
+    done = next((d for d in decisions if d.decision.block_hash == candidate.block_hash), None)
+    if done is not None:
+        return done
+    served = log.served() if decisions else _served_before(chain, candidate)
+    action: PromotionAction = "promote"
+    if served is None:
+        rule = "nothing was served: the first candidate is promoted"
+    else:
+        action, rule = _compare(ctx, chain, candidate, served)
+    decided = log.decide(action, candidate, rule, signer)
+    word = "promoted" if action == "promote" else "not promoted (followers keep the served version)"
+    ctx.log("promote", f"chain {chain.name!r} v{candidate.counter} {word}: {rule}")
+    if action == "promote":
+        _move_alias(ctx, candidate)
+    return decided
+
+
+def _served_before(chain: ChainStore, candidate: ChainVersion) -> ChainVersion | None:
+    """Without a promotion log, followers served the head: the candidate's parent (None: genesis)."""
+    return chain.get(candidate.counter - 1) if candidate.counter > 1 else None
+
+
+def _compare(
+    ctx: RunContext, chain: ChainStore, candidate: ChainVersion, served: ChainVersion
+) -> tuple[PromotionAction, str]:
+    plan = ctx.spec.lineage
+    delta = ctx.settings.promote_min_delta
+    if plan is None:
+        return "reject", (
+            f"a cold start while v{served.counter} is served starts another lineage: promote it by hand "
+            f"(ml8s chain promote {candidate.counter}) after comparing"
+        )
+    try:
+        ours, theirs = _model(chain, candidate), _model(chain, served)
+        rows, labels = _evaluation_rows(ctx, plan, ours.transform)
+        mine = _accuracy(ours, rows, labels)
+        other = _accuracy(theirs, rows, labels)
+    except (InferenceError, PredictionInputError) as exc:
+        return "reject", f"v{served.counter} and the candidate cannot be compared on the same rows: {exc.message}"
+    verdict: PromotionAction = "promote" if mine - other >= delta else "reject"
+    return verdict, (
+        f"accuracy {mine:.6f} vs {other:.6f} of served v{served.counter} on {len(rows)} held-out rows (generations "
+        f"{_shown(plan)}): difference {mine - other:+.6f}, PROMOTE_MIN_DELTA={delta:g}"
+    )
+
+
+def _model(chain: ChainStore, version: ChainVersion) -> Predictor:
+    from ml8s.inference import ModelFiles, Predictor
+
+    names = {f.name for f in version.header.files}
+    graph = next((n for n in sorted(names) if n.startswith("model.") and n != layout.PAYLOAD_WEIGHTS), None)
+    if graph is None or any(name not in names for name in _FILES):
+        raise InferenceError(f"v{version.counter} holds no exported model with its feature schema and metadata")
+    return Predictor(
+        ModelFiles(
+            source=f"{chain.uri()} v{version.counter}",
+            feature_schema=chain.fetch_payload(version, layout.PAYLOAD_FEATURE_SCHEMA),
+            training_metadata=chain.fetch_payload(version, layout.PAYLOAD_TRAINING_METADATA),
+            model=chain.fetch_payload(version, graph),
+        )
+    )
+
+
+def _evaluation_rows(
+    ctx: RunContext, plan: LineagePlan, transform: RawTransform
+) -> tuple[list[dict[str, object]], list[str]]:
+    from ml8s.lineage.history import held_out_rows
+
+    rows: list[dict[str, object]] = []
+    labels: list[str] = []
+    params = ctx.params
+    for generation in _evaluated(plan):
+        more, classes = held_out_rows(generation, ctx.spec.fingerprint, transform, params.random_seed, params.test_size)
+        rows += more
+        labels += classes
+    return rows, labels
+
+
+def _evaluated(plan: LineagePlan) -> list[Generation]:
+    chosen = {g.index: g for g in plan.new_generations}
+    chosen.setdefault(plan.generations[0].index, plan.generations[0])
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _shown(plan: LineagePlan) -> str:
+    return ", ".join(str(g.index) for g in _evaluated(plan))
+
+
+def _accuracy(model: Predictor, rows: list[dict[str, object]], labels: list[str]) -> float:
+    if not rows:
+        raise InferenceError("no held-out rows to evaluate on (TEST_SIZE holds none out)")
+    predicted = model.predict(rows).labels
+    return sum(p == y for p, y in zip(predicted, labels, strict=True)) / len(rows)
+
+
+def _move_alias(ctx: RunContext, version: ChainVersion) -> None:
+    from ml8s.registry.promoted_alias import PROMOTED_ALIAS, move_promoted_alias
+
+    try:
+        moved = move_promoted_alias(ctx.settings, version.header.full_config_hash)
+    except (RegistryError, ConfigError) as exc:  # the decision stands; the alias is MLflow's view of it
+        ctx.log("promote", f"the MLflow alias {PROMOTED_ALIAS!r} was not moved: {exc}")
+        return
+    if moved is not None:
+        ctx.log("promote", f"MLflow alias {PROMOTED_ALIAS!r} of {ctx.settings.mlflow_model_name!r} -> version {moved}")
