@@ -1,13 +1,15 @@
 """Step 9, promotion: decide whether the version just committed becomes what followers serve.
 
 The rule (docs/chain.md, "Promotion"): the candidate and the served version predict the same evaluation
-rows, each from raw rows with its own feature schema: the held-out split of every generation the candidate
-trained on for the first time and the held-out split of the lineage's generation 0 (a fixed holdout that
-every later version is measured on too). The candidate is promoted when its accuracy minus the served
-version's is at least PROMOTE_MIN_DELTA; otherwise the decision is ``reject`` and followers keep the served
-version (``ml8s chain promote N`` overrides it). Nothing served yet: the candidate is promoted. A cold start
-while something is served starts another lineage, whose held-out rows the served model never saw in the
-same split: it waits for ``ml8s chain promote``.
+rows, each from raw rows with its own feature schema, in two parts: the held-out split of the generations
+the candidate trained on for the first time (the new data), and the held-out split of the lineage's
+generation 0 (a fixed holdout every version of the lineage is measured on). The candidate is promoted when,
+on each part, its accuracy minus the served version's is at least PROMOTE_MIN_DELTA: a candidate that
+learned the new data but forgot the old (or learned corrupted labels) is not served. Otherwise the decision
+is ``reject`` and followers keep the served version (``ml8s chain promote N`` overrides it). Nothing served
+yet: the candidate is promoted. A cold start starts a new lineage (deliberately: a changed schema,
+docs/continuous.md) whose held-out split is not the served lineage's: it is promoted, and the decision says
+how to serve the previous version again.
 
 Idempotent: a candidate decided once (a re-run, the gate's early exit) is not decided again.
 """
@@ -15,6 +17,7 @@ Idempotent: a candidate decided once (a re-run, the gate's early exit) is not de
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionAction, PromotionLog, SignedDecision
@@ -27,7 +30,6 @@ from ml8s.store import Store
 if TYPE_CHECKING:  # onnxruntime and the data path load only where a candidate is evaluated
     from ml8s.contract.training_state import Generation
     from ml8s.inference import Predictor, RawTransform
-    from ml8s.lineage import LineagePlan
 
 _FILES = (layout.PAYLOAD_FEATURE_SCHEMA, layout.PAYLOAD_TRAINING_METADATA)
 
@@ -66,23 +68,29 @@ def _compare(
 ) -> tuple[PromotionAction, str]:
     plan = ctx.spec.lineage
     delta = ctx.settings.promote_min_delta
-    if plan is None:
-        return "reject", (
-            f"a cold start while v{served.counter} is served starts another lineage: promote it by hand "
-            f"(ml8s chain promote {candidate.counter}) after comparing"
+    if plan is None:  # a new lineage, deliberately started (a changed schema): its rows are not the served one's
+        return "promote", (
+            f"a cold start starts a new lineage: it replaces v{served.counter} (its held-out rows are not the "
+            f"served lineage's; ml8s chain promote {served.counter} serves v{served.counter} again)"
         )
+    parts = {"new data": plan.new_generations, "fixed holdout": plan.generations[:1]}
     try:
         ours, theirs = _model(chain, candidate), _model(chain, served)
-        rows, labels = _evaluation_rows(ctx, plan, ours.transform)
-        mine = _accuracy(ours, rows, labels)
-        other = _accuracy(theirs, rows, labels)
+        scores = {}
+        for name, generations in parts.items():
+            rows, labels = _evaluation_rows(ctx, generations, ours.transform)
+            scores[name] = (_accuracy(ours, rows, labels), _accuracy(theirs, rows, labels), len(rows))
     except (InferenceError, PredictionInputError) as exc:
         return "reject", f"v{served.counter} and the candidate cannot be compared on the same rows: {exc.message}"
-    verdict: PromotionAction = "promote" if mine - other >= delta else "reject"
-    return verdict, (
-        f"accuracy {mine:.6f} vs {other:.6f} of served v{served.counter} on {len(rows)} held-out rows (generations "
-        f"{_shown(plan)}): difference {mine - other:+.6f}, PROMOTE_MIN_DELTA={delta:g}"
+    verdict: PromotionAction = (
+        "promote" if all(mine - other >= delta for mine, other, _ in scores.values()) else "reject"
     )
+    shown = "; ".join(
+        f"{name} (generation(s) {', '.join(str(g.index) for g in parts[name])}, {n} held-out rows): accuracy "
+        f"{mine:.4f} vs {other:.4f} ({mine - other:+.4f})"
+        for name, (mine, other, n) in scores.items()
+    )
+    return verdict, f"against served v{served.counter}: {shown}; PROMOTE_MIN_DELTA={delta:g} on each"
 
 
 def _model(chain: ChainStore, version: ChainVersion) -> Predictor:
@@ -103,28 +111,18 @@ def _model(chain: ChainStore, version: ChainVersion) -> Predictor:
 
 
 def _evaluation_rows(
-    ctx: RunContext, plan: LineagePlan, transform: RawTransform
+    ctx: RunContext, generations: Sequence[Generation], transform: RawTransform
 ) -> tuple[list[dict[str, object]], list[str]]:
     from ml8s.lineage.history import held_out_rows
 
     rows: list[dict[str, object]] = []
     labels: list[str] = []
     params = ctx.params
-    for generation in _evaluated(plan):
+    for generation in generations:
         more, classes = held_out_rows(generation, ctx.spec.fingerprint, transform, params.random_seed, params.test_size)
         rows += more
         labels += classes
     return rows, labels
-
-
-def _evaluated(plan: LineagePlan) -> list[Generation]:
-    chosen = {g.index: g for g in plan.new_generations}
-    chosen.setdefault(plan.generations[0].index, plan.generations[0])
-    return [chosen[i] for i in sorted(chosen)]
-
-
-def _shown(plan: LineagePlan) -> str:
-    return ", ".join(str(g.index) for g in _evaluated(plan))
 
 
 def _accuracy(model: Predictor, rows: list[dict[str, object]], labels: list[str]) -> float:

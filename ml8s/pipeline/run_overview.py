@@ -14,7 +14,7 @@ from collections import Counter
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.context.run import RunContext
-from ml8s.contract import FeatureSchema, Manifest, Metrics, TrainingMetadata, layout, load
+from ml8s.contract import FeatureSchema, Manifest, Metrics, layout, load
 from ml8s.identity.variables import JsonValue
 from ml8s.pipeline.chain_commit import ChainCommit
 from ml8s.pipeline.gate import GateDecision
@@ -64,8 +64,7 @@ def collect_overview(ctx: RunContext, store: Store, decision: GateDecision, comm
     manifest = load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest)
     metrics = load(ctx.uri(layout.METRICS), store.get(ctx.key(layout.METRICS)), Metrics)
     schema = load(ctx.uri(layout.FEATURE_SCHEMA), store.get(ctx.key(layout.FEATURE_SCHEMA)), FeatureSchema)
-    metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
-    drift = metadata.drift
+    drift = ctx.spec.lineage.drift if ctx.spec.lineage is not None else None  # measured at bootstrap
     audit = manifest.force_rerun
     forced = ""
     if audit is not None:  # this execution's, or an earlier one's that the gate returned
