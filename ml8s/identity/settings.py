@@ -105,8 +105,8 @@ class PlatformSettings(BaseSettings):
         0.0,
         ge=-1.0,
         le=1.0,
-        description="promotion rule: a candidate is served when its held-out accuracy minus the served version's, "
-        "on the same rows, is at least this (docs/chain.md, promotion)",
+        description="promotion rule: a candidate is not served when its held-out accuracy minus the served "
+        "version's, on the same rows, falls below this by more than chance (docs/chain.md, promotion)",
     )
     delta_base_interval: int = Field(
         10, description="chain weights: a FULL every N versions, DELTAs on the parent in between (1: always FULL)"

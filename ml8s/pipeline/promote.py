@@ -4,8 +4,10 @@ The rule (docs/chain.md, "Promotion"): the candidate and the served version pred
 rows, each from raw rows with its own feature schema, in two parts: the held-out split of the generations
 the candidate trained on for the first time (the new data), and the held-out split of the lineage's
 generation 0 (a fixed holdout every version of the lineage is measured on). The candidate is promoted when,
-on each part, its accuracy minus the served version's is at least PROMOTE_MIN_DELTA: a candidate that
-learned the new data but forgot the old (or learned corrupted labels) is not served. Otherwise the decision
+on each part, its accuracy minus the served version's is at least PROMOTE_MIN_DELTA, or falls short by no
+more than chance (McNemar's z <= REGRESSION_Z on the rows where exactly one of the two is right): a candidate
+that learned the new data but forgot the old (or learned corrupted labels) is not served, and a row or two
+of a small split does not reject one. Otherwise the decision
 is ``reject`` and followers keep the served version (``ml8s chain promote N`` overrides it). Nothing served
 yet: the candidate is promoted. A cold start starts a new lineage (deliberately: a changed schema,
 docs/continuous.md) whose held-out split is not the served lineage's: it is promoted, and the decision says
@@ -16,6 +18,7 @@ Idempotent: a candidate decided once (a re-run, the gate's early exit) is not de
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -32,6 +35,9 @@ if TYPE_CHECKING:  # onnxruntime and the data path load only where a candidate i
     from ml8s.inference import Predictor, RawTransform
 
 _FILES = (layout.PAYLOAD_FEATURE_SCHEMA, layout.PAYLOAD_TRAINING_METADATA)
+# A part's regression must also exceed chance: McNemar's z, (worse - better) / sqrt(worse + better), above
+# this (about 2.3% one-sided): a few rows of a small held-out split never reject a candidate alone.
+REGRESSION_Z = 2.0
 
 
 def promote(ctx: RunContext, store: Store, commit: ChainCommit) -> SignedDecision:
@@ -79,18 +85,49 @@ def _compare(
         scores = {}
         for name, generations in parts.items():
             rows, labels = _evaluation_rows(ctx, generations, ours.transform)
-            scores[name] = (_accuracy(ours, rows, labels), _accuracy(theirs, rows, labels), len(rows))
+            scores[name] = _Score.of(ours, theirs, rows, labels)
     except (InferenceError, PredictionInputError) as exc:
         return "reject", f"v{served.counter} and the candidate cannot be compared on the same rows: {exc.message}"
-    verdict: PromotionAction = (
-        "promote" if all(mine - other >= delta for mine, other, _ in scores.values()) else "reject"
-    )
+    verdict: PromotionAction = "reject" if any(s.regressed(delta) for s in scores.values()) else "promote"
     shown = "; ".join(
-        f"{name} (generation(s) {', '.join(str(g.index) for g in parts[name])}, {n} held-out rows): accuracy "
-        f"{mine:.4f} vs {other:.4f} ({mine - other:+.4f})"
-        for name, (mine, other, n) in scores.items()
+        f"{name} (generation(s) {', '.join(str(g.index) for g in parts[name])}, {s.rows} held-out rows): {s}"
+        for name, s in scores.items()
     )
-    return verdict, f"against served v{served.counter}: {shown}; PROMOTE_MIN_DELTA={delta:g} on each"
+    return verdict, f"against served v{served.counter}: {shown}; PROMOTE_MIN_DELTA={delta:g}, z > {REGRESSION_Z:g}"
+
+
+class _Score:
+    """Both models on one part's rows: their accuracies and the rows where exactly one of them is right."""
+
+    def __init__(self, rows: int, mine: int, other: int, worse: int, better: int) -> None:
+        self.rows, self.mine, self.other, self.worse, self.better = rows, mine, other, worse, better
+
+    @classmethod
+    def of(cls, ours: Predictor, theirs: Predictor, rows: list[dict[str, object]], labels: list[str]) -> _Score:
+        if not rows:
+            raise InferenceError("no held-out rows to evaluate on (TEST_SIZE holds none out)")
+        a = [p == y for p, y in zip(ours.predict(rows).labels, labels, strict=True)]
+        b = [p == y for p, y in zip(theirs.predict(rows).labels, labels, strict=True)]
+        worse = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+        better = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+        return cls(len(rows), sum(a), sum(b), worse, better)
+
+    @property
+    def difference(self) -> float:
+        return (self.mine - self.other) / self.rows
+
+    def regressed(self, delta: float) -> bool:
+        """Below PROMOTE_MIN_DELTA, and by more than chance: McNemar's z on the rows the two disagree on."""
+        if self.difference >= delta:
+            return False
+        disagree = self.worse + self.better
+        return disagree > 0 and (self.worse - self.better) / math.sqrt(disagree) > REGRESSION_Z
+
+    def __str__(self) -> str:
+        return (
+            f"accuracy {self.mine / self.rows:.4f} vs {self.other / self.rows:.4f} ({self.difference:+.4f}; "
+            f"{self.worse} row(s) only the served version gets right, {self.better} only the candidate)"
+        )
 
 
 def _model(chain: ChainStore, version: ChainVersion) -> Predictor:
@@ -123,13 +160,6 @@ def _evaluation_rows(
         rows += more
         labels += classes
     return rows, labels
-
-
-def _accuracy(model: Predictor, rows: list[dict[str, object]], labels: list[str]) -> float:
-    if not rows:
-        raise InferenceError("no held-out rows to evaluate on (TEST_SIZE holds none out)")
-    predicted = model.predict(rows).labels
-    return sum(p == y for p, y in zip(predicted, labels, strict=True)) / len(rows)
 
 
 def _move_alias(ctx: RunContext, version: ChainVersion) -> None:
