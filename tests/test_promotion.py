@@ -140,7 +140,7 @@ def test_cli_promote_reject_and_what_follow_and_log_show(
     capsys.readouterr()
     assert main(["chain", "log", "--json"]) == 0
     shown = {v["counter"]: v["promotion"] for v in json.loads(capsys.readouterr().out)}
-    assert shown == {4: "candidate", 3: "rejected", 2: "promoted", 1: "candidate", 0: "candidate"}
+    assert shown == {4: "candidate", 3: "rejected", 2: "promoted", 1: "candidate", 0: ""}
     assert main(["chain", "promotions"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "PROMOTE" in lines[0] and "checked by hand" in lines[0] and "REJECT" in lines[1]

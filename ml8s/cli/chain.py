@@ -125,16 +125,19 @@ def run(args: argparse.Namespace) -> int:
     elif verb == "commit":
         _print(_summary(_commit_external(chain, args.payload, args.steps, settings.delta_base_interval)))
     elif verb == "log":
+        from ml8s.cli.promote import decision_of
         from ml8s.lineage.drift import drift_lines  # pyarrow and numpy: only where a report is read
 
         versions = sorted(chain.list(), key=lambda v: v.counter, reverse=True)
-        from ml8s.cli.promote import decision_of
-
         decisions = PromotionLog(chain).decisions()
         if args.json:
             _print(
                 [
-                    {**_summary(v), "drift": drift_lines(chain, v), "promotion": decision_of(decisions, v.block_hash)}
+                    {
+                        **_summary(v),
+                        "drift": drift_lines(chain, v),
+                        "promotion": decision_of(decisions, v.block_hash) if v.counter else "",
+                    }
                     for v in versions
                 ]
             )
