@@ -396,6 +396,12 @@ class LineageDataError(LineageError):
     code = "LINEAGE_DATA_CHANGED"
 
 
+class LineageDriftError(LineageError):
+    """DRIFT_POLICY=fail and a new generation drifted from the lineage's features (docs/continuous.md)."""
+
+    code = "LINEAGE_DRIFT"
+
+
 class StaleParentError(LineageError):
     """A warm-started run's parent is no longer the chain's head: its model must not be appended."""
 

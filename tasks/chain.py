@@ -24,9 +24,11 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> s
     """
     log.configure()
     from ml8s.pipeline.chain_commit import chain_commit
+    from ml8s.pipeline.promote import promote
     from ml8s.pipeline.run_overview import collect_overview, render_overview_html
 
     store = run.open_store()
     commit = chain_commit(run, store)
+    promote(run, store, commit)  # a candidate is served only once promoted (docs/chain.md, promotion)
     Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
     return manifest

@@ -135,7 +135,9 @@ def test_a_restarted_follower_rewrites_a_damaged_version_directory(
     assert main(["follow", "--out", str(out), "--once"]) == 0
     err = capsys.readouterr().err
     assert "differ from chain version 4's payload; rewriting them" in err, err
-    assert {p.name: p.read_bytes() for p in sorted(version.iterdir())} == good
+    assert not version.exists()  # replaced by a fresh copy, current swapped to it, never renamed in place
+    fresh = out / "current"
+    assert {p.name: p.read_bytes() for p in sorted(fresh.iterdir())} == good
     assert (
         weights_hash(safetensors.torch.load_file(str(out / "current" / "model_native.safetensors")))
         == (committed[1][-1])

@@ -16,15 +16,15 @@ DEFAULT_JSON = (
     '{"batch_size":256,"data_root":"file:///data/churn","epochs":10,"exclude_columns":null,'
     '"hidden_layers":2,"hidden_units":64,"learning_rate":0.001,"max_features":null,"model_code":null,'
     '"model_format":"onnx","model_type":"mlp","random_seed":42,"sample_rows":null,'
-    '"sampler_alpha":1,"standardize":true,"target_column":"churned","test_size":0.2,"train_device":"cpu",'
+    '"standardize":true,"target_column":"churned","test_size":0.2,"train_device":"cpu",'
     '"train_world_size":1,"warm_start":null}'
 )
 # printf '%s' 'a.csv:x:1|b/c.csv:y:2' | sha256sum
 TOY_FP = "47fb05818f9daee0b981c840c44e3689b2af41fe06254db5d8e93c184262ad15"
 # printf '%s\n%s' "$DEFAULT_JSON" "$TOY_FP" | sha256sum
-TOY_FULL = "3a9bf3fd51bf3335761605769d296449189cf3e51b848af26342f64c52b5c8ee"
+TOY_FULL = "6892efcbd0b3cecd157208fdaacb9608c753f3a5e1534213aecaf8574797f63b"
 # printf '%s\n%s' "$DEFAULT_JSON" '' | sha256sum
-NONSTRICT_FULL = "62197a4d3fd7f72706f375c0a5e82427f6617fe8db7b220a3cd4cf961679d51a"
+NONSTRICT_FULL = "a1d3228fef615cfdafabf35cade844b48b5aad57a2013a9cfd451a87f2df4477"
 
 
 def test_defaults_fill_every_variable() -> None:

@@ -114,6 +114,10 @@ def test_local_data_s3_root_equals_local_run(
     stored = s3_objects(s3_server, bucket, f"root/{layout.RUNS_DIR}/{manifest['run_id']}")
     for rel in (*SAME_AS_LOCAL, layout.CONFIG_SNAPSHOT, layout.DATA_FINGERPRINT):
         assert stored[rel] == (local_run / rel).read_bytes(), rel
+    # the MLflow model's files live with the run (sqlite tracking URI), not beside the database or in ./mlruns
+    logged = s3_objects(s3_server, bucket, "root/mlruns")
+    assert any(key.endswith("/MLmodel") for key in logged), sorted(logged)[:5]
+    assert not (tmp_path / "mlruns").exists()
 
 
 def test_s3_data_local_root(s3_server: object, local_reference: tuple[Path, Path], tmp_path: Path) -> None:

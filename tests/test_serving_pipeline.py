@@ -24,7 +24,8 @@ ML8S = str(Path(sys.executable).with_name("ml8s"))
 def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "CHAIN_NAME", "WARM_START")}
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="1")
-    env.update(HIDDEN_UNITS="16", **extra)
+    # every candidate promoted: this is about what a tracking client predicts, not the promotion rule
+    env.update(HIDDEN_UNITS="16", PROMOTE_MIN_DELTA="-1", **extra)
     return env
 
 

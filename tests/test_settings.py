@@ -73,6 +73,8 @@ def test_defaults_live_on_the_fields(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "tmp_retention_days": 7,
         "warm_start_root_uri": "",
         "stale_parent_policy": "retrain",
+        "drift_policy": "warn",
+        "promote_min_delta": 0.0,
         "delta_base_interval": 10,
     }
     assert sorted(PLATFORM_VARIABLES) == sorted([name.upper() for name in settings.model_dump()] + ["ML8S_WORKER_ID"])

@@ -14,8 +14,8 @@ from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingM
 from ml8s.data.fingerprint import fingerprint_entries
 from ml8s.identity.hashing import full_config_hash
 from ml8s.identity.model_code import model_code_problem
-from ml8s.identity.variables import CANONICALIZATION_VERSION, canonical_json
-from ml8s.identity.versions import CANONICAL_KEYS, world_size_of
+from ml8s.identity.variables import canonical_json
+from ml8s.identity.versions import CANONICAL_KEYS, expected_keys, world_size_of
 from ml8s.modeling.families import MODEL_FORMATS
 
 # Every canonicalization version this verifier can recompute (SPEC §2): ml8s.identity.versions lists them.
@@ -51,12 +51,11 @@ def snapshot_problems(snapshot: ConfigSnapshot, run_id: str) -> list[str]:
             f"canonicalization_version {snapshot.canonicalization_version!r} is unknown to this verifier "
             f"(known: {sorted(KNOWN_CANONICALIZATION_VERSIONS)})"
         )
-    version = snapshot.canonicalization_version
-    expected_keys = list(CANONICAL_KEYS.get(version, CANONICAL_KEYS[CANONICALIZATION_VERSION]))
-    if sorted(snapshot.canonical_config) != expected_keys:
+    keys = expected_keys(snapshot.canonicalization_version, snapshot.canonical_config)
+    if sorted(snapshot.canonical_config) != keys:
         problems.append(
             f"canonical_config has keys {sorted(snapshot.canonical_config)}; expected exactly the keys of "
-            f"canonicalization {snapshot.canonicalization_version} {expected_keys}"
+            f"canonicalization {snapshot.canonicalization_version} {keys}"
         )
     code_problem = model_code_problem(snapshot.canonical_config)
     if code_problem is not None:

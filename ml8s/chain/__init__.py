@@ -28,6 +28,7 @@ from ml8s.chain.models import (
     WeightsFields,
 )
 from ml8s.chain.payload import local_file
+from ml8s.chain.promotion import Decision, PromotionAction, PromotionLog, SignedDecision
 from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
 from ml8s.chain.root import ENV_TRUST_ROOT, TrustRoot, load_root, make_root, root_json
 from ml8s.chain.runindex import committed
@@ -51,6 +52,7 @@ __all__ = [
     "ChainVersions",
     "Checkpoint",
     "CommitMeta",
+    "Decision",
     "Finding",
     "Follower",
     "GcReport",
@@ -59,9 +61,12 @@ __all__ = [
     "PayloadFile",
     "PayloadKind",
     "PayloadSource",
+    "PromotionAction",
+    "PromotionLog",
     "ReadTrust",
     "RetryPolicy",
     "SafetensorsSummary",
+    "SignedDecision",
     "SigningKey",
     "TrustPolicy",
     "TrustRoot",

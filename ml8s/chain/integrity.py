@@ -48,6 +48,7 @@ from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
+from ml8s.chain.promotion import promotion_problems
 from ml8s.chain.root import TrustRoot
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block
@@ -164,6 +165,8 @@ class _Verifier:
         anchored = anchor_problems(self.chain, self.anchor, walked, self.now, self.root) if self.anchor else []
         for check, reason, counter in anchored:
             self.add(check, reason, counter=counter)
+        for check, reason in promotion_problems(self.chain) if head is not None else []:
+            self.add(check, reason)
         required = revocation.required_findings(walked, policies, self.root) if self.require_signed else []
         for check, reason, counter in required:
             self.add(check, reason, next((v for v in walked if v.counter == counter), None), counter=counter)

@@ -20,6 +20,7 @@ from ml8s.chain import (
     ChainStore,
     ChainVersion,
     CommitMeta,
+    PromotionLog,
     ReadTrust,
     RetryPolicy,
     SigningKey,
@@ -58,6 +59,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("root", "write a trust root (public keys and a threshold) to --out, to pin as CHAIN_TRUST_ROOT"),
         ("trust", "adopt the next trust policy: the keys that may sign, signed by ML8S_SIGNING_KEY(_FILE) and --key"),
         ("reproduce", "re-train versions above --from K from their parents and data; exit 0 only if all match"),
+        ("promote", "make version N what followers serve (a signed promotion decision; moves the MLflow alias)"),
+        ("reject", "record that candidate N is not served (followers keep the promoted version)"),
+        ("promotions", "list the promotion decisions, oldest first"),
     ):
         verb = verbs.add_parser(name, help=text, description=text)
         verb.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
@@ -89,6 +93,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--key", action="append", default=[], help="another private key file that signs the policy (repeat)"
     )
     verbs.choices["tensorboard"].add_argument("counters", nargs="*", type=int, help="versions (default: all)")
+    for name in ("promote", "reject"):
+        verbs.choices[name].add_argument("counter", type=int, help="the version's counter")
+        verbs.choices[name].add_argument("--reason", default="", help="recorded with the decision")
     verbs.choices["reproduce"].add_argument(
         "--from", dest="start", required=True, type=int, metavar="K", help="re-train versions K+1 .. head"
     )
@@ -112,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
     trust = ReadTrust.from_settings(settings, getattr(args, "require_signed", None))
     store = open_store(settings.pipeline_root_uri)
     chain = ChainStore(store, settings.chain_name, signer=signer, trust_root=trust.root)
+    if verb in ("promote", "reject", "promotions"):
+        from ml8s.cli.promote import promotion_verb
+
+        return promotion_verb(args, settings, chain)
     if verb == "anchor":
         if signer is None or not 0 < args.ttl_hours <= 24 * 366 or not (args.out or args.publish):
             raise ConfigError(
@@ -135,15 +146,31 @@ def run(args: argparse.Namespace) -> int:
     elif verb == "commit":
         _print(_summary(_commit_external(chain, args.payload, args.steps, settings.delta_base_interval)))
     elif verb == "log":
+        from ml8s.cli.promote import decision_of
+        from ml8s.lineage.drift import drift_lines  # pyarrow and numpy: only where a report is read
+
         versions = sorted(chain.list(), key=lambda v: v.counter, reverse=True)
+        decisions = PromotionLog(chain).decisions()
         if args.json:
-            _print([_summary(v) for v in versions])
+            _print(
+                [
+                    {
+                        **_summary(v),
+                        "drift": drift_lines(chain, v),
+                        "promotion": decision_of(decisions, v.block_hash) if v.counter else "",
+                    }
+                    for v in versions
+                ]
+            )
         for v in [] if args.json else versions:
             h = v.header
             print(
                 f"v{v.counter:<6} {v.semver:<10} {v.block_hash[:12]}  {h.payload_kind.upper():<7} "
-                f"{sum(f.size for f in h.files):>12} B  run {h.run_id or '-':<12}  {h.created_at}"
+                f"{sum(f.size for f in h.files):>12} B  run {h.run_id or '-':<12}  {h.created_at}  "
+                f"{decision_of(decisions, v.block_hash) if v.counter else ''}".rstrip()
             )
+            for line in drift_lines(chain, v) or []:
+                print(f"         drift: {line}")
     elif verb == "show":
         version = chain.head() if args.counter is None else chain.get(args.counter)
         _print({**_summary(version), "header": version.header.model_dump(mode="json")})

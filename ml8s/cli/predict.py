@@ -10,9 +10,10 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from ml8s.cli.args import add_require_signed, add_root, guarded, run_id_arg
-from ml8s.errors import InferenceError, PredictionInputError
+from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 
 if TYPE_CHECKING:
+    from ml8s.chain import ChainStore, ChainVersion
     from ml8s.cli.args import Subcommands
     from ml8s.inference import ModelFiles
 
@@ -31,7 +32,10 @@ def register(commands: Subcommands) -> None:
     source.add_argument("--run", type=run_id_arg, metavar="RUN_ID", help="the run whose model predicts")
     source.add_argument("--chain", metavar="NAME", help="the model chain whose version predicts")
     predict.add_argument(
-        "--version", type=_counter, metavar="N", help="with --chain: the version's counter (default: the head)"
+        "--version",
+        type=_counter,
+        metavar="N",
+        help="with --chain: the version's counter (default: what followers serve)",
     )
     predict.add_argument("--anchor", default=None, help="with --chain: an anchor file the head must extend")
     add_require_signed(predict)
@@ -85,10 +89,31 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
     follower = Follower(chain, anchor=anchor_file(args.anchor), trust=trust)
     follower.poll()
-    version = follower.current if args.version is None else follower.version(args.version)
+    if args.version is not None:
+        version: ChainVersion | None = follower.version(args.version)
+    elif (promoted := _promoted(chain)) is not None:
+        version = follower.version(promoted.counter)  # checked like the head: reached from it by hash links
+    else:
+        version = follower.current
     if version is None:  # poll() always sets it; a guard for the type checker
         raise PredictionInputError(f"chain {chain.name!r}: no head was read")
     return read_chain_files(chain, version)
+
+
+def _promoted(chain: ChainStore) -> ChainVersion | None:
+    """What followers serve under a promotion gate: the promoted version; None without a gate (the head)."""
+    from ml8s.chain import PromotionLog
+
+    log = PromotionLog(chain)
+    if log.latest() is None:
+        return None
+    served = log.served()
+    if served is None:
+        raise VersionNotFoundError(
+            f"chain {chain.name!r} has a promotion gate and no version promoted yet; expected one promoted "
+            "(ml8s chain promote N), or --version N"
+        )
+    return served
 
 
 def _read(path: str) -> bytes:

@@ -17,7 +17,7 @@ def reproduce(root_uri: str, chain_name: str, start: int, *, as_json: bool) -> i
         "are not written)",
         file=sys.stderr,
     )
-    results = reproduce_chain(root_uri, chain_name, start, report=None if as_json else _line)
+    results = reproduce_chain(root_uri, chain_name, start, report=None if as_json else _line, progress=_progress)
     if as_json:
         print(json.dumps([{**r.model_dump(), "matches": r.matches} for r in results], indent=2, sort_keys=True))
     matched = sum(r.matches for r in results)
@@ -34,3 +34,7 @@ def _line(result: Reproduction) -> None:
     else:
         print(f"{head}  DIFFERS: re-trained {result.reproduced_hash[:12]}; files {', '.join(result.differing)}")
     sys.stdout.flush()
+
+
+def _progress(line: str) -> None:
+    print(f"ml8s: reproduce: {line}", file=sys.stderr, flush=True)

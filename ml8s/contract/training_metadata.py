@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from ml8s.contract._base import ContractFile, ContractModel
 from ml8s.contract.artifact import ArtifactDigest
+from ml8s.contract.drift import DriftReport
+from ml8s.identity.hashing import canonical_bytes
 
 
 class ModelSpec(ContractModel):
@@ -71,3 +73,12 @@ class TrainingMetadata(ContractFile):
     model: ModelRecord
     training: TrainingRecord
     versions: dict[str, str]
+    # A warm start's drift report (ml8s.contract.drift); absent from the file of a cold start, never null, so
+    # a cold start's file is byte for byte what it was before drift reports.
+    drift: DriftReport | None = None
+
+    def to_bytes(self) -> bytes:
+        record = self.model_dump(mode="json")
+        if record["drift"] is None:
+            del record["drift"]
+        return canonical_bytes(record)

@@ -55,7 +55,8 @@ class RunParams(BaseModel):
     learning_rate: float
     train_device: Literal["cpu", "cuda"]
     # The resolved parent (its content hash; None: a cold start) and the history sampler's recency exponent.
-    # Absent from configs of canonicalization versions before 2.1.0 (cold starts, alpha unused).
+    # Absent from configs of canonicalization versions before 2.1.0 (cold starts, alpha unused), and
+    # sampler_alpha from a cold start's from 2.2.0 on.
     warm_start: str | None = None
     sampler_alpha: float = 1.0
     # The ranks that train (docs/distributed.md); absent from configs before 2.1.0 (one process).
@@ -107,6 +108,8 @@ def _continuous(config: CanonicalConfig) -> dict[str, str | float | int | None]:
             "warm_start", warm, "a parent's content hash (64 hex digits): bootstrap resolves head, N or a block hash"
         )
     expected = f"a number >= 0 and <= {MAX_SAMPLER_ALPHA:g}"
+    if warm is None and "sampler_alpha" not in config:  # a cold start's (2.2.0 on): it samples no history
+        return {"warm_start": None, "train_world_size": world}
     alpha = _number(config, "sampler_alpha", expected)
     if not 0 <= alpha <= MAX_SAMPLER_ALPHA:
         raise _fail("sampler_alpha", config["sampler_alpha"], expected)

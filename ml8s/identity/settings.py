@@ -102,6 +102,18 @@ class PlatformSettings(BaseSettings):
         description="a WARM_START=head run whose parent stopped being the head: train again from the new head "
         "(retrain) or stop with LINEAGE_STALE_PARENT (fail)",
     )
+    drift_policy: Literal["warn", "fail"] = Field(
+        "warn",
+        description="a warm start whose new data drifted from the lineage's features (docs/continuous.md, drift): "
+        "train and record the report (warn) or stop with LINEAGE_DRIFT before anything is written (fail)",
+    )
+    promote_min_delta: float = Field(
+        0.0,
+        ge=-1.0,
+        le=1.0,
+        description="promotion rule: a candidate is not served when its held-out accuracy minus the served "
+        "version's, on the same rows, falls below this by more than chance (docs/chain.md, promotion)",
+    )
     delta_base_interval: int = Field(
         10, description="chain weights: a FULL every N versions, DELTAs on the parent in between (1: always FULL)"
     )

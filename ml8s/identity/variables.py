@@ -20,10 +20,15 @@ from ml8s.identity.uri import parse_root_uri
 #        and sampler_alpha (the recency exponent of a warm start's history sampler); every run records its
 #        training state: every RUN_ID changes. train_world_size (the ranks of a distributed training) joined
 #        before 2.1.0 was released, so it shares the version.
-CANONICALIZATION_VERSION = "2.1.0"
+# 2.2.0: a cold start's canonical config has no sampler_alpha (it samples no history, so the value cannot
+#        change its bytes and must not fork a lineage): every cold-start RUN_ID changes, warm starts keep theirs.
+CANONICALIZATION_VERSION = "2.2.0"
 # Keys of the canonical config that no user sets: bootstrap resolves them (2.0.0: the code identity of a
 # plug-in MODEL_TYPE, see ml8s.identity.model_code). canonical_config writes them as null.
 RESOLVED_KEYS = ("model_code",)
+
+# Keys only a warm start uses: absent from a cold start's canonical config (2.2.0 on).
+WARM_ONLY_KEYS = ("sampler_alpha",)
 
 JsonScalar = str | int | float | bool | None
 JsonValue = JsonScalar | list[str]
@@ -107,7 +112,15 @@ def canonical_config(values: Mapping[str, str | None]) -> CanonicalConfig:
             )
         config[name.lower()] = normalized
     config.update({key: None for key in RESOLVED_KEYS})
-    return config
+    return without_unused_keys(config)
+
+
+def without_unused_keys(config: CanonicalConfig) -> CanonicalConfig:
+    """``config`` without the keys a cold start cannot use (:data:`WARM_ONLY_KEYS`) when it is one: bootstrap
+    applies it again once WARM_START is resolved (``head`` on an empty chain is a cold start too)."""
+    if config.get("warm_start") is not None:
+        return config
+    return {key: value for key, value in config.items() if key not in WARM_ONLY_KEYS}
 
 
 def canonical_json(config: CanonicalConfig) -> str:

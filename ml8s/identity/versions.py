@@ -7,7 +7,13 @@ version. A new version is added here when the rules change (SPEC §2: any change
 
 from __future__ import annotations
 
-from ml8s.identity.variables import CANONICALIZATION_VERSION, RESOLVED_KEYS, USER_VARIABLES, CanonicalConfig
+from ml8s.identity.variables import (
+    CANONICALIZATION_VERSION,
+    RESOLVED_KEYS,
+    USER_VARIABLES,
+    WARM_ONLY_KEYS,
+    CanonicalConfig,
+)
 
 # 1.0.0: the sixteen user-level variables, nothing else (frozen: later variables do not apply to it).
 _V1_KEYS = (
@@ -30,6 +36,8 @@ _V1_KEYS = (
 )
 # 2.0.0: model_code (a plug-in's code identity) joined.
 _V2_KEYS = tuple(sorted({*_V1_KEYS, "model_code"}))
+# 2.1.0: warm_start, sampler_alpha and train_world_size joined (every run has all three).
+_V21_KEYS = tuple(sorted({*_V2_KEYS, "warm_start", "sampler_alpha", "train_world_size"}))
 _CURRENT_KEYS = tuple(sorted({*(name.lower() for name in USER_VARIABLES), *RESOLVED_KEYS}))
 
 # 1.1.0 changed how features are made (missing-value tokens), not the keys.
@@ -37,8 +45,20 @@ CANONICAL_KEYS: dict[str, tuple[str, ...]] = {
     "1.0.0": _V1_KEYS,
     "1.1.0": _V1_KEYS,
     "2.0.0": _V2_KEYS,
+    "2.1.0": _V21_KEYS,
     CANONICALIZATION_VERSION: _CURRENT_KEYS,
 }
+# Versions whose cold starts leave out WARM_ONLY_KEYS.
+_COLD_WITHOUT_WARM_KEYS = frozenset({"2.2.0"})
+
+
+def expected_keys(canonicalization_version: str, config: CanonicalConfig) -> list[str]:
+    """The keys a recorded canonical config of this version must have exactly (sorted); an unknown
+    version is held to the current one's."""
+    keys = CANONICAL_KEYS.get(canonicalization_version, _CURRENT_KEYS)
+    if canonicalization_version in _COLD_WITHOUT_WARM_KEYS and config.get("warm_start") is None:
+        keys = tuple(key for key in keys if key not in WARM_ONLY_KEYS)
+    return sorted(keys)
 
 
 def records_training_state(canonicalization_version: str) -> bool:

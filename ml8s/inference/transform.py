@@ -120,19 +120,28 @@ class RawTransform(BaseModel):
         Raises:
             PredictionInputError: a needed column is absent from a row, or a cell is not of its column's kind.
         """
+        columns = self.typed_columns(rows)
+        for column in self.inputs:
+            if column.kind == "categorical" and not column.complete:
+                _refuse_unknown(column, columns[column.name])
+        kept = {column.name: column.categories for column in self.inputs if column.kind == "categorical"}
+        return encode_columns(self.rules, columns, kept, len(rows)).astype(np.float32)
+
+    def typed_columns(self, rows: Rows) -> dict[str, Column]:
+        """Every input column of ``rows``, typed as the schema's kinds (a drift report reads them raw).
+
+        Raises:
+            PredictionInputError: a needed column is absent from a row, or a cell is not of its column's kind.
+        """
         columns: dict[str, Column] = {}
         for column in self.inputs:
             cells = [_cell_text(_cell(row, column.name, i), column.name, i) for i, row in enumerate(rows)]
             kind = "categorical" if column.kind == "any" else column.kind
             try:
-                typed = text_column(column.name, kind, pa.array(cells, type=pa.string()))
+                columns[column.name] = text_column(column.name, kind, pa.array(cells, type=pa.string()))
             except DataError as exc:
                 raise PredictionInputError(exc.message) from exc
-            if column.kind == "categorical" and not column.complete:
-                _refuse_unknown(column, typed)
-            columns[column.name] = typed
-        kept = {column.name: column.categories for column in self.inputs if column.kind == "categorical"}
-        return encode_columns(self.rules, columns, kept, len(rows)).astype(np.float32)
+        return columns
 
 
 def _check_rules(rules: Sequence[FeatureRule], where: str) -> None:

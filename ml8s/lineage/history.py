@@ -54,6 +54,32 @@ def encode_generation(
         LineageDataError: a file is not in the fingerprint, a cell does not fit the lineage's transform, or a
             target value is not one of the lineage's classes.
     """
+    kept, labels = _kept_rows(generation, fingerprint, transform)
+    try:
+        x = transform.encode(kept)
+    except PredictionInputError as exc:
+        raise LineageDataError(
+            f"generation {generation.index} ({generation.partition}) does not fit the lineage's features: {exc.message}"
+        ) from exc
+    y = np.array(labels, dtype=np.int64)
+    return EncodedGeneration(generation.index, x, y, _split(len(kept), test_size, random_seed, generation.index))
+
+
+def held_out_rows(
+    generation: Generation, fingerprint: Fingerprint, transform: RawTransform, random_seed: int, test_size: float
+) -> tuple[list[dict[str, object]], list[str]]:
+    """The raw rows of the generation's held-out split (the rows ``encode_generation`` holds out) and their
+    class labels: what a promotion rule evaluates any model of the lineage on."""
+    kept, labels = _kept_rows(generation, fingerprint, transform)
+    split = _split(len(kept), test_size, random_seed, generation.index)
+    chosen = [i for i in range(len(kept)) if split[i] == 1]
+    return [kept[i] for i in chosen], [transform.classes[labels[i]] for i in chosen]
+
+
+def _kept_rows(
+    generation: Generation, fingerprint: Fingerprint, transform: RawTransform
+) -> tuple[list[dict[str, object]], list[int]]:
+    """The generation's rows that have a target, and their class indices."""
     tokens = set(generation.files)
     entries = tuple(e for e in fingerprint.entries if e.token in tokens)
     if len(entries) != len(tokens):
@@ -64,17 +90,10 @@ def encode_generation(
         table = parse_file(entry, data, fingerprint.data_root)
         rows += table.to_pylist()
     labels = [_class_index(row, transform, generation.index) for row in rows]
-    kept = [row for row, label in zip(rows, labels, strict=True) if label is not None]
+    kept = [(row, label) for row, label in zip(rows, labels, strict=True) if label is not None]
     if not kept:
         raise LineageDataError(f"generation {generation.index} ({generation.partition}) has no row with a target")
-    try:
-        x = transform.encode(kept)
-    except PredictionInputError as exc:
-        raise LineageDataError(
-            f"generation {generation.index} ({generation.partition}) does not fit the lineage's features: {exc.message}"
-        ) from exc
-    y = np.array([label for label in labels if label is not None], dtype=np.int64)
-    return EncodedGeneration(generation.index, x, y, _split(len(kept), test_size, random_seed, generation.index))
+    return [row for row, _ in kept], [label for _, label in kept]
 
 
 def check_new_columns(generations: list[Generation], fingerprint: Fingerprint, transform: RawTransform) -> None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.chain import ChainStore, ChainVersion, Follower, ReadTrust, committed
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout, parse
 from ml8s.contract._parse import Invalid
+from ml8s.contract.drift import DriftReport
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.errors import (
@@ -30,6 +31,7 @@ from ml8s.identity.hashing import canonical_bytes
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import CanonicalConfig, JsonValue
 from ml8s.inference import RawTransform
+from ml8s.lineage.drift import check_drift, drift_report
 from ml8s.lineage.history import check_new_columns
 from ml8s.lineage.state import read_training_state
 from ml8s.records import RecordStore
@@ -75,6 +77,7 @@ class LineagePlan(BaseModel):
     generations: tuple[Generation, ...]
     new: int
     stale_head: int | None = None  # the head's counter when the parent is not the head (checked by bootstrap)
+    drift: DriftReport | None = None  # the new generations against the lineage's features (ml8s.lineage.drift)
 
     @property
     def new_generations(self) -> tuple[Generation, ...]:
@@ -120,6 +123,8 @@ def resolve_warm_start(
     schema_bytes = chain.fetch_payload(parent, layout.PAYLOAD_FEATURE_SCHEMA)
     transform = RawTransform.from_schema(schema_bytes, f"{where} feature schema")
     check_new_columns(generations[len(generations) - new :], fingerprint, transform)
+    drift = drift_report(generations[len(generations) - new :], fingerprint, transform) if new else None
+    check_drift(drift, settings.drift_policy, where)
     plan = LineagePlan(
         parent=ParentRef(
             root_uri=settings.parent_root_uri,
@@ -133,6 +138,7 @@ def resolve_warm_start(
         generations=tuple(generations),
         new=new,
         stale_head=stale,
+        drift=drift,
     )
     seed, test_size = config.get("random_seed"), config.get("test_size")
     if isinstance(seed, int) and isinstance(test_size, int | float):
@@ -303,4 +309,5 @@ def plan_summary(plan: LineagePlan | None) -> Mapping[str, str]:
     return {
         "parent": f"{plan.parent.chain_name} v{plan.parent.counter} ({plan.parent.block_hash[:12]})",
         "generations": f"{len(plan.generations)} ({plan.new} new)",
+        "drift": "; ".join(plan.drift.lines()) if plan.drift is not None and plan.drift.drifted else "none found",
     }

@@ -51,23 +51,35 @@ class Reproduction(BaseModel):
 
 
 def reproduce_chain(
-    root_uri: str, chain_name: str, start: int, *, report: Callable[[Reproduction], None] | None = None
+    root_uri: str,
+    chain_name: str,
+    start: int,
+    *,
+    report: Callable[[Reproduction], None] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> list[Reproduction]:
-    """Re-train every version above ``start`` (a counter on the chain) and compare; ``report`` sees each result."""
+    """Re-train every version above ``start`` (a counter on the chain) and compare; ``report`` sees each result,
+    ``progress`` a line as each version starts training and comparing (a re-training takes minutes)."""
     chain = ChainStore(open_store(root_uri), chain_name)
     versions = [v for v in chain.walk() if v.counter > start]
     if start > 0:
         chain.get(start)  # VersionNotFoundError when K is not on the chain
     results = []
-    for version in sorted(versions, key=lambda v: v.counter):
-        result = _reproduce(root_uri, chain, version)
+    ordered = sorted(versions, key=lambda v: v.counter)
+    for n, version in enumerate(ordered, 1):
+        progress(
+            f"v{version.counter} ({n}/{len(ordered)}): training run {version.header.run_id or '-'} in a scratch root"
+        )
+        result = _reproduce(root_uri, chain, version, progress)
         if report is not None:
             report(result)
         results.append(result)
     return results
 
 
-def _reproduce(root_uri: str, chain: ChainStore, version: ChainVersion) -> Reproduction:
+def _reproduce(
+    root_uri: str, chain: ChainStore, version: ChainVersion, progress: Callable[[str], None]
+) -> Reproduction:
     header = version.header
     base = Reproduction(counter=version.counter, run_id=header.run_id, content_hash=version.content_hash)
     snapshot = _payload_file(chain, version, layout.PAYLOAD_CONFIG_SNAPSHOT, layout.CONFIG_SNAPSHOT, ConfigSnapshot)
@@ -93,6 +105,7 @@ def _reproduce(root_uri: str, chain: ChainStore, version: ChainVersion) -> Repro
             files = _retrain(ctx, scratch)
         except Ml8sError as exc:
             return base.model_copy(update={"reason": exc.message})
+    progress(f"v{version.counter}: comparing {len(files)} re-trained payload files with the block's")
     entries = sorted((name, hashlib.sha256(data).hexdigest(), len(data)) for name, data in files.items())
     theirs = {f.name: (f.sha256, f.size) for f in header.files}
     differing = tuple(sorted({n for n, s, z in entries if theirs.get(n) != (s, z)} | (set(theirs) - set(files))))

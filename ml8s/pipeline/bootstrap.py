@@ -18,7 +18,7 @@ from ml8s.identity.names import CHAIN_NAME_RULE
 from ml8s.identity.params import validate_params
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
-from ml8s.identity.variables import canonical_config, raw_values_from_env
+from ml8s.identity.variables import canonical_config, raw_values_from_env, without_unused_keys
 from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.chain_commit import require_signing_key
@@ -66,6 +66,7 @@ def bootstrap(
         fingerprint = restrict(fingerprint, data_files)
     try:
         config, plan = resolve_warm_start(config, settings, fingerprint)  # the parent's content hash
+        config = without_unused_keys(config)  # WARM_START=head on an empty chain: a cold start
         params = validate_params(config)
     except ConfigError as exc:
         raise _naming_the_input(exc, given) from exc

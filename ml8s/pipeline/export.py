@@ -131,6 +131,7 @@ def training_metadata(
             train_rows=summary.train_rows,
         ),
         versions=library_versions(),
+        drift=spec.lineage.drift if spec.lineage is not None else None,
     )
 
 

@@ -16,6 +16,7 @@ from ml8s.errors import StaleParentError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.chain_commit import chain_commit
 from ml8s.pipeline.gate import gate
+from ml8s.pipeline.promote import promote
 
 # A WARM_START=head run that lost its parent to a concurrent commit trains again from the new head, at most
 # this many times (STALE_PARENT_POLICY=retrain); each attempt is a complete run of its own RUN_ID.
@@ -47,7 +48,7 @@ def _run(ctx: RunContext) -> str:
     store = ctx.open_store()
     decision = gate(ctx, store)
     if decision.completed:
-        chain_commit(ctx, store)  # idempotent: heals a crash between the marker and the commit
+        promote(ctx, store, chain_commit(ctx, store))  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
     from ml8s.context import publish  # heavy imports only on the path that trains
     from ml8s.pipeline.export import export
@@ -80,5 +81,5 @@ def _run(ctx: RunContext) -> str:
         export(spec, summary, features, model, exported)
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
     manifest = finalize(ctx, store, register(ctx, store), decision)
-    chain_commit(ctx, store)
+    promote(ctx, store, chain_commit(ctx, store))
     return manifest

@@ -56,6 +56,7 @@ class RunOverview(BaseModel):
     features: FeatureSummary
     chain: ChainCommit
     mlflow: dict[str, str]
+    drift: tuple[str, ...] | None = None  # a warm start's drift report, one line a finding (None: a cold start)
 
 
 def collect_overview(ctx: RunContext, store: Store, decision: GateDecision, commit: ChainCommit) -> RunOverview:
@@ -63,6 +64,7 @@ def collect_overview(ctx: RunContext, store: Store, decision: GateDecision, comm
     manifest = load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest)
     metrics = load(ctx.uri(layout.METRICS), store.get(ctx.key(layout.METRICS)), Metrics)
     schema = load(ctx.uri(layout.FEATURE_SCHEMA), store.get(ctx.key(layout.FEATURE_SCHEMA)), FeatureSchema)
+    drift = ctx.spec.lineage.drift if ctx.spec.lineage is not None else None  # measured at bootstrap
     audit = manifest.force_rerun
     forced = ""
     if audit is not None:  # this execution's, or an earlier one's that the gate returned
@@ -92,6 +94,7 @@ def collect_overview(ctx: RunContext, store: Store, decision: GateDecision, comm
         ),
         chain=commit,
         mlflow=dict(sorted(manifest.mlflow.items())),
+        drift=(tuple(drift.lines()) if drift.drifted else ("none found",)) if drift is not None else None,
     )
 
 
@@ -133,6 +136,8 @@ def render_overview_html(overview: RunOverview) -> str:
         ),
         _table("MLflow", o.mlflow),
     ]
+    if o.drift is not None:
+        sections.insert(5, _table("Drift of the new generations", {str(n + 1): line for n, line in enumerate(o.drift)}))
     return "\n".join(sections)
 
 

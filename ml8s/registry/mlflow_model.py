@@ -1,8 +1,8 @@
 """The MLflow model of a run, logged in MLflow's own artifact store, and registered from there.
 
 A registered version's source is ``models:/{model_id}``: a *logged model* of the run (MLflow 3), whose
-files MLflow stores under the experiment's artifact location (``{PIPELINE_ROOT_URI}/mlruns`` for the local
-sqlite default; the server's artifact store otherwise), never under ARTIFACT_ROOT. It is a pyfunc model
+files MLflow stores under the experiment's artifact location (``{PIPELINE_ROOT_URI}/mlruns`` with a sqlite
+tracking URI, local or S3 root; the server's artifact store otherwise), never under ARTIFACT_ROOT. It is a pyfunc model
 (:mod:`ml8s.inference.pyfunc`) holding byte-identical copies of the run's feature schema, training metadata
 and exported model, read from ARTIFACT_ROOT and checked against their recorded sha256 first.
 
@@ -87,18 +87,15 @@ def silenced(name: str) -> Iterator[None]:
 def experiment_location(settings: PlatformSettings) -> str | None:
     """Where a new experiment keeps its artifacts (the logged models); None lets an MLflow server decide.
 
-    With a sqlite tracking URI MLflow's default is ``./mlruns`` in the working directory: ml8s uses
-    ``{PIPELINE_ROOT_URI}/mlruns`` under a local root, else a ``mlruns`` directory beside the database file.
+    With a sqlite tracking URI MLflow's default is ``./mlruns`` in the working directory, lost with a pod:
+    ml8s uses ``{PIPELINE_ROOT_URI}/mlruns``, beside the runs, whether the root is local or ``s3://`` (MLflow
+    then writes through boto3, which takes ``AWS_ENDPOINT_URL`` and the credentials from the environment).
+    An in-memory database keeps nothing, so neither does its experiment's location.
     """
     uri = settings.mlflow_tracking_uri
-    if not uri.startswith("sqlite:"):
+    if not uri.startswith("sqlite:") or uri.split("?")[0] in ("sqlite://", "sqlite:///:memory:"):
         return None
-    if settings.pipeline_root_uri.startswith("file://"):
-        return settings.pipeline_root_uri + "/mlruns"
-    path = uri[len("sqlite:///") :].split("?")[0] if uri.startswith("sqlite:///") else ""
-    if path in ("", ":memory:"):
-        return None
-    return "file://" + os.path.join(os.path.dirname(os.path.abspath(path)), "mlruns")
+    return settings.pipeline_root_uri.rstrip("/") + "/mlruns"
 
 
 @contextlib.contextmanager

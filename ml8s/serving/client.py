@@ -1,5 +1,8 @@
 """The inference client: serve one chain version (pinned) or follow the head (tracking), verified.
 
+A chain with a promotion gate (``ml8s.chain``'s promotion log) is followed by its promoted version, not its
+head: a committed candidate is served only once promoted (``PromotionReader``).
+
 *Pinned*: the version ``pinned`` is checked to be on the chain (reached from the head by hash links,
 new versions' signatures checked as the trust policy requires), rebuilt from its FULL anchor, verified
 by its weights hash, and then never changes. *Tracking*: every ``refresh`` polls the head through a
@@ -28,6 +31,7 @@ from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKin
 from ml8s.errors import Ml8sError, ServingError
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
+from ml8s.serving.promoted import PromotionReader
 from ml8s.serving.served import Served, ServedVersion, build_served
 from ml8s.weights import rebuild_weights
 
@@ -82,6 +86,7 @@ class InferenceClient:
         """``trust``: the pinned root and CHAIN_REQUIRE_SIGNED (``ReadTrust.from_settings``), as every reader."""
         self.chain, self.config = chain, config
         self.follower = Follower(chain, state_path=config.state_path, anchor=anchor, trust=trust)
+        self.promotions = PromotionReader(chain, state_path=config.state_path)
         self.stats = SwapStats()
         self.last_error: Ml8sError | None = None
         self._served: Served | None = None
@@ -124,6 +129,10 @@ class InferenceClient:
             # Unchanged since the follower's persisted head: serve what this poll read and checked, never a
             # second read of the head (a store writer could flip it in between).
             self._pending = self.follower.current
+        if self.promotions.gated():  # the chain has a promotion gate: serve what it promoted, never a candidate
+            promoted = self.promotions.served()
+            # checked like the head: the promoted block must be reached from the checked head by hash links
+            self._pending = None if promoted is None else self.follower.version(promoted.counter)
         target, served = self._pending, self._served
         same = served is not None and target is not None and served.info.block_hash == target.block_hash
         if target is None or target.counter == 0 or same:

@@ -9,10 +9,16 @@ Layout of ``DIR``::
         ml8s_version.json           chain, counter, block hash, semver, kind, weights hash
     .follower-state.json            the last head accepted (a restarted follower still refuses a rollback)
 
-A version is written into a hidden sibling (``versions/.tmp-...``), flushed, renamed to its final name,
-then ``current`` is pointed at it by creating a new symlink and renaming it over the old one (one
-``rename``: a reader resolving ``current`` sees the old version or the new one, never a mix). The
-version before the current one is kept (a server may still be reading it); older ones are removed.
+A version is written into a hidden sibling (``versions/.tmp-...``), flushed, renamed to a name no
+directory holds yet, then ``current`` is pointed at it by creating a new symlink (``.current-<uuid>``) and
+renaming it over the old one. That rename is the only step that changes what ``current`` names, and both
+its old and its new target are complete directories: a reader resolving ``current`` sees the old version
+or the new one, never a mix, and a process killed at any step leaves ``current`` naming a complete
+directory. A version directory is never renamed or removed while ``current`` names it: a damaged one is
+replaced by a fresh copy under a new name (``v..._<12 hex>-<8 hex>``), ``current`` is swapped to the copy,
+and only then is the damaged one removed. The version before the current one is kept (a server may still
+be reading it); older ones are removed, and so are a killed writer's leftovers (``versions/.tmp-*``,
+``.current-*`` links), on start and after every publish.
 
 Each publish (a new version, and the first one after a follower starts) compares the version's directory
 with the verified payload byte for byte, so a file damaged, truncated, removed or added on disk since an
@@ -41,15 +47,37 @@ STATE_FILE = ".follower-state.json"
 KEEP = 2  # the current version and the one before it
 
 
+NAME_LENGTH = len("v0000000042_3ebfd8f7f7f3")  # a version's name; a fresh copy of it adds "-<8 hex>"
+
+
+def version_name(info: ServedVersion) -> str:
+    """The directory name of ``info``'s version (its first copy)."""
+    return f"v{info.counter:010d}_{info.block_hash[:12]}"
+
+
+def served_files(served: Served) -> dict[str, bytes]:
+    """Every file of ``served``'s version directory: the payload's other files, the full weights (the
+    committed bytes when the version is a FULL, so a user can check them against the block's sha256) and
+    ``ml8s_version.json``."""
+    weights = served.files.get(WEIGHTS_FULL)
+    return {
+        **served.files,
+        WEIGHTS_FULL: weights if weights is not None else encode_full(served.weights.tensors),
+        VERSION_FILE: served.info.model_dump_json().encode(),
+    }
+
+
 class ModelDirectory:
-    """``DIR`` as laid out in the module docstring."""
+    """``DIR`` as laid out in the module docstring; one follower writes it at a time."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
+        self.versions = os.path.join(self.root, VERSIONS)
         try:
-            os.makedirs(os.path.join(self.root, VERSIONS), exist_ok=True)
+            os.makedirs(self.versions, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"--out {root}: {exc.strerror or exc}; expected a writable directory") from exc
+        self._remove_leftovers()  # of a follower killed mid-publish
 
     @property
     def state_path(self) -> str:
@@ -63,34 +91,53 @@ class ModelDirectory:
         except (OSError, ValidationError):
             return None
 
-    def publish(self, served: Served, warn: Callable[[str], None] = lambda _: None) -> str:
-        """Write ``served`` (unless its directory holds exactly its files already) and point ``current`` at it.
+    def target(self) -> str | None:
+        """The name of the version directory ``current`` names (None: no ``current`` link)."""
+        try:
+            return os.path.basename(os.path.normpath(os.readlink(os.path.join(self.root, CURRENT))))
+        except OSError:
+            return None
 
-        ``warn`` hears of a directory found damaged on disk (and rewritten).
+    def publish(self, served: Served, warn: Callable[[str], None] = lambda _: None) -> str:
+        """Write ``served`` (unless a directory holds exactly its files already) and point ``current`` at it.
+
+        ``warn`` hears of a directory found damaged on disk (and replaced by a fresh copy).
         """
-        info = served.info
-        name = f"v{info.counter:010d}_{info.block_hash[:12]}"
-        final = os.path.join(self.root, VERSIONS, name)
-        files = {
-            **served.files,
-            WEIGHTS_FULL: encode_full(served.weights.tensors),
-            VERSION_FILE: info.model_dump_json().encode(),
-        }
-        if not self._intact(final, files):
-            if os.path.lexists(final):
-                warn(f"ml8s: {final}: its files differ from chain version {info.counter}'s payload; rewriting them")
-            self._write(final, files)
-        link = os.path.join(self.root, f".{CURRENT}-{uuid.uuid4().hex}")
-        os.symlink(os.path.join(VERSIONS, name), link)
-        os.replace(link, os.path.join(self.root, CURRENT))
-        self._prune(name)
-        return final
+        return self.publish_files(served.info, served_files(served), warn)
+
+    def publish_files(
+        self, info: ServedVersion, files: dict[str, bytes], warn: Callable[[str], None] = lambda _: None
+    ) -> str:
+        """``publish`` of a version's complete ``files`` (``served_files``); returns its directory."""
+        name = version_name(info)
+        copies = self._copies(name)
+        dest = next((copy for copy in copies if self._intact(os.path.join(self.versions, copy), files)), None)
+        if dest is None:
+            if copies:
+                where = os.path.join(self.versions, copies[0])
+                warn(f"ml8s: {where}: its files differ from chain version {info.counter}'s payload; rewriting them")
+            dest = name if not os.path.lexists(os.path.join(self.versions, name)) else f"{name}-{uuid.uuid4().hex[:8]}"
+            self._write(os.path.join(self.versions, dest), files)
+        previous = self.target()
+        if previous != dest:
+            link = os.path.join(self.root, f".{CURRENT}-{uuid.uuid4().hex}")
+            os.symlink(os.path.join(VERSIONS, dest), link)
+            os.replace(link, os.path.join(self.root, CURRENT))  # the swap: one rename
+            _sync_directory(self.root)
+        self._prune(dest, previous)
+        return os.path.join(self.versions, dest)
+
+    def _copies(self, name: str) -> list[str]:
+        """The directories holding (or meant to hold) version ``name``, the one ``current`` names first."""
+        target = self.target()
+        found = sorted(n for n in os.listdir(self.versions) if n[:NAME_LENGTH] == name and not n.startswith("."))
+        return sorted(found, key=lambda n: n != target)
 
     @staticmethod
     def _intact(path: str, files: dict[str, bytes]) -> bool:
         """``path`` holds exactly ``files``, byte for byte (a regular file each, nothing else)."""
         try:
-            if sorted(os.listdir(path)) != sorted(files):
+            if os.path.islink(path) or sorted(os.listdir(path)) != sorted(files):
                 return False
             for name, data in sorted(files.items()):
                 with open(os.path.join(path, name), "rb") as handle:
@@ -101,7 +148,8 @@ class ModelDirectory:
         return True
 
     def _write(self, final: str, files: dict[str, bytes]) -> None:
-        tmp = os.path.join(self.root, VERSIONS, f".tmp-{uuid.uuid4().hex}")
+        """``files`` into the new directory ``final`` (which does not exist): written aside, one rename."""
+        tmp = os.path.join(self.versions, f".tmp-{uuid.uuid4().hex}")
         os.makedirs(tmp)
         try:
             # ml8s_version.json last: a directory with it is complete
@@ -111,28 +159,42 @@ class ModelDirectory:
                     handle.write(files[name])
                     handle.flush()
                     os.fsync(handle.fileno())
-            if os.path.lexists(final):  # damaged or incomplete: moved aside in one rename, removed after
-                aside = os.path.join(self.root, VERSIONS, f".tmp-{uuid.uuid4().hex}")
-                os.rename(final, aside)
-                os.rename(tmp, final)
-                if os.path.isdir(aside) and not os.path.islink(aside):
-                    shutil.rmtree(aside, ignore_errors=True)
-                else:
-                    os.unlink(aside)
-            else:
-                os.rename(tmp, final)
+            _sync_directory(tmp)
+            os.rename(tmp, final)
+            _sync_directory(self.versions)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
 
-    def _prune(self, keep_name: str) -> None:
-        base = os.path.join(self.root, VERSIONS)
-        names = sorted(n for n in os.listdir(base) if n.startswith("v"))
-        at = names.index(keep_name)
-        keep = set(names[max(0, at - KEEP + 1) : at + 1])
+    def _prune(self, dest: str, previous: str | None) -> None:
+        """Keep ``dest`` and the version served before it; remove the rest and every leftover."""
+        keep = {dest}
+        names = sorted(n for n in os.listdir(self.versions) if n.startswith("v"))
+        if previous is not None and previous in names and previous[:NAME_LENGTH] != dest[:NAME_LENGTH]:
+            keep.add(previous)
+        else:  # the first publish, or a repair: keep the newest earlier version on disk
+            earlier = [n for n in names if n[:NAME_LENGTH] < dest[:NAME_LENGTH]]
+            keep.update(earlier[-1:])
         for name in names:
             if name not in keep:
-                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        for name in os.listdir(base):
-            if name.startswith(".tmp-"):  # a writer killed mid-way
-                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+                shutil.rmtree(os.path.join(self.versions, name), ignore_errors=True)
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """A killed writer's half-written directories and the swap links it never renamed."""
+        for name in os.listdir(self.versions):
+            if name.startswith(".tmp-"):
+                shutil.rmtree(os.path.join(self.versions, name), ignore_errors=True)
+        for name in os.listdir(self.root):
+            path = os.path.join(self.root, name)
+            if name.startswith(f".{CURRENT}-") and os.path.islink(path):
+                os.unlink(path)
+
+
+def _sync_directory(path: str) -> None:
+    """Make the renames in ``path`` durable (a power loss after the swap keeps it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

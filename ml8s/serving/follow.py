@@ -46,13 +46,24 @@ def follow(
         pinned=options.pinned, poll_interval_s=options.poll_interval_s, state_path=directory.state_path
     )
     client = InferenceClient(chain, config, anchor=anchor, trust=trust)
+    said = ""  # the last refusal reported: a follower that keeps failing the same way says so once
     while True:
         try:
             changed = client.refresh()
+            said = ""
         except Ml8sError as exc:
             if options.once or options.pinned is not None:
                 raise
-            warn(f"ml8s: chain {chain.name!r}: keeping {directory.current()}: {exc}")
+            held = directory.current()
+            line = (
+                f"ml8s: chain {chain.name!r}: keeping {held}: {exc}"
+                if held is not None
+                else f"ml8s: chain {chain.name!r}: waiting for a version to serve ({exc.code}); polling every "
+                f"{options.poll_interval_s:g} s"
+            )
+            if line != said:
+                warn(line)
+            said = line
             changed = False
         served = client.served
         if served is not None and (changed or directory.current() != served.info):

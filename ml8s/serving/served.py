@@ -14,7 +14,7 @@ from ml8s.contract import layout
 from ml8s.errors import NoModelGraphError
 from ml8s.inference import ModelFiles, Predictions, Predictor
 from ml8s.inference.transform import Rows
-from ml8s.weights import VersionWeights, weights_file
+from ml8s.weights import WEIGHTS_FULL, VersionWeights, weights_file
 
 # The payload files ``predict`` needs (a pipeline version's exported graph, feature rules, and the
 # metadata recording both files' sha256).
@@ -65,8 +65,8 @@ class Served(BaseModel):
 
 
 def build_served(chain: ChainVersions, weights: VersionWeights) -> Served:
-    """The served form of verified ``weights``: the version's other payload files, each sha256-checked, and
-    a predictor when the payload holds the model graph.
+    """The served form of verified ``weights``: the version's payload files (but a DELTA), each sha256-checked,
+    and a predictor when the payload holds the model graph.
 
     Raises:
         ChecksumError: a payload file differs from its block.
@@ -74,7 +74,13 @@ def build_served(chain: ChainVersions, weights: VersionWeights) -> Served:
     """
     version = weights.version
     skip = weights_file(version)
-    files = {f.name: chain.fetch_payload(version, f.name) for f in version.header.files if f.name != skip}
+    # A FULL's weights file is kept as committed (checked against its block's sha256): a follower serves
+    # those very bytes. A DELTA's file is no model: the follower writes the rebuilt weights instead.
+    files = {
+        f.name: chain.fetch_payload(version, f.name)
+        for f in version.header.files
+        if f.name != skip or skip == WEIGHTS_FULL
+    }
     predictor = None
     if all(name in files for name in PREDICT_FILES):
         model_files = ModelFiles(

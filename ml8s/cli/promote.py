@@ -1,0 +1,75 @@
+"""``ml8s chain promote N`` / ``reject N`` / ``promotions``: the promotion gate by hand (docs/chain.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ml8s.chain import ChainStore, PromotionLog, SignedDecision
+from ml8s.errors import ChainError, ConfigError, RegistryError
+from ml8s.identity.settings import PlatformSettings
+
+
+def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: ChainStore) -> int:
+    """Run ``promote``, ``reject`` or ``promotions``; prints JSON (the decision, or every one)."""
+    log = PromotionLog(chain)
+    if args.verb == "promotions":
+        decisions = log.decisions()
+        if args.json:
+            _print([d.model_dump(mode="json") for d in decisions])
+        for signed in [] if args.json else decisions:
+            d = signed.decision
+            print(
+                f"#{d.sequence:<5} {d.action.upper():<8} v{d.counter:<6} serving v{d.served_counter:<6} "
+                f"{'signed' if signed.signature else 'unsigned':<8} {d.rule}"
+            )
+        return 0
+    if args.counter is None or args.counter < 1:
+        raise ConfigError(f"chain {args.verb}: expected a version counter >= 1")
+    version = chain.get(args.counter)
+    latest = log.latest()
+    served = latest.decision.served_counter if latest is not None else 0
+    if args.verb == "reject" and served == version.counter:
+        raise ChainError(
+            f"v{version.counter} is the version followers serve; expected a candidate (promote another version "
+            "to stop serving it)"
+        )
+    if args.verb == "promote" and served == version.counter:
+        print(f"ml8s: chain {chain.name!r} v{version.counter} is already the promoted version", file=sys.stderr)
+        return 0
+    rule = f"manual: ml8s chain {args.verb}" + (f" ({args.reason})" if args.reason else "")
+    decided = log.decide(args.verb, version, rule, chain.signer)
+    if args.verb == "promote":
+        _move_alias(settings, version.header.full_config_hash)
+    _print(decided.model_dump(mode="json"))
+    return 0
+
+
+def decision_of(decisions: list[SignedDecision], block_hash: str) -> str:
+    """What ``chain log`` shows of a version's promotion: promoted, rejected, or a candidate."""
+    last = next((d for d in reversed(decisions) if d.decision.block_hash == block_hash), None)
+    if last is None:
+        return "candidate" if decisions else ""
+    return "promoted" if last.decision.action == "promote" else "rejected"
+
+
+def _move_alias(settings: PlatformSettings, full_config_hash: str) -> None:
+    from ml8s.registry.promoted_alias import PROMOTED_ALIAS, move_promoted_alias
+
+    if not full_config_hash:
+        return
+    try:
+        moved = move_promoted_alias(settings, full_config_hash)
+    except (RegistryError, ConfigError) as exc:  # the decision stands; say why MLflow's view lags
+        print(f"ml8s: the MLflow alias {PROMOTED_ALIAS!r} was not moved: {exc}", file=sys.stderr)
+        return
+    if moved is not None:
+        print(
+            f"ml8s: MLflow alias {PROMOTED_ALIAS!r} of {settings.mlflow_model_name!r} -> version {moved}",
+            file=sys.stderr,
+        )
+
+
+def _print(obj: object) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))

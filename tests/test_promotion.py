@@ -1,0 +1,159 @@
+"""The promotion gate: a signed, hash-linked log of decisions that followers, ``predict --chain`` and verify
+read; forged, cut or rolled-back logs are refused. (The pipeline's metric rule: tests/test_promotion_rule.py.)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from serving_support import chain_at, meta, weights_series
+
+from ml8s.chain import ChainStore, PromotionLog, SigningKey, adopt_policy, verify_chain
+from ml8s.chain.promotion import SignedDecision, decision_bytes, record_key
+from ml8s.cli.main import main
+from ml8s.errors import ChainCorruptionError, ChainRollbackError, SigningRequiredError
+from ml8s.serving import ClientConfig, FollowOptions, InferenceClient, follow
+from ml8s.store import open_store
+from ml8s.weights import commit_weights
+
+KEY, OTHER = SigningKey.generate(), SigningKey.generate()
+
+
+def _chain(root: Path, name: str, *, signed: bool) -> ChainStore:
+    """Four weights versions; with ``signed``, a trust policy of KEY and every block signed by it."""
+    chain = chain_at(f"file://{root}", name)
+    if signed:
+        adopt_policy(chain, KEY, [KEY.public_key])
+        chain = ChainStore(chain.store, name, signer=KEY)
+    for n, weights in enumerate(weights_series(11, torch.float32, 4)):
+        commit_weights(chain, weights, meta(f"{name}-{n}"), interval=4)
+    return chain
+
+
+def _served(client: InferenceClient) -> int:
+    assert client.version is not None
+    return client.version.counter
+
+
+def test_followers_serve_the_promoted_version_not_the_head(tmp_path: Path) -> None:
+    chain = _chain(tmp_path / "root", "gate", signed=True)
+    client = InferenceClient(ChainStore(chain.store, "gate"), ClientConfig(state_path=str(tmp_path / "state.json")))
+    client.refresh()
+    assert _served(client) == 4  # no decision yet: no gate, the head is served as before
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(2), "manual", KEY)
+    log.decide("reject", chain.get(3), "accuracy fell", KEY)
+    client.refresh()
+    assert _served(client) == 2  # the gate: candidates 3 and 4 are not served
+    assert [(d.decision.action, d.decision.served_counter) for d in log.decisions()] == [
+        ("promote", 2),
+        ("reject", 2),
+    ]
+    log.decide("promote", chain.get(4), "manual", KEY)
+    assert client.refresh() and _served(client) == 4
+    report = verify_chain(ChainStore(chain.store, "gate"))
+    assert report.ok, report.findings
+
+
+def test_an_unsigned_or_foreign_decision_is_refused_on_a_signed_chain(tmp_path: Path) -> None:
+    chain = _chain(tmp_path / "root", "gate", signed=True)
+    with pytest.raises(SigningRequiredError):
+        PromotionLog(chain).decide("promote", chain.get(1), "manual", None)
+    with pytest.raises(SigningRequiredError):
+        PromotionLog(chain).decide("promote", chain.get(1), "manual", OTHER)
+    PromotionLog(chain).decide("promote", chain.get(1), "manual", KEY)
+    key = record_key(chain, 1)
+    signed = SignedDecision.model_validate_json(chain.store.get(key))
+    head = chain.get(4)  # a forger promotes the head instead of v1
+    forged = signed.decision.model_copy(
+        update={"counter": 4, "block_hash": head.block_hash, "served_counter": 4, "served_block_hash": head.block_hash}
+    )
+    resigned = SignedDecision(decision=forged, signer_key_id=OTHER.key_id, signature=OTHER.sign(decision_bytes(forged)))
+    kept = SignedDecision(decision=forged, signer_key_id=KEY.key_id, signature=signed.signature)
+    for bad, why in ((resigned, "not signed by a key of trust policy 1"), (kept, "not signed by a key")):
+        record = tmp_path / "root" / key
+        record.chmod(0o644)
+        record.write_bytes(bad.model_dump_json().encode())
+        with pytest.raises(ChainCorruptionError, match=why):
+            PromotionLog(ChainStore(chain.store, "gate")).decisions()
+        report = verify_chain(ChainStore(chain.store, "gate"))
+        assert "promotion" in report.checks
+        client = InferenceClient(ChainStore(chain.store, "gate"), ClientConfig())
+        with pytest.raises(ChainCorruptionError):
+            client.refresh()  # a forged decision never moves a follower
+
+
+def test_a_decision_must_name_a_block_on_the_chain_and_follow_its_predecessor(tmp_path: Path) -> None:
+    chain = _chain(tmp_path / "root", "plain", signed=False)
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(1), "manual", None)
+    data = chain.store.get(record_key(chain, 1))
+    first, linked = SignedDecision.model_validate_json(data), hashlib.sha256(data).hexdigest()
+    off = {"block_hash": "ab" * 32, "served_block_hash": "ab" * 32}
+    elsewhere = first.decision.model_copy(update={"sequence": 2, "previous_sha256": linked, **off})
+    chain.store.put_if_absent(record_key(chain, 2), SignedDecision(decision=elsewhere).model_dump_json().encode())
+    with pytest.raises(ChainCorruptionError, match="the chain holds"):
+        PromotionLog(ChainStore(chain.store, "plain")).decisions()
+    (tmp_path / "root" / record_key(chain, 2)).unlink()
+    unlinked = first.decision.model_copy(update={"sequence": 2})  # previous_sha256 left empty: not linked
+    chain.store.put_if_absent(record_key(chain, 2), SignedDecision(decision=unlinked).model_dump_json().encode())
+    with pytest.raises(ChainCorruptionError, match="previous"):
+        PromotionLog(ChainStore(chain.store, "plain")).decisions()
+
+
+def test_a_cut_or_rolled_back_log_is_refused(tmp_path: Path) -> None:
+    chain = _chain(tmp_path / "root", "plain", signed=False)
+    log = PromotionLog(chain)
+    for counter in (1, 2, 3):
+        log.decide("promote", chain.get(counter), "manual", None)
+    state = str(tmp_path / "follower-state.json")
+    client = InferenceClient(ChainStore(chain.store, "plain"), ClientConfig(state_path=state))
+    client.refresh()
+    assert _served(client) == 3
+    (tmp_path / "root" / record_key(chain, 2)).unlink()  # a decision in the middle removed
+    assert "promotion" in verify_chain(ChainStore(chain.store, "plain")).checks
+    (tmp_path / "root" / record_key(chain, 3)).unlink()  # and the newest: the log now ends at 1
+    restarted = InferenceClient(ChainStore(chain.store, "plain"), ClientConfig(state_path=state))
+    with pytest.raises(ChainRollbackError, match="saw decision 3"):
+        restarted.refresh()  # a restarted follower remembers how far the log went
+
+
+def test_cli_promote_reject_and_what_follow_and_log_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "root"
+    _chain(root, "cli", signed=False)
+    for key, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": ""}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    assert main(["chain", "promote", "2", "--reason", "checked by hand"]) == 0
+    assert main(["chain", "reject", "3"]) == 0
+    assert main(["chain", "reject", "2"]) == 1  # the served version is no candidate
+    assert "is the version followers serve" in capsys.readouterr().err
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    assert json.loads((out / "current" / "ml8s_version.json").read_text())["counter"] == 2
+    capsys.readouterr()
+    assert main(["chain", "log", "--json"]) == 0
+    shown = {v["counter"]: v["promotion"] for v in json.loads(capsys.readouterr().out)}
+    assert shown == {4: "candidate", 3: "rejected", 2: "promoted", 1: "candidate", 0: ""}
+    assert main(["chain", "promotions"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "PROMOTE" in lines[0] and "checked by hand" in lines[0] and "REJECT" in lines[1]
+    assert main(["chain", "promote", "4"]) == 0
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    assert json.loads((out / "current" / "ml8s_version.json").read_text())["counter"] == 4
+    assert main(["chain", "verify"]) == 0
+
+
+def test_a_gate_that_promoted_nothing_serves_nothing(tmp_path: Path) -> None:
+    chain = _chain(tmp_path / "root", "none", signed=False)
+    PromotionLog(chain).decide("reject", chain.get(1), "a first candidate rejected", None)
+    held = follow(
+        ChainStore(open_store(f"file://{tmp_path}/root"), "none"), FollowOptions(out=str(tmp_path / "o"), once=True)
+    )
+    assert held is None and not (tmp_path / "o" / "current").exists()
