@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import trust
 from ml8s.chain._util import rfc3339
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import Block, ChainVersion, Hex64, OptionalHex64, Rfc3339
 from ml8s.chain.signing import SigningKey, key_id, signature_valid
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ConfigError, NotFoundError
+from ml8s.errors import ConfigError, NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.identity.hashing import canonical_bytes
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -168,7 +169,8 @@ def _policy_hashes(chain: ChainVersions, count: int) -> list[str]:
     hashes = []
     for version in range(1, count + 1):
         try:
-            hashes.append(hashlib.sha256(chain.store.get(trust.policy_key(chain, version))).hexdigest())
-        except NotFoundError:
+            data = chain.store.get(trust.policy_key(chain, version), max_bytes=RECORD_MAX_BYTES)
+            hashes.append(hashlib.sha256(data).hexdigest())
+        except (NotFoundError, ObjectTooLargeError, UnsafeObjectError):
             break
     return hashes

@@ -29,6 +29,8 @@ and the versions around it are still checked, then reports what does not hold. C
 ``unsigned`` / ``untrusted_key`` / ``bad_signature`` / ``trust_policy*``  signatures (trust.py); with
                      ``require_signed``, also a chain without a trust policy or versions before its first
 ``anchor_*``         disagreement with an anchor (anchor.py)
+``unsafe_object``    something under the chain that is no regular file or directory (a symbolic link, FIFO,
+                     device), or an object larger than its bound (limits.py): never followed, never read
 ``weights_hash`` / ``delta_base``  a version's weights, rebuilt FULL -> DELTAs, are not what it records
 
 Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
@@ -42,7 +44,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from ml8s.chain import _checks, evidence, paths, trust
+from ml8s.chain import _checks, evidence, limits, paths, trust
 from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
@@ -54,8 +56,10 @@ from ml8s.errors import (
     ChainError,
     ChecksumError,
     NotFoundError,
+    ObjectTooLargeError,
     RetryableStoreError,
     StoreError,
+    UnsafeObjectError,
 )
 
 # What ``verify_chain(weights=...)`` calls to rebuild and check every version's weights (ml8s.weights, which
@@ -121,6 +125,8 @@ class _Verifier:
         # The head first, then the listing: every version on the chain at that moment is complete and
         # immutable, so it is in the listing; what commits land meanwhile shows up as descending from it.
         pointer = self._read_head()
+        for key in self.chain.store.irregular(self.chain.prefix):
+            self.add("unsafe_object", f"{self.chain.store.uri(key)} is no regular file or directory (not followed)")
         dirs = self.chain.version_dirs()
         block = self.chain.version_key
         incomplete = [n for n, objects in sorted(dirs.items()) if all(o.key != block(n, paths.BLOCK) for o in objects)]
@@ -201,9 +207,12 @@ class _Verifier:
             return
         where = self.chain.store.uri(self.chain.version_key(name, paths.BLOCK))
         try:
-            data = self.chain.store.get(self.chain.version_key(name, paths.BLOCK))
+            data = self.chain.store.get(self.chain.version_key(name, paths.BLOCK), max_bytes=limits.BLOCK_MAX_BYTES)
         except NotFoundError:
             return  # listed, then deleted: a loser's rollback (or GC) since; it was no part of the chain
+        except (ObjectTooLargeError, UnsafeObjectError) as exc:
+            self.add("unsafe_object", exc.message, counter=parsed_name[0])
+            return
         try:
             version = ChainVersion(block=decode_block(data, where=where, verify=False), version_dir=name)
         except ChainCorruptionError as exc:

@@ -23,11 +23,19 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ml8s.chain import paths
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.signing import SigningKey, key_id, signature_valid
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import header_bytes
-from ml8s.errors import ChainCorruptionError, ChainError, NotFoundError, SigningRequiredError
+from ml8s.errors import (
+    ChainCorruptionError,
+    ChainError,
+    NotFoundError,
+    ObjectTooLargeError,
+    SigningRequiredError,
+    UnsafeObjectError,
+)
 from ml8s.identity.hashing import canonical_bytes
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -88,9 +96,9 @@ def load_policies(chain: ChainVersions) -> tuple[list[TrustPolicy], Problems]:
         if match is None or int(match.group(1)) != len(policies) + 1:
             return policies, [("trust_policy", f"{where}: expected policy-{len(policies) + 1:010d}.json")]
         try:
-            data = chain.store.get(info.key)
+            data = chain.store.get(info.key, max_bytes=RECORD_MAX_BYTES)
             signed = SignedPolicy.model_validate_json(data)
-        except (ValidationError, NotFoundError):
+        except (ValidationError, NotFoundError, ObjectTooLargeError, UnsafeObjectError):
             return policies, [("trust_policy", f"{where} is no valid signed trust policy")]
         policy = signed.policy
         signers = policies[-1] if policies else policy  # version 1 signs itself (trust on first use)
@@ -112,7 +120,7 @@ def adopt_policy(chain: ChainVersions, signer: SigningKey, public_keys: list[str
         raise ChainError(f"chain {chain.name!r}: the trust policies are broken ({problems[0][1]}); fix them first")
     keys = tuple(sorted({_trusted(k) for k in public_keys}, key=lambda k: k.key_id))
     head = chain.head()
-    previous_bytes = chain.store.get(policy_key(chain, len(policies))) if policies else b""
+    previous_bytes = chain.store.get(policy_key(chain, len(policies)), max_bytes=RECORD_MAX_BYTES) if policies else b""
     policy = TrustPolicy(
         chain_name=chain.name,
         version=len(policies) + 1,
