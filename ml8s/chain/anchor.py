@@ -12,6 +12,10 @@ a model-registry tag), it lets verify tell:
 - ``anchor_fork``: the chain at the anchored counter holds another block (history rewritten);
 - ``anchor_expired``: the anchor's expiry has passed (a frozen head: whoever publishes anchors stopped,
   or someone replays an old anchor to hide newer versions); publish a fresh one at least once per TTL;
+- ``anchor_future``: the anchor was issued more than ``ISSUE_TOLERANCE`` (5 minutes) after the
+  verifier's now: minted by a clock running ahead (or on purpose), its expiry would lie as far ahead,
+  and a frozen head would go unnoticed that much longer. Expiry and issue times are wall-clock times,
+  so this bounds how far two clocks may disagree; everything about the chain itself is ordered by counter;
 - ``anchor_policy``: the trust policy the anchor pinned was replaced;
 - ``anchor_signature``: the anchor is not signed by a key the chain's policy (or the verifier) trusts.
 """
@@ -36,6 +40,7 @@ from ml8s.errors import ConfigError, NotFoundError, ObjectTooLargeError, UnsafeO
 from ml8s.identity.hashing import canonical_bytes
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+ISSUE_TOLERANCE = dt.timedelta(minutes=5)  # how far ahead of the verifier's clock an anchor's issue time may be
 Problems = list[tuple[str, str]]
 
 
@@ -91,6 +96,8 @@ def anchor_problems(
     policies, _ = trust.load_policies(chain)
     found += [(check, reason, None) for check, reason in signature_problems(anchor, policies)]
     found += _position_problems(point, [(v.counter, v.block_hash) for v in walked])
+    if issued_in_future(anchor, now):
+        found.append(("anchor_future", f"issued at {point.issued_at}, after {rfc3339(now)} + {ISSUE_TOLERANCE}", None))
     if expired(anchor, now):
         found.append(
             ("anchor_expired", f"expired at {point.expires_at} (issued {point.issued_at}): frozen or replayed", None)
@@ -147,6 +154,11 @@ def signature_problems(anchor: Anchor, policies: list[trust.TrustPolicy]) -> Pro
 
 def expired(anchor: Anchor, now: dt.datetime) -> bool:
     return rfc3339(now) > anchor.checkpoint.expires_at
+
+
+def issued_in_future(anchor: Anchor, now: dt.datetime) -> bool:
+    """Issued later than ``now`` plus the clock tolerance (fixed-width RFC 3339: string order is time order)."""
+    return anchor.checkpoint.issued_at > rfc3339(now + ISSUE_TOLERANCE)
 
 
 def _bytes(checkpoint: Checkpoint) -> bytes:

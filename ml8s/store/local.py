@@ -20,7 +20,7 @@ import secrets
 import stat
 from collections.abc import Iterator
 
-from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, StoreError
+from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
 from ml8s.store._files import (
     copy_file,
     fsync_dir,
@@ -192,6 +192,11 @@ class LocalStore(Store):
         ``source``: the local file the bytes were copied from (named in the error: it changed since hashed)."""
         on_disk = sha256_or_none(tmp)
         found = size_or_none(tmp)
+        if found is None:  # nobody but a cleanup deletes a staged file: say so, not "the file changed"
+            raise RetryableStoreError(
+                f"{self.uri(tmp_key)} vanished before it was checked: staged for {self.uri(key)}, then deleted by "
+                "someone else (a tmp-cleanup or GC judging age by a clock ahead of the store's?); retrying is safe"
+            )
         if (on_disk, found) != (digest, size):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -202,7 +207,7 @@ class LocalStore(Store):
                 )
             raise IntegrityError(
                 f"{self.uri(tmp_key)}: expected {size} bytes sha256 {digest}, read back {found} bytes sha256 "
-                f"{on_disk} after fsync (None: the tmp file vanished)"
+                f"{on_disk} after fsync"
             )
         final = self._path(key)
         into_dir(tmp, final, os.replace)
