@@ -76,7 +76,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
     verbs.choices["gc"].add_argument(
-        "--anchor", default=None, help="refuse unless the chain extends this anchor (a file, or mlflow:[MODEL[/VERSION]])"
+        "--anchor",
+        default=None,
+        help="refuse unless the chain extends this anchor (a file, or mlflow:[MODEL[/VERSION]])",
     )
     verbs.choices["keygen"].add_argument("--out", required=True, help="private key file to create (mode 0600)")
     verbs.choices["trust"].add_argument(
