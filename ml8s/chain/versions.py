@@ -177,8 +177,10 @@ class ChainVersions:
             data = self.store.get(self.version_key(version.version_dir, paths.PAYLOAD, name), max_bytes=entry.size)
         except NotFoundError as exc:
             raise ChecksumError(f"{where} is missing", check="payload_missing") from exc
-        except (ObjectTooLargeError, UnsafeObjectError) as exc:  # never read past the size the block records
+        except ObjectTooLargeError as exc:  # never read past the size the block records
             raise ChecksumError(exc.message, check="payload_size") from exc
+        except UnsafeObjectError as exc:
+            raise ChecksumError(exc.message, check="unsafe_object") from exc
         if len(data) != entry.size:
             raise ChecksumError(f"{where}: {len(data)} bytes, the block records {entry.size}", check="payload_size")
         if (digest := sha256_hex(data)) != entry.sha256:
