@@ -61,6 +61,7 @@ def ensure_intact(chain: ChainVersions, version: ChainVersion, payload: Mapping[
         return 0
     where = chain.uri(paths.VERSIONS, version.version_dir)
     log.warning("%s %s: %d file(s) missing, restoring them: %s", when, where, len(missing), missing)
+    restored = len(missing)
     if not wrong:
         _restore(chain, version, payload, missing)
         missing, wrong = damage(chain, version)
@@ -70,7 +71,7 @@ def ensure_intact(chain: ChainVersions, version: ChainVersion, payload: Mapping[
             "expected every file the block lists (deleted by a GC or cleanup judging age by a clock ahead of the "
             "store's?); run `ml8s chain verify`, and commit again once the head is repaired"
         )
-    return len(missing)
+    return restored
 
 
 def _restore(
