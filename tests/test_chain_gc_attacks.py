@@ -13,11 +13,23 @@ import time
 from pathlib import Path
 
 import pytest
-from test_chain_support import CHAIN, build, meta, payload, set_head, version_path
+from test_chain_support import (  # noqa: F401  (fixtures)
+    CHAIN,
+    StoreSpec,
+    build,
+    meta,
+    open_spec,
+    payload,
+    rgw_spec_fixture,
+    set_head,
+    version_path,
+)
 
 from ml8s.chain import ChainStore, ChainVersion, SigningKey, collect_garbage, make_anchor, paths, verify_chain
 from ml8s.chain._util import utc_now
 from ml8s.chain.commit import _seal, payload_files
+from ml8s.chain.models import ChainHead
+from ml8s.chain.wire import head_json
 from ml8s.errors import ChainCorruptionError, GcRefusedError, UnsafeObjectError
 from ml8s.store import LocalStore
 
@@ -235,3 +247,30 @@ def test_gc_with_a_clock_two_days_ahead_keeps_fresh_garbage(root: Path) -> None:
     assert report["clock_skew_s"] > DAY
     assert version_path(root, fresh.version_dir).exists() and (chain_dir(root) / paths.TMP / "w-live").exists()
     assert verify_chain(open_chain(root)).ok
+
+
+# -- on radosgw: no links there, but rollback-and-erase and the store's clock apply -----------------
+def test_radosgw_rolled_back_and_erased_is_kept(rgw_spec: StoreSpec) -> None:
+    store = open_spec(rgw_spec)
+    chain = ChainStore(store, CHAIN)
+    versions = build(chain, 2)
+    latest = versions[-1]
+    head = ChainHead(
+        chain_name=CHAIN,
+        counter=versions[-2].counter,
+        block_hash=versions[-2].block_hash,
+        version_dir=versions[-2].version_dir,
+    )
+    store.put_if_match(chain.key(paths.HEAD), head_json(head), store.checksum(chain.key(paths.HEAD)))
+    for info in store.list(chain.key(paths.RUNS)) + store.list(chain.key(paths.AUDIT)):
+        if info.key.startswith(chain.key(paths.RUNS, latest.header.full_config_hash)) or (
+            info.key.startswith(chain.key(paths.AUDIT)) and latest.version_dir.encode() in store.get(info.key)
+        ):
+            store.delete(info.key)
+    fresh = loser(chain, versions[-3], "fresh")  # a sibling of v1: a lost race, seconds old
+    report = collect_garbage(ChainStore(store, CHAIN), dry_run=False, local_now=time.time())
+    assert report.items == () and fresh.version_dir in report.kept_recent
+    assert any(k.startswith(latest.version_dir) for k in report.kept)
+    later = collect_garbage(ChainStore(store, CHAIN), grace_s=0, dry_run=False)
+    assert [i.path for i in later.items if i.deleted] == [fresh.version_dir]
+    assert store.exists(chain.version_key(latest.version_dir, paths.BLOCK))
