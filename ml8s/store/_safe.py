@@ -53,12 +53,14 @@ def open_regular(path: str, uri: str, *, nofollow: bool) -> int:
         raise NotFoundError(f"{uri} does not exist") from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP and nofollow:
-            raise UnsafeObjectError(f"{uri} is a symbolic link; expected a regular file (not followed)") from exc
+            raise UnsafeObjectError(
+                f"cannot read {uri}: a symbolic link; expected a regular file (not followed)"
+            ) from exc
         raise StoreError(f"cannot read {uri}: {exc.strerror or exc}") from exc
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UnsafeObjectError(f"{uri} is {kind(info.st_mode)}; expected a regular file (not read)")
+        raise UnsafeObjectError(f"cannot read {uri}: {kind(info.st_mode)}; expected a regular file (not read)")
     return fd
 
 

@@ -103,9 +103,11 @@ class LocalStore(Store):
 
     def delete(self, key: str) -> None:
         """Never through a symbolic link (_safe.unlink_nofollow): UnsafeObjectError, nothing deleted."""
-        self._path(key)  # the key's checks
+        parts = [p for p in self._path(key).removeprefix(self.root).split(os.sep) if p]
+        if not parts:
+            raise StoreError(f"cannot delete {self.uri(key)}: the store's root; expected a key under it")
         try:
-            unlink_nofollow(self.root, [p for p in key.split("/") if p], self.uri(key))
+            unlink_nofollow(self.root, parts, self.uri(key))
         except OSError as exc:
             raise StoreError(f"cannot delete {self.uri(key)}: {exc.strerror or exc}") from exc
 
