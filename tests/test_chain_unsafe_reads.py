@@ -17,6 +17,8 @@ import pytest
 from test_chain_support import CHAIN, StoreSpec, build, meta, open_spec, payload, rgw_spec_fixture  # noqa: F401
 
 from ml8s.chain import ChainStore, ChainVersion, Follower, limits, paths, verify_chain
+from ml8s.chain.commit import _seal
+from ml8s.chain.models import PayloadFile
 from ml8s.errors import ChecksumError, Ml8sError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.store import LocalStore
 
@@ -188,3 +190,16 @@ def test_radosgw_reads_are_bounded(rgw_spec: StoreSpec) -> None:
     assert isinstance(answers(ChainStore(store, CHAIN).head), ObjectTooLargeError)
     report = verify_chain(ChainStore(store, CHAIN))
     assert "head" in report.checks and json.loads(report.model_dump_json())["findings"]
+
+
+def test_an_unsigned_block_claiming_a_huge_payload(chain: ChainStore) -> None:
+    """A forged block may record any size: an in-memory read stops at half the machine's memory."""
+    huge = 2 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    forged = _seal(chain.head(), meta("huge"), (PayloadFile(name="model.bin", sha256="0" * 64, size=huge),))
+    path = chain_dir(chain) / paths.VERSIONS / forged.version_dir / paths.PAYLOAD / "model.bin"
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as handle:
+        handle.truncate(huge)
+    err = answers(lambda: chain.fetch_payload(forged, "model.bin"))
+    assert isinstance(err, ChecksumError) and err.check == "payload_size"
+    assert str(limits.PAYLOAD_MEMORY_MAX_BYTES) in err.message

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ml8s.chain import paths
 from ml8s.chain._util import list_objects, prune_empty_dirs, sha256_hex
 from ml8s.chain.events import AuditLog
-from ml8s.chain.limits import BLOCK_MAX_BYTES, HEAD_MAX_BYTES, RECORD_MAX_BYTES
+from ml8s.chain.limits import BLOCK_MAX_BYTES, HEAD_MAX_BYTES, PAYLOAD_MEMORY_MAX_BYTES, RECORD_MAX_BYTES
 from ml8s.chain.models import ChainHead, ChainVersion, LocalFile, PayloadSource
 from ml8s.chain.signing import SigningKey
 from ml8s.chain.wire import content_hash_txt, decode_block, encode_block, head_json, metadata_json
@@ -174,8 +174,9 @@ class ChainVersions:
             names = [f.name for f in version.header.files]
             raise VersionNotFoundError(f"version {version.counter} of {self.name!r} has no file {name!r} ({names})")
         where = self.store.uri(self.version_key(version.version_dir, paths.PAYLOAD, name))
+        bound = min(entry.size, PAYLOAD_MEMORY_MAX_BYTES)
         try:
-            data = self.store.get(self.version_key(version.version_dir, paths.PAYLOAD, name), max_bytes=entry.size)
+            data = self.store.get(self.version_key(version.version_dir, paths.PAYLOAD, name), max_bytes=bound)
         except NotFoundError as exc:
             raise ChecksumError(f"{where} is missing", check="payload_missing") from exc
         except (ObjectTooLargeError, UnsafeObjectError) as exc:  # never read past the size the block records
