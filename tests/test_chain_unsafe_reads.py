@@ -96,6 +96,9 @@ def test_head_fifo_is_refused_by_every_reader(chain: ChainStore) -> None:
     done = answers(lambda: ml8s_cli(root, "chain", "verify"), [fifo])
     assert not isinstance(done, BaseException)
     assert done.returncode == 1 and "unsafe_object" in done.stderr + done.stdout and "Traceback" not in done.stderr
+    follow = answers(lambda: ml8s_cli(root, "follow", "--once", "--out", str(root.parent / "served")), [fifo])
+    assert not isinstance(follow, BaseException)
+    assert follow.returncode != 0 and "STORE_UNSAFE_OBJECT" in follow.stderr and "Traceback" not in follow.stderr
     # The head's lock is not held forever either: a commit gets a named error, not a wait.
     assert isinstance(answers(lambda: fresh.commit(payload("x"), meta("x")), [fifo]), UnsafeObjectError)
 
