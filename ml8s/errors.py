@@ -101,6 +101,20 @@ class StoreUnavailableError(RetryableStoreError):
     code = "STORE_UNAVAILABLE"
 
 
+class UnsafeObjectError(StoreError):
+    """A stored key is no regular file (a symlink, FIFO, device, socket or directory where one was expected):
+    reading or deleting through it could hang, never end, or reach outside the store, so nothing is done."""
+
+    code = "STORE_UNSAFE_OBJECT"
+
+
+class ObjectTooLargeError(StoreError):
+    """A stored object is larger than the size its reader was told to expect (a signed block's size or a
+    documented cap): it is refused before its bytes are read into memory."""
+
+    code = "STORE_OBJECT_TOO_LARGE"
+
+
 class ChainError(Ml8sError):
     """The model chain refused an operation or holds something unexpected (SPEC §7)."""
 
@@ -346,6 +360,21 @@ class CommitDeadlineError(CommitError):
     """A commit kept failing (store unreachable, or conflicts) past its RetryPolicy deadline: it gave up."""
 
     code = "CHAIN_COMMIT_DEADLINE"
+
+
+class CommitDamagedError(CommitError):
+    """A commit won its head swap, but the version it uploaded is no longer intact in the store (files
+    deleted after the upload, e.g. by a GC judging age by a clock ahead of the store's) and restoring
+    them failed: the head names a damaged version, so the commit is not reported as a success."""
+
+    code = "CHAIN_COMMIT_DAMAGED"
+
+
+class GcRefusedError(ChainError):
+    """Garbage collection refused to run: something under the chain is no regular file or directory (a
+    symlink could steer deletions elsewhere), or the chain has findings."""
+
+    code = "CHAIN_GC_REFUSED"
 
 
 class SigningRequiredError(ChainError):

@@ -20,7 +20,7 @@ QUICK = RetryPolicy(max_attempts=1000, base_delay_s=0.05, max_delay_s=0.2, deadl
 class DownStore(LocalStore):
     """Every head read fails as an unreachable store would."""
 
-    def get_versioned(self, key: str) -> Versioned:
+    def get_versioned(self, key: str, *, max_bytes: int | None = None) -> Versioned:
         raise StoreUnavailableError(f"connection refused reading {self.uri(key)}")
 
 
@@ -29,11 +29,11 @@ class HungStore(LocalStore):
 
     hung = False
 
-    def get_versioned(self, key: str) -> Versioned:
+    def get_versioned(self, key: str, *, max_bytes: int | None = None) -> Versioned:
         if not self.hung:
             self.hung = True
             time.sleep(1.0)
-        return super().get_versioned(key)
+        return super().get_versioned(key, max_bytes=max_bytes)
 
 
 def test_unreachable_store_reports_and_gives_up(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def crashed_loser(chain: ChainStore, parent: ChainVersion, name: str) -> ChainVe
     return version
 
 
-def half_upload(local_root: Path, name: str = "v0000000009_1.0.8_abcdefabcdef") -> str:
+def half_upload(local_root: Path, name: str = "v0000000002_1.0.1_abcdefabcdef") -> str:
     directory = version_path(local_root, name) / "payload"
     directory.mkdir(parents=True)
     (directory / "model.bin").write_bytes(b"x" * 10)

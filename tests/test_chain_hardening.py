@@ -174,7 +174,7 @@ def test_head_that_is_a_directory(tmp_path: Path) -> None:
     head = root / paths.ROOT / CHAIN / paths.HEAD
     head.unlink()
     head.mkdir()
-    with pytest.raises(StoreError, match="Is a directory"):
+    with pytest.raises(StoreError, match="a directory; expected a regular file"):
         ChainStore(chain.store, CHAIN).head()
     assert "head" in verify_chain(chain).checks
     env = {k: v for k, v in os.environ.items() if k != "CHAIN_NAME"} | {"PIPELINE_ROOT_URI": str(root)}

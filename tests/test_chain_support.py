@@ -156,11 +156,11 @@ class HookStore(Store):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self.inner.put_if_absent(key, data)
 
-    def get(self, key: str, *, if_match: str | None = None) -> bytes:
-        return self.inner.get(key, if_match=if_match)
+    def get(self, key: str, *, if_match: str | None = None, max_bytes: int | None = None) -> bytes:
+        return self.inner.get(key, if_match=if_match, max_bytes=max_bytes)
 
-    def get_versioned(self, key: str) -> Versioned:
-        return self.inner.get_versioned(key)
+    def get_versioned(self, key: str, *, max_bytes: int | None = None) -> Versioned:
+        return self.inner.get_versioned(key, max_bytes=max_bytes)
 
     def download(self, key: str, path: str) -> WriteResult:
         return self.inner.download(key, path)

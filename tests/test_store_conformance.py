@@ -247,7 +247,9 @@ def test_put_file_atomic_reads_the_source_once(store: Store, tmp_path: Path, mon
     assert (result.size, result.sha256) == (size, sha(src.read_bytes()))
     assert counts.pop(str(src)) == size
     if isinstance(store, LocalStore):
-        assert counts == {os.path.join(store.root, ".tmp", "m-w.bin"): size}
+        # the tmp file's read-back goes through a descriptor opened with O_NOFOLLOW (not open()): its one
+        # pass shows as the second sha256 pass
+        assert counts == {}
         assert hashes.counts == {"sha256": 2 * size, "md5": 0}
     else:
         assert counts == {}

@@ -16,6 +16,7 @@ from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, 
 from ml8s.ops.runs import list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp
 from ml8s.store import LocalStore, open_store
+from ml8s.store import local as local_module
 
 
 def test_put_atomic_moves_and_leaves_no_tmp(tmp_path: Path) -> None:
@@ -165,13 +166,14 @@ def test_operator_listings_read_no_artifact(tmp_path: Path, monkeypatch: pytest.
     for rel in ("config_snapshot.json", "manifest.json", "model/model.onnx", "success.marker", ".tmp/x.bin"):
         store.put_atomic(f"ml8s_training_runs/{run}/{rel}", b"{}", tmp_key=".tmp/w")
     opened: list[str] = []
-    real_open = open
+    real_read = local_module.read_regular
 
-    def only_records(file: str, *args: Any, **kwargs: Any) -> Any:
-        opened.append(os.path.basename(file))
-        return real_open(file, *args, **kwargs) if file.endswith(".json") else _refuse(file)
+    def only_records(path: str, uri: str, *, max_bytes: int | None) -> bytes:
+        opened.append(os.path.basename(path))
+        return real_read(path, uri, max_bytes=max_bytes) if path.endswith(".json") else bytes(_refuse(path))
 
-    monkeypatch.setattr("builtins.open", only_records)
+    monkeypatch.setattr("builtins.open", _refuse)
+    monkeypatch.setattr(local_module, "read_regular", only_records)
     assert [(e.run_id, e.status, e.files) for e in list_runs(store)] == [(run, "complete", 5)]
     assert [e.uri for e in cleanup_tmp(store, 0, dry_run=True, now=time.time() + 1).removed] == [
         store.uri(f"ml8s_training_runs/{run}/.tmp/x.bin")

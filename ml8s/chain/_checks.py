@@ -9,7 +9,7 @@ from ml8s.chain import paths
 from ml8s.chain.models import ChainVersion, PayloadKind
 from ml8s.chain.semver import GENESIS_SEMVER, bump
 from ml8s.chain.wire import content_hash_txt, metadata_json
-from ml8s.errors import NotFoundError
+from ml8s.errors import NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.store import LocalStore, ObjectInfo, Store
 
 Problems = list[tuple[str, str]]
@@ -47,10 +47,14 @@ def files(store: Store, base: str, version: ChainVersion, objects: list[ObjectIn
     for name, want in derived:
         check = name.replace(".", "_")
         try:
-            if store.get(base + name) != want:
+            if store.get(base + name, max_bytes=len(want)) != want:
                 found.append((check, f"{name} disagrees with block.pb"))
         except NotFoundError:
             found.append((check, f"{name} is missing"))
+        except ObjectTooLargeError:
+            found.append((check, f"{name} disagrees with block.pb (larger than the {len(want)} bytes it derives)"))
+        except UnsafeObjectError as exc:
+            found.append(("unsafe_object", exc.message))
     listed = {f"{paths.PAYLOAD}/{f.name}" for f in version.header.files}
     for extra in sorted(set(present) - listed - {paths.METADATA, paths.CONTENT_HASH, paths.BLOCK}):
         found.append(("extra_file", f"{extra} is not listed in the block"))
@@ -61,7 +65,11 @@ def files(store: Store, base: str, version: ChainVersion, objects: list[ObjectIn
         elif info.size != entry.size:
             found.append(("payload_size", f"payload {entry.name}: {info.size} bytes, block says {entry.size}"))
         elif payloads:
-            digest = stored_sha256(store, info)
+            try:
+                digest = stored_sha256(store, info)
+            except (ObjectTooLargeError, UnsafeObjectError) as exc:
+                found.append(("unsafe_object", exc.message))
+                continue
             if digest != entry.sha256:
                 found.append(("payload_hash", f"payload {entry.name}: sha256 {digest}, block says {entry.sha256}"))
     return found

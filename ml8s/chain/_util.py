@@ -68,17 +68,19 @@ def prune_empty_dirs(
 
     Object stores have no directories, but the local backend creates them on write and leaves them when
     the files go, so a loser's rollback would leave ``payload/`` behind where no listing shows it.
-    ``older_than``: only directories last modified before this time (a commit may be creating files).
+    ``older_than``: only directories last changed before this time by the filesystem's clock (mtime or
+    ctime, whichever is later: a commit may be creating files), never through a symbolic link.
     """
-    if not isinstance(store, LocalStore):
-        return []
+    if not isinstance(store, LocalStore) or store.irregular(prefix):
+        return []  # a link on the way (or under it) could lead the walk elsewhere: tidy nothing
     base = os.path.join(store.root, *prefix.split("/"))
     removed: list[str] = []
     for directory, _, _ in sorted(os.walk(base), key=lambda entry: entry[0], reverse=True):
         if directory == base and not include_base:
             continue
         try:
-            if older_than is not None and os.path.getmtime(directory) >= older_than:
+            info = os.lstat(directory)
+            if older_than is not None and max(info.st_mtime, info.st_ctime) >= older_than:
                 continue
             os.rmdir(directory)  # fails unless empty: a concurrent writer's file keeps it
         except OSError:

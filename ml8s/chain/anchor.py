@@ -12,6 +12,10 @@ a model-registry tag), it lets verify tell:
 - ``anchor_fork``: the chain at the anchored counter holds another block (history rewritten);
 - ``anchor_expired``: the anchor's expiry has passed (a frozen head: whoever publishes anchors stopped,
   or someone replays an old anchor to hide newer versions); publish a fresh one at least once per TTL;
+- ``anchor_future``: the anchor was issued more than ``ISSUE_TOLERANCE`` (5 minutes) after the
+  verifier's now: minted by a clock running ahead (or on purpose), its expiry would lie as far ahead,
+  and a frozen head would go unnoticed that much longer. Expiry and issue times are wall-clock times,
+  so this bounds how far two clocks may disagree; everything about the chain itself is ordered by counter;
 - ``anchor_policy``: the trust policy the anchor pinned was replaced;
 - ``anchor_signature``: the anchor is not signed by a key of the chain's *newest* trust policy (a key a
   rotation retired signs no anchor after it: re-issue anchors after rotating) or of the pinned root;
@@ -33,14 +37,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import trust
 from ml8s.chain._util import rfc3339
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import Block, ChainVersion, Hex64, OptionalHex64, Rfc3339
 from ml8s.chain.root import TrustRoot
 from ml8s.chain.signing import SigningKey, key_id, signature_valid
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainCorruptionError, ConfigError, NotFoundError
+from ml8s.errors import ChainCorruptionError, ConfigError, NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.identity.hashing import canonical_bytes
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+ISSUE_TOLERANCE = dt.timedelta(minutes=5)  # how far ahead of the verifier's clock an anchor's issue time may be
 Problems = list[tuple[str, str]]
 
 
@@ -115,6 +121,8 @@ def anchor_problems(
     policies, _ = trust.load_policies(chain, root)
     found += [(check, reason, None) for check, reason in signature_problems(anchor, policies, root)]
     found += _position_problems(point, [(v.counter, v.block_hash) for v in walked])
+    if issued_in_future(anchor, now):
+        found.append(("anchor_future", f"issued at {point.issued_at}, after {rfc3339(now)} + {ISSUE_TOLERANCE}", None))
     if expired(anchor, now):
         found.append(
             ("anchor_expired", f"expired at {point.expires_at} (issued {point.issued_at}): frozen or replayed", None)
@@ -193,6 +201,11 @@ def expired(anchor: Anchor, now: dt.datetime) -> bool:
     return rfc3339(now) > anchor.checkpoint.expires_at
 
 
+def issued_in_future(anchor: Anchor, now: dt.datetime) -> bool:
+    """Issued later than ``now`` plus the clock tolerance (fixed-width RFC 3339: string order is time order)."""
+    return anchor.checkpoint.issued_at > rfc3339(now + ISSUE_TOLERANCE)
+
+
 def _bytes(checkpoint: Checkpoint) -> bytes:
     dumped = checkpoint.model_dump(mode="json")
     for name in ("policy_version", "trust_root_id"):  # unset in anchors from before them: they verify as signed
@@ -212,7 +225,8 @@ def _policy_hashes(chain: ChainVersions, count: int) -> list[str]:
     hashes = []
     for version in range(1, count + 1):
         try:
-            hashes.append(hashlib.sha256(chain.store.get(trust.policy_key(chain, version))).hexdigest())
-        except NotFoundError:
+            data = chain.store.get(trust.policy_key(chain, version), max_bytes=RECORD_MAX_BYTES)
+            hashes.append(hashlib.sha256(data).hexdigest())
+        except (NotFoundError, ObjectTooLargeError, UnsafeObjectError):
             break
     return hashes

@@ -8,10 +8,11 @@ One attempt (``commit``):
    back (``steps_since_parent`` instead counts from whatever the head is);
 4. seal the header (counter + 1, parent hash, semver bump, content hash) and upload the version
    directory, ``block.pb`` last;
-5. read the head again: moved -> lost, without sending a swap that cannot win (under contention
-   radosgw answers racing conditional PUTs of one object with 500s, each an "unknown outcome");
+5. check the upload is intact (landed.py: restored if deleted meanwhile), read the head again: moved ->
+   lost, without sending a swap that cannot win (radosgw answers racing conditional PUTs with 500s);
 6. ``put_if_match(chain.json, new head, token)``. Lost (precondition failed, or step 5): delete the
    upload and raise ConflictError (NotFastForwardError when the caller named an expected parent).
+   Won: check the version is intact again before reporting success (CommitDamagedError if not).
 
 Unknown outcome (the store raised RetryableStoreError on the swap: the request may or may not have
 landed, and may still land later): rolling back at once could delete a version the head is about to
@@ -30,7 +31,7 @@ import time
 from collections.abc import Mapping
 from typing import NoReturn
 
-from ml8s.chain import paths, revocation, runindex
+from ml8s.chain import landed, paths, revocation, runindex
 from ml8s.chain._util import content_hash, rfc3339, utc_now
 from ml8s.chain.models import (
     MAX_U63,
@@ -108,6 +109,8 @@ def commit(
     written: list[str] = []
     try:
         chain.write_version(version, payload, written)
+        _audit(chain, "sealed", version)  # before the swap: a version on the chain always has an event
+        landed.ensure_intact(chain, version, payload, "before the head swap")
     except BaseException:
         chain.discard(written)
         raise
@@ -116,11 +119,10 @@ def commit(
         # A rotation raced this commit: its block would name a retired policy. Lose, as to a racing
         # commit; the retry seals under the new policy (or refuses a key the rotation dropped).
         _lost(chain, version, written, expected_parent is not None, f"trust policy {newer} replaced {named}")
-    _audit(chain, "sealed", version)  # before the swap: a version on the chain always has an event
     swap(chain, version, token, written, named_parent=expected_parent is not None)
-    # Won: from here on nothing may turn the commit into an error. The record is a shortcut (the walk
-    # finds the run without it) and TensorBoard logs can be uploaded again (upload_tensorboard).
-    notes = []
+    # Won: only a damaged version (the head names it) is an error now; a record or TensorBoard upload is not.
+    restored = landed.ensure_intact(chain, version, payload, "after the head swap")
+    notes = [f"restored {restored} file(s) deleted after the upload"] if restored else []
     try:
         runindex.record(chain, version)
         if meta.tensorboard_logdir:

@@ -20,6 +20,7 @@ import time
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain._util import list_objects, rfc3339, utc_now
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.errors import RetryableStoreError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.store import Store
@@ -98,7 +99,7 @@ class AuditLog:
     def events(self) -> list[AuditEvent]:
         """Every event, oldest first."""
         return [
-            AuditEvent.model_validate_json(self.store.get(info.key))
+            AuditEvent.model_validate_json(self.store.get(info.key, max_bytes=RECORD_MAX_BYTES))
             for info in list_objects(self.store, self.prefix)
             if info.key.endswith(".json")
         ]

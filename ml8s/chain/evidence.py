@@ -22,10 +22,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.chain import paths
 from ml8s.chain._util import sha256_hex
 from ml8s.chain.events import AuditEvent
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.runindex import RunRecord
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainError, NotFoundError
+from ml8s.errors import ChainError, NotFoundError, ObjectTooLargeError, UnsafeObjectError
 
 # Events written only for a version that is (or was) the head: by the committer that won its swap, or
 # (already_committed) by one that found it on the chain.
@@ -56,19 +57,19 @@ def named_versions(chain: ChainVersions) -> tuple[list[Named], list[tuple[str, s
         if not info.key.endswith(".json") or info.key.endswith(".claim.json"):
             continue
         try:
-            record = RunRecord.model_validate_json(chain.store.get(info.key))
+            record = RunRecord.model_validate_json(chain.store.get(info.key, max_bytes=RECORD_MAX_BYTES))
         except NotFoundError:
             continue
-        except ValidationError:
+        except (ValidationError, ObjectTooLargeError, UnsafeObjectError):
             problems.append(("run_index", f"{chain.store.uri(info.key)} is no valid run record"))
             continue
         named.append(Named(**record.model_dump(exclude={"full_config_hash"}), source=info.key))
     for info in chain.objects(chain.key(paths.AUDIT)):
         try:
-            event = AuditEvent.model_validate_json(chain.store.get(info.key))
+            event = AuditEvent.model_validate_json(chain.store.get(info.key, max_bytes=RECORD_MAX_BYTES))
         except NotFoundError:
             continue
-        except ValidationError:
+        except (ValidationError, ObjectTooLargeError, UnsafeObjectError):
             problems.append(("audit_event", f"{chain.store.uri(info.key)} is no valid audit event"))
             continue
         winning = event.event in WINNING_EVENTS
@@ -111,9 +112,12 @@ def index_problems(
             continue  # a block from before claims were recorded in headers
         key = chain.key(paths.RUNS, f"{header.full_config_hash}.claim.json")
         try:
-            digest = sha256_hex(chain.store.get(key))
+            digest = sha256_hex(chain.store.get(key, max_bytes=RECORD_MAX_BYTES))
         except NotFoundError:
             found.append(("run_index", f"its run claim {chain.store.uri(key)} is missing (runs/ deleted?)", version))
+            digest = header.run_claim_sha256
+        except (ObjectTooLargeError, UnsafeObjectError) as exc:
+            found.append(("run_index", f"its run claim is unreadable: {exc.message}", version))
             digest = header.run_claim_sha256
         if digest != header.run_claim_sha256:
             found.append(("run_index", f"its run claim {chain.store.uri(key)} was edited (sha256 {digest})", version))

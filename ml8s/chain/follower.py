@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import evidence
 from ml8s.chain._util import utc_now
-from ml8s.chain.anchor import Anchor, expired, signature_problems
+from ml8s.chain.anchor import Anchor, expired, issued_in_future, signature_problems
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.trusted import ReadTrust, TrustedReader
 from ml8s.chain.versions import ChainVersions
@@ -160,6 +160,13 @@ class Follower:
 
     def _check_anchor(self, anchor: Anchor) -> None:
         point = anchor.checkpoint
+        if issued_in_future(anchor, self.clock()):
+            raise ChainFrozenError(
+                point.counter,
+                f"chain {self.chain.name!r}: the anchor (v{point.counter}) was issued at {point.issued_at}, in the "
+                "future (a clock running ahead minted it): its expiry would not show a frozen head in time",
+                check="anchor_future",
+            )
         if expired(anchor, self.clock()):
             raise ChainFrozenError(
                 point.counter,

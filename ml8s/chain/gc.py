@@ -1,18 +1,30 @@
 """Garbage collection: delete version directories that can never become part of the chain.
 
-Candidates are directories under ``versions/`` off the chain: *orphans* (complete, but a loser whose
+Candidates are directories under ``versions/`` off the chain: *orphans* (complete: a loser whose
 rollback did not finish, or a crashed committer's) and *incomplete* ones (no block.pb: an upload cut
 short), plus stale objects under ``.tmp/`` and, on the local backend, empty directories left under
-``versions/`` (``empty_dir``: object stores have no directories). Safety, in order:
+``versions/`` (``empty_dir``: object stores have no directories). GC is built so that whoever can write
+the store cannot steer it into deleting anything else. Safety, in order:
 
 - dry run by default: the report says what would go;
-- the chain is verified first, and GC refuses to touch a chain with findings (fix that first: an
-  "orphan" of a corrupted chain may be the evidence, or the real history);
-- nothing reachable from the head is ever a candidate, nor any version a run record or a winning audit
-  event names (evidence.py: it was the head once, so it is evidence of a rollback, never garbage), and
-  the head is re-read before each deletion;
-- a grace period (default 24 h) on the age of a directory's *newest* object: a commit in flight
-  uploads, then swaps the head, and the grace period must outlast that (never use 0 while commits run);
+- it refuses to run (GcRefusedError) when anything under the chain is no regular file or directory: a
+  symbolic link (``.tmp -> versions``, or to a directory outside the store) would turn a deletion into
+  one elsewhere; and the local store deletes without following a link anyway (store/_safe.py), so a
+  link swapped in after that check stops the deletion instead of redirecting it;
+- the chain is verified first (with ``anchor``, against it too), and GC refuses a chain with findings:
+  an "orphan" of a corrupted, rolled-back or forked chain may be the evidence, or the real history;
+- what is kept is decided by the chain's own order, by counter, never by a clock: nothing reachable
+  from the head; nothing above the head's counter (complete or not: a commit in flight uploads exactly
+  there, and a version the head was rolled back from sits there too); no complete version whose parent
+  is off the chain (its signed block names that parent, so the parent was a head once: evidence of a
+  rollback); nothing a complete version names as its parent; nothing a run record or winning audit event
+  names (evidence.py). What is left is the shape a lost race leaves: a sibling of the chain's version at
+  its counter, or an incomplete directory at or below the head, which no swap can ever make the head;
+- a grace period (default 24 h) on top, on the age of a directory's newest object as the *store's*
+  clock says (Store.clock: the time the store gives an object it writes now, compared with the times it
+  gave the candidates; locally ``max(mtime, ctime)``, which backdating cannot age), so a GC host whose
+  clock is days ahead judges exactly as one whose clock is right;
+- the head is re-read before each deletion, and a version that is (or is above) the head then is kept;
 - every deletion is audit-logged *before* it happens (a failed audit write deletes nothing);
 - block.pb is deleted first, so an interrupted deletion leaves an incomplete directory, never a
   "complete" version with files missing;
@@ -21,18 +33,21 @@ short), plus stale objects under ``.tmp/`` and, on the local backend, empty dire
 
 from __future__ import annotations
 
-import time
-
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import evidence, paths
 from ml8s.chain._util import prune_empty_dirs
+from ml8s.chain.anchor import Anchor
+from ml8s.chain.findings import VerifyReport
 from ml8s.chain.integrity import verify_chain
+from ml8s.chain.models import ChainVersion
 from ml8s.chain.versions import ChainVersions
+from ml8s.errors import ChainError, GcRefusedError
 from ml8s.store import ObjectInfo
 
 DEFAULT_GRACE_S = 24 * 3600.0
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+_SHOWN = 5  # irregular entries named in GcRefusedError
 
 
 class GcItem(BaseModel):
@@ -49,7 +64,9 @@ class GcItem(BaseModel):
 
 
 class GcReport(BaseModel):
-    """What GC found, deleted (``dry_run=False``) or kept because it is younger than ``grace_s``."""
+    """What GC found, deleted (``dry_run=False``), kept because it is younger than ``grace_s`` by the
+    store's clock (``kept_recent``), or kept whatever its age (``kept``: ``"{dir}: {why}"``).
+    ``clock_skew_s``: the local clock minus the store's (what GC did *not* use)."""
 
     model_config = _FROZEN
 
@@ -59,6 +76,8 @@ class GcReport(BaseModel):
     items: tuple[GcItem, ...]
     kept_recent: tuple[str, ...]
     bytes_freed: int
+    kept: tuple[str, ...] = ()
+    clock_skew_s: float = 0.0
 
 
 def collect_garbage(
@@ -68,32 +87,34 @@ def collect_garbage(
     dry_run: bool = True,
     now: float | None = None,
     verify_payloads: bool = False,
+    anchor: Anchor | None = None,
+    local_now: float | None = None,
 ) -> GcReport:
-    """Find (and unless ``dry_run``, delete) the chain's garbage; see the module docstring."""
-    before = verify_chain(chain, payloads=verify_payloads)
+    """Find (and unless ``dry_run``, delete) the chain's garbage; see the module docstring. ``now``: the
+    store's current time (default: Store.clock, one probe object written and deleted under ``.tmp/``);
+    ``local_now``: this host's, only reported (``clock_skew_s``)."""
+    refuse_irregular(chain)
+    before = verify_chain(chain, payloads=verify_payloads, anchor=anchor)
     before.raise_for_findings()
-    now = time.time() if now is None else now
-    reachable = (
-        set(before.chain)
-        | set(before.ahead)
-        | {n.version_dir for n in evidence.named_versions(chain)[0] if not n.intent}
-    )
+    store_now = chain.store.clock(chain.tmp_key()) if now is None else now
+    kept = protected(chain, before)
     items: list[GcItem] = []
     recent: list[str] = []
-    for key in [] if dry_run else prune_empty_dirs(chain.store, chain.key(paths.VERSIONS), older_than=now - grace_s):
+    pruned = [] if dry_run else prune_empty_dirs(chain.store, chain.key(paths.VERSIONS), older_than=store_now - grace_s)
+    for key in pruned:
         items.append(GcItem(path=key, kind="empty_dir", age_s=grace_s, objects=0, size=0, deleted=True))
     for name, objects in sorted(chain.version_dirs().items()):
-        if name in reachable:
+        if name in kept:
             continue
         kind = "orphan" if any(o.key == chain.version_key(name, paths.BLOCK) for o in objects) else "incomplete"
-        age = now - max(o.mtime for o in objects)
+        age = store_now - max(o.changed_at for o in objects)
         if age < grace_s:
             recent.append(name)
             continue
         deleted = not dry_run and _delete_version(chain, name, kind, objects)
         items.append(_item(name, kind, age, objects, deleted))
     for info in chain.objects(chain.key(paths.TMP)):
-        age = now - info.mtime
+        age = store_now - info.changed_at
         if age < grace_s:
             recent.append(info.key)
             continue
@@ -108,13 +129,59 @@ def collect_garbage(
         items=tuple(items),
         kept_recent=tuple(recent),
         bytes_freed=sum(i.size for i in items if i.deleted),
+        kept=tuple(f"{name}: {why}" for name, why in sorted(kept.items()) if name not in before.chain),
+        clock_skew_s=0.0 if local_now is None else round(local_now - store_now, 3),
     )
+
+
+def refuse_irregular(chain: ChainVersions) -> None:
+    """GcRefusedError when anything under the chain (or on the way to it) is no regular file or directory."""
+    found = chain.store.irregular(chain.prefix)
+    if found:
+        more = f" (+{len(found) - _SHOWN} more)" if len(found) > _SHOWN else ""
+        shown = ", ".join(chain.store.uri(k) for k in found[:_SHOWN]) + more
+        raise GcRefusedError(
+            f"chain {chain.name!r}: {shown} is no regular file or directory (a symbolic link, FIFO or device); "
+            "expected only files and directories under the chain: remove it, then verify, then run GC again"
+        )
+
+
+def protected(chain: ChainVersions, report: VerifyReport) -> dict[str, str]:
+    """Every version directory GC must keep whatever its age, and why (module docstring)."""
+    keep = dict.fromkeys(report.chain, "on the chain") | dict.fromkeys(report.ahead, "committed while verifying")
+    head = report.head_counter if report.head_counter is not None else -1
+    on_chain: dict[int, str] = {}
+    reader = ChainVersions(chain.store, chain.name)
+    for name in report.chain:
+        version = reader.load(name)
+        on_chain[version.counter] = version.block_hash
+    for name in sorted(chain.version_dirs()):
+        parsed = paths.parse_version_dir(name)
+        if parsed is not None and parsed[0] > head:
+            keep.setdefault(name, "above the head: a commit in flight, or a version the head was rolled back from")
+    orphans: dict[str, ChainVersion] = {}
+    for name in report.orphans:
+        try:
+            orphans[name] = reader.load(name)
+        except ChainError:
+            keep.setdefault(name, "its block does not load: evidence, not garbage")
+    parents = {orphan.header.parent_block_hash for orphan in orphans.values()}
+    for name, orphan in orphans.items():
+        if orphan.block_hash in parents:
+            keep.setdefault(name, "a signed block names it as its parent")
+        if on_chain.get(orphan.counter - 1) != orphan.header.parent_block_hash:
+            keep.setdefault(name, "its parent is off the chain: its signed block shows a head that was rolled back")
+    for named in evidence.named_versions(chain)[0]:
+        if not named.intent:
+            keep.setdefault(named.version_dir, f"recorded as committed by {named.source}")
+    return keep
 
 
 def _delete_version(chain: ChainVersions, name: str, kind: str, objects: list[ObjectInfo]) -> bool:
     pointer = chain.read_head()
-    if pointer is not None and pointer[0].version_dir == name:
-        return False  # it became the head since verification: a commit outran the grace period
+    parsed = paths.parse_version_dir(name)
+    if pointer is not None and (pointer[0].version_dir == name or (parsed and parsed[0] > pointer[0].counter)):
+        return False  # it became the head, or the head went below it (rolled back) since verification
     size = sum(o.size for o in objects)
     chain.audit.append("gc_delete", required=True, version_dir=name, detail=f"{kind}: {len(objects)} objects, {size} B")
     block = chain.version_key(name, paths.BLOCK)

@@ -30,6 +30,8 @@ and the versions around it are still checked, then reports what does not hold. C
 ``chain_name`` / ``trust_root*``  signatures, policies and bindings (revocation.py, the rules every reader
                      applies); with ``require_signed``, also no pinned root, no policy, or versions before it
 ``anchor_*``         disagreement with an anchor (anchor.py)
+``unsafe_object``    something under the chain that is no regular file or directory (a symbolic link, FIFO,
+                     device), or an object larger than its bound (limits.py): never followed, never read
 ``weights_hash`` / ``delta_base``  a version's weights, rebuilt FULL -> DELTAs, are not what it records
 
 Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
@@ -43,7 +45,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from ml8s.chain import _checks, evidence, paths, revocation, trust
+from ml8s.chain import _checks, evidence, limits, paths, revocation, trust
 from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
@@ -57,8 +59,10 @@ from ml8s.errors import (
     ChainError,
     ChecksumError,
     NotFoundError,
+    ObjectTooLargeError,
     RetryableStoreError,
     StoreError,
+    UnsafeObjectError,
 )
 
 # What ``verify_chain(weights=...)`` calls to rebuild and check every version's weights (ml8s.weights, which
@@ -128,6 +132,8 @@ class _Verifier:
         # The head first, then the listing: every version on the chain at that moment is complete and
         # immutable, so it is in the listing; what commits land meanwhile shows up as descending from it.
         pointer = self._read_head()
+        for key in self.chain.store.irregular(self.chain.prefix):
+            self.add("unsafe_object", f"{self.chain.store.uri(key)} is no regular file or directory (not followed)")
         dirs = self.chain.version_dirs()
         block = self.chain.version_key
         incomplete = [n for n, objects in sorted(dirs.items()) if all(o.key != block(n, paths.BLOCK) for o in objects)]
@@ -214,9 +220,12 @@ class _Verifier:
             return
         where = self.chain.store.uri(self.chain.version_key(name, paths.BLOCK))
         try:
-            data = self.chain.store.get(self.chain.version_key(name, paths.BLOCK))
+            data = self.chain.store.get(self.chain.version_key(name, paths.BLOCK), max_bytes=limits.BLOCK_MAX_BYTES)
         except NotFoundError:
             return  # listed, then deleted: a loser's rollback (or GC) since; it was no part of the chain
+        except (ObjectTooLargeError, UnsafeObjectError) as exc:
+            self.add("unsafe_object", exc.message, counter=parsed_name[0])
+            return
         try:
             version = ChainVersion(block=decode_block(data, where=where, verify=False), version_dir=name)
         except ChainCorruptionError as exc:

@@ -28,9 +28,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import paths
 from ml8s.chain._util import rfc3339, sha256_hex, utc_now
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion, CommitMeta
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, NotFoundError
+from ml8s.errors import (
+    ChainCorruptionError,
+    ChainForkError,
+    ChainRollbackError,
+    NotFoundError,
+    ObjectTooLargeError,
+    UnsafeObjectError,
+)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -67,10 +75,10 @@ def committed(chain: ChainVersions, full_config_hash: str) -> ChainVersion | Non
     if not chain.store.exists(key):  # the usual answer; a HEAD, cheaper than a GET's 404 on some servers
         return None
     try:
-        record = RunRecord.model_validate_json(chain.store.get(key))
+        record = RunRecord.model_validate_json(chain.store.get(key, max_bytes=RECORD_MAX_BYTES))
     except NotFoundError:
         return None
-    except ValidationError as exc:
+    except (ValidationError, ObjectTooLargeError, UnsafeObjectError) as exc:
         raise ChainCorruptionError(None, f"{chain.store.uri(key)} is no valid run record", check="run_index") from exc
     version = chain.load(record.version_dir)
     if (version.block_hash, version.header.full_config_hash) != (record.block_hash, full_config_hash):

@@ -24,10 +24,11 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from ml8s.chain import paths
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.root import KeySignature, TrustedKey, TrustRoot, signers, trusted_key
 from ml8s.chain.signing import SigningKey, signature_valid
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainError, NotFoundError
+from ml8s.errors import ChainError, NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.identity.hashing import canonical_bytes
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -115,9 +116,9 @@ def load_policies(chain: ChainVersions, root: TrustRoot | None = None) -> tuple[
         if match is None or int(match.group(1)) != len(policies) + 1:
             return policies, [("trust_policy", f"{where}: expected policy-{len(policies) + 1:010d}.json")]
         try:
-            data = chain.store.get(info.key)
-            signed = SignedPolicy.model_validate_json(data[: MAX_POLICY_BYTES + 1])
-        except (ValidationError, NotFoundError):
+            data = chain.store.get(info.key, max_bytes=RECORD_MAX_BYTES)
+            signed = SignedPolicy.model_validate_json(data)
+        except (ValidationError, NotFoundError, ObjectTooLargeError, UnsafeObjectError):
             return policies, [("trust_policy", f"{where} is no valid signed trust policy")]
         policy = signed.policy
         if (policy.version, policy.chain_name, policy.previous_sha256) != (len(policies) + 1, chain.name, previous):
@@ -181,7 +182,7 @@ def adopt_policy(
         raise ChainError(f"chain {chain.name!r}: the trust policies are broken ({problems[0][1]}); fix them first")
     keys = tuple(sorted({trusted_key(k) for k in public_keys}, key=lambda k: k.key_id))
     head = chain.head()
-    previous_bytes = chain.store.get(policy_key(chain, len(policies))) if policies else b""
+    previous_bytes = chain.store.get(policy_key(chain, len(policies)), max_bytes=RECORD_MAX_BYTES) if policies else b""
     try:
         policy = TrustPolicy.model_validate(
             {

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from ml8s.chain import paths
 from ml8s.chain._util import list_objects, prune_empty_dirs, sha256_hex
 from ml8s.chain.events import AuditLog
+from ml8s.chain.limits import BLOCK_MAX_BYTES, HEAD_MAX_BYTES, PAYLOAD_MEMORY_MAX_BYTES, RECORD_MAX_BYTES
 from ml8s.chain.models import ChainHead, ChainVersion, LocalFile, PayloadSource
 from ml8s.chain.root import TrustRoot
 from ml8s.chain.signing import SigningKey
@@ -36,7 +37,9 @@ from ml8s.errors import (
     ConfigError,
     IntegrityError,
     NotFoundError,
+    ObjectTooLargeError,
     StoreError,
+    UnsafeObjectError,
     VersionNotFoundError,
 )
 from ml8s.identity.settings import worker_id
@@ -79,7 +82,7 @@ class ChainVersions:
     def read_head(self) -> tuple[ChainHead, str] | None:
         """The head pointer and its compare-and-swap token; None before ``init()``."""
         try:
-            found = self.store.get_versioned(self.key(paths.HEAD))
+            found = self.store.get_versioned(self.key(paths.HEAD), max_bytes=HEAD_MAX_BYTES)
         except NotFoundError:
             return None
         try:
@@ -135,7 +138,7 @@ class ChainVersions:
             raise VersionNotFoundError(f"{version_dir!r} is not a version directory name of chain {self.name!r}")
         where = self.store.uri(self.version_key(version_dir, paths.BLOCK))
         try:
-            data = self.store.get(self.version_key(version_dir, paths.BLOCK))
+            data = self.store.get(self.version_key(version_dir, paths.BLOCK), max_bytes=BLOCK_MAX_BYTES)
         except NotFoundError as exc:
             raise VersionNotFoundError(f"{where} does not exist: the version is missing or incomplete") from exc
         block = decode_block(data, where=where)
@@ -175,10 +178,14 @@ class ChainVersions:
             names = [f.name for f in version.header.files]
             raise VersionNotFoundError(f"version {version.counter} of {self.name!r} has no file {name!r} ({names})")
         where = self.store.uri(self.version_key(version.version_dir, paths.PAYLOAD, name))
+        bound = min(entry.size, PAYLOAD_MEMORY_MAX_BYTES)
         try:
-            data = self.store.get(self.version_key(version.version_dir, paths.PAYLOAD, name))
+            data = self.store.get(self.version_key(version.version_dir, paths.PAYLOAD, name), max_bytes=bound)
         except NotFoundError as exc:
             raise ChecksumError(f"{where} is missing", check="payload_missing") from exc
+        except (ObjectTooLargeError, UnsafeObjectError) as exc:  # never read past the size the block records
+            check = "payload_size" if isinstance(exc, ObjectTooLargeError) else "unsafe_object"
+            raise ChecksumError(exc.message, check=check) from exc
         if len(data) != entry.size:
             raise ChecksumError(f"{where}: {len(data)} bytes, the block records {entry.size}", check="payload_size")
         if (digest := sha256_hex(data)) != entry.sha256:
@@ -250,7 +257,7 @@ class ChainVersions:
         A create-only object never changes once written, so its bytes are remembered: asking again reads nothing.
         """
         if (known := self._created.get(key)) is None:
-            known = data if self.store.put_if_absent(key, data) else self.store.get(key)
+            known = data if self.store.put_if_absent(key, data) else self.store.get(key, max_bytes=RECORD_MAX_BYTES)
             self._created[key] = known
         return known
 

@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 
 from ml8s.chain import (
     ENV_KEY,
@@ -82,6 +83,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["anchor"].add_argument("--ttl-hours", type=float, default=24.0, help="validity (default 24)")
     verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
+    verbs.choices["gc"].add_argument(
+        "--anchor",
+        default=None,
+        help="refuse unless the chain extends this anchor (a file, or mlflow:[MODEL[/VERSION]])",
+    )
     verbs.choices["keygen"].add_argument("--out", required=True, help="private key file to create (mode 0600)")
     for keyed in ("trust", "root"):
         verbs.choices[keyed].add_argument(
@@ -202,7 +208,15 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {finding.check}: v{finding.counter} {finding.reason}", file=sys.stderr)
         return 0 if report.ok else 1
     elif verb == "gc":
-        gc = collect_garbage(chain, grace_s=args.grace_hours * 3600, dry_run=not args.execute)
+        from ml8s.audit.anchor_tags import load_anchor
+
+        gc = collect_garbage(
+            chain,
+            grace_s=args.grace_hours * 3600,
+            dry_run=not args.execute,
+            anchor=load_anchor(args.anchor, settings),
+            local_now=time.time(),
+        )
         _print(gc.model_dump(mode="json"))
     else:
         wanted = set(args.counters)

@@ -2,15 +2,17 @@
 
 Only keys of the form ``ml8s_training_runs/{RUN_ID}/.tmp/…``, ``ml8s_incidents/.tmp/…``,
 ``ml8s_quarantine/.tmp/…`` and ``.tmp/…`` (the root's, where a local store stages conditional writes)
-are candidates, and only when their age (the store's mtime: the file's mtime locally, ``LastModified``
-on S3) exceeds the retention. A live write is always younger: every
-write creates its tmp object fresh. The model chain's ``.tmp/`` is the chain GC's business.
+are candidates, and only when their age exceeds the retention. The age is measured on the store's clock
+alone: the store's time now (Store.clock: the time it gives a probe object written under ``.tmp/`` and
+deleted again) minus the time it gave the entry (the file's mtime locally, ``LastModified`` on S3), so
+a host whose clock runs days ahead removes nothing a correct one would keep. A live write is always
+younger: every write creates its tmp object fresh. The model chain's ``.tmp/`` is the chain GC's business.
 """
 
 from __future__ import annotations
 
 import re
-import time
+import uuid
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
@@ -75,10 +77,11 @@ def tmp_entries(store: Store) -> list[ObjectInfo]:
 def cleanup_tmp(
     store: Store, older_than_days: float, *, dry_run: bool = False, now: float | None = None
 ) -> CleanupReport:
-    """Delete the tmp entries older than ``older_than_days`` (strictly), unless ``dry_run``."""
+    """Delete the tmp entries older than ``older_than_days`` (strictly), unless ``dry_run``. ``now``: the
+    store's current time (default: Store.clock, measured with a probe object under the root's ``.tmp/``)."""
     if older_than_days < 0:
         raise ConfigError(f"--older-than-days {older_than_days}: expected a number of days >= 0")
-    current = time.time() if now is None else now
+    current = store.clock(f"{layout.TMP_DIR}/ml8s-clock-{uuid.uuid4().hex}") if now is None else now
     removed: list[TmpEntry] = []
     kept = 0
     for info in tmp_entries(store):

@@ -10,7 +10,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeVar
 
-from ml8s.errors import StoreError
+from ml8s.errors import NotFoundError, StoreError
+from ml8s.store._safe import open_regular
 
 _CHUNK = 1024 * 1024  # fits the L2 cache: read, write and hash touch it there (4 MiB measured slower)
 _COPY_CHUNK = 64 * 1024 * 1024  # per copy_file_range/sendfile call: the kernel copies it without our buffers
@@ -146,11 +147,14 @@ def into_dir(source: str, final: str, move: Callable[[str, str], None]) -> None:
 
 
 def sha256_or_none(path: str) -> str | None:
+    """sha256 of the regular file ``path``, None when absent; a link, FIFO or device there is
+    UnsafeObjectError (never followed, never waited on: the compare-and-swap holds a lock meanwhile)."""
     try:
-        with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
-    except FileNotFoundError:
+        fd = open_regular(path, path, nofollow=True)
+    except NotFoundError:
         return None
+    with os.fdopen(fd, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def size_or_none(path: str) -> int | None:

@@ -32,6 +32,15 @@ class ObjectInfo(BaseModel):
     size: int
     checksum: str | None = None
     mtime: float
+    # When the object last changed by the store's clock, where that differs from ``mtime`` and cannot be
+    # set back: locally max(st_mtime, st_ctime) (utime moves st_ctime to now). None: ``mtime`` is that
+    # already (S3's LastModified, which the server sets on every write).
+    changed: float | None = None
+
+    @property
+    def changed_at(self) -> float:
+        """The time an age is measured from that no writer can backdate (``changed``, else ``mtime``)."""
+        return self.mtime if self.changed is None else self.changed
 
 
 class Versioned(BaseModel):
@@ -92,9 +101,32 @@ class Store(abc.ABC):
         Raises :class:`ml8s.errors.PreconditionFailedError` when the object changed.
         """
 
+    def irregular(self, prefix: str) -> list[str]:
+        """Keys under ``prefix`` that are no regular file or directory (a symbolic link, FIFO, device):
+        none in an object store, which holds nothing but objects; the local backend overrides this."""
+        del prefix
+        return []
+
+    def clock(self, probe_key: str) -> float:
+        """The store's own current time (epoch seconds): the modification time it gives an object written
+        now at ``probe_key`` (deleted again). Ages compared with it are ordered by one clock, the store's,
+        however far the local clock is off (S3 times have whole seconds: up to 1 s behind)."""
+        self.put_if_absent(probe_key, b"")
+        try:
+            found = [info.changed_at for info in self.list(probe_key) if info.key == probe_key]
+        finally:
+            self.delete(probe_key)
+        if not found:
+            raise IntegrityError(f"{self.uri(probe_key)}: written to read the store's time, but not listed")
+        return found[0]
+
     @abc.abstractmethod
-    def get(self, key: str, *, if_match: str | None = None) -> bytes:
+    def get(self, key: str, *, if_match: str | None = None, max_bytes: int | None = None) -> bytes:
         """The object's bytes; :class:`ml8s.errors.NotFoundError` when absent.
+
+        With ``max_bytes``, a strict read: an object larger than that is
+        :class:`ml8s.errors.ObjectTooLargeError` before its bytes are read, and locally a symbolic link is
+        :class:`ml8s.errors.UnsafeObjectError` (never followed). A FIFO or device is refused either way.
 
         With ``if_match``, only if the object's version token (ETag on S3, sha256 locally) still equals
         it: :class:`ml8s.errors.PreconditionFailedError` otherwise. The data loader reads this way, so
@@ -102,8 +134,8 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def get_versioned(self, key: str) -> Versioned:
-        """The object's bytes and its compare-and-swap token."""
+    def get_versioned(self, key: str, *, max_bytes: int | None = None) -> Versioned:
+        """The object's bytes and its compare-and-swap token (``max_bytes``: a strict read, as :meth:`get`)."""
 
     @abc.abstractmethod
     def download(self, key: str, path: str) -> WriteResult:

@@ -20,7 +20,7 @@ import secrets
 import stat
 from collections.abc import Iterator
 
-from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, StoreError
+from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
 from ml8s.store._files import (
     copy_file,
     fsync_dir,
@@ -30,6 +30,7 @@ from ml8s.store._files import (
     size_or_none,
     write_file,
 )
+from ml8s.store._safe import irregular, open_regular, read_regular, unlink_nofollow
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 
 LOCK_DIR = ".ml8s-locks"
@@ -101,40 +102,35 @@ class LocalStore(Store):
         return digest
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        """Never through a symbolic link (_safe.unlink_nofollow): UnsafeObjectError, nothing deleted."""
+        parts = [p for p in self._path(key).removeprefix(self.root).split(os.sep) if p]
+        if not parts:
+            raise StoreError(f"cannot delete {self.uri(key)}: the store's root; expected a key under it")
         try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return
+            unlink_nofollow(self.root, parts, self.uri(key))
         except OSError as exc:
             raise StoreError(f"cannot delete {self.uri(key)}: {exc.strerror or exc}") from exc
-        fsync_dir(self._prune(os.path.dirname(path)))
 
     # -- reads ----------------------------------------------------------------------------------
-    def get(self, key: str, *, if_match: str | None = None) -> bytes:
-        try:
-            with open(self._path(key), "rb") as handle:
-                data = handle.read()
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"{self.uri(key)} does not exist") from exc
-        except OSError as exc:
-            raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
+    def get(self, key: str, *, if_match: str | None = None, max_bytes: int | None = None) -> bytes:
+        """A regular file only (a FIFO or device is refused, never waited on: _safe.read_regular); with
+        ``max_bytes``, no symbolic link either, and at most that many bytes."""
+        data = read_regular(self._path(key), self.uri(key), max_bytes=max_bytes)
         if if_match is not None and (found := hashlib.sha256(data).hexdigest()) != if_match:
             raise PreconditionFailedError(f"{self.uri(key)} changed: expected version {if_match}, found {found}")
         return data
 
-    def get_versioned(self, key: str) -> Versioned:
+    def get_versioned(self, key: str, *, max_bytes: int | None = None) -> Versioned:
         with self._lock(key):
-            data = self.get(key)
+            data = self.get(key, max_bytes=max_bytes)
         return Versioned(data=data, token=hashlib.sha256(data).hexdigest())
 
     def checksum(self, key: str) -> str:
         """The file's sha256, streamed (the token :meth:`get_versioned` returns)."""
+        fd = open_regular(self._path(key), self.uri(key), nofollow=True)
         try:
-            with open(self._path(key), "rb") as handle:
+            with os.fdopen(fd, "rb") as handle:
                 return hashlib.file_digest(handle, "sha256").hexdigest()
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"{self.uri(key)} does not exist") from exc
         except OSError as exc:
             raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
 
@@ -145,6 +141,11 @@ class LocalStore(Store):
         with open_source(source, self.uri(key)) as handle:
             digest, size = write_file(path, handle)
         return WriteResult(key=key, size=size, sha256=digest)
+
+    def irregular(self, prefix: str) -> list[str]:
+        """Keys under ``prefix`` that are neither regular files nor directories (links, FIFOs, devices,
+        sockets), or a component of ``prefix`` that is a link; nothing followed (_safe.irregular)."""
+        return irregular(self.root, [p for p in self._path(prefix).removeprefix(self.root).split(os.sep) if p])
 
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
@@ -161,7 +162,7 @@ class LocalStore(Store):
             except OSError as exc:
                 raise StoreError(f"cannot list {self.uri(rel)}: {exc.strerror or exc}") from exc
             if stat.S_ISREG(info.st_mode):
-                return [ObjectInfo(key=rel, size=info.st_size, mtime=info.st_mtime)]
+                return [ObjectInfo(key=rel, size=info.st_size, mtime=info.st_mtime, changed=changed(info))]
         found: list[ObjectInfo] = []
         pending = [(base, rel)]
         while pending:
@@ -186,16 +187,6 @@ class LocalStore(Store):
         name = f"{os.path.basename(final)[:64]}.{os.getpid()}.{secrets.token_hex(8)}.new"
         return os.path.join(self.root, TMP_DIR, name)
 
-    def _prune(self, directory: str) -> str:
-        """Remove ``directory`` and its parents while empty, never the root; returns the deepest one left."""
-        while directory != self.root and directory.startswith(self.root + os.sep):
-            try:
-                os.rmdir(directory)
-            except OSError:  # not empty (ENOTEMPTY), already gone (ENOENT), or not ours to tidy: stop
-                break
-            directory = os.path.dirname(directory)
-        return directory
-
     def _validate_and_move(
         self, key: str, tmp: str, tmp_key: str, digest: str, size: int, *, source: str | None = None
     ) -> WriteResult:
@@ -203,6 +194,11 @@ class LocalStore(Store):
         ``source``: the local file the bytes were copied from (named in the error: it changed since hashed)."""
         on_disk = sha256_or_none(tmp)
         found = size_or_none(tmp)
+        if found is None:  # nobody but a cleanup deletes a staged file: say so, not "the file changed"
+            raise RetryableStoreError(
+                f"{self.uri(tmp_key)} vanished before it was checked: staged for {self.uri(key)}, then deleted by "
+                "someone else (a tmp-cleanup or GC judging age by a clock ahead of the store's?); retrying is safe"
+            )
         if (on_disk, found) != (digest, size):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -213,7 +209,7 @@ class LocalStore(Store):
                 )
             raise IntegrityError(
                 f"{self.uri(tmp_key)}: expected {size} bytes sha256 {digest}, read back {found} bytes sha256 "
-                f"{on_disk} after fsync (None: the tmp file vanished)"
+                f"{on_disk} after fsync"
             )
         final = self._path(key)
         into_dir(tmp, final, os.replace)
@@ -247,4 +243,10 @@ def _scan(directory: str, under: str, found: list[ObjectInfo], pending: list[tup
             except FileNotFoundError:
                 continue  # deleted since the directory was read, or a dangling link
             if stat.S_ISREG(info.st_mode):
-                found.append(ObjectInfo(key=key, size=info.st_size, mtime=info.st_mtime))
+                found.append(ObjectInfo(key=key, size=info.st_size, mtime=info.st_mtime, changed=changed(info)))
+
+
+def changed(info: os.stat_result) -> float:
+    """When the file last changed by the filesystem's clock: ``st_ctime`` cannot be set back by anyone
+    (utime sets ``st_mtime`` and so moves ``st_ctime`` to now), so a backdated file does not look old."""
+    return max(info.st_mtime, info.st_ctime)

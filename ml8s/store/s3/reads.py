@@ -8,9 +8,10 @@ import io
 import os
 import random
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
-from ml8s.errors import NotFoundError
+from ml8s.errors import NotFoundError, ObjectTooLargeError
 from ml8s.store.base import ObjectInfo, Versioned, WriteResult
 from ml8s.store.s3.client import CUT_SHORT, MiB, S3Base, unquote
 
@@ -19,14 +20,14 @@ if TYPE_CHECKING:
 
 
 class S3Reads(S3Base):
-    def get(self, key: str, *, if_match: str | None = None) -> bytes:
+    def get(self, key: str, *, if_match: str | None = None, max_bytes: int | None = None) -> bytes:
         buffer = io.BytesIO()
-        self._read(key, if_match, buffer)
+        self._read(key, if_match, buffer, max_bytes)
         return buffer.getvalue()
 
-    def get_versioned(self, key: str) -> Versioned:
+    def get_versioned(self, key: str, *, max_bytes: int | None = None) -> Versioned:
         buffer = io.BytesIO()
-        token = self._read(key, None, buffer)
+        token = self._read(key, None, buffer, max_bytes)
         return Versioned(data=buffer.getvalue(), token=token)
 
     def download(self, key: str, path: str) -> WriteResult:
@@ -44,8 +45,10 @@ class S3Reads(S3Base):
             raise
         return WriteResult(key=key, size=os.path.getsize(path), sha256=digest)
 
-    def _read(self, key: str, if_match: str | None, out: IO[bytes]) -> str:
-        """Stream the object into ``out``; returns its ETag. A body cut short is fetched again (GET is idempotent)."""
+    def _read(self, key: str, if_match: str | None, out: IO[bytes], max_bytes: int | None = None) -> str:
+        """Stream the object into ``out``; returns its ETag. A body cut short is fetched again (GET is idempotent).
+        ``max_bytes``: an object whose Content-Length is larger is refused before its body is read, and the
+        body is never read past it (a server sending more than it announced)."""
         request: GetObjectRequestTypeDef = {"Bucket": self.bucket, "Key": self._key(key)}
         if if_match is not None:
             request["IfMatch"] = unquote(if_match)
@@ -55,8 +58,10 @@ class S3Reads(S3Base):
             with self._errors("GET", key, f"version {if_match}" if if_match else ""):
                 response = self._client.get_object(**request)
                 try:
+                    _check_length(self.uri(key), response["ContentLength"], max_bytes, response["Body"].close)
                     for chunk in response["Body"].iter_chunks(MiB):
                         out.write(chunk)
+                        _check_length(self.uri(key), out.tell(), max_bytes, response["Body"].close)
                     return unquote(response["ETag"])
                 except CUT_SHORT:
                     if attempt == self.attempts:
@@ -99,3 +104,9 @@ class S3Reads(S3Base):
     def delete(self, key: str) -> None:
         with self._errors("DELETE", key):
             self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+
+def _check_length(uri: str, size: int, max_bytes: int | None, close: Callable[[], None]) -> None:
+    if max_bytes is not None and size > max_bytes:
+        close()
+        raise ObjectTooLargeError(f"{uri} holds {size} bytes or more; expected at most {max_bytes} (not read)")
