@@ -14,40 +14,26 @@ import io
 import os
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.data.columns import NUMBER as _NUMBER
+from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, present_text, text_column
+from ml8s.data.columns import convert as _convert
+from ml8s.data.columns import floats as _floats
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.data.sources import read_verified
 from ml8s.errors import DataError
 
-FloatArray = npt.NDArray[np.float64]
-ObjectArray = npt.NDArray[np.object_]
+__all__ = ["Column", "Dataset", "FloatArray", "ObjectArray", "load_dataset", "parse_file", "text_column"]
 
-_NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 # Spelled infinities are numbers too (so they are found and refused below, not one-hot encoded).
 _INFINITY = r"^[+-]?(inf|infinity)$"
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-
-
-class Column(BaseModel):
-    """One typed column: ``numeric``/``boolean`` as float64 (NaN = missing), ``categorical`` as str/None."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    name: str
-    kind: str
-    values: FloatArray | ObjectArray
-
-    def missing(self) -> npt.NDArray[np.bool_]:
-        if self.kind == "categorical":
-            return np.array([v is None for v in self.values], dtype=bool)
-        return np.isnan(self.values.astype(np.float64))
 
 
 class Dataset(BaseModel):
@@ -203,7 +189,7 @@ def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
 
 
 def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning | None]:
-    values = _present_text(array)
+    values = present_text(array)
     lower = pc.utf8_lower(values)
     non_missing = pc.drop_null(values)
     if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
@@ -212,64 +198,10 @@ def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning 
     is_number = pc.fill_null(pc.or_(pc.match_substring_regex(values, _NUMBER), spelled_infinity), False)
     numbers = int(pc.sum(is_number).as_py() or 0)
     if not is_mostly_numeric(numbers, len(non_missing)):
-        return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object)), None
+        return categorical(name, values), None
     warning = None
     if numbers < len(non_missing):
         stray = pc.drop_null(pc.if_else(is_number, pa.scalar(None, pa.string()), values)).to_pylist()
         warning = stray_text_warning(name, [str(v) for v in stray], numbers)
         values = pc.if_else(is_number, values, pa.scalar(None, pa.string()))
     return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64()))), warning
-
-
-def text_column(name: str, kind: str, cells: pa.Array) -> Column:
-    """Type text cells (null = missing) as a column of a known ``kind``, as :func:`load_dataset` types CSV text.
-
-    Surrounding whitespace is ignored and a blank cell is missing; a ``boolean`` cell reads ``true`` or
-    ``false`` in any case, a ``numeric`` cell a decimal number; ``categorical`` keeps the trimmed text.
-
-    Raises:
-        DataError: a present cell is not a value of ``kind`` (the message names the column and the row, 1 = the
-            first cell).
-    """
-    if kind not in ("boolean", "numeric", "categorical"):
-        raise DataError(f"column {name!r} has kind {kind!r}; expected boolean, numeric or categorical")
-    values = _present_text(cells)
-    if kind != "categorical":
-        if kind == "boolean":
-            valid = pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))
-        else:
-            valid = pc.match_substring_regex(values, _NUMBER)
-        ok = pc.fill_null(pc.or_kleene(pc.is_null(values), valid), False)
-        bad = np.flatnonzero(~np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool))
-        if len(bad):
-            expected = "true or false" if kind == "boolean" else "a decimal number"
-            raise DataError(
-                f"column {name!r} has {values[int(bad[0])].as_py()!r} in row {int(bad[0]) + 1} (of {len(values)}), "
-                f"which is not {kind}; expected {expected} or an empty cell"
-            )
-    return _typed_text(name, kind, values)
-
-
-def _present_text(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """Trimmed text, null where the cell is null or one of the missing-value tokens (blank included)."""
-    text = pc.utf8_trim_whitespace(array)
-    present = pc.invert(pc.fill_null(pc.is_in(text, value_set=pa.array(MISSING_TOKENS, pa.string())), True))
-    return pc.if_else(present, text, pa.scalar(None, pa.string()))
-
-
-def _typed_text(name: str, kind: str, values: pa.Array | pa.ChunkedArray) -> Column:
-    if kind == "boolean":
-        lower = pc.utf8_lower(values)
-        return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64())))
-    if kind == "numeric":
-        return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64())))
-    return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object))
-
-
-def _floats(array: pa.ChunkedArray | pa.Array) -> FloatArray:
-    return np.asarray(pc.fill_null(array, float("nan")).to_numpy(), dtype=np.float64)
-
-
-def _convert(array: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
-    """Arrow's safe type conversion (overflow, truncation or unparsable text raise ArrowInvalid)."""
-    return pc.call_function("cast", [array], pc.CastOptions.safe(to))

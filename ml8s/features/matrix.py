@@ -1,34 +1,111 @@
-"""The feature matrix file (``features/feature_matrix.parquet``): written and read with fixed options."""
+"""The feature matrix file (``features/feature_matrix.parquet``): written and read with fixed options.
+
+Both directions go a row group at a time, so neither holds the matrix twice: writing encodes each row group
+from the typed columns straight to float32, and training reads it into one float32 array (never float64).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ml8s.data.columns import Column
 from ml8s.data.dataset import FloatArray
 from ml8s.features.column_names import SPLIT, TARGET
+from ml8s.inference.rules import FeatureRule, encode_columns
 
 IntArray = npt.NDArray[np.int64]
+Float32Array = npt.NDArray[np.float32]
+# pyarrow's default row group size for write_table: writing group by group with it keeps every matrix file's
+# bytes what one write_table call of the whole matrix wrote before.
+ROW_GROUP = 1024 * 1024
 
 
 def write_matrix_arrays(
     path: str, matrix: npt.NDArray[np.floating], names: list[str], target: IntArray, split: npt.NDArray[np.integer]
 ) -> None:
     """Parquet with fixed writer options: same values, same bytes (pyarrow is pinned)."""
-    columns = {name: pa.array(matrix[:, i].astype(np.float32)) for i, name in enumerate(names)}
-    columns[TARGET] = pa.array(target.astype(np.int32))
-    columns[SPLIT] = pa.array(split.astype(np.int8))
-    table = pa.table(columns)
-    pq.write_table(table, path, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True)
+    groups = ((start, min(start + ROW_GROUP, len(target))) for start in range(0, len(target), ROW_GROUP))
+    _write(path, names, ((matrix[a:b], target[a:b], split[a:b]) for a, b in groups))
+
+
+def write_encoded(
+    path: str,
+    rules: Sequence[FeatureRule],
+    columns: Mapping[str, Column],
+    kept: Mapping[str, Collection[str]],
+    target: IntArray,
+    split: npt.NDArray[np.integer],
+) -> None:
+    """The matrix of ``rules`` over ``columns``, encoded and written one row group at a time."""
+    names = [rule.name for rule in rules]
+
+    def groups() -> Iterator[tuple[npt.NDArray[np.floating], IntArray, npt.NDArray[np.integer]]]:
+        for start in range(0, len(target), ROW_GROUP):
+            end = min(start + ROW_GROUP, len(target))
+            part = {name: columns[name].part(start, end) for name in sorted({rule.source for rule in rules})}
+            yield encode_columns(rules, part, kept, end - start), target[start:end], split[start:end]
+
+    _write(path, names, groups())
+
+
+def _write(
+    path: str, names: list[str], groups: Iterator[tuple[npt.NDArray[np.floating], IntArray, npt.NDArray[np.integer]]]
+) -> None:
+    schema = pa.schema([*((name, pa.float32()) for name in names), (TARGET, pa.int32()), (SPLIT, pa.int8())])
+    with pq.ParquetWriter(
+        path, schema, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True
+    ) as writer:
+        for matrix, target, split in groups:
+            columns = [pa.array(matrix[:, i].astype(np.float32)) for i in range(len(names))]
+            columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=ROW_GROUP)
 
 
 def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
     """(features as float64, class indices, split, feature names) from a feature matrix file."""
-    table = pq.read_table(path)
-    names = [n for n in table.column_names if n not in (TARGET, SPLIT)]
-    features = np.column_stack([table.column(n).to_numpy().astype(np.float64) for n in names])
-    target = table.column(TARGET).to_numpy().astype(np.int64)
-    split = table.column(SPLIT).to_numpy().astype(np.int64)
+    features, target, split, names = read_matrix32(path)
+    return features.astype(np.float64), target, split, names
+
+
+def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str]]:
+    """(features as one C-ordered float32 array, class indices, split, feature names), read a row group at a
+    time: the peak is the float32 matrix plus one row group."""
+    file = pq.ParquetFile(path)
+    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
+    rows = file.metadata.num_rows
+    features = np.empty((rows, len(names)), dtype=np.float32)
+    target = np.empty(rows, dtype=np.int64)
+    split = np.empty(rows, dtype=np.int64)
+    start = 0
+    for group in range(file.num_row_groups):
+        table = file.read_row_group(group)
+        end = start + table.num_rows
+        for i, name in enumerate(names):
+            features[start:end, i] = table.column(name).to_numpy()
+        target[start:end] = table.column(TARGET).to_numpy()
+        split[start:end] = table.column(SPLIT).to_numpy()
+        start = end
     return features, target, split, names
+
+
+def read_split32(path: str, split: int) -> Float32Array:
+    """The float32 features of the rows whose ``__split__`` is ``split``, in file order, read a row group at a
+    time (held-out rows for export validation without the training rows)."""
+    file = pq.ParquetFile(path)
+    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
+    parts: list[Float32Array] = []
+    for group in range(file.num_row_groups):
+        table = file.read_row_group(group)
+        chosen = np.flatnonzero(table.column(SPLIT).to_numpy() == split)
+        part = np.empty((len(chosen), len(names)), dtype=np.float32)
+        for i, name in enumerate(names):
+            part[:, i] = table.column(name).to_numpy()[chosen]
+        parts.append(part)
+    if not parts:
+        return np.empty((0, len(names)), dtype=np.float32)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
