@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -24,11 +26,13 @@ from ml8s.data.columns import NUMBER as _NUMBER
 from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, present_text, text_column
 from ml8s.data.columns import convert as _convert
 from ml8s.data.columns import floats as _floats
+from ml8s.data.csv_columns import Chunk, chunk_of, finish
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
-from ml8s.data.sources import read_verified
+from ml8s.data.sources import read_verified, restrict
 from ml8s.errors import DataError
 
+log = logging.getLogger(__name__)
 __all__ = ["Column", "Dataset", "FloatArray", "ObjectArray", "load_dataset", "parse_file", "text_column"]
 
 # Spelled infinities are numbers too (so they are found and refused below, not one-hot encoded).
@@ -64,6 +68,8 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
         DataChangedError: a file's bytes differ from its fingerprint entry.
         DataError: unsupported, unreadable or inconsistent files, or no rows at all.
     """
+    if all(_FORMATS.get(os.path.splitext(e.relative_path)[1].lower()) == "csv" for e in fingerprint.entries):
+        return _load_csv(fingerprint)
     tables: list[pa.Table] = []
     rows_per_file: dict[str, int] = {}
     names: tuple[str, ...] | None = None
@@ -94,6 +100,79 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     )
 
 
+def _load_csv(fingerprint: Fingerprint) -> Dataset:
+    """:func:`load_dataset` of CSV files, a file at a time: each file's text is reduced to compact typed chunks
+    (:mod:`ml8s.data.csv_columns`) before the next file is parsed, so the text of one file is held at a time."""
+    root = fingerprint.data_root
+    chunks: dict[str, list[Chunk]] = {}
+    rows_per_file: dict[str, int] = {}
+    files: list[FileEntry] = []
+    names: tuple[str, ...] | None = None
+    for entry, data in read_verified(fingerprint):
+        table = _parse(entry, data, root)
+        del data  # the parsed table holds its own copy of the text
+        these = tuple(sorted(table.column_names))
+        if names is None:
+            names = these
+        elif these != names:
+            raise DataError(
+                f"{_where(fingerprint, entry)} has columns {list(these)}; "
+                f"expected the columns of {files[0].relative_path}: {list(names)}"
+            )
+        for name in these:
+            chunks.setdefault(name, []).append(chunk_of(table.column(name)))
+        rows_per_file[entry.relative_path] = table.num_rows
+        files.append(entry)
+        log.info(
+            "[data] parsed %s: %d rows (%d rows so far)",
+            entry.relative_path,
+            table.num_rows,
+            sum(rows_per_file.values()),
+        )
+    total = sum(rows_per_file.values())
+    if names is None or total == 0:
+        raise DataError(f"DATA_ROOT {root} holds no data rows; expected at least 2 rows")
+
+    def cells_of(name: str) -> Callable[[int], pa.ChunkedArray]:
+        def cells(index: int) -> pa.ChunkedArray:
+            entry = files[index]
+            (_, data), *_ = read_verified(restrict(fingerprint, [entry.relative_path]))
+            return _parse(entry, data, root).column(name)
+
+        return cells
+
+    columns: list[Column] = []
+    warnings: list[DataWarning] = []
+    for name in names:
+        column, warning = finish(name, chunks.pop(name), cells_of(name))
+        if column.kind != "categorical":
+            bad = np.flatnonzero(np.isinf(column.values))
+            if len(bad):
+                index, row = _file_row(int(bad[0]), [rows_per_file[f.relative_path] for f in files])
+                raise _not_finite(files[index].relative_path, root, name, row, cells_of(name)(index)[row].as_py())
+        columns.append(column)
+        warnings.extend([warning] if warning else [])
+    return Dataset(columns=tuple(columns), rows=total, rows_per_file=rows_per_file, warnings=tuple(warnings))
+
+
+def _file_row(row: int, rows: list[int]) -> tuple[int, int]:
+    """(file index, row in that file) of a row of all files' rows."""
+    for index, count in enumerate(rows):
+        if row < count:
+            return index, row
+        row -= count
+    raise IndexError(row)
+
+
+def _not_finite(path: str, root: str, name: str, row: int, cell: object) -> DataError:
+    shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
+    return DataError(
+        f"data file {path} (under {root}), column {name!r}, data row {row + 1} (1 = the first row "
+        f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
+        f"empty or one of {list(MISSING_TOKENS)})"
+    )
+
+
 def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root: str) -> None:
     """A number that overflowed (``1e999``) or an infinity is a DataError naming the file, column and row."""
     if column.kind == "categorical":
@@ -101,17 +180,8 @@ def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root
     bad = np.flatnonzero(np.isinf(column.values.astype(np.float64)))
     if not len(bad):
         return
-    row = int(bad[0])
-    for path, table in zip(files, tables, strict=True):
-        if row < table.num_rows:
-            cell = table.column(column.name)[row].as_py()
-            shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
-            raise DataError(
-                f"data file {path} (under {root}), column {column.name!r}, data row {row + 1} (1 = the first row "
-                f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
-                f"empty or one of {list(MISSING_TOKENS)})"
-            )
-        row -= table.num_rows
+    index, row = _file_row(int(bad[0]), [t.num_rows for t in tables])
+    raise _not_finite(files[index], root, column.name, row, tables[index].column(column.name)[row].as_py())
 
 
 def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
