@@ -34,12 +34,16 @@ MiB = 1024 * 1024
 # Runs `ml8s run` and stamps the log lines the bench needs with the time since start: training begins at the
 # "[train] training ..." line; the epoch line carries its steps and rate.
 _DRIVER = r"""
-import json, logging, re, sys, time
+import json, logging, re, resource, sys, time
 t0 = time.perf_counter()
 marks = {}
 class Marks(logging.Handler):
     def emit(self, record):
         text = record.getMessage()
+        tag = re.match(r"\[(\w+)\]", text)
+        if tag:
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            marks.setdefault("timeline", {})[tag.group(1)] = (round(time.perf_counter() - t0, 2), rss)
         if "[train]" in text and " training " in text and "train_start" not in marks:
             marks["train_start"] = time.perf_counter() - t0
             found = re.search(r"training (\d+) rows x (\d+) features", text)
@@ -172,6 +176,8 @@ def bench(rows: int, scale: Path, device: str) -> None:
         f"({read_rss / MiB:,.0f} MiB), {read_rate:,.0f} rows/s; ratio {run_rate / read_rate:.2f} (goal >= 0.33)",
         flush=True,
     )
+    timeline = ", ".join(f"{tag} {at:.1f} s {rss} MiB" for tag, (at, rss) in marks.get("timeline", {}).items())
+    print(f"  last log line of each step (time since start, peak RSS so far): {timeline}", flush=True)
     step_us = 1e6 / marks["steps_per_s"]
     train_rows, features = int(marks["train_rows"]), int(marks["features"])
     minimal = minimal_step_us(min(train_rows, 2_000_000), features, device, min(MINIMAL_STEPS, int(marks["steps"])))

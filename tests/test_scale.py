@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -191,3 +192,46 @@ def test_categorical_codes_do_not_depend_on_how_rows_are_split() -> None:
     assert column.values.tolist() == [1, 0, -1, 2, 0, -1, 1]
     assert column.text().tolist() == ["b", "a", None, "c", "a", None, "b"]
     assert column.counts() == {None: 2, "a": 2, "b": 2, "c": 1}
+
+
+# Cells Arrow's number parser and the number pattern might judge differently: a column of them must be typed as
+# if every cell had gone through the pattern (the fast path may only accept what the pattern accepts).
+TRICKY = ["1", "+1", "-1", "1.", ".5", "+.5", "1e5", "1E+5", "1.e5", "5e", ".", "e5", "0x10", "0x1p3", "1_000", "1,5",
+          "inf", "-Inf", "INF", "infinity", "+infinity", "NAN", "-nan", "00012", "1.5f", "1d5", "١", "１", "+-1", "--1",
+          "1e5.5", ".e1", "+", "-", "Inf1", "infinit", "0.0e-0"]  # fmt: skip
+
+
+@pytest.mark.parametrize("cell", TRICKY)
+def test_a_column_of_one_tricky_cell_is_typed_by_the_number_pattern(cell: str) -> None:
+    from ml8s.data.csv_columns import Numbers, chunk_of, number_mask
+
+    cells = pa.array(["7", cell, "8"])
+    chunk = chunk_of(cells)
+    assert isinstance(chunk, Numbers) == bool(pc.all(number_mask(cells)).as_py())
+
+
+def test_graphed_loop_bookkeeping_matches_the_plain_loop_on_cpu() -> None:
+    """The CUDA-graph loop's static buffers, warm-up count and eager last batch, without capture (no GPU here)."""
+    from ml8s.training.loop import Graphed
+
+    def run(graphed: bool) -> tuple[list[float], list[torch.Tensor]]:
+        torch.manual_seed(5)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        generator = torch.Generator().manual_seed(2)
+        x, y = torch.randn(300, 4, generator=generator), torch.randint(0, 2, (300,), generator=generator)
+        stepper = (
+            Graphed(model, optimizer, x, y, 32, capture=False).run_epoch
+            if graphed
+            else epoch_stepper(cross_entropy_step, model, optimizer, x, y, 32)
+        )
+        sums = []
+        for _ in range(3):
+            total, steps = stepper(torch.randperm(300, generator=generator))
+            assert steps == 10  # 9 full batches and one of 12 rows
+            sums.append(float(total.item()))
+        return sums, [p.detach().clone() for p in model.parameters()]
+
+    (plain_sums, plain), (graphed_sums, graphed) = run(False), run(True)
+    assert graphed_sums == plain_sums
+    assert all(torch.equal(a, b) for a, b in zip(plain, graphed, strict=True))

@@ -45,13 +45,36 @@ Reparse = Callable[[int], pa.ChunkedArray | pa.Array]  # file index -> the colum
 
 
 def chunk_of(cells: pa.ChunkedArray | pa.Array) -> Chunk:
-    """The compact chunk of one file's text cells of one column."""
+    """The compact chunk of one file's text cells of one column.
+
+    A column of numbers is recognised by Arrow's number parser in one pass; anything else is dictionary-coded
+    first, so the number pattern runs once per distinct text rather than once per cell.
+    """
     values = present_text(cells)
     present = len(values) - values.null_count
-    numbers = int(pc.sum(number_mask(values)).as_py() or 0)
-    if numbers == present:
-        return Numbers(values=floats(convert(values, pa.float64())), present=present)
-    return Texts(column=categorical("", values), present=present)
+    parsed = _parsed(values)
+    if parsed is not None:
+        return Numbers(values=parsed, present=present)
+    column = categorical("", values)
+    texts = Texts(column=column, present=present)
+    if _number_cells(texts) == present:
+        return Numbers(values=_as_numbers(texts), present=present)
+    return texts
+
+
+def _parsed(values: pa.ChunkedArray | pa.Array) -> FloatArray | None:
+    """The cells as float64 when Arrow parses every present one as a number that is not NaN, else None.
+
+    Arrow's parser accepts nothing the number pattern refuses but spellings of NaN (refused here): where it
+    accepts a column, the pattern would have too; where it refuses one, the caller applies the pattern.
+    """
+    try:
+        parsed = pc.call_function("cast", [values], pc.CastOptions.safe(pa.float64()))
+    except pa.ArrowInvalid:
+        return None
+    if pc.sum(pc.is_nan(parsed)).as_py():
+        return None
+    return floats(parsed)
 
 
 def number_mask(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from ml8s.data.columns import Column
 from ml8s.data.dataset import FloatArray
 from ml8s.features.column_names import SPLIT, TARGET
-from ml8s.inference.rules import FeatureRule, encode_columns
+from ml8s.inference.rules import FeatureRule, encode_each
 
 IntArray = npt.NDArray[np.int64]
 Float32Array = npt.NDArray[np.float32]
@@ -29,8 +29,13 @@ def write_matrix_arrays(
     path: str, matrix: npt.NDArray[np.floating], names: list[str], target: IntArray, split: npt.NDArray[np.integer]
 ) -> None:
     """Parquet with fixed writer options: same values, same bytes (pyarrow is pinned)."""
-    groups = ((start, min(start + ROW_GROUP, len(target))) for start in range(0, len(target), ROW_GROUP))
-    _write(path, names, ((matrix[a:b], target[a:b], split[a:b]) for a, b in groups))
+
+    def groups() -> Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]]:
+        for start in range(0, len(target), ROW_GROUP):
+            end = min(start + ROW_GROUP, len(target))
+            yield (matrix[start:end, i] for i in range(len(names))), target[start:end], split[start:end]
+
+    _write(path, names, groups())
 
 
 def write_encoded(
@@ -41,27 +46,29 @@ def write_encoded(
     target: IntArray,
     split: npt.NDArray[np.integer],
 ) -> None:
-    """The matrix of ``rules`` over ``columns``, encoded and written one row group at a time."""
+    """The matrix of ``rules`` over ``columns``, encoded and written one row group, one feature at a time."""
     names = [rule.name for rule in rules]
 
-    def groups() -> Iterator[tuple[npt.NDArray[np.floating], IntArray, npt.NDArray[np.integer]]]:
+    def groups() -> Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]]:
         for start in range(0, len(target), ROW_GROUP):
             end = min(start + ROW_GROUP, len(target))
             part = {name: columns[name].part(start, end) for name in sorted({rule.source for rule in rules})}
-            yield encode_columns(rules, part, kept, end - start), target[start:end], split[start:end]
+            yield encode_each(rules, part, kept), target[start:end], split[start:end]
 
     _write(path, names, groups())
 
 
 def _write(
-    path: str, names: list[str], groups: Iterator[tuple[npt.NDArray[np.floating], IntArray, npt.NDArray[np.integer]]]
+    path: str,
+    names: list[str],
+    groups: Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]],
 ) -> None:
     schema = pa.schema([*((name, pa.float32()) for name in names), (TARGET, pa.int32()), (SPLIT, pa.int8())])
     with pq.ParquetWriter(
         path, schema, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True
     ) as writer:
-        for matrix, target, split in groups:
-            columns = [pa.array(matrix[:, i].astype(np.float32)) for i in range(len(names))]
+        for features, target, split in groups:
+            columns = [pa.array(np.asarray(values, dtype=np.float32)) for values in features]
             columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
             writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=ROW_GROUP)
 

@@ -14,7 +14,7 @@ recorded rules with the same function, so the two cannot disagree. The rules:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -115,13 +115,22 @@ def encode_columns(
         rows: the number of rows (every column has that many values).
     """
     matrix = np.empty((rows, len(rules)), dtype=np.float64)
+    for i, values in enumerate(encode_each(rules, columns, kept)):
+        matrix[:, i] = values
+    return matrix
+
+
+def encode_each(
+    rules: Sequence[FeatureRule], columns: Mapping[str, Column], kept: Mapping[str, Collection[str]]
+) -> Iterator[FloatArray]:
+    """The matrix's columns one at a time (float64), in the order of ``rules``: what :func:`encode_columns`
+    fills its matrix with, for writers that need one column at a time."""
     buckets: dict[str, Buckets] = {}
-    for i, rule in enumerate(rules):
+    for rule in rules:
         column = columns[rule.source]
         categories = None
         if rule.kind == "onehot":
             if rule.source not in buckets:
                 buckets[rule.source] = bucket(column, kept[rule.source])
             categories = buckets[rule.source]
-        matrix[:, i] = feature_values(rule, column, categories)
-    return matrix
+        yield feature_values(rule, column, categories)

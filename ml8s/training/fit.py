@@ -77,7 +77,10 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     model = family.build(data.model_spec).to(device)
     plan = spec.lineage
     if plan is None:
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+        # capturable (the step count on the device) lets the CUDA loop replay its step as a graph (training.loop)
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(
+            model.parameters(), lr=params.learning_rate, capturable=device.type == "cuda"
+        )
         losses, steps = _fit(spec, family, model, optimizer, data.x, data.y, data.train_index())
         state = cold_state(model, steps, device)
     else:
