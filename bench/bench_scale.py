@@ -82,12 +82,21 @@ def _child(argv: list[str], env: dict[str, str] | None = None, log: Path | None 
 
 def _data(scale: Path, rows: int) -> tuple[Path, int]:
     out = scale / f"demo-{rows}"
+    # The generator checks existing files by making their bytes again (minutes at 20M rows): a marker written
+    # after it succeeded, naming each file's size, lets a later bench skip it.
+    done = scale / f"demo-{rows}.done"
+    sizes = {p.name: p.stat().st_size for p in sorted(out.glob("part-*.csv"))}
+    if done.exists() and done.read_text() == json.dumps(sizes):
+        print(f"  data: {rows:,} rows, {sum(sizes.values()) / MiB:,.0f} MiB (generated before)", flush=True)
+        return out, sum(sizes.values())
     argv = [sys.executable, "-m", "ml8s.data.demo", "--out", str(out), "--rows", str(rows), "--files", str(FILES)]
     started = time.perf_counter()
     code, _, rss = _child(argv)
     if code:
         raise SystemExit(f"the demo generator failed for {rows} rows (exit {code})")
-    size = sum(p.stat().st_size for p in out.glob("part-*.csv"))
+    sizes = {p.name: p.stat().st_size for p in sorted(out.glob("part-*.csv"))}
+    done.write_text(json.dumps(sizes))
+    size = sum(sizes.values())
     print(
         f"  data: {rows:,} rows, {size / MiB:,.0f} MiB in {FILES} files ({time.perf_counter() - started:.1f} s, "
         f"generator peak RSS {rss / MiB:,.0f} MiB)",
@@ -207,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         bench(rows, args.scale_dir, args.device)
         if args.clean:
             shutil.rmtree(args.scale_dir / f"demo-{rows}", ignore_errors=True)
+            (args.scale_dir / f"demo-{rows}.done").unlink(missing_ok=True)
     return 0
 
 

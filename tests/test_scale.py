@@ -235,3 +235,14 @@ def test_graphed_loop_bookkeeping_matches_the_plain_loop_on_cpu() -> None:
     (plain_sums, plain), (graphed_sums, graphed) = run(False), run(True)
     assert graphed_sums == plain_sums
     assert all(torch.equal(a, b) for a, b in zip(plain, graphed, strict=True))
+
+
+def test_prepare_consuming_the_dataset_keeps_the_same_rows(small_data: Path) -> None:
+    params = _params(SAMPLE_ROWS="50")
+    copied = prepare(load_dataset(fingerprint_local(str(small_data))), params)
+    consumed = prepare(load_dataset(fingerprint_local(str(small_data))), params, consume=True)
+    assert [c.name for c in consumed.columns] == [c.name for c in copied.columns]
+    for a, b in zip(consumed.columns, copied.columns, strict=True):
+        np.testing.assert_array_equal(a.values, b.values)
+        assert a.category_list() == b.category_list()
+    np.testing.assert_array_equal(consumed.target, copied.target)

@@ -44,6 +44,14 @@ class Column(BaseModel):
         """The column restricted to ``rows`` (categories that no longer occur stay listed, with a count of 0)."""
         return Column(name=self.name, kind=self.kind, values=self.values[rows], categories=self.categories)
 
+    def compact(self, rows: npt.NDArray[np.intp] | npt.NDArray[np.int64]) -> Column:
+        """:meth:`take` that moves the rows to the front of this column's own array,
+        leaving this column invalid: no second copy of the column. A read-only array is copied instead."""
+        if not self.values.flags.writeable:
+            return self.take(rows)
+        self.values[: len(rows)] = self.values[rows]  # the right side is a copy of one column, then moved
+        return self.part(0, len(rows))
+
     def part(self, start: int, stop: int) -> Column:
         """Rows ``start`` to ``stop`` (a view, no copy)."""
         return Column(name=self.name, kind=self.kind, values=self.values[start:stop], categories=self.categories)

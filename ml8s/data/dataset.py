@@ -218,7 +218,8 @@ def _parse(entry: FileEntry, data: bytes, root: str) -> pa.Table:
 
 
 def _csv_header(data: bytes, where: str) -> list[str]:
-    line = data.split(b"\n", 1)[0].decode("utf-8")
+    end = data.find(b"\n")
+    line = (data if end < 0 else data[:end]).decode("utf-8")  # not split(): that copies the whole file
     header = next(csv.reader(io.StringIO(line)), [])
     if not header or any(not name.strip() for name in header):
         raise DataError(f"{where} has an empty or blank column name in its header; expected named columns")

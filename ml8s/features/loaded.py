@@ -29,7 +29,7 @@ def load_prepared(fingerprint: Fingerprint, params: RunParams, *, keep: bool) ->
     prepared = _held.pop(key, None)
     _held.clear()  # at most one run's rows, and never a stale run's
     if prepared is None:
-        prepared = prepare(load_dataset(fingerprint), params)
+        prepared = prepare(load_dataset(fingerprint), params, consume=True)  # the dataset is used only here
     if keep:
         _held[key] = prepared
     return prepared

@@ -78,8 +78,12 @@ class Prepared(BaseModel):
         }
 
 
-def prepare(data: Dataset, params: RunParams) -> Prepared:
-    """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded."""
+def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepared:
+    """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded.
+
+    With ``consume`` the kept rows are moved to the front of ``data``'s own arrays instead of copied (``data``
+    must not be used afterwards): the rows are then held once, not twice, while they are prepared.
+    """
     target_name = resolve_target(data.names, params.target_column)
     excluded = resolve_excluded(data.names, params.exclude_columns)
     if target_name in excluded:
@@ -104,7 +108,7 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
     for column in data.columns:
         if column.name == target_name or column.name in dropped:
             continue
-        kept = column.take(rows)
+        kept = column.compact(rows) if consume else column.take(rows)
         if kept.missing().all():
             dropped[column.name] = "all values missing"
             continue
