@@ -90,14 +90,20 @@ def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str
     split = np.empty(rows, dtype=np.int64)
     start = 0
     for group in range(file.num_row_groups):
-        table = file.read_row_group(group)
-        end = start + table.num_rows
+        end = start + file.metadata.row_group(group).num_rows
         for i, name in enumerate(names):
-            features[start:end, i] = table.column(name).to_numpy()
-        target[start:end] = table.column(TARGET).to_numpy()
-        split[start:end] = table.column(SPLIT).to_numpy()
+            features[start:end, i] = _column(file, group, name)
+        target[start:end] = _column(file, group, TARGET)
+        split[start:end] = _column(file, group, SPLIT)
         start = end
+    pa.default_memory_pool().release_unused()
     return features, target, split, names
+
+
+def _column(file: pq.ParquetFile, group: int, name: str) -> npt.NDArray[np.generic]:
+    """One column of one row group: reading a whole row group would keep it (Arrow's buffers) in memory beside
+    the float32 matrix it is copied into."""
+    return np.asarray(file.read_row_group(group, columns=[name], use_threads=False).column(0).to_numpy())
 
 
 def read_split32(path: str, split: int) -> Float32Array:
@@ -107,12 +113,12 @@ def read_split32(path: str, split: int) -> Float32Array:
     names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
     parts: list[Float32Array] = []
     for group in range(file.num_row_groups):
-        table = file.read_row_group(group)
-        chosen = np.flatnonzero(table.column(SPLIT).to_numpy() == split)
+        chosen = np.flatnonzero(_column(file, group, SPLIT) == split)
         part = np.empty((len(chosen), len(names)), dtype=np.float32)
         for i, name in enumerate(names):
-            part[:, i] = table.column(name).to_numpy()[chosen]
+            part[:, i] = _column(file, group, name)[chosen]
         parts.append(part)
+    pa.default_memory_pool().release_unused()
     if not parts:
         return np.empty((0, len(names)), dtype=np.float32)
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
