@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ml8s.data.columns import NUMBER, Column, FloatArray, categorical, convert, floats, present_text
-from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.errors import DataError
 
 INFINITY = r"^[+-]?(inf|infinity)$"  # spelled infinities are numbers (found and refused, not one-hot encoded)
 
@@ -100,6 +101,25 @@ def finish(name: str, chunks: list[Chunk], reparse: Reparse) -> tuple[Column, Da
         return Column(name=name, kind="numeric", values=_concat([_as_numbers(c) for c in chunks])), warning
     parts = [c.column if isinstance(c, Texts) else _texts(i, c, reparse) for i, c in enumerate(chunks)]
     return _merged(name, parts), None
+
+
+def file_row(row: int, rows: list[int]) -> tuple[int, int]:
+    """(file index, row in that file) of a row of all files' rows, ``rows`` being each file's row count."""
+    for index, count in enumerate(rows):
+        if row < count:
+            return index, row
+        row -= count
+    raise IndexError(row)
+
+
+def not_finite(path: str, root: str, name: str, row: int, cell: object) -> DataError:
+    """The error of a number that overflowed (``1e999``) or an infinity, naming the file, column and row."""
+    shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
+    return DataError(
+        f"data file {path} (under {root}), column {name!r}, data row {row + 1} (1 = the first row "
+        f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
+        f"empty or one of {list(MISSING_TOKENS)})"
+    )
 
 
 def _concat(parts: list[FloatArray]) -> FloatArray:

@@ -13,7 +13,7 @@ import csv
 import io
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +26,9 @@ from ml8s.data.columns import NUMBER as _NUMBER
 from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, present_text, text_column
 from ml8s.data.columns import convert as _convert
 from ml8s.data.columns import floats as _floats
-from ml8s.data.csv_columns import Chunk, chunk_of, finish
+from ml8s.data.csv_columns import Chunk, chunk_of, file_row, finish, not_finite
 from ml8s.data.fingerprint import FileEntry, Fingerprint
-from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.data.sources import read_verified, restrict
 from ml8s.errors import DataError
 
@@ -101,43 +101,48 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
 
 
 def _load_csv(fingerprint: Fingerprint) -> Dataset:
-    """:func:`load_dataset` of CSV files, a file at a time: each file's text is reduced to compact typed chunks
-    (:mod:`ml8s.data.csv_columns`) before the next file is parsed, so the text of one file is held at a time."""
+    """:func:`load_dataset` of CSV files, a block at a time: each block's text is reduced to compact typed chunks
+    (:mod:`ml8s.data.csv_columns`) before the next is parsed, so one file's bytes and one block's text are held
+    besides the typed chunks."""
     root = fingerprint.data_root
     chunks: dict[str, list[Chunk]] = {}
     rows_per_file: dict[str, int] = {}
     files: list[FileEntry] = []
     names: tuple[str, ...] | None = None
+    origins: list[tuple[int, int, int]] = []  # per chunk: (file index, first row in the file, rows)
     for entry, data in read_verified(fingerprint):
-        table = _parse(entry, data, root)
-        del data  # the parsed table holds its own copy of the text
-        these = tuple(sorted(table.column_names))
+        header, batches = _csv_batches(entry, data, root)
+        these = tuple(sorted(header))
         if names is None:
             names = these
         elif these != names:
             raise DataError(
-                f"{_where(fingerprint, entry)} has columns {list(these)}; "
-                f"expected the columns of {files[0].relative_path}: {list(names)}"
+                f"{_where(fingerprint, entry)} has columns {list(these)}; expected the columns of "
+                f"{files[0].relative_path}: {list(names)}"
             )
-        for name in these:
-            chunks.setdefault(name, []).append(chunk_of(table.column(name)))
-        rows_per_file[entry.relative_path] = table.num_rows
+        rows = 0
+        for batch in batches:
+            for name in these:
+                chunks.setdefault(name, []).append(chunk_of(batch.column(name)))
+            origins.append((len(files), rows, batch.num_rows))
+            rows += batch.num_rows
+        del data
+        rows_per_file[entry.relative_path] = rows
         files.append(entry)
-        log.info(
-            "[data] parsed %s: %d rows (%d rows so far)",
-            entry.relative_path,
-            table.num_rows,
-            sum(rows_per_file.values()),
-        )
+        log.info("[data] parsed %s: %d rows (%d rows so far)", entry.relative_path, rows, sum(rows_per_file.values()))
     total = sum(rows_per_file.values())
     if names is None or total == 0:
         raise DataError(f"DATA_ROOT {root} holds no data rows; expected at least 2 rows")
 
+    def file_cells(name: str, index: int) -> pa.ChunkedArray:
+        entry = files[index]
+        (_, data), *_ = read_verified(restrict(fingerprint, [entry.relative_path]))
+        return _parse(entry, data, root).column(name)
+
     def cells_of(name: str) -> Callable[[int], pa.ChunkedArray]:
-        def cells(index: int) -> pa.ChunkedArray:
-            entry = files[index]
-            (_, data), *_ = read_verified(restrict(fingerprint, [entry.relative_path]))
-            return _parse(entry, data, root).column(name)
+        def cells(chunk: int) -> pa.ChunkedArray:
+            index, start, rows = origins[chunk]
+            return file_cells(name, index).slice(start, rows)
 
         return cells
 
@@ -148,29 +153,11 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
         if column.kind != "categorical":
             bad = np.flatnonzero(np.isinf(column.values))
             if len(bad):
-                index, row = _file_row(int(bad[0]), [rows_per_file[f.relative_path] for f in files])
-                raise _not_finite(files[index].relative_path, root, name, row, cells_of(name)(index)[row].as_py())
+                index, row = file_row(int(bad[0]), [rows_per_file[f.relative_path] for f in files])
+                raise not_finite(files[index].relative_path, root, name, row, file_cells(name, index)[row].as_py())
         columns.append(column)
         warnings.extend([warning] if warning else [])
     return Dataset(columns=tuple(columns), rows=total, rows_per_file=rows_per_file, warnings=tuple(warnings))
-
-
-def _file_row(row: int, rows: list[int]) -> tuple[int, int]:
-    """(file index, row in that file) of a row of all files' rows."""
-    for index, count in enumerate(rows):
-        if row < count:
-            return index, row
-        row -= count
-    raise IndexError(row)
-
-
-def _not_finite(path: str, root: str, name: str, row: int, cell: object) -> DataError:
-    shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
-    return DataError(
-        f"data file {path} (under {root}), column {name!r}, data row {row + 1} (1 = the first row "
-        f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
-        f"empty or one of {list(MISSING_TOKENS)})"
-    )
 
 
 def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root: str) -> None:
@@ -180,8 +167,8 @@ def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root
     bad = np.flatnonzero(np.isinf(column.values.astype(np.float64)))
     if not len(bad):
         return
-    index, row = _file_row(int(bad[0]), [t.num_rows for t in tables])
-    raise _not_finite(files[index], root, column.name, row, tables[index].column(column.name)[row].as_py())
+    index, row = file_row(int(bad[0]), [t.num_rows for t in tables])
+    raise not_finite(files[index], root, column.name, row, tables[index].column(column.name)[row].as_py())
 
 
 def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
@@ -215,6 +202,35 @@ def _parse(entry: FileEntry, data: bytes, root: str) -> pa.Table:
         return pacsv.read_csv(pa.BufferReader(data), convert_options=options)
     except (pa.ArrowException, UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{where} cannot be parsed as {fmt}: {exc}") from exc
+
+
+_BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held besides the typed chunks
+
+
+def _csv_batches(entry: FileEntry, data: bytes, root: str) -> tuple[list[str], Iterator[pa.RecordBatch]]:
+    """A CSV file's column names and its rows as text, a block of :data:`_BLOCK` bytes at a time (checked as
+    :func:`parse_file` checks a file)."""
+    where = f"data file {entry.relative_path} (under {root})"
+    if not data:
+        raise DataError(f"{where} is empty; expected a header line and rows")
+    failed = (pa.ArrowException, UnicodeDecodeError, csv.Error)
+    try:
+        options = pacsv.ConvertOptions(
+            column_types={n: pa.string() for n in _csv_header(data, where)}, strings_can_be_null=False
+        )
+        reader = pacsv.open_csv(
+            pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK), convert_options=options
+        )
+    except failed as exc:
+        raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except failed as exc:
+            raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
+
+    return list(reader.schema.names), batches()
 
 
 def _csv_header(data: bytes, where: str) -> list[str]:
