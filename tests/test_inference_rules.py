@@ -240,7 +240,7 @@ def test_text_column_types_like_the_loader(data: Path) -> None:
         typed = text_column(column.name, column.kind, pa.array([r[column.name] for r in rows]))
         assert typed.kind == column.kind
         if column.kind == "categorical":
-            assert typed.values.tolist() == column.values.tolist()
+            assert typed.text().tolist() == column.text().tolist()
         else:
             np.testing.assert_array_equal(typed.values, column.values)
     with pytest.raises(DataError, match="kind 'date'"):

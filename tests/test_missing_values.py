@@ -101,7 +101,7 @@ def test_every_token_is_missing_in_every_column_and_the_case_rule_is_exact(tmp_p
     assert kinds == {"num": "numeric", "cat": "categorical", "flag": "boolean", "label": "categorical"}
     for name in ("num", "cat", "flag"):
         assert int(dataset.column(name).missing().sum()) == 3 * len(MISSING_TOKENS), name
-    assert sorted({v for v in dataset.column("cat").values.tolist() if v is not None}) == ["a", "b", "none"]
+    assert sorted({v for v in dataset.column("cat").text().tolist() if v is not None}) == ["a", "b", "none"]
     assert dataset.warnings == ()
 
 

@@ -11,43 +11,33 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
+from collections.abc import Callable, Iterator
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.data.columns import NUMBER as _NUMBER
+from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, present_text, text_column
+from ml8s.data.columns import convert as _convert
+from ml8s.data.columns import floats as _floats
+from ml8s.data.csv_columns import Chunk, chunk_of, file_row, finish, not_finite
 from ml8s.data.fingerprint import FileEntry, Fingerprint
-from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
-from ml8s.data.sources import read_verified
+from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.data.sources import read_verified, restrict
 from ml8s.errors import DataError
 
-FloatArray = npt.NDArray[np.float64]
-ObjectArray = npt.NDArray[np.object_]
+log = logging.getLogger(__name__)
+__all__ = ["Column", "Dataset", "FloatArray", "ObjectArray", "load_dataset", "parse_file", "text_column"]
 
-_NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 # Spelled infinities are numbers too (so they are found and refused below, not one-hot encoded).
 _INFINITY = r"^[+-]?(inf|infinity)$"
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-
-
-class Column(BaseModel):
-    """One typed column: ``numeric``/``boolean`` as float64 (NaN = missing), ``categorical`` as str/None."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    name: str
-    kind: str
-    values: FloatArray | ObjectArray
-
-    def missing(self) -> npt.NDArray[np.bool_]:
-        if self.kind == "categorical":
-            return np.array([v is None for v in self.values], dtype=bool)
-        return np.isnan(self.values.astype(np.float64))
 
 
 class Dataset(BaseModel):
@@ -78,6 +68,8 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
         DataChangedError: a file's bytes differ from its fingerprint entry.
         DataError: unsupported, unreadable or inconsistent files, or no rows at all.
     """
+    if all(_FORMATS.get(os.path.splitext(e.relative_path)[1].lower()) == "csv" for e in fingerprint.entries):
+        return _load_csv(fingerprint)
     tables: list[pa.Table] = []
     rows_per_file: dict[str, int] = {}
     names: tuple[str, ...] | None = None
@@ -108,6 +100,66 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     )
 
 
+def _load_csv(fingerprint: Fingerprint) -> Dataset:
+    """:func:`load_dataset` of CSV files, a block at a time: each block's text is reduced to compact typed chunks
+    (:mod:`ml8s.data.csv_columns`) before the next is parsed, so one file's bytes and one block's text are held
+    besides the typed chunks."""
+    root = fingerprint.data_root
+    chunks: dict[str, list[Chunk]] = {}
+    rows_per_file: dict[str, int] = {}
+    files: list[FileEntry] = []
+    names: tuple[str, ...] | None = None
+    origins: list[tuple[int, int, int]] = []  # per chunk: (file index, first row in the file, rows)
+    for entry, data in read_verified(fingerprint):
+        header, batches = _csv_batches(entry, data, root)
+        these = tuple(sorted(header))
+        if names is None:
+            names = these
+        elif these != names:
+            raise DataError(
+                f"{_where(fingerprint, entry)} has columns {list(these)}; expected the columns of "
+                f"{files[0].relative_path}: {list(names)}"
+            )
+        rows = 0
+        for batch in batches:
+            for name in these:
+                chunks.setdefault(name, []).append(chunk_of(batch.column(name)))
+            origins.append((len(files), rows, batch.num_rows))
+            rows += batch.num_rows
+        del data
+        rows_per_file[entry.relative_path] = rows
+        files.append(entry)
+        log.info("[data] parsed %s: %d rows (%d rows so far)", entry.relative_path, rows, sum(rows_per_file.values()))
+    total = sum(rows_per_file.values())
+    if names is None or total == 0:
+        raise DataError(f"DATA_ROOT {root} holds no data rows; expected at least 2 rows")
+
+    def file_cells(name: str, index: int) -> pa.ChunkedArray:
+        entry = files[index]
+        (_, data), *_ = read_verified(restrict(fingerprint, [entry.relative_path]))
+        return _parse(entry, data, root).column(name)
+
+    def cells_of(name: str) -> Callable[[int], pa.ChunkedArray]:
+        def cells(chunk: int) -> pa.ChunkedArray:
+            index, start, rows = origins[chunk]
+            return file_cells(name, index).slice(start, rows)
+
+        return cells
+
+    columns: list[Column] = []
+    warnings: list[DataWarning] = []
+    for name in names:
+        column, warning = finish(name, chunks.pop(name), cells_of(name))
+        if column.kind != "categorical":
+            bad = np.flatnonzero(np.isinf(column.values))
+            if len(bad):
+                index, row = file_row(int(bad[0]), [rows_per_file[f.relative_path] for f in files])
+                raise not_finite(files[index].relative_path, root, name, row, file_cells(name, index)[row].as_py())
+        columns.append(column)
+        warnings.extend([warning] if warning else [])
+    return Dataset(columns=tuple(columns), rows=total, rows_per_file=rows_per_file, warnings=tuple(warnings))
+
+
 def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root: str) -> None:
     """A number that overflowed (``1e999``) or an infinity is a DataError naming the file, column and row."""
     if column.kind == "categorical":
@@ -115,17 +167,8 @@ def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root
     bad = np.flatnonzero(np.isinf(column.values.astype(np.float64)))
     if not len(bad):
         return
-    row = int(bad[0])
-    for path, table in zip(files, tables, strict=True):
-        if row < table.num_rows:
-            cell = table.column(column.name)[row].as_py()
-            shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
-            raise DataError(
-                f"data file {path} (under {root}), column {column.name!r}, data row {row + 1} (1 = the first row "
-                f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
-                f"empty or one of {list(MISSING_TOKENS)})"
-            )
-        row -= table.num_rows
+    index, row = file_row(int(bad[0]), [t.num_rows for t in tables])
+    raise not_finite(files[index], root, column.name, row, tables[index].column(column.name)[row].as_py())
 
 
 def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
@@ -161,8 +204,38 @@ def _parse(entry: FileEntry, data: bytes, root: str) -> pa.Table:
         raise DataError(f"{where} cannot be parsed as {fmt}: {exc}") from exc
 
 
+_BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held besides the typed chunks
+
+
+def _csv_batches(entry: FileEntry, data: bytes, root: str) -> tuple[list[str], Iterator[pa.RecordBatch]]:
+    """A CSV file's column names and its rows as text, a block of :data:`_BLOCK` bytes at a time (checked as
+    :func:`parse_file` checks a file)."""
+    where = f"data file {entry.relative_path} (under {root})"
+    if not data:
+        raise DataError(f"{where} is empty; expected a header line and rows")
+    failed = (pa.ArrowException, UnicodeDecodeError, csv.Error)
+    try:
+        options = pacsv.ConvertOptions(
+            column_types={n: pa.string() for n in _csv_header(data, where)}, strings_can_be_null=False
+        )
+        reader = pacsv.open_csv(
+            pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK), convert_options=options
+        )
+    except failed as exc:
+        raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except failed as exc:
+            raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
+
+    return list(reader.schema.names), batches()
+
+
 def _csv_header(data: bytes, where: str) -> list[str]:
-    line = data.split(b"\n", 1)[0].decode("utf-8")
+    end = data.find(b"\n")
+    line = (data if end < 0 else data[:end]).decode("utf-8")  # not split(): that copies the whole file
     header = next(csv.reader(io.StringIO(line)), [])
     if not header or any(not name.strip() for name in header):
         raise DataError(f"{where} has an empty or blank column name in its header; expected named columns")
@@ -203,7 +276,7 @@ def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
 
 
 def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning | None]:
-    values = _present_text(array)
+    values = present_text(array)
     lower = pc.utf8_lower(values)
     non_missing = pc.drop_null(values)
     if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
@@ -212,64 +285,10 @@ def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning 
     is_number = pc.fill_null(pc.or_(pc.match_substring_regex(values, _NUMBER), spelled_infinity), False)
     numbers = int(pc.sum(is_number).as_py() or 0)
     if not is_mostly_numeric(numbers, len(non_missing)):
-        return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object)), None
+        return categorical(name, values), None
     warning = None
     if numbers < len(non_missing):
         stray = pc.drop_null(pc.if_else(is_number, pa.scalar(None, pa.string()), values)).to_pylist()
         warning = stray_text_warning(name, [str(v) for v in stray], numbers)
         values = pc.if_else(is_number, values, pa.scalar(None, pa.string()))
     return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64()))), warning
-
-
-def text_column(name: str, kind: str, cells: pa.Array) -> Column:
-    """Type text cells (null = missing) as a column of a known ``kind``, as :func:`load_dataset` types CSV text.
-
-    Surrounding whitespace is ignored and a blank cell is missing; a ``boolean`` cell reads ``true`` or
-    ``false`` in any case, a ``numeric`` cell a decimal number; ``categorical`` keeps the trimmed text.
-
-    Raises:
-        DataError: a present cell is not a value of ``kind`` (the message names the column and the row, 1 = the
-            first cell).
-    """
-    if kind not in ("boolean", "numeric", "categorical"):
-        raise DataError(f"column {name!r} has kind {kind!r}; expected boolean, numeric or categorical")
-    values = _present_text(cells)
-    if kind != "categorical":
-        if kind == "boolean":
-            valid = pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))
-        else:
-            valid = pc.match_substring_regex(values, _NUMBER)
-        ok = pc.fill_null(pc.or_kleene(pc.is_null(values), valid), False)
-        bad = np.flatnonzero(~np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool))
-        if len(bad):
-            expected = "true or false" if kind == "boolean" else "a decimal number"
-            raise DataError(
-                f"column {name!r} has {values[int(bad[0])].as_py()!r} in row {int(bad[0]) + 1} (of {len(values)}), "
-                f"which is not {kind}; expected {expected} or an empty cell"
-            )
-    return _typed_text(name, kind, values)
-
-
-def _present_text(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """Trimmed text, null where the cell is null or one of the missing-value tokens (blank included)."""
-    text = pc.utf8_trim_whitespace(array)
-    present = pc.invert(pc.fill_null(pc.is_in(text, value_set=pa.array(MISSING_TOKENS, pa.string())), True))
-    return pc.if_else(present, text, pa.scalar(None, pa.string()))
-
-
-def _typed_text(name: str, kind: str, values: pa.Array | pa.ChunkedArray) -> Column:
-    if kind == "boolean":
-        lower = pc.utf8_lower(values)
-        return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64())))
-    if kind == "numeric":
-        return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64())))
-    return Column(name=name, kind="categorical", values=np.array(values.to_pylist(), dtype=object))
-
-
-def _floats(array: pa.ChunkedArray | pa.Array) -> FloatArray:
-    return np.asarray(pc.fill_null(array, float("nan")).to_numpy(), dtype=np.float64)
-
-
-def _convert(array: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
-    """Arrow's safe type conversion (overflow, truncation or unparsable text raise ArrowInvalid)."""
-    return pc.call_function("cast", [array], pc.CastOptions.safe(to))

@@ -24,7 +24,9 @@ Writing is idempotent and never mixes datasets (``ml8s.data.demo_files``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -76,6 +78,8 @@ def generate(rows: int, files: int, seed: int) -> list[DemoFile]:
     """The dataset as ``files`` CSV files of ``rows`` rows in total (pure: same arguments, same bytes).
 
     Rows are split as evenly as possible, the first files taking one extra row when it does not divide.
+    Every value is drawn up front as compact arrays; a file's text is made only when its ``content`` is read,
+    a chunk of rows at a time, so 20 million rows never exist as Python strings at once.
     """
     if rows < 1:
         raise DataError(f"--rows={rows}: expected at least 1 row")
@@ -83,16 +87,13 @@ def generate(rows: int, files: int, seed: int) -> list[DemoFile]:
         raise DataError(f"--files={files}: expected between 1 and --rows ({rows}) files")
     if seed < 0:
         raise DataError(f"--seed={seed}: expected an integer >= 0")
-    columns = _columns(rows, np.random.default_rng(seed))
-    header = ",".join(COLUMNS)
-    lines = [",".join(fields) for fields in zip(*(columns[name] for name in COLUMNS), strict=True)]
+    drawn = _draw(rows, np.random.default_rng(seed))
     out: list[DemoFile] = []
     start = 0
     base, extra = divmod(rows, files)
     for index in range(files):
         count = base + (1 if index < extra else 0)
-        text = header + "\n" + "".join(line + "\n" for line in lines[start : start + count])
-        out.append(DemoFile(name=f"part-{index:05d}.csv", content=text.encode("utf-8"), rows=count))
+        out.append(DemoFile(name=f"part-{index:05d}.csv", rows=count, make=_text(drawn, start, start + count)))
         start += count
     return out
 
@@ -105,19 +106,36 @@ def generate_generations(last: int, rows: int, seed: int) -> list[DemoFile]:
         raise DataError(f"--generations={last}: expected 0 to 999")
     if rows < 10:
         raise DataError(f"--rows={rows}: expected at least 10 rows per generation")
-    header = ",".join(COLUMNS)
-    out = []
-    for g in range(last + 1):
-        columns = _columns(rows, np.random.default_rng(seed + g), drift=float(g))
-        lines = [",".join(fields) for fields in zip(*(columns[name] for name in COLUMNS), strict=True)]
-        text = header + "\n" + "".join(line + "\n" for line in lines)
-        out.append(DemoFile(name=f"gen-{g:03d}.csv", content=text.encode("utf-8"), rows=rows))
-    return out
+    return [
+        DemoFile(
+            name=f"gen-{g:03d}.csv",
+            rows=rows,
+            make=_text(_draw(rows, np.random.default_rng(seed + g), drift=float(g)), 0, rows),
+        )
+        for g in range(last + 1)
+    ]
 
 
-def _columns(n: int, rng: np.random.Generator, drift: float = 0.0) -> dict[str, list[str]]:
-    """Every column as a list of CSV fields. The order of the draws below is part of the format; ``drift``
-    (0 for the plain dataset, whose bytes it leaves alone) moves the churn boundary."""
+_CHUNK = 200_000  # rows formatted at a time
+
+
+def _text(drawn: dict[str, npt.NDArray[np.generic]], start: int, stop: int) -> Callable[[], bytes]:
+    """The CSV bytes of rows ``start`` to ``stop`` (header first), made on demand."""
+
+    def make() -> bytes:
+        parts = [(",".join(COLUMNS) + "\n").encode("utf-8")]
+        for a in range(start, stop, _CHUNK):
+            fields = _fields(drawn, a, min(a + _CHUNK, stop))
+            lines = [",".join(row) for row in zip(*(fields[name] for name in COLUMNS), strict=True)]
+            parts.append("".join(line + "\n" for line in lines).encode("utf-8"))
+        return b"".join(parts)
+
+    return make
+
+
+def _draw(n: int, rng: np.random.Generator, drift: float = 0.0) -> dict[str, npt.NDArray[np.generic]]:
+    """Every column's values and blank masks as arrays. The order of the draws below is part of the format;
+    ``drift`` (0 for the plain dataset, whose bytes it leaves alone) moves the churn boundary."""
     contract = rng.choice(len(CONTRACTS), size=n, p=[0.55, 0.25, 0.20])
     plan = rng.choice(len(PLANS), size=n, p=[0.45, 0.35, 0.20])
     region = rng.integers(0, len(REGIONS), size=n)
@@ -156,31 +174,68 @@ def _columns(n: int, rng: np.random.Generator, drift: float = 0.0) -> dict[str, 
     if drift:
         z = z + drift * (0.35 * (tenure < 12) + 0.02 * (monthly - 60.0) - 0.25)
     churned: BoolArray = z + rng.logistic(0.0, 1.0, size=n) > 0.0
-
-    fields: dict[str, list[str]] = {
-        "tenure_months": [str(v) for v in tenure.tolist()],
-        "monthly_charges": [f"{v:.2f}" for v in monthly.tolist()],
-        "total_charges": [f"{v:.2f}" for v in total.tolist()],
-        "support_calls": [str(v) for v in support.tolist()],
-        "data_usage_gb": [f"{v:.1f}" for v in usage.tolist()],
-        "num_devices": [str(v) for v in num_devices.tolist()],
-        "satisfaction_score": [str(v) for v in satisfaction.tolist()],
-        "plan": [PLANS[i] for i in plan.tolist()],
-        "region": [REGIONS[i] for i in region.tolist()],
-        "payment_method": [PAYMENT_METHODS[i] for i in payment.tolist()],
-        "contract": [CONTRACTS[i] for i in contract.tolist()],
-        "auto_pay": [_bool(v) for v in auto_pay.tolist()],
-        "paperless_billing": [_bool(v) for v in paperless.tolist()],
-        "has_partner": [_bool(v) for v in partner.tolist()],
-        TARGET: ["yes" if v else "no" for v in churned.tolist()],
+    drawn: dict[str, npt.NDArray[np.generic]] = {
+        "tenure_months": tenure,
+        "monthly_charges": monthly,
+        "total_charges": total,
+        "support_calls": support,
+        "data_usage_gb": usage,
+        "num_devices": num_devices,
+        "satisfaction_score": satisfaction,
+        "plan": plan,
+        "region": region,
+        "payment_method": payment,
+        "contract": contract,
+        "auto_pay": auto_pay,
+        "paperless_billing": paperless,
+        "has_partner": partner,
+        TARGET: churned,
     }
     for name, rate in MISSING_RATES:
-        _blank(fields[name], (rng.random(size=n) < rate).tolist())
+        drawn[_BLANK + name] = rng.random(size=n) < rate
     # A couple of rows without a label (the pipeline must drop and count them), never all of them.
     missing_targets = min(max(2, n // 1000), n // 10)
+    blank_target = np.zeros(n, dtype=bool)
     if missing_targets:
-        chosen = set(rng.choice(n, size=missing_targets, replace=False).tolist())
-        _blank(fields[TARGET], [i in chosen for i in range(n)])
+        blank_target[rng.choice(n, size=missing_targets, replace=False)] = True
+    drawn[_BLANK + TARGET] = blank_target
+    return drawn
+
+
+_BLANK = "blank:"
+_TEXT: dict[str, Callable[[object], str]] = {
+    "tenure_months": str,
+    "monthly_charges": lambda v: f"{v:.2f}",
+    "total_charges": lambda v: f"{v:.2f}",
+    "support_calls": str,
+    "data_usage_gb": lambda v: f"{v:.1f}",
+    "num_devices": str,
+    "satisfaction_score": str,
+}
+_LABELS: dict[str, tuple[str, ...]] = {
+    "plan": PLANS,
+    "region": REGIONS,
+    "payment_method": PAYMENT_METHODS,
+    "contract": CONTRACTS,
+}
+
+
+def _fields(drawn: dict[str, npt.NDArray[np.generic]], start: int, stop: int) -> dict[str, list[str]]:
+    """Rows ``start`` to ``stop`` of every column as CSV fields (numbers in fixed formats, blanks applied)."""
+    fields: dict[str, list[str]] = {}
+    for name in COLUMNS:
+        values = drawn[name][start:stop].tolist()
+        if name in _TEXT:
+            fields[name] = [_TEXT[name](v) for v in values]
+        elif name in _LABELS:
+            fields[name] = [_LABELS[name][i] for i in values]
+        elif name == TARGET:
+            fields[name] = ["yes" if v else "no" for v in values]
+        else:
+            fields[name] = [_bool(v) for v in values]
+        blank = drawn.get(_BLANK + name)
+        if blank is not None:
+            _blank(fields[name], blank[start:stop].tolist())
     return fields
 
 
@@ -228,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo_data: {exc}", file=sys.stderr)
         return 1
     rows = sum(f.rows for f in demo_files)
-    size = sum(len(f.content) for f in demo_files)
+    size = sum(os.path.getsize(os.path.join(out, f.name)) for f in demo_files)
     summary = f"{rows} rows, {len(demo_files)} files, {size:,} bytes, seed {args.seed}"
     if not written:
         print(f"demo_data: {out} already holds this dataset ({summary}); nothing written", file=sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ml8s.errors import DataError
@@ -22,11 +22,19 @@ _TMP_RE = re.compile(r"^\.part-\d{5}\.csv\..+\.tmp$")
 
 @dataclass(frozen=True)
 class DemoFile:
-    """One generated file: its name in the output directory, its bytes and its row count."""
+    """One generated file: its name in the output directory, its row count, and how to make its bytes.
+
+    The bytes are made each time ``content`` is read and never kept, so a large dataset is written one file at a
+    time; ``write_dataset`` reads each file's content once.
+    """
 
     name: str
-    content: bytes
     rows: int
+    make: Callable[[], bytes]
+
+    @property
+    def content(self) -> bytes:
+        return self.make()
 
 
 def write_dataset(out_dir: str, demo_files: Sequence[DemoFile]) -> list[str]:

@@ -67,16 +67,18 @@ def missing_values_record() -> dict[str, object]:
     }
 
 
-def stray_text_warning(column: str, stray: list[str], numbers: int) -> DataWarning:
-    """The warning of a mostly-numeric column whose ``stray`` cells (non-numeric text) were read as missing."""
+def stray_text_warning(column: str, stray: list[str], numbers: int, cells: int | None = None) -> DataWarning:
+    """The warning of a mostly-numeric column whose ``stray`` cells (non-numeric text) were read as missing;
+    ``cells`` counts them when ``stray`` lists each distinct text once."""
     examples = tuple(sorted({value[:_EXAMPLE_CHARS] for value in stray})[:_EXAMPLES])
+    cells = len(stray) if cells is None else cells
     return DataWarning(
         code=STRAY_TEXT_CODE,
         column=column,
-        cells=len(stray),
+        cells=cells,
         examples=examples,
         message=(
-            f"column {column!r} holds {numbers} numbers and {len(stray)} cell(s) of other text "
+            f"column {column!r} holds {numbers} numbers and {cells} cell(s) of other text "
             f"(e.g. {list(examples)}); typed numeric, the text read as missing"
         ),
     )

@@ -1,34 +1,124 @@
-"""The feature matrix file (``features/feature_matrix.parquet``): written and read with fixed options."""
+"""The feature matrix file (``features/feature_matrix.parquet``): written and read with fixed options.
+
+Both directions go a row group at a time, so neither holds the matrix twice: writing encodes each row group
+from the typed columns straight to float32, and training reads it into one float32 array (never float64).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ml8s.data.columns import Column
 from ml8s.data.dataset import FloatArray
 from ml8s.features.column_names import SPLIT, TARGET
+from ml8s.inference.rules import FeatureRule, encode_each
 
 IntArray = npt.NDArray[np.int64]
+Float32Array = npt.NDArray[np.float32]
+# pyarrow's default row group size for write_table: writing group by group with it keeps every matrix file's
+# bytes what one write_table call of the whole matrix wrote before.
+ROW_GROUP = 1024 * 1024
 
 
 def write_matrix_arrays(
     path: str, matrix: npt.NDArray[np.floating], names: list[str], target: IntArray, split: npt.NDArray[np.integer]
 ) -> None:
     """Parquet with fixed writer options: same values, same bytes (pyarrow is pinned)."""
-    columns = {name: pa.array(matrix[:, i].astype(np.float32)) for i, name in enumerate(names)}
-    columns[TARGET] = pa.array(target.astype(np.int32))
-    columns[SPLIT] = pa.array(split.astype(np.int8))
-    table = pa.table(columns)
-    pq.write_table(table, path, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True)
+
+    def groups() -> Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]]:
+        for start in range(0, len(target), ROW_GROUP):
+            end = min(start + ROW_GROUP, len(target))
+            yield (matrix[start:end, i] for i in range(len(names))), target[start:end], split[start:end]
+
+    _write(path, names, groups())
+
+
+def write_encoded(
+    path: str,
+    rules: Sequence[FeatureRule],
+    columns: Mapping[str, Column],
+    kept: Mapping[str, Collection[str]],
+    target: IntArray,
+    split: npt.NDArray[np.integer],
+) -> None:
+    """The matrix of ``rules`` over ``columns``, encoded and written one row group, one feature at a time."""
+    names = [rule.name for rule in rules]
+
+    def groups() -> Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]]:
+        for start in range(0, len(target), ROW_GROUP):
+            end = min(start + ROW_GROUP, len(target))
+            part = {name: columns[name].part(start, end) for name in sorted({rule.source for rule in rules})}
+            yield encode_each(rules, part, kept), target[start:end], split[start:end]
+
+    _write(path, names, groups())
+
+
+def _write(
+    path: str,
+    names: list[str],
+    groups: Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]],
+) -> None:
+    schema = pa.schema([*((name, pa.float32()) for name in names), (TARGET, pa.int32()), (SPLIT, pa.int8())])
+    with pq.ParquetWriter(
+        path, schema, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True
+    ) as writer:
+        for features, target, split in groups:
+            columns = [pa.array(np.asarray(values, dtype=np.float32)) for values in features]
+            columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=ROW_GROUP)
 
 
 def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
     """(features as float64, class indices, split, feature names) from a feature matrix file."""
-    table = pq.read_table(path)
-    names = [n for n in table.column_names if n not in (TARGET, SPLIT)]
-    features = np.column_stack([table.column(n).to_numpy().astype(np.float64) for n in names])
-    target = table.column(TARGET).to_numpy().astype(np.int64)
-    split = table.column(SPLIT).to_numpy().astype(np.int64)
+    features, target, split, names = read_matrix32(path)
+    return features.astype(np.float64), target, split, names
+
+
+def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str]]:
+    """(features as one C-ordered float32 array, class indices, split, feature names), read a row group at a
+    time: the peak is the float32 matrix plus one row group."""
+    file = pq.ParquetFile(path)
+    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
+    rows = file.metadata.num_rows
+    features = np.empty((rows, len(names)), dtype=np.float32)
+    target = np.empty(rows, dtype=np.int64)
+    split = np.empty(rows, dtype=np.int64)
+    start = 0
+    for group in range(file.num_row_groups):
+        end = start + file.metadata.row_group(group).num_rows
+        for i, name in enumerate(names):
+            features[start:end, i] = _column(file, group, name)
+        target[start:end] = _column(file, group, TARGET)
+        split[start:end] = _column(file, group, SPLIT)
+        start = end
+    pa.default_memory_pool().release_unused()
     return features, target, split, names
+
+
+def _column(file: pq.ParquetFile, group: int, name: str) -> npt.NDArray[np.generic]:
+    """One column of one row group: reading a whole row group would keep it (Arrow's buffers) in memory beside
+    the float32 matrix it is copied into."""
+    return np.asarray(file.read_row_group(group, columns=[name], use_threads=False).column(0).to_numpy())
+
+
+def read_split32(path: str, split: int) -> Float32Array:
+    """The float32 features of the rows whose ``__split__`` is ``split``, in file order, read a row group at a
+    time (held-out rows for export validation without the training rows)."""
+    file = pq.ParquetFile(path)
+    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
+    parts: list[Float32Array] = []
+    for group in range(file.num_row_groups):
+        chosen = np.flatnonzero(_column(file, group, SPLIT) == split)
+        part = np.empty((len(chosen), len(names)), dtype=np.float32)
+        for i, name in enumerate(names):
+            part[:, i] = _column(file, group, name)[chosen]
+        parts.append(part)
+    pa.default_memory_pool().release_unused()
+    if not parts:
+        return np.empty((0, len(names)), dtype=np.float32)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]

@@ -6,12 +6,13 @@ Kept apart from the pipeline step so it can be tested on tiny in-memory datasets
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.dataset import Column, Dataset, FloatArray, ObjectArray
+from ml8s.data.dataset import Column, Dataset, FloatArray
 from ml8s.data.missing import DataWarning
 from ml8s.errors import DataError
 from ml8s.features.column_names import check_feature_names, resolve_excluded, resolve_target
@@ -23,12 +24,22 @@ from ml8s.inference.rules import (
     FeatureKind,
     FeatureRule,
     bucket,
-    category_text,
+    category_counts,
     encode_columns,
     feature_values,
 )
 
-__all__ = ["MAX_CATEGORIES", "MISSING", "OTHER", "IntArray", "Prepared", "encode", "hidden_categories", "prepare"]
+__all__ = [
+    "MAX_CATEGORIES",
+    "MISSING",
+    "OTHER",
+    "IntArray",
+    "Prepared",
+    "encode",
+    "fit_rules",
+    "hidden_categories",
+    "prepare",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -67,8 +78,12 @@ class Prepared(BaseModel):
         }
 
 
-def prepare(data: Dataset, params: RunParams) -> Prepared:
-    """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded."""
+def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepared:
+    """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded.
+
+    With ``consume`` the kept rows are moved to the front of ``data``'s own arrays instead of copied (``data``
+    must not be used afterwards): the rows are then held once, not twice, while they are prepared.
+    """
     target_name = resolve_target(data.names, params.target_column)
     excluded = resolve_excluded(data.names, params.exclude_columns)
     if target_name in excluded:
@@ -93,11 +108,11 @@ def prepare(data: Dataset, params: RunParams) -> Prepared:
     for column in data.columns:
         if column.name == target_name or column.name in dropped:
             continue
-        kept = Column(name=column.name, kind=column.kind, values=column.values[rows])
+        kept = column.compact(rows) if consume else column.take(rows)
         if kept.missing().all():
             dropped[column.name] = "all values missing"
             continue
-        if kept.kind == "categorical" and len(rows) > MAX_CATEGORIES and len(set(kept.values.tolist())) == len(rows):
+        if kept.kind == "categorical" and len(rows) > MAX_CATEGORIES and len(kept.counts()) == len(rows):
             dropped[column.name] = "identifier: every value distinct"
             continue
         columns.append(kept)
@@ -124,27 +139,38 @@ def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict
     The matrix is built by :func:`~ml8s.inference.rules.encode_columns` from the rules it records, the
     function that predicting on raw rows applies.
     """
-    train = prepared.split == 0
-    blocks: list[tuple[FeatureRule, FloatArray]] = []
-    kept: dict[str, list[str]] = {}
-    for column in prepared.columns:
-        blocks.extend(_fit_column(column, train, kept))
-    variances = {rule.name: float(values[train].var()) for rule, values in blocks}
-    if params.max_features is not None and params.max_features < len(blocks):
-        ranked = sorted(blocks, key=lambda b: (-variances[b[0].name], b[0].name))
-        blocks = ranked[: params.max_features]
-    blocks.sort(key=lambda b: b[0].name)
-    rules: list[FeatureRule] = []
-    for rule, values in blocks:
-        rule = rule.model_copy(update={"train_variance": variances[rule.name]})
-        if params.standardize and rule.kind == "numeric":
-            mean, std = float(values[train].mean()), float(values[train].std())
-            std = std if std > 0 and math.isfinite(std) else 1.0
-            rule = rule.model_copy(update={"scale_mean": mean, "scale_std": std})
-        rules.append(rule)
+    rules, kept = fit_rules(prepared, params)
     columns = {column.name: column for column in prepared.columns}
     matrix = encode_columns(rules, columns, kept, len(prepared.target))
     return matrix, [rule.record() for rule in rules]
+
+
+def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule], dict[str, list[str]]]:
+    """The feature rules (sorted by name) and each categorical column's kept categories.
+
+    One candidate feature's float64 values exist at a time: its training variance (and, for a numeric one,
+    mean and standard deviation) are taken from them before the next is made, so fitting needs memory for
+    one column, not for the matrix.
+    """
+    train = prepared.split == 0
+    fitted: list[tuple[FeatureRule, float, float, float]] = []
+    kept: dict[str, list[str]] = {}
+    for column in prepared.columns:
+        for rule, values in _fit_column(column, train, kept):
+            observed = values[train]
+            mean, std = (float(observed.mean()), float(observed.std())) if rule.kind == "numeric" else (0.0, 0.0)
+            fitted.append((rule, float(observed.var()), mean, std))
+    if params.max_features is not None and params.max_features < len(fitted):
+        fitted = sorted(fitted, key=lambda f: (-f[1], f[0].name))[: params.max_features]
+    fitted.sort(key=lambda f: f[0].name)
+    rules: list[FeatureRule] = []
+    for rule, variance, mean, std in fitted:
+        rule = rule.model_copy(update={"train_variance": variance})
+        if params.standardize and rule.kind == "numeric":
+            std = std if std > 0 and math.isfinite(std) else 1.0
+            rule = rule.model_copy(update={"scale_mean": mean, "scale_std": std})
+        rules.append(rule)
+    return rules, kept
 
 
 def hidden_categories(features: list[dict[str, object]], prepared: Prepared) -> dict[str, list[str]]:
@@ -160,7 +186,7 @@ def hidden_categories(features: list[dict[str, object]], prepared: Prepared) -> 
         named = onehots.get(column.name)
         if column.kind != "categorical" or named is None or OTHER not in named:
             continue
-        kept = _kept_categories(category_text(column))
+        kept = _kept_categories(column)
         if set(kept) - named:
             hidden[column.name] = kept
     return dict(sorted(hidden.items()))
@@ -169,9 +195,13 @@ def hidden_categories(features: list[dict[str, object]], prepared: Prepared) -> 
 def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[IntArray, tuple[str, ...]]:
     """Classes in sorted order: numerically for numbers, by code point for text."""
     if column.kind == "categorical":
-        present = sorted({str(v) for v in column.values[keep]})
-        index = {c: i for i, c in enumerate(present)}
-        return np.array([index.get(str(v), -1) for v in column.values], dtype=np.int64), tuple(present)
+        codes = np.asarray(column.values, dtype=np.int64)
+        occurs = np.bincount(codes[keep & (codes >= 0)], minlength=len(column.categories)) > 0
+        categories = column.category_list()
+        present = [categories[i] for i in np.flatnonzero(occurs)]  # the categories are sorted
+        index = np.full(len(categories) + 1, -1, dtype=np.int64)  # the last slot: code -1, missing
+        index[np.flatnonzero(occurs)] = np.arange(len(present))
+        return index[codes], tuple(present)
     values = column.values.astype(np.float64)
     uniques = np.unique(values[keep])
     if len(uniques) == 0:  # no row has a target: prepare() reports it
@@ -198,8 +228,7 @@ def _split(n: int, test_size: float, seed: int) -> IntArray:
 def feature_names(column: Column) -> list[tuple[str, str, str]]:
     """``(feature name, source column, how it is made)`` of every feature :func:`encode` makes of ``column``."""
     if column.kind == "categorical":
-        values = category_text(column)
-        categories = sorted(set(bucket(values, _kept_categories(values)).tolist()))
+        categories = bucket(column, _kept_categories(column)).present()
         return [(f"{column.name}={c}", column.name, f"one-hot of its value {c!r}") for c in categories]
     made = [(column.name, column.name, "its values")]
     if column.missing().any():
@@ -207,34 +236,30 @@ def feature_names(column: Column) -> list[tuple[str, str, str]]:
     return made
 
 
-def _kept_categories(values: ObjectArray) -> list[str]:
+def _kept_categories(column: Column) -> list[str]:
     """The MAX_CATEGORIES most frequent values (ties by text), sorted: the rest share ``__other__``."""
-    counts: dict[str, int] = {}
-    for v in values.tolist():
-        counts[v] = counts.get(v, 0) + 1
+    counts = category_counts(column)
     return sorted(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
 
 
 def _fit_column(
     column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]]
-) -> list[tuple[FeatureRule, FloatArray]]:
-    """The candidate features of one column and their (unscaled) values; records a categorical's kept set."""
+) -> Iterator[tuple[FeatureRule, FloatArray]]:
+    """The candidate features of one column and their (unscaled) values, one at a time; records a categorical's
+    kept set."""
     if column.kind == "categorical":
-        values = category_text(column)
-        kept[column.name] = _kept_categories(values)
-        bucketed = bucket(values, kept[column.name])
-        out: list[tuple[FeatureRule, FloatArray]] = []
-        for category in sorted(set(bucketed.tolist())):
+        kept[column.name] = _kept_categories(column)
+        bucketed = bucket(column, kept[column.name])
+        for category in bucketed.present():
             rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
-            out.append((rule, feature_values(rule, column, bucketed)))
-        return out
+            yield rule, feature_values(rule, column, bucketed)
+        return
     missing = column.missing()
     observed = column.values.astype(np.float64)[train & ~missing]
     fill = float(observed.mean()) if len(observed) else 0.0
     kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
     rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
-    fitted = [(rule, feature_values(rule, column))]
+    yield rule, feature_values(rule, column)
     if missing.any():
         indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
-        fitted.append((indicator, feature_values(indicator, column)))
-    return fitted
+        yield indicator, feature_values(indicator, column)

@@ -14,13 +14,15 @@ recorded rules with the same function, so the two cannot disagree. The rules:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.dataset import Column, FloatArray, ObjectArray
+from ml8s.data.columns import Column, FloatArray
 from ml8s.errors import InferenceError
 
 MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
@@ -49,22 +51,47 @@ class FeatureRule(BaseModel):
         return dict(sorted(self.model_dump(exclude_none=True).items()))
 
 
-def category_text(column: Column) -> ObjectArray:
-    """A categorical column's values as text, ``__missing__`` where missing."""
-    return np.array([MISSING if v is None else str(v) for v in column.values], dtype=object)
+@dataclass(frozen=True)
+class Buckets:
+    """A categorical column's rows by bucket: ``rows[i]`` indexes ``labels`` (a kept category, ``__missing__``
+    or ``__other__``). Array operations on the codes, never a Python object per cell."""
+
+    labels: tuple[str, ...]
+    rows: npt.NDArray[np.int32]
+
+    def present(self) -> list[str]:
+        """The labels some row has, sorted."""
+        return sorted({self.labels[int(i)] for i in np.unique(self.rows)})
+
+    def onehot(self, category: str | None) -> FloatArray:
+        if category not in self.labels:
+            return np.zeros(len(self.rows), dtype=np.float64)
+        return np.asarray(self.rows == self.labels.index(category), dtype=np.float64)
 
 
-def bucket(values: ObjectArray, kept: Collection[str]) -> ObjectArray:
-    """Each value itself if it is a kept category, else ``__other__``."""
-    return np.where(np.isin(values, sorted(kept)), values, OTHER)
+def category_counts(column: Column) -> dict[str, int]:
+    """How many rows hold each category as text (``__missing__`` where missing), categories that occur only."""
+    counts: dict[str, int] = {}
+    for value, count in column.counts().items():
+        text = MISSING if value is None else value
+        counts[text] = counts.get(text, 0) + count
+    return counts
 
 
-def feature_values(rule: FeatureRule, column: Column, categories: ObjectArray | None = None) -> FloatArray:
-    """The feature ``rule`` of ``column``; ``categories`` is the bucketed text of a categorical column."""
+def bucket(column: Column, kept: Collection[str]) -> Buckets:
+    """Each value itself if it is a kept category, else ``__other__``; a missing value is ``__missing__``."""
+    per_code = [c if c in kept else OTHER for c in (*column.category_list(), MISSING)]
+    labels = tuple(sorted(set(per_code)))
+    lut = np.array([labels.index(label) for label in per_code], dtype=np.int32)
+    return Buckets(labels=labels, rows=lut[np.asarray(column.values, dtype=np.int64)])
+
+
+def feature_values(rule: FeatureRule, column: Column, categories: Buckets | None = None) -> FloatArray:
+    """The feature ``rule`` of ``column``; ``categories`` is the bucketed categorical column."""
     if rule.kind == "onehot":
         if categories is None:
             raise InferenceError(f"feature {rule.name!r} is one-hot; expected its column's bucketed categories")
-        return np.asarray((categories == rule.category).astype(np.float64), dtype=np.float64)
+        return categories.onehot(rule.category)
     missing = column.missing()
     if rule.kind == "indicator":
         return missing.astype(np.float64)
@@ -88,13 +115,22 @@ def encode_columns(
         rows: the number of rows (every column has that many values).
     """
     matrix = np.empty((rows, len(rules)), dtype=np.float64)
-    buckets: dict[str, ObjectArray] = {}
-    for i, rule in enumerate(rules):
+    for i, values in enumerate(encode_each(rules, columns, kept)):
+        matrix[:, i] = values
+    return matrix
+
+
+def encode_each(
+    rules: Sequence[FeatureRule], columns: Mapping[str, Column], kept: Mapping[str, Collection[str]]
+) -> Iterator[FloatArray]:
+    """The matrix's columns one at a time (float64), in the order of ``rules``: what :func:`encode_columns`
+    fills its matrix with, for writers that need one column at a time."""
+    buckets: dict[str, Buckets] = {}
+    for rule in rules:
         column = columns[rule.source]
         categories = None
         if rule.kind == "onehot":
             if rule.source not in buckets:
-                buckets[rule.source] = bucket(category_text(column), kept[rule.source])
+                buckets[rule.source] = bucket(column, kept[rule.source])
             categories = buckets[rule.source]
-        matrix[:, i] = feature_values(rule, column, categories)
-    return matrix
+        yield feature_values(rule, column, categories)

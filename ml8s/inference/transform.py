@@ -224,7 +224,7 @@ def _cell_text(value: object, name: str, index: int) -> str | None:
 
 def _refuse_unknown(column: InputColumn, typed: Column) -> None:
     known = set(column.categories)
-    for i, value in enumerate(typed.values.tolist()):
+    for i, value in enumerate(typed.text().tolist()):
         category = MISSING if value is None else str(value)
         if category not in known:
             raise PredictionInputError(

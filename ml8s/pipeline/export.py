@@ -23,7 +23,7 @@ from ml8s.context.publish import FEATURES, local_path, trained
 from ml8s.context.run import RunSpec
 from ml8s.contract import ArtifactDigest, ExportRecord, ModelRecord, TrainingMetadata, TrainingRecord, layout
 from ml8s.errors import ExportValidationError, IntegrityError
-from ml8s.features.matrix import read_matrix
+from ml8s.features.matrix import read_split32
 from ml8s.inference.onnx_metadata import label_onnx
 from ml8s.modeling.families import (
     EXPORT_TOLERANCE,
@@ -44,8 +44,7 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
     model.load_state_dict(safetensors.torch.load_file(native))
     model.eval()
     fmt = spec.params.model_format
-    features, _target, split, _names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
-    held_out = torch.from_numpy(features[split == 1].astype(np.float32))
+    held_out = torch.from_numpy(read_split32(local_path(features_dir, layout.FEATURE_MATRIX), 1))
     with torch.no_grad():
         expected = model(held_out).numpy()
     os.makedirs(out_dir, exist_ok=True)

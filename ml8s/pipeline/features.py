@@ -18,11 +18,11 @@ from ml8s.context.publish import local_path
 from ml8s.context.run import RunSpec
 from ml8s.contract import Feature, FeatureSchema, RowCounts, SplitRecord, TargetRecord, layout
 from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
-from ml8s.data.dataset import FloatArray, load_dataset
 from ml8s.data.missing import missing_values_record
 from ml8s.features.column_names import SPLIT, TARGET
-from ml8s.features.matrix import write_matrix_arrays
-from ml8s.features.rules import Prepared, encode, hidden_categories, prepare
+from ml8s.features.loaded import forget, load_prepared
+from ml8s.features.matrix import write_encoded
+from ml8s.features.rules import Prepared, fit_rules, hidden_categories
 
 # Version 2 adds ``categories`` (hidden_categories); it is written only when that is not empty, so every
 # other schema keeps version 1 and its bytes.
@@ -40,25 +40,24 @@ def compute_features(spec: RunSpec, out_dir: str) -> None:
     if spec.lineage is not None:
         from ml8s.features.warm import compute_warm_features
 
+        forget()  # a warm start's snapshot parsed rows it does not encode
         compute_warm_features(spec, spec.lineage, out_dir)
         return
-    prepared = prepare(load_dataset(spec.fingerprint), spec.params)
-    matrix, features = encode(prepared, spec.params)
+    prepared = load_prepared(spec.fingerprint, spec.params, keep=False)
+    rules, kept = fit_rules(prepared, spec.params)
+    features = [rule.record() for rule in rules]
     os.makedirs(out_dir, exist_ok=True)
-    write_matrix(local_path(out_dir, layout.FEATURE_MATRIX), matrix, [str(f["name"]) for f in features], prepared)
+    columns = {column.name: column for column in prepared.columns}
+    path = local_path(out_dir, layout.FEATURE_MATRIX)
+    write_encoded(path, rules, columns, kept, prepared.target, prepared.split)
     with open(local_path(out_dir, layout.FEATURE_SCHEMA), "wb") as handle:
         handle.write(feature_schema(prepared, features).to_bytes())
     for warning in prepared.warnings:
         spec.log("features", f"WARNING {warning.code}: {warning.message}")
     spec.log(
         "features",
-        f"{matrix.shape[1]} features x {matrix.shape[0]} rows ({prepared.train_rows} train, {prepared.test_rows} test)",
+        f"{len(rules)} features x {len(prepared.target)} rows ({prepared.train_rows} train, {prepared.test_rows} test)",
     )
-
-
-def write_matrix(path: str, matrix: FloatArray, names: list[str], prepared: Prepared) -> None:
-    """Parquet with fixed writer options: same values, same bytes (pyarrow is pinned)."""
-    write_matrix_arrays(path, matrix, names, prepared.target, prepared.split)
 
 
 def feature_schema(prepared: Prepared, features: list[dict[str, object]]) -> FeatureSchema:

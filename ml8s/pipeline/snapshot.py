@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout
-from ml8s.data.dataset import load_dataset
-from ml8s.features.rules import prepare
+from ml8s.features.loaded import load_prepared
 from ml8s.store import Store
 
 
 def snapshot(ctx: RunContext, store: Store) -> None:
     """Validate DATA_ROOT against the config, then write ``data_fingerprint.json`` and ``config_snapshot.json``."""
-    prepared = prepare(load_dataset(ctx.fingerprint), ctx.params)
+    # Left for the features step of this process (ml8s run): the files are parsed once.
+    prepared = load_prepared(ctx.fingerprint, ctx.params, keep=True)
     writer = ctx.writer(store)
     writer.write_bytes(layout.DATA_FINGERPRINT, FingerprintRecord.of(ctx.fingerprint).to_bytes(), "data_fingerprint")
     writer.write_bytes(layout.CONFIG_SNAPSHOT, ConfigSnapshot.of(ctx.identity).to_bytes(), "config_snapshot")

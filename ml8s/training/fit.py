@@ -10,6 +10,7 @@ Pure: ``publish`` copies the files into ARTIFACT_ROOT.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ from ml8s.context.run import RunSpec
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
 from ml8s.errors import RankError, TrainingError
-from ml8s.features.matrix import read_matrix
+from ml8s.features.matrix import read_matrix32
 from ml8s.identity.model_code import MODEL_CODE_KEY
 from ml8s.identity.versions import records_training_state
 from ml8s.modeling.determinism import seed_everything
@@ -30,6 +31,7 @@ from ml8s.modeling.families import architecture
 from ml8s.modeling.family import ModelFamily
 from ml8s.modeling.networks import parameter_count
 from ml8s.modeling.registry import cross_entropy_step, family_for
+from ml8s.training.loop import epoch_stepper
 from ml8s.training.metrics import classification_metrics
 from ml8s.training.state import capture_rng, state_bytes
 from ml8s.training.summary import TrainSummary as TrainSummary  # re-exported: export names it here
@@ -75,7 +77,10 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     model = family.build(data.model_spec).to(device)
     plan = spec.lineage
     if plan is None:
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+        # capturable (the step count on the device) lets the CUDA loop replay its step as a graph (training.loop)
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(
+            model.parameters(), lr=params.learning_rate, capturable=device.type == "cuda"
+        )
         losses, steps = _fit(spec, family, model, optimizer, data.x, data.y, data.train_index())
         state = cold_state(model, steps, device)
     else:
@@ -87,7 +92,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
 
 def read_training_data(spec: RunSpec, features_dir: str, device: torch.device) -> TrainingData:
     """The feature matrix and schema of ``features_dir``, ready to train ``spec``'s network on ``device``."""
-    features, target, split, names = read_matrix(local_path(features_dir, layout.FEATURE_MATRIX))
+    features, target, split, names = read_matrix32(local_path(features_dir, layout.FEATURE_MATRIX))
     schema_path = local_path(features_dir, layout.FEATURE_SCHEMA)
     with open(schema_path, "rb") as handle:
         classes = tuple(load(schema_path, handle.read(), FeatureSchema).target.classes)
@@ -100,7 +105,7 @@ def read_training_data(spec: RunSpec, features_dir: str, device: torch.device) -
         hidden_layers=params.hidden_layers,
     )
     return TrainingData(
-        x=torch.from_numpy(features.astype(np.float32)).to(device),
+        x=torch.from_numpy(features).to(device),  # float32 as read: no second copy on the CPU
         y=torch.from_numpy(target).to(device),
         target=target,
         split=split,
@@ -204,26 +209,34 @@ def _fit(
     y: torch.Tensor,
     train_idx: torch.Tensor,
 ) -> tuple[list[float], int]:
-    """Epochs of seeded shuffles over the training rows; the loss per epoch and the optimizer steps taken."""
+    """Epochs of seeded shuffles over the training rows; the loss per epoch and the optimizer steps taken.
+
+    The loop never waits on the device: each step's loss is added on the device (in float64, in step order,
+    so the epoch's mean is the float a host-side sum of ``loss.item()`` gave) and read once per epoch.
+    """
     params = spec.params
-    step = family.train_step or cross_entropy_step
+    stepper = epoch_stepper(family.train_step or cross_entropy_step, model, optimizer, x, y, params.batch_size)
     steps = 0
     generator = torch.Generator().manual_seed(params.random_seed)
     losses: list[float] = []
+    per_epoch = -(-len(train_idx) // params.batch_size)
+    spec.log(
+        "train",
+        f"training {len(train_idx)} rows x {x.shape[1]} features on {x.device.type}: {params.epochs} epoch(s) of "
+        f"{per_epoch} steps of {params.batch_size} rows",
+    )
     model.train()
     for epoch in range(params.epochs):
+        began = time.perf_counter()
         order = train_idx[torch.randperm(len(train_idx), generator=generator).to(train_idx.device)]
-        total, batches = 0.0, 0
-        for start in range(0, len(order), params.batch_size):
-            batch = order[start : start + params.batch_size]
-            loss = step(model, optimizer, x[batch], y[batch])
-            total, batches = total + float(loss.item()), batches + 1
-            steps += 1
-        mean = total / max(batches, 1)
+        total, batches = stepper(order)
+        steps += batches
+        mean = float(total.item()) / max(batches, 1)
         if not np.isfinite(mean):
             raise TrainingError(
                 f"training loss is {mean} at epoch {epoch + 1}; expected a finite loss (lower LEARNING_RATE?)"
             )
         losses.append(mean)
-        spec.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f}")
+        rate = batches / max(time.perf_counter() - began, 1e-9)
+        spec.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f} ({batches} steps, {rate:.0f} steps/s)")
     return losses, steps

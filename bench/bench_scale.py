@@ -1,0 +1,224 @@
+"""Benchmark: `ml8s run` (EPOCHS=1) on 0.5M, 2M and 20M demo rows, against baselines measured in the same run.
+
+Per size it prints: wall time and peak RSS of `ml8s run`, peak RSS / CSV bytes; the rate (rows/s) of the steps
+before training (bootstrap to features, parse and fingerprint included) against `pyarrow.csv.read_csv` of the
+same files (in its own process, default options: every core, type inference); and µs per training step
+against a minimal torch loop (the same network, Adam, batch size, tensor shapes and thread count, gathering
+its batches from a tensor as the run does) run in this process right after. Goals (docs/sizing.md): steps
+before training >= 1/3 of read_csv's rate; µs per step <= 1.3x the minimal loop's.
+
+The data is generated once under ``.scale/`` (git-ignored; 20M rows are ~1.7 GB) and reused; each run gets
+a fresh PIPELINE_ROOT. ``--quick`` runs one small size (a CI smoke test of this script). Nothing is
+asserted: ratios are for a person to read; a threshold in a test would only measure the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SIZES = (500_000, 2_000_000, 20_000_000)
+QUICK = (20_000,)
+FILES = 5
+MINIMAL_STEPS = 3000
+MiB = 1024 * 1024
+
+# Runs `ml8s run` and stamps the log lines the bench needs with the time since start: training begins at the
+# "[train] training ..." line; the epoch line carries its steps and rate.
+_DRIVER = r"""
+import json, logging, re, resource, sys, time
+t0 = time.perf_counter()
+marks = {}
+class Marks(logging.Handler):
+    def emit(self, record):
+        text = record.getMessage()
+        tag = re.match(r"\[(\w+)\]", text)
+        if tag:
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            marks.setdefault("timeline", {})[tag.group(1)] = (round(time.perf_counter() - t0, 2), rss)
+        if "[train]" in text and " training " in text and "train_start" not in marks:
+            marks["train_start"] = time.perf_counter() - t0
+            found = re.search(r"training (\d+) rows x (\d+) features", text)
+            if found:
+                marks["train_rows"], marks["features"] = int(found.group(1)), int(found.group(2))
+        found = re.search(r"\((\d+) steps, ([0-9.]+) steps/s\)", text)
+        if found:
+            marks["steps"], marks["steps_per_s"] = int(found.group(1)), float(found.group(2))
+logging.getLogger("ml8s").addHandler(Marks())
+from ml8s.cli.main import main
+code = main(["run"])
+marks["wall_s"] = time.perf_counter() - t0
+with open(sys.argv[1], "w") as handle:
+    json.dump(marks, handle)
+sys.exit(code)
+"""
+
+_READ_CSV = r"""
+import sys, time
+import pyarrow.csv as pacsv
+t0 = time.perf_counter()
+rows = sum(pacsv.read_csv(path).num_rows for path in sys.argv[1:])
+print(rows, time.perf_counter() - t0)
+"""
+
+
+def _child(argv: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> tuple[int, str, int]:
+    """(exit code, stdout, peak RSS in bytes) of a child process (its own peak, from wait4)."""
+    with tempfile.TemporaryFile() as out, open(log or os.devnull, "wb") as err:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        return proc.returncode, out.read().decode(), usage.ru_maxrss * 1024
+
+
+def _data(scale: Path, rows: int) -> tuple[Path, int]:
+    out = scale / f"demo-{rows}"
+    # The generator checks existing files by making their bytes again (minutes at 20M rows): a marker written
+    # after it succeeded, naming each file's size, lets a later bench skip it.
+    done = scale / f"demo-{rows}.done"
+    sizes = {p.name: p.stat().st_size for p in sorted(out.glob("part-*.csv"))}
+    if done.exists() and done.read_text() == json.dumps(sizes):
+        print(f"  data: {rows:,} rows, {sum(sizes.values()) / MiB:,.0f} MiB (generated before)", flush=True)
+        return out, sum(sizes.values())
+    argv = [sys.executable, "-m", "ml8s.data.demo", "--out", str(out), "--rows", str(rows), "--files", str(FILES)]
+    started = time.perf_counter()
+    code, _, rss = _child(argv)
+    if code:
+        raise SystemExit(f"the demo generator failed for {rows} rows (exit {code})")
+    sizes = {p.name: p.stat().st_size for p in sorted(out.glob("part-*.csv"))}
+    done.write_text(json.dumps(sizes))
+    size = sum(sizes.values())
+    print(
+        f"  data: {rows:,} rows, {size / MiB:,.0f} MiB in {FILES} files ({time.perf_counter() - started:.1f} s, "
+        f"generator peak RSS {rss / MiB:,.0f} MiB)",
+        flush=True,
+    )
+    return out, size
+
+
+def _read_csv(data: Path) -> tuple[float, int]:
+    code, out, rss = _child([sys.executable, "-c", _READ_CSV, *sorted(str(p) for p in data.glob("part-*.csv"))])
+    if code:
+        raise SystemExit(f"pyarrow.csv.read_csv failed on {data}")
+    return float(out.split()[1]), rss
+
+
+def _run(data: Path, root: Path, device: str) -> tuple[dict[str, float], int, Path]:
+    marks = root / "marks.json"
+    log = root / "ml8s-run.log"
+    env = {
+        **os.environ,
+        "DATA_ROOT": str(data),
+        "TARGET_COLUMN": "churned",
+        "PIPELINE_ROOT_URI": str(root / "pipeline"),
+        "EPOCHS": "1",
+        "TRAIN_DEVICE": device,
+    }
+    code, _, rss = _child([sys.executable, "-c", _DRIVER, str(marks)], env=env, log=log)
+    if code:
+        sys.stderr.write(log.read_text()[-4000:])
+        raise SystemExit(f"ml8s run failed on {data} (exit {code}); its log: {log}")
+    return json.loads(marks.read_text()), rss, log
+
+
+def minimal_step_us(rows: int, features: int, device: str, steps: int) -> float:
+    """µs per step of the plainest loop: the run's network and optimizer, batches gathered by index."""
+    import torch
+
+    from ml8s.contract import ModelSpec
+    from ml8s.modeling.networks import build_model
+
+    torch.manual_seed(0)
+    if device == "cpu":
+        torch.set_num_threads(1)  # the run's CPU training thread count (determinism_flags)
+    dev = torch.device(device)
+    model = build_model(
+        ModelSpec(model_type="mlp", n_features=features, n_classes=2, hidden_units=64, hidden_layers=2)
+    ).to(dev)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(rows, features, device=dev)
+    y = torch.randint(0, 2, (rows,), device=dev)
+    order = torch.randperm(rows, device=dev)
+    batches = [order[(i * 256) % (rows - 256) :][:256] for i in range(steps)]
+
+    def step(batch: torch.Tensor) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+        optimizer.step()
+
+    for batch in batches[:20]:
+        step(batch)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for batch in batches:
+        step(batch)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - started) / steps * 1e6
+
+
+def bench(rows: int, scale: Path, device: str) -> None:
+    print(f"== {rows:,} rows ({device})", flush=True)
+    data, csv_bytes = _data(scale, rows)
+    read_s, read_rss = _read_csv(data)
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        marks, rss, _ = _run(data, Path(tmp), device)
+    before = marks["train_start"]
+    run_rate, read_rate = rows / before, rows / read_s
+    print(
+        f"  ml8s run: {marks['wall_s']:.1f} s, peak RSS {rss / MiB:,.0f} MiB, "
+        f"peak RSS / CSV bytes {rss / csv_bytes:.2f}x",
+        flush=True,
+    )
+    print(
+        f"  steps before training: {before:.1f} s, {run_rate:,.0f} rows/s; pyarrow.csv.read_csv {read_s:.1f} s "
+        f"({read_rss / MiB:,.0f} MiB), {read_rate:,.0f} rows/s; ratio {run_rate / read_rate:.2f} (goal >= 0.33)",
+        flush=True,
+    )
+    timeline = ", ".join(f"{tag} {at:.1f} s {rss} MiB" for tag, (at, rss) in marks.get("timeline", {}).items())
+    print(f"  last log line of each step (time since start, peak RSS so far): {timeline}", flush=True)
+    step_us = 1e6 / marks["steps_per_s"]
+    train_rows, features = int(marks["train_rows"]), int(marks["features"])
+    minimal = minimal_step_us(min(train_rows, 2_000_000), features, device, min(MINIMAL_STEPS, int(marks["steps"])))
+    print(
+        f"  training: {int(marks['steps']):,} steps, {step_us:.0f} µs/step; minimal torch loop {minimal:.0f} µs/step;"
+        f" ratio {step_us / minimal:.2f} (goal <= 1.3)",
+        flush=True,
+    )
+    print(
+        f"  sizing: {rows / (rss / 2**30):,.0f} rows per GiB of peak RSS, "
+        f"{marks['wall_s'] / rows * 1e6:.1f} s per million rows (EPOCHS=1)",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"one small size ({QUICK[0]:,} rows): a smoke test")
+    parser.add_argument("--rows", type=int, nargs="*", help="sizes to run instead of 0.5M, 2M and 20M")
+    parser.add_argument("--scale-dir", type=Path, default=REPO / ".scale", help="where the data is generated")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--clean", action="store_true", help="remove each size's data after its run")
+    args = parser.parse_args(argv)
+    sizes = tuple(args.rows) if args.rows else QUICK if args.quick else SIZES
+    print(f"bench_scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, sizes {list(sizes)}", flush=True)
+    for rows in sizes:
+        bench(rows, args.scale_dir, args.device)
+        if args.clean:
+            shutil.rmtree(args.scale_dir / f"demo-{rows}", ignore_errors=True)
+            (args.scale_dir / f"demo-{rows}.done").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

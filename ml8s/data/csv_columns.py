@@ -1,0 +1,186 @@
+"""CSV data typed a file at a time, so memory holds the typed columns, not every file's text at once.
+
+Each file is parsed (as text) and each of its columns is reduced at once to a compact chunk: float64 values
+when every present cell is a number (most numeric columns), else int32 codes into the file's distinct texts
+(categorical and boolean columns, numeric columns with stray text). A column's type is still decided over
+*all* rows once every file is read, with exactly the rules and results of typing the concatenated text
+(``ml8s.data.dataset``): the chunks keep what those rules need. The one case a chunk cannot answer — a column
+that is categorical overall while some file held only numbers, whose text was not kept — re-reads that file
+(verified against its fingerprint again) for that column alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ml8s.data.columns import NUMBER, Column, FloatArray, categorical, convert, floats, present_text
+from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.errors import DataError
+
+INFINITY = r"^[+-]?(inf|infinity)$"  # spelled infinities are numbers (found and refused, not one-hot encoded)
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """One file's cells of a column, every present one a number: their values (NaN = missing)."""
+
+    values: FloatArray
+    present: int
+
+
+@dataclass(frozen=True)
+class Texts:
+    """One file's cells of a column, some present one not a number: codes into the file's distinct texts."""
+
+    column: Column
+    present: int
+
+
+Chunk = Numbers | Texts
+Reparse = Callable[[int], pa.ChunkedArray | pa.Array]  # file index -> the column's present text in that file
+
+
+def chunk_of(cells: pa.ChunkedArray | pa.Array) -> Chunk:
+    """The compact chunk of one file's text cells of one column.
+
+    A column of numbers is recognised by Arrow's number parser in one pass; anything else is dictionary-coded
+    first, so the number pattern runs once per distinct text rather than once per cell.
+    """
+    values = present_text(cells)
+    present = len(values) - values.null_count
+    parsed = _parsed(values)
+    if parsed is not None:
+        return Numbers(values=parsed, present=present)
+    column = categorical("", values)
+    texts = Texts(column=column, present=present)
+    if _number_cells(texts) == present:
+        return Numbers(values=_as_numbers(texts), present=present)
+    return texts
+
+
+def _parsed(values: pa.ChunkedArray | pa.Array) -> FloatArray | None:
+    """The cells as float64 when Arrow parses every present one as a number that is not NaN, else None.
+
+    Arrow's parser accepts nothing the number pattern refuses but spellings of NaN (refused here): where it
+    accepts a column, the pattern would have too; where it refuses one, the caller applies the pattern.
+    """
+    try:
+        parsed = pc.call_function("cast", [values], pc.CastOptions.safe(pa.float64()))
+    except pa.ArrowInvalid:
+        return None
+    if pc.sum(pc.is_nan(parsed)).as_py():
+        return None
+    return floats(parsed)
+
+
+def number_mask(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """True where the (present) text is a decimal number or a spelled infinity."""
+    spelled = pc.match_substring_regex(values, INFINITY, ignore_case=True)
+    return pc.fill_null(pc.or_(pc.match_substring_regex(values, NUMBER), spelled), False)
+
+
+def finish(name: str, chunks: list[Chunk], reparse: Reparse) -> tuple[Column, DataWarning | None]:
+    """The column typed over all its files' chunks, as typing their concatenated text would type it."""
+    present = sum(c.present for c in chunks)
+    texts = [c for c in chunks if isinstance(c, Texts)]
+    if not texts and present:
+        return Column(name=name, kind="numeric", values=_concat([_as_numbers(c) for c in chunks])), None
+    if present and all(c.present == 0 for c in chunks if isinstance(c, Numbers)) and all(_boolean(t) for t in texts):
+        return Column(name=name, kind="boolean", values=_concat([_booleans(c) for c in chunks])), None
+    numbers = sum(c.present for c in chunks if isinstance(c, Numbers)) + sum(_number_cells(t) for t in texts)
+    if is_mostly_numeric(numbers, present):
+        warning = None
+        if numbers < present:
+            stray = sorted({s for t in texts for s in _stray(t)})
+            warning = stray_text_warning(name, stray, numbers, cells=present - numbers)
+        return Column(name=name, kind="numeric", values=_concat([_as_numbers(c) for c in chunks])), warning
+    parts = [c.column if isinstance(c, Texts) else _texts(i, c, reparse) for i, c in enumerate(chunks)]
+    return _merged(name, parts), None
+
+
+def file_row(row: int, rows: list[int]) -> tuple[int, int]:
+    """(file index, row in that file) of a row of all files' rows, ``rows`` being each file's row count."""
+    for index, count in enumerate(rows):
+        if row < count:
+            return index, row
+        row -= count
+    raise IndexError(row)
+
+
+def not_finite(path: str, root: str, name: str, row: int, cell: object) -> DataError:
+    """The error of a number that overflowed (``1e999``) or an infinity, naming the file, column and row."""
+    shown = repr(cell.strip()) if isinstance(cell, str) else str(cell)
+    return DataError(
+        f"data file {path} (under {root}), column {name!r}, data row {row + 1} (1 = the first row "
+        f"after the header): {shown} is not a finite number; expected finite numbers (a missing value is "
+        f"empty or one of {list(MISSING_TOKENS)})"
+    )
+
+
+def _concat(parts: list[FloatArray]) -> FloatArray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _per_category(chunk: Texts, value: Callable[[pa.Array], pa.Array]) -> FloatArray:
+    """A float per row from a float per distinct text (NaN where missing)."""
+    lut = np.append(floats(value(chunk.column.categories)), np.nan)
+    return np.asarray(lut[np.asarray(chunk.column.values, dtype=np.int64)], dtype=np.float64)
+
+
+def _as_numbers(chunk: Chunk) -> FloatArray:
+    if isinstance(chunk, Numbers):
+        return chunk.values
+    return _per_category(
+        chunk,
+        lambda texts: convert(pc.if_else(number_mask(texts), texts, pa.scalar(None, pa.string())), pa.float64()),
+    )
+
+
+def _boolean(chunk: Texts) -> bool:
+    return bool(pc.all(pc.is_in(pc.utf8_lower(chunk.column.categories), pa.array(["true", "false"]))).as_py())
+
+
+def _booleans(chunk: Chunk) -> FloatArray:
+    if isinstance(chunk, Numbers):
+        return chunk.values  # every cell missing: NaN
+    return _per_category(chunk, lambda texts: convert(pc.equal(pc.utf8_lower(texts), "true"), pa.float64()))
+
+
+def _counts(chunk: Texts) -> np.ndarray[tuple[int], np.dtype[np.int64]]:
+    codes = np.asarray(chunk.column.values, dtype=np.int64)
+    return np.bincount(codes[codes >= 0], minlength=len(chunk.column.categories))
+
+
+def _number_cells(chunk: Texts) -> int:
+    is_number = np.asarray(number_mask(chunk.column.categories).to_numpy(zero_copy_only=False), dtype=bool)
+    return int(_counts(chunk)[is_number].sum())
+
+
+def _stray(chunk: Texts) -> list[str]:
+    """The distinct texts of this file's cells that are not numbers."""
+    is_number = np.asarray(number_mask(chunk.column.categories).to_numpy(zero_copy_only=False), dtype=bool)
+    names = chunk.column.category_list()
+    return [names[i] for i in np.flatnonzero(~is_number & (_counts(chunk) > 0))]
+
+
+def _texts(index: int, chunk: Numbers, reparse: Reparse) -> Column:
+    if chunk.present == 0:
+        return Column(name="", kind="categorical", values=np.full(len(chunk.values), -1, dtype=np.int32))
+    return categorical("", present_text(reparse(index)))
+
+
+def _merged(name: str, parts: list[Column]) -> Column:
+    """One categorical column of the files' columns: codes into the sorted union of their texts."""
+    union = pc.unique(pa.chunked_array([p.categories for p in parts], type=pa.string()))
+    categories = pc.take(union, pc.array_sort_indices(union))
+    codes = []
+    for part in parts:
+        lut = np.append(np.asarray(pc.index_in(part.categories, value_set=categories).to_numpy(), dtype=np.int32), -1)
+        codes.append(lut[np.asarray(part.values, dtype=np.int64)])
+    values = codes[0] if len(codes) == 1 else np.concatenate(codes)
+    return Column(name=name, kind="categorical", values=values.astype(np.int32), categories=categories)

@@ -1,0 +1,248 @@
+"""The data path at scale: parse once, bounded-memory matrix files, bad data found late in a big file, the loop.
+
+The sizes here are small enough for the suite; bench/bench_scale.py measures the 0.5M/2M/20M-row runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from ml8s.data import demo
+from ml8s.data.dataset import load_dataset
+from ml8s.data.fingerprint import fingerprint_local
+from ml8s.errors import DataError
+from ml8s.features import loaded
+from ml8s.features.column_names import SPLIT, TARGET
+from ml8s.features.matrix import ROW_GROUP, read_matrix, read_matrix32, read_split32, write_encoded
+from ml8s.features.rules import encode, fit_rules, prepare
+from ml8s.identity.params import validate_params
+from ml8s.identity.variables import canonical_config
+from ml8s.modeling.registry import cross_entropy_step
+from ml8s.pipeline.run import run_pipeline
+from ml8s.training.loop import epoch_stepper
+
+BIG_ROWS = 2_000_000
+BAD_ROW = BIG_ROWS - 7  # a data row near the end: 1 = the first row after the header
+# sha256 of every file of `generate(rows, files, seed)` as the generator wrote them before it streamed: the demo
+# data's bytes (and so every demo RUN_ID) must not move.
+DEMO_DIGESTS = {
+    (3000, 3, 7): "4e58545f6068a9adbc9135e1212040e7bee0b299376d0e0ba78ebee4c687931c",
+    (1001, 2, 11): "a0796172760faf6f12d1255b4e5bf3dfc9259b2785e7d88f4b6e998baaa5f41c",
+}
+# generations 0-2 of 50 rows, seed 7
+GENERATIONS_DIGEST = "255749717929c316c0446b01f889e68c7e4b8da7a59adade2a2254bee61d4827"
+
+
+def _params(**overrides: str) -> object:
+    raw = {"DATA_ROOT": "/d", "TARGET_COLUMN": "churned", **overrides}
+    return validate_params(canonical_config(raw))
+
+
+@pytest.mark.parametrize(("rows", "files", "seed"), sorted(DEMO_DIGESTS))
+def test_demo_bytes_are_what_they_were(rows: int, files: int, seed: int) -> None:
+    digest = hashlib.sha256()
+    for demo_file in demo.generate(rows, files, seed):
+        digest.update(demo_file.name.encode() + b"\0" + demo_file.content)
+    assert digest.hexdigest() == DEMO_DIGESTS[(rows, files, seed)]
+
+
+def test_demo_generations_bytes_are_what_they_were() -> None:
+    digest = hashlib.sha256()
+    for demo_file in demo.generate_generations(2, 50, 7):
+        digest.update(demo_file.name.encode() + b"\0" + demo_file.content)
+    assert digest.hexdigest() == GENERATIONS_DIGEST
+
+
+def test_demo_text_is_made_in_chunks_identically(monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = [f.content for f in demo.generate(1234, 2, 5)]
+    monkeypatch.setattr(demo, "_CHUNK", 97)  # many chunks, one ending mid-file
+    assert [f.content for f in demo.generate(1234, 2, 5)] == whole
+
+
+@pytest.fixture(scope="module")
+def big_bad_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2M-row CSV (~20 MB, made with bytes arithmetic) whose only bad cell, an overflowing number, is near the end."""
+    data = tmp_path_factory.mktemp("big") / "data"
+    data.mkdir()
+    good = b"".join(b"%d,%d.5,%s\n" % (i % 97, i % 13, b"yes" if i % 3 else b"no") for i in range(1000))
+    body = bytearray(b"n,x,churned\n" + good * (BIG_ROWS // 1000))
+    lines = body.split(b"\n")
+    lines[BAD_ROW] = b"5,1e999,no"
+    (data / "part-00000.csv").write_bytes(b"\n".join(lines))
+    return data
+
+
+def test_bad_cell_near_the_end_of_a_big_file_fails_before_any_write(big_bad_file: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    env = {"DATA_ROOT": str(big_bad_file), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(root), "EPOCHS": "1"}
+    with pytest.raises(DataError) as caught:
+        run_pipeline(env)
+    message = caught.value.message
+    assert "part-00000.csv" in message and "'x'" in message and f"data row {BAD_ROW}" in message
+    assert "'1e999'" in message or "1e999" in message
+    written = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+    assert not [p for p in written if "runs" in p.parts], written
+
+
+def test_snapshot_and_features_parse_the_files_once(small_data: Path, tmp_path: Path) -> None:
+    calls: list[str] = []
+    real = loaded.load_dataset
+
+    def counting(fingerprint: object) -> object:
+        calls.append(str(fingerprint))
+        return real(fingerprint)  # type: ignore[arg-type]
+
+    env = {"DATA_ROOT": str(small_data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path / "r")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loaded, "load_dataset", counting)
+        run_pipeline({**env, "EPOCHS": "1"})
+    assert len(calls) == 1
+    assert not loaded._held  # taken by the features step: not kept alive while the model trains
+
+
+def _matrix_bytes_before(
+    path: Path, matrix: np.ndarray, names: list[str], target: np.ndarray, split: np.ndarray
+) -> None:
+    """How the matrix file was written before it was written a row group at a time."""
+    columns = {name: pa.array(matrix[:, i].astype(np.float32)) for i, name in enumerate(names)}
+    columns[TARGET] = pa.array(target.astype(np.int32))
+    columns[SPLIT] = pa.array(split.astype(np.int8))
+    pq.write_table(
+        pa.table(columns), path, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True
+    )
+
+
+@pytest.mark.parametrize("rows", [1000, ROW_GROUP + 17])
+def test_matrix_file_bytes_are_unchanged_by_row_groups(small_data: Path, tmp_path: Path, rows: int) -> None:
+    params = _params(MAX_FEATURES="5")
+    base = prepare(load_dataset(fingerprint_local(str(small_data))), params)
+    pick = np.arange(rows) % len(base.target)
+    prepared = base.model_copy(
+        update={
+            "columns": tuple(c.take(pick) for c in base.columns),
+            "target": base.target[pick],
+            "split": base.split[pick],
+        }
+    )
+    rules, kept = fit_rules(prepared, params)
+    matrix, _ = encode(prepared, params)
+    names = [rule.name for rule in rules]
+    before, now = tmp_path / "before.parquet", tmp_path / "now.parquet"
+    _matrix_bytes_before(before, matrix, names, prepared.target, prepared.split)
+    write_encoded(str(now), rules, {c.name: c for c in prepared.columns}, kept, prepared.target, prepared.split)
+    assert now.read_bytes() == before.read_bytes()
+    features32, target, split, read_names = read_matrix32(str(now))
+    assert read_names == names and features32.dtype == np.float32 and features32.flags.c_contiguous
+    np.testing.assert_array_equal(features32, matrix.astype(np.float32))
+    np.testing.assert_array_equal(read_matrix(str(now))[0], matrix.astype(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(target, prepared.target)
+    np.testing.assert_array_equal(read_split32(str(now), 1), matrix.astype(np.float32)[split == 1])
+
+
+def test_epoch_loss_summed_on_the_device_is_the_host_sum() -> None:
+    def model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(3)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        return model, torch.optim.Adam(model.parameters(), lr=0.01)
+
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(1000, 5, generator=generator), torch.randint(0, 3, (1000,), generator=generator)
+    order = torch.randperm(1000, generator=generator)
+    model, optimizer = model_and_optimizer()
+    host = 0.0
+    for start in range(0, 1000, 64):  # the loop before: a host sync per step
+        host += float(
+            cross_entropy_step(model, optimizer, x[order[start : start + 64]], y[order[start : start + 64]]).item()
+        )
+    reference = [p.detach().clone() for p in model.parameters()]
+    model, optimizer = model_and_optimizer()
+    total, steps = epoch_stepper(cross_entropy_step, model, optimizer, x, y, 64)(order)
+    assert steps == 16 and total.dtype == torch.float64
+    assert float(total.item()) == host  # bit for bit: float64 adds in step order
+    for got, want in zip(model.parameters(), reference, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_plugin_losses_of_shape_one_are_summed() -> None:
+    def step(
+        model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        return cross_entropy_step(model, optimizer, x, y).reshape(1)
+
+    model = torch.nn.Linear(2, 2)
+    x, y = torch.randn(10, 2), torch.randint(0, 2, (10,))
+    total, steps = epoch_stepper(step, model, torch.optim.SGD(model.parameters(), lr=0.1), x, y, 4)(torch.arange(10))
+    assert steps == 3 and torch.isfinite(total)
+
+
+def test_categorical_codes_do_not_depend_on_how_rows_are_split() -> None:
+    from ml8s.data.columns import categorical, present_text
+
+    cells = pa.chunked_array([pa.array(["b", " a", "NA", "c"]), pa.array(["a", "", "b"])])
+    column = categorical("k", present_text(cells))
+    assert column.category_list() == ["a", "b", "c"]
+    assert column.values.tolist() == [1, 0, -1, 2, 0, -1, 1]
+    assert column.text().tolist() == ["b", "a", None, "c", "a", None, "b"]
+    assert column.counts() == {None: 2, "a": 2, "b": 2, "c": 1}
+
+
+# Cells Arrow's number parser and the number pattern might judge differently: a column of them must be typed as
+# if every cell had gone through the pattern (the fast path may only accept what the pattern accepts).
+TRICKY = ["1", "+1", "-1", "1.", ".5", "+.5", "1e5", "1E+5", "1.e5", "5e", ".", "e5", "0x10", "0x1p3", "1_000", "1,5",
+          "inf", "-Inf", "INF", "infinity", "+infinity", "NAN", "-nan", "00012", "1.5f", "1d5", "١", "１", "+-1", "--1",
+          "1e5.5", ".e1", "+", "-", "Inf1", "infinit", "0.0e-0"]  # fmt: skip
+
+
+@pytest.mark.parametrize("cell", TRICKY)
+def test_a_column_of_one_tricky_cell_is_typed_by_the_number_pattern(cell: str) -> None:
+    from ml8s.data.csv_columns import Numbers, chunk_of, number_mask
+
+    cells = pa.array(["7", cell, "8"])
+    chunk = chunk_of(cells)
+    assert isinstance(chunk, Numbers) == bool(pc.all(number_mask(cells)).as_py())
+
+
+def test_graphed_loop_bookkeeping_matches_the_plain_loop_on_cpu() -> None:
+    """The CUDA-graph loop's static buffers, warm-up count and eager last batch, without capture (no GPU here)."""
+    from ml8s.training.loop import Graphed
+
+    def run(graphed: bool) -> tuple[list[float], list[torch.Tensor]]:
+        torch.manual_seed(5)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        generator = torch.Generator().manual_seed(2)
+        x, y = torch.randn(300, 4, generator=generator), torch.randint(0, 2, (300,), generator=generator)
+        stepper = (
+            Graphed(model, optimizer, x, y, 32, capture=False).run_epoch
+            if graphed
+            else epoch_stepper(cross_entropy_step, model, optimizer, x, y, 32)
+        )
+        sums = []
+        for _ in range(3):
+            total, steps = stepper(torch.randperm(300, generator=generator))
+            assert steps == 10  # 9 full batches and one of 12 rows
+            sums.append(float(total.item()))
+        return sums, [p.detach().clone() for p in model.parameters()]
+
+    (plain_sums, plain), (graphed_sums, graphed) = run(False), run(True)
+    assert graphed_sums == plain_sums
+    assert all(torch.equal(a, b) for a, b in zip(plain, graphed, strict=True))
+
+
+def test_prepare_consuming_the_dataset_keeps_the_same_rows(small_data: Path) -> None:
+    params = _params(SAMPLE_ROWS="50")
+    copied = prepare(load_dataset(fingerprint_local(str(small_data))), params)
+    consumed = prepare(load_dataset(fingerprint_local(str(small_data))), params, consume=True)
+    assert [c.name for c in consumed.columns] == [c.name for c in copied.columns]
+    for a, b in zip(consumed.columns, copied.columns, strict=True):
+        np.testing.assert_array_equal(a.values, b.values)
+        assert a.category_list() == b.category_list()
+    np.testing.assert_array_equal(consumed.target, copied.target)
