@@ -95,14 +95,13 @@ def check_drift(report: DriftReport | None, policy: str, where: str) -> None:
 def _unseen(column: InputColumn, typed: Column, rules: list[FeatureRule]) -> tuple[dict[str, int], np.ndarray]:
     known = set(column.categories)
     bucketed = any(rule.category == OTHER for rule in rules)  # an unseen value lands in __other__, not nowhere
-    counts: dict[str, int] = {}
-    hits = np.zeros(len(typed.values), dtype=bool)
-    for i, value in enumerate(typed.values.tolist()):
-        if value is None or str(value) in known:
-            continue
-        counts[str(value)] = counts.get(str(value), 0) + 1
-        hits[i] = not bucketed
-    return dict(sorted(counts.items())), hits
+    names = typed.category_list()  # the cells are codes into these (-1: missing)
+    codes = np.asarray(typed.values, dtype=np.int64)
+    unseen = [i for i, name in enumerate(names) if name not in known]
+    hits = np.isin(codes, unseen) if unseen else np.zeros(len(codes), dtype=bool)
+    per_code = np.bincount(codes[hits], minlength=len(names)) if unseen else np.zeros(len(names), dtype=np.int64)
+    counts = {names[i]: int(per_code[i]) for i in unseen if per_code[i]}
+    return dict(sorted(counts.items())), (hits if not bucketed else np.zeros(len(codes), dtype=bool))
 
 
 def _moved(column: InputColumn, typed: Column, rules: list[FeatureRule]) -> list[ColumnDrift]:
