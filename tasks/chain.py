@@ -28,5 +28,9 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> s
 
     store = run.open_store()
     commit = chain_commit(run, store)
+    if not decision.completed:  # this run registered a version and made it the head: MLflow's alias follows
+        from ml8s.registry.alias import move_head_alias
+
+        move_head_alias(run, manifest)
     Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
     return manifest

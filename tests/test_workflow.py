@@ -30,7 +30,7 @@ _CACHE_VARIABLES = ("FLYTE_LOCAL_CACHE_ENABLED", "FLYTE_LOCAL_CACHE_OVERWRITE")
 
 
 # What the compute tasks (features, train, export) log when they run, and never on a cache hit.
-_COMPUTED = re.compile(r"^INFO ml8s \[(features|train|export)\] ", re.MULTILINE)
+_COMPUTED = re.compile(r"^\S+Z \+[0-9.]+s INFO +\[(features|train|export)\] ", re.MULTILINE)
 
 
 def _env(home: Path, **variables: str) -> dict[str, str]:

@@ -3,7 +3,10 @@
 - Params: the canonical config, one param per variable, as plain strings (``params.model_type = 'mlp'``):
   text as itself, anything else (numbers, booleans, null, lists) as compact JSON.
 - Metrics: ``train_loss`` at steps 1..EPOCHS (the per-epoch means training records in
-  ``training_metadata.json``), and every held-out figure of ``metrics.json`` at step EPOCHS.
+  ``training_metadata.json``), ``held_out_log_loss`` and ``held_out_accuracy`` after each epoch where
+  training evaluated them (``logs/epochs.json``), each point at the time its epoch ended, and every held-out
+  figure of ``metrics.json`` at step EPOCHS. Row counts are no metrics: they are tags ``ml8s.train_rows`` and
+  ``ml8s.test_rows``.
 - Tags: ``mlflow.source.name`` (the program that registered), ``mlflow.source.type``,
   ``mlflow.source.git.commit`` (``git rev-parse HEAD`` of ml8s's source, else ML8S_GIT_COMMIT, else none)
   and ``ml8s.version``.
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 import ml8s
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
+from ml8s.contract.epochs import EpochRecord, read_epochs
 from ml8s.errors import NotFoundError, RegistryError
 from ml8s.identity.variables import JsonValue
 from ml8s.store import Store
@@ -34,6 +38,9 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
 TRAIN_LOSS = "train_loss"
+HELD_OUT_LOG_LOSS = "held_out_log_loss"
+HELD_OUT_ACCURACY = "held_out_accuracy"
+ROW_COUNTS = ("test_rows", "train_rows")
 GIT_COMMIT_ENV = "ML8S_GIT_COMMIT"
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 _PARAM_BATCH = 100  # ... and of params
@@ -72,20 +79,56 @@ def git_commit(directory: str) -> str:
     return commit if done.returncode == 0 and len(commit) == 40 else ""
 
 
-def run_metrics(ctx: RunContext, store: Store) -> dict[str, list[tuple[int, float]]]:
-    """Each metric's (step, value) points: the per-epoch training loss and the held-out figures."""
-    metrics: dict[str, list[tuple[int, float]]] = {}
+Point = tuple[int, float, int | None]
+"""(step, value, time in ms since the epoch; None: the time of registration)."""
+
+
+def run_metrics(ctx: RunContext, store: Store) -> dict[str, list[Point]]:
+    """Each metric's points: the per-epoch training loss and held-out figures, and the final held-out figures."""
+    metrics: dict[str, list[Point]] = {}
+    _, epochs = epoch_log(ctx, store)
+    times = {r.epoch: r.time_ms for r in epochs}
     losses = _read_json(ctx, store, layout.TRAINING_METADATA, ("training", "epoch_losses"))
     if isinstance(losses, list):
-        metrics[TRAIN_LOSS] = [(step, float(v)) for step, v in enumerate(losses, start=1) if _number(v)]
+        metrics[TRAIN_LOSS] = [(n, float(v), times.get(n)) for n, v in enumerate(losses, start=1) if _number(v)]
+    for name in (HELD_OUT_LOG_LOSS, HELD_OUT_ACCURACY):
+        series = [(r.epoch, getattr(r, name), r.time_ms) for r in epochs if getattr(r, name) is not None]
+        if series:
+            metrics[name] = series
     last = len(metrics.get(TRAIN_LOSS, [])) or ctx.params.epochs
+    held_out = _held_out(ctx, store)
+    for name, value in sorted(held_out.items()):
+        if _number(value) and name not in ROW_COUNTS:
+            metrics[str(name)] = [(last, float(value), times.get(last))]
+    return metrics
+
+
+def run_tags(ctx: RunContext, store: Store) -> dict[str, str]:
+    """The source tags and the row counts of ``metrics.json`` (``ml8s.train_rows``, ``ml8s.test_rows``)."""
+    held_out = _held_out(ctx, store)
+    rows = {f"ml8s.{k}": str(held_out[k]) for k in ROW_COUNTS if _number(held_out.get(k))}
+    return dict(sorted({**source_tags(), **rows}.items()))
+
+
+def epoch_log(ctx: RunContext, store: Store) -> tuple[int | None, list[EpochRecord]]:
+    """``logs/epochs.json`` of the run: when training started and its epochs; (None, []) when absent.
+
+    A log, not an artifact: a malformed one is skipped with a warning, never a failed registration.
+    """
+    try:
+        return read_epochs(store.get(ctx.key(layout.EPOCH_LOG)))
+    except NotFoundError:
+        return None, []
+    except ValueError as exc:
+        ctx.log("register", f"WARNING: {ctx.uri(layout.EPOCH_LOG)} skipped: {str(exc)[:80]}")
+        return None, []
+
+
+def _held_out(ctx: RunContext, store: Store) -> dict[str, object]:
     held_out = _read_json(ctx, store, layout.METRICS, ())
     if held_out is not None and not isinstance(held_out, dict):
         raise RegistryError(f"{ctx.uri(layout.METRICS)} is not a JSON object of metric name to number")
-    for name, value in sorted((held_out or {}).items()):
-        if _number(value):
-            metrics[str(name)] = [(last, float(value))]
-    return metrics
+    return {str(k): v for k, v in (held_out or {}).items()}
 
 
 def log_run_data(ctx: RunContext, store: Store, client: MlflowClient, run: Run) -> None:
@@ -94,12 +137,12 @@ def log_run_data(ctx: RunContext, store: Store, client: MlflowClient, run: Run) 
 
     run_id = str(run.info.run_id)
     params = [Param(k, v) for k, v in mlflow_params(ctx.identity.canonical_config).items() if k not in run.data.params]
-    tags = [RunTag(k, v) for k, v in source_tags().items() if k not in run.data.tags]
+    tags = [RunTag(k, v) for k, v in run_tags(ctx, store).items() if k not in run.data.tags]
     now = int(time.time() * 1000)
     points: list[Metric] = []
     for name, series in sorted(run_metrics(ctx, store).items()):
         logged = {int(m.step) for m in client.get_metric_history(run_id, name)} if name in run.data.metrics else set()
-        points += [Metric(name, value, now, step) for step, value in series if step not in logged]
+        points += [Metric(name, value, at or now, step) for step, value, at in series if step not in logged]
     for start in range(0, len(params), _PARAM_BATCH):
         client.log_batch(run_id, params=params[start : start + _PARAM_BATCH])
     if tags:
