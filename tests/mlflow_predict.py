@@ -31,9 +31,9 @@ EDGE_ROWS = [
 
 
 def cli_predict(capsys: pytest.CaptureFixture[str], root: Path, run_id: str, rows: Path) -> list[list[str]]:
-    """`ml8s predict` in this process; its CSV output as rows (header first)."""
+    """`ml8s predict` in this process, every digit; its CSV output as rows (header first)."""
     capsys.readouterr()
-    code = main(["predict", "--run", run_id, "--input", str(rows), "--root", str(root)])
+    code = main(["predict", "--run", run_id, "--input", str(rows), "--root", str(root), "--precision", "full"])
     out, err = capsys.readouterr()
     assert code == 0, err
     return list(csv.reader(io.StringIO(out)))

@@ -5,11 +5,12 @@
 - Metrics: ``train_loss`` at steps 1..EPOCHS (the per-epoch means training records in
   ``training_metadata.json``), ``held_out_log_loss`` and ``held_out_accuracy`` after each epoch where
   training evaluated them (``logs/epochs.json``), each point at the time its epoch ended, and every held-out
-  figure of ``metrics.json`` at step EPOCHS. Row counts are no metrics: they are tags ``ml8s.train_rows`` and
-  ``ml8s.test_rows``.
+  figure of ``metrics.json`` at step EPOCHS.
+- Input: the training data as a dataset (``mlflow.log_input``'s record): DATA_ROOT, the data fingerprint's
+  first 32 hex digits as its digest, its file count and size, context ``training``.
 - Tags: ``mlflow.source.name`` (the program that registered), ``mlflow.source.type``,
-  ``mlflow.source.git.commit`` (``git rev-parse HEAD`` of ml8s's source, else ML8S_GIT_COMMIT, else none)
-  and ``ml8s.version``.
+  ``mlflow.source.git.commit`` (``git rev-parse HEAD`` of ml8s's source, else ML8S_GIT_COMMIT, else none),
+  ``ml8s.version``, and the row counts (``ml8s.train_rows``, ``ml8s.test_rows``: counts are no metrics).
 
 Everything is added only where missing, so registering again (or after a crash) never duplicates a point
 nor changes what a run already records (MLflow params are immutable).
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import ml8s
 from ml8s.context.run import RunContext
@@ -35,7 +36,7 @@ from ml8s.store import Store
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
-    from mlflow.entities import Run
+    from mlflow.entities import DatasetInput, Run
 
 TRAIN_LOSS = "train_loss"
 HELD_OUT_LOG_LOSS = "held_out_log_loss"
@@ -149,9 +150,37 @@ def log_run_data(ctx: RunContext, store: Store, client: MlflowClient, run: Run) 
         client.log_batch(run_id, tags=tags)
     for start in range(0, len(points), _BATCH):
         client.log_batch(run_id, metrics=points[start : start + _BATCH])
+    logged_inputs = {d.dataset.digest for d in (run.inputs.dataset_inputs if run.inputs else [])}
+    if dataset_digest(ctx) not in logged_inputs:
+        client.log_inputs(run_id, datasets=[dataset_input(ctx)])
 
 
-def _number(value: object) -> bool:
+def dataset_digest(ctx: RunContext) -> str:
+    """The data fingerprint's first 32 hex digits (MLflow keeps a dataset digest in at most 36 characters)."""
+    return ctx.identity.data_fingerprint[:32]
+
+
+def dataset_input(ctx: RunContext) -> DatasetInput:
+    """The training data as an MLflow dataset input: DATA_ROOT, its fingerprint, its files, context training."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    profile = {
+        "data_fingerprint": ctx.identity.data_fingerprint,
+        "files": len(ctx.fingerprint.entries),
+        "bytes": sum(e.size for e in ctx.fingerprint.entries),
+        "target_column": ctx.params.target_column,
+    }
+    dataset = Dataset(
+        name=ctx.params.data_root.rstrip("/").rsplit("/", 1)[-1] or "data",
+        digest=dataset_digest(ctx),
+        source_type="ml8s",
+        source=json.dumps({"uri": ctx.params.data_root}),
+        profile=json.dumps(profile, sort_keys=True),
+    )
+    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")])
+
+
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -27,7 +27,7 @@ class EpochRecorder:
     """Collects :class:`EpochRecord` s; ``held_out`` is None where no held-out evaluation is made per epoch."""
 
     def __init__(self, held_out: tuple[torch.Tensor, Labels] | None) -> None:
-        self.started_ms = int(time.time() * 1000)
+        self.started_ms: int | None = int(time.time() * 1000)
         self.records: list[EpochRecord] = []
         self._held_out = held_out
 
