@@ -73,6 +73,13 @@ def as_csv_rows(frame: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
+def post_raw(url: str, body: bytes, content_type: str) -> pd.DataFrame:
+    """POST a request body as is to a served model's /invocations, the predictions back."""
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": content_type})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return pd.DataFrame(json.loads(answer.read())["predictions"])
+
+
 def post_invocations(url: str, frame: pd.DataFrame) -> pd.DataFrame:
     """POST rows to a served model's /invocations (``dataframe_split``), the predictions back."""
     split = json.loads(frame.to_json(orient="split", index=False))
