@@ -3,6 +3,8 @@ show the run's overview in a Flyte Deck."""
 
 from __future__ import annotations
 
+import sys
+
 from flytekit import Deck, task
 
 from ml8s import log
@@ -25,6 +27,7 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> s
     log.configure()
     from ml8s.pipeline.chain_commit import chain_commit
     from ml8s.pipeline.run_overview import collect_overview, render_overview_html
+    from ml8s.pipeline.summary import summary_line
 
     store = run.open_store()
     commit = chain_commit(run, store)
@@ -33,4 +36,5 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> s
 
         move_head_alias(run, manifest)
     Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
+    print(summary_line(manifest), file=sys.stderr)  # the run's last line: what it scored, which version, where
     return manifest

@@ -90,6 +90,9 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
         env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root), *typed
     )
     assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}
+    assert f"\nml8s: run {run_id} done; accuracy " in log and "ml8s-model v1" in log  # the headline, on stderr
+    ours = [line for line in log.splitlines() if re.match(r"^\S+Z \+[0-9.]+s INFO ", line)]
+    assert ours and max(map(len, ours)) <= 160
     deck = _deck(base / "home1")  # the chain commit task's overview of the run
     assert f"ml8s run {run_id}" in deck and "miss: Steps 2-7 ran" in deck and "v1 (1.0.0)" in deck
     return FirstRun(data, root, base / "home1", run_id, manifest)

@@ -10,7 +10,7 @@ from ml8s.log import MAX_LINE
 from ml8s.store import open_store
 
 
-def summary_line(manifest_text: str, seconds: float) -> str:
+def summary_line(manifest_text: str, seconds: float | None = None) -> str:
     """``ml8s: run 0123abcd4567 done in 12.3s; accuracy 0.8125, log-loss 0.4210; ml8s-model v3; file:///…``.
 
     The held-out metrics are read back from the run's ``metrics.json``; a figure that cannot be read is left
@@ -18,7 +18,8 @@ def summary_line(manifest_text: str, seconds: float) -> str:
     the line would exceed ``MAX_LINE`` characters.
     """
     manifest = Manifest.model_validate(json.loads(manifest_text))
-    parts = [f"ml8s: run {manifest.run_id} done in {seconds:.1f}s"]
+    took = f" in {seconds:.1f}s" if seconds is not None else ""
+    parts = [f"ml8s: run {manifest.run_id} done{took}"]
     root = manifest.artifact_root.removesuffix("/" + layout.run_prefix(manifest.run_id))
     try:
         data = open_store(root).get(f"{layout.run_prefix(manifest.run_id)}/{layout.METRICS}")
