@@ -1,4 +1,4 @@
-"""Three fixes to flytekit 1.16's ``pyflyte run`` of our workflows (which import this module).
+"""Four fixes to flytekit 1.16's ``pyflyte run`` of our workflows (which import this module).
 
 1. ``--inputs-file`` turns each value into command-line words, and a boolean into a bare flag: ``true``
    becomes ``--standardize`` (which an ``Optional[bool]`` input refuses: "requires an argument") and
@@ -14,22 +14,32 @@
    printed by ``pyflyte run`` as a 60-line traceback ending in that one line. Here it is the one line,
    ``ml8s: CODE: message`` on stderr, as ``ml8s`` prints it (``pyflyte -v run`` still shows the traceback).
 
+4. stdout carries the workflow's output alone (the manifest JSON): ``pyflyte run``'s banner "Running
+   Execution on local." and whatever the tasks print meanwhile (MLflow's "View run …" lines with an HTTP
+   tracking URI) go to stderr, so ``pyflyte run … | python -c 'import json,sys; json.load(sys.stdin)'`` works.
+
 1 and 2 patch ``YamlFileReadingCommand.parse_args`` (flytekit/clis/sdk_in_container/run.py), the command
 ``pyflyte run FILE WORKFLOW`` builds for a workflow; 3 patches ``pretty_print_traceback``
-(flytekit/clis/sdk_in_container/utils.py), which ``pyflyte`` calls for an exception that is no click error.
+(flytekit/clis/sdk_in_container/utils.py), which ``pyflyte`` calls for an exception that is no click error;
+4 wraps ``YamlFileReadingCommand.invoke`` and gives run.py a ``click`` whose ``secho`` writes to stderr and
+whose ``echo`` (the output) writes to the real stdout.
 Only processes that import this module are changed (``pyflyte run`` imports the workflow's file before it
 parses the workflow's inputs); tests/test_flyte_inputs.py checks all three through ``pyflyte run``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
+from flytekit.clis.sdk_in_container import run as pyflyte_run
 from flytekit.clis.sdk_in_container import utils as pyflyte_utils
 from flytekit.clis.sdk_in_container.run import YamlFileReadingCommand
 from flytekit.interaction.click_types import UnionParamType
@@ -125,5 +135,32 @@ def _print_one_line(e: Exception, verbosity: int = 1) -> None:
     print(f"ml8s: {found.code}: {found.message}", file=sys.stderr)  # str() holds what flytekit prepended
 
 
+class _StdoutForOutputOnly(types.ModuleType):
+    """``click`` as run.py sees it: the banner (``secho``) on stderr, the output (``echo``) on the real stdout."""
+
+    def __init__(self, stdout: Any) -> None:
+        super().__init__("click")
+        self._stdout = stdout
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(click, name)
+
+    def secho(self, message: Any = None, file: Any = None, **kwargs: Any) -> None:
+        click.secho(message, file=file if file is not None else sys.stderr, **kwargs)
+
+    def echo(self, message: Any = None, file: Any = None, **kwargs: Any) -> None:
+        click.echo(message, file=file if file is not None else self._stdout, **kwargs)
+
+
+_original_invoke = YamlFileReadingCommand.invoke
+
+
+def _invoke(self: YamlFileReadingCommand, ctx: click.Context) -> Any:
+    with contextlib.redirect_stdout(sys.stderr):  # the tasks' prints; run.py's echo keeps the real stdout
+        return _original_invoke(self, ctx)
+
+
 YamlFileReadingCommand.parse_args = _parse_args  # type: ignore[method-assign]
+YamlFileReadingCommand.invoke = _invoke  # type: ignore[method-assign]
+pyflyte_run.click = _StdoutForOutputOnly(sys.stdout)  # type: ignore[attr-defined]
 pyflyte_utils.pretty_print_traceback = _print_one_line

@@ -47,10 +47,9 @@ def _pyflyte_run(env: dict[str, str], *args: str) -> tuple[str, str]:
     cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", *args]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"pyflyte run failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    # Local runs echo the workflow output after a "Running Execution on local." banner.
-    start = done.stdout.index("{")
-    _, end = json.JSONDecoder().raw_decode(done.stdout, start)
-    return done.stdout[start:end], done.stderr
+    # stdout is the workflow's output alone (pyflyte's banner and the tasks' prints go to stderr).
+    json.loads(done.stdout)
+    return done.stdout.rstrip("\n"), done.stderr
 
 
 def _listing(root: Path) -> dict[str, tuple[int, int, int]]:
