@@ -71,6 +71,7 @@ def served(server: str, tmp_path_factory: pytest.TempPathFactory) -> Served:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ML8S_")) and k not in _RUN_VARS}
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(base / "root"))
     env.update(MLFLOW_TRACKING_URI=server, MLFLOW_EXPERIMENT_NAME=EXPERIMENT)
+    env.update(EPOCH="30")  # a typo: warned about, ignored (the racing test below checks the RUN_ID is EPOCHS=2's)
     # Registration's first request may come before the server answers: MLflow's client retries
     # (1, 2, 4, ... s) bridge the boot.
     env.update(MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1", MLFLOW_HTTP_REQUEST_MAX_RETRIES="8")
@@ -158,6 +159,7 @@ def test_the_run_is_in_mlflow_as_mlflow_users_expect(served: Served) -> None:
     held-out curves at the times the epochs ended, the dataset input, row counts as tags, the experiment
     MLFLOW_EXPERIMENT_NAME names, a run opened when training started, and the head alias on the version."""
     assert json.loads(served.stdout)["run_id"] == served.run_id  # the whole of stdout is one JSON document
+    assert "ml8s: warning: EPOCH is set but ml8s does not read it; did you mean EPOCHS?" in served.stderr.splitlines()
     ours = [line for line in served.stderr.splitlines() if re.match(r"^\S+Z \+[0-9.]+s |^ml8s: ", line)]
     assert ours and max(len(line) for line in ours) <= 160
     assert ours[-1].startswith(f"ml8s: run {served.run_id} done in ") and "ml8s-model v1" in ours[-1]
