@@ -125,3 +125,21 @@ def test_tensorboard_events_carry_real_wall_times(tmp_path: Path) -> None:
     assert [e.value for e in events.Scalars("heldout_epoch/log_loss")] == pytest.approx([0.6, 0.5])
     (final,) = events.Scalars("heldout/accuracy")
     assert (final.step, final.wall_time) == (2, 1_700_000_001.5)
+
+
+def test_the_summary_line_reads_a_forced_run_manifest_and_never_fails(tmp_path: Path) -> None:
+    from ml8s.pipeline.summary import summary_line
+
+    manifest = {
+        "run_id": "0123456789ab",
+        "full_config_hash": "0123456789ab" + "0" * 52,
+        "data_fingerprint": "1" * 64,
+        "canonicalization_version": "2.1.0",
+        "artifact_root": f"file://{tmp_path}/ml8s_training_runs/0123456789ab",
+        "artifacts": {},
+        "mlflow": {"model_name": "m", "model_version": "3"},
+        "force_rerun": {"recomputed": ["snapshot"], "changed": [], "reproduced": True, "previous_sha256": {}},
+    }
+    line = summary_line(json.dumps(manifest), 1.25)
+    assert line == f"ml8s: run 0123456789ab done in 1.2s; m v3; file://{tmp_path}/ml8s_training_runs/0123456789ab"
+    assert summary_line("not json") == "ml8s: run done"

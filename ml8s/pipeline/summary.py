@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from ml8s.contract import Manifest, Metrics, layout, load
 from ml8s.errors import Ml8sError
 from ml8s.log import MAX_LINE
@@ -17,8 +15,11 @@ def summary_line(manifest_text: str, seconds: float | None = None) -> str:
     out (the line is a headline, the manifest on stdout is the record). The artifact root is left out too when
     the line would exceed ``MAX_LINE`` characters.
     """
-    manifest = Manifest.model_validate(json.loads(manifest_text))
     took = f" in {seconds:.1f}s" if seconds is not None else ""
+    try:
+        manifest = Manifest.model_validate_json(manifest_text)
+    except ValueError:  # a headline never fails a run: the manifest on stdout is the record
+        return f"ml8s: run done{took}"
     parts = [f"ml8s: run {manifest.run_id} done{took}"]
     root = manifest.artifact_root.removesuffix("/" + layout.run_prefix(manifest.run_id))
     try:
