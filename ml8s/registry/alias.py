@@ -8,10 +8,13 @@ to the chain puts it right. The chain, not MLflow, stays the record of which ver
 
 from __future__ import annotations
 
+import time
+
 from ml8s.context.run import RunContext
 from ml8s.contract import Manifest
 from ml8s.errors import RegistryError
 from ml8s.registry.mlflow_model import silenced
+from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
 from ml8s.registry.schema import first_line
 
 HEAD_ALIAS = "head"
@@ -32,8 +35,8 @@ def move_head_alias(ctx: RunContext, manifest_text: str) -> None:
     if not model_name or not model_version:
         return  # a manifest of no registered model (never written by a run that trained): nothing to point at
     uri = ctx.settings.mlflow_tracking_uri_for_registry()
-    try:
-        with silenced("mlflow.store.db.utils"):
+    try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
+        with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
             MlflowClient(tracking_uri=uri).set_registered_model_alias(model_name, HEAD_ALIAS, model_version)
     except (MlflowException, SQLAlchemyError, OSError) as exc:
         raise RegistryError(
