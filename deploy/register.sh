@@ -218,6 +218,11 @@ fi
 say "registering workflows (project $FLYTE_PROJECT, domain $FLYTE_DOMAIN, version $REGISTER_VERSION)"
 run_cmd "$PYFLYTE" register "${register_opts[@]}" "${IMAGE_ARGS[@]}" "${TASK_ENV_ARGS[@]}" workflows
 
+if [ "$DRY_RUN" = 1 ]; then
+    printf '\ndry run: nothing was applied or registered; the commands above are what a real run executes.\n'
+    exit 0
+fi
+
 cat <<EOF
 
 ml8s is registered on the sandbox (version $REGISTER_VERSION).

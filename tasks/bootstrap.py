@@ -16,7 +16,7 @@ from ml8s import log
 from ml8s.context.run import RunContext, RunSpec
 from ml8s.errors import ConfigError, DataError, LineageError
 from ml8s.pipeline.bootstrap import bootstrap
-from tasks.inputs import FromEnv, InputValue, ModelFormat, TrainDevice, check_flyte_world_size, input_text
+from tasks.inputs import InputValue, ModelFormat, TrainDevice, check_flyte_world_size, input_text
 
 
 class BootstrapOutput(NamedTuple):
@@ -35,36 +35,36 @@ class InvalidInputError(click.ClickException):
 # Never cached: bootstrap fingerprints DATA_ROOT, outside state that the inputs do not capture.
 @task(cache=False)
 def bootstrap_run(
-    data_root: str,
-    target_column: str,
-    model_format: ModelFormat,
-    model_type: str,
-    test_size: float | FromEnv,
-    random_seed: int | FromEnv,
-    sample_rows: int | FromEnv,
-    max_features: int | FromEnv,
-    exclude_columns: str,
-    standardize: bool | FromEnv,
-    hidden_units: int | FromEnv,
-    hidden_layers: int | FromEnv,
-    epochs: int | FromEnv,
-    batch_size: int | FromEnv,
-    learning_rate: str,
-    train_device: TrainDevice,
-    warm_start: str,
-    sampler_alpha: str,
-    train_world_size: int | FromEnv,
-    pipeline_root_uri: str,
-    force_rerun: bool | FromEnv,
+    data_root: str | None = None,
+    target_column: str | None = None,
+    model_format: ModelFormat = ModelFormat.ENV,
+    model_type: str | None = None,
+    test_size: float | None = None,
+    random_seed: int | None = None,
+    sample_rows: int | None = None,
+    max_features: int | None = None,
+    exclude_columns: str | None = None,
+    standardize: bool | None = None,
+    hidden_units: int | None = None,
+    hidden_layers: int | None = None,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    learning_rate: float | None = None,
+    train_device: TrainDevice = TrainDevice.ENV,
+    warm_start: str | None = None,
+    sampler_alpha: float | None = None,
+    train_world_size: int | None = None,
+    pipeline_root_uri: str | None = None,
+    force_rerun: bool | None = None,
 ) -> BootstrapOutput:
-    """Build the run; an unset input (``""`` or ``env``) means "take it from the environment".
+    """Build the run; an unset input (None, or ``env`` for a choice) means "take it from the environment".
 
     Returns:
         The run (the input of the tasks that read or write the store) and its spec (the input, and cache
         key, of the compute tasks).
     """
     log.configure()
-    given: dict[str, InputValue] = {
+    given: dict[str, InputValue | None] = {
         "data_root": data_root,
         "target_column": target_column,
         "model_format": model_format,

@@ -3,6 +3,8 @@ show the run's overview in a Flyte Deck."""
 
 from __future__ import annotations
 
+import sys
+
 from flytekit import Deck, task
 
 from ml8s import log
@@ -26,9 +28,15 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> s
     from ml8s.pipeline.chain_commit import chain_commit
     from ml8s.pipeline.promote import promote
     from ml8s.pipeline.run_overview import collect_overview, render_overview_html
+    from ml8s.pipeline.summary import summary_line
 
     store = run.open_store()
     commit = chain_commit(run, store)
     promote(run, store, commit)  # a candidate is served only once promoted (docs/chain.md, promotion)
+    if not decision.completed:  # this run registered a version and made it the head: MLflow's alias follows
+        from ml8s.registry.alias import move_head_alias
+
+        move_head_alias(run, manifest)
     Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
+    print(summary_line(manifest), file=sys.stderr)  # the run's last line: what it scored, which version, where
     return manifest

@@ -2,24 +2,18 @@
 
 Every input can be left unset, and an unset input takes the environment, then the variable's default
 (SPEC §4: the canonical config is the same whether a value comes from an input or the environment).
-How "unset" is spelled depends on the type:
-
-- text inputs (paths, column names, comma lists, LEARNING_RATE) default to ``""``, which the one
-  priority rule of ``ml8s.identity.priority`` already reads as "not given";
-- numbers and booleans are ``T | FromEnv`` defaulting to ``FromEnv.ENV`` (shown as ``env``); choices
-  are an enum of the allowed values plus ``env``, its default. Not ``Optional[T] = None``: flytekit
-  1.16's ``pyflyte run`` gives an optional input a union with an unchecked string, so ``--epochs ten``
-  would pass the command line and fail later in flytekit's own conversion, with a traceback.
-  ``int | FromEnv`` is checked by click up front: a one-line error naming ``--epochs``.
-
-LEARNING_RATE stays text on purpose: a float input cannot tell ``1`` from ``1.0``, which the
-normalization of SPEC §2 keeps apart (an integer and a float), so a typed float would give
-``--learning_rate 1`` another RUN_ID than ``LEARNING_RATE=1``. TEST_SIZE can be a float: every valid value
-lies strictly between 0 and 1, and Python's shortest round-trip text of such a float normalizes to the
-same JSON number as any spelling of it in the environment.
+Numbers, booleans and text are ``Optional[T] = None``: None is unset. Choices (MODEL_FORMAT, TRAIN_DEVICE)
+are an enum of the allowed values plus ``env``, its default, so ``--help`` lists them.
 
 A typed value becomes the text a user would have put in the environment (:func:`input_text`), and from
 there bootstrap resolves and validates it exactly like an environment value, naming the input it came from.
+A float input whose value is a whole number is written as the integer (``--learning_rate 1`` is
+``LEARNING_RATE=1``, the spelling of SAMPLER_ALPHA's default ``1``): the normalization of SPEC §2 keeps
+integers and floats apart, and a float input cannot tell ``1`` from ``1.0``; the integer is the spelling
+every documented value and default uses.
+
+``pyflyte run`` of flytekit 1.16 reads optional inputs loosely (``--epochs ten`` reaches the task, and a
+boolean in ``--inputs-file`` is dropped or breaks the command line): ``tasks.pyflyte_cli`` fixes both.
 """
 
 from __future__ import annotations
@@ -27,13 +21,7 @@ from __future__ import annotations
 import enum
 
 UNSET = "env"
-"""The value of an input that is not given: take the environment variable, else its default."""
-
-
-class FromEnv(enum.StrEnum):
-    """The unset value of a number or boolean input."""
-
-    ENV = UNSET
+"""The value of a choice input that is not given: take the environment variable, else its default."""
 
 
 class ModelFormat(enum.StrEnum):
@@ -68,18 +56,20 @@ def check_flyte_world_size(world_size: int) -> None:
         )
 
 
-def input_text(value: InputValue) -> str:
-    """The environment-style text of one input; ``""`` when it is unset (an ``env`` member, or ``""``).
+def input_text(value: InputValue | None) -> str:
+    """The environment-style text of one input; ``""`` when it is unset (None, an ``env`` member, or ``""``).
 
     Example:
-        >>> [input_text(v) for v in (FromEnv.ENV, 3, 0.25, False, ModelFormat.ONNX, ModelFormat.ENV, "s3://b/p")]
-        ['', '3', '0.25', 'false', 'onnx', '', 's3://b/p']
+        >>> [input_text(v) for v in (None, 3, 0.25, 1.0, False, ModelFormat.ONNX, ModelFormat.ENV, "s3://b/p")]
+        ['', '3', '0.25', '1', 'false', 'onnx', '', 's3://b/p']
     """
+    if value is None:
+        return ""
     if isinstance(value, enum.Enum):
         text = str(value.value)
         return "" if text == UNSET else text
     if isinstance(value, bool):  # before int: bool is an int
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)
+        return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
     return str(value)

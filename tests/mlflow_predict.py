@@ -31,9 +31,9 @@ EDGE_ROWS = [
 
 
 def cli_predict(capsys: pytest.CaptureFixture[str], root: Path, run_id: str, rows: Path) -> list[list[str]]:
-    """`ml8s predict` in this process; its CSV output as rows (header first)."""
+    """`ml8s predict` in this process, every digit; its CSV output as rows (header first)."""
     capsys.readouterr()
-    code = main(["predict", "--run", run_id, "--input", str(rows), "--root", str(root)])
+    code = main(["predict", "--run", run_id, "--input", str(rows), "--root", str(root), "--precision", "full"])
     out, err = capsys.readouterr()
     assert code == 0, err
     return list(csv.reader(io.StringIO(out)))
@@ -71,6 +71,13 @@ def as_csv_rows(frame: pd.DataFrame) -> list[list[str]]:
     for record in frame.itertuples(index=False):
         rows.append([str(record[0]), *(repr(float(p)) for p in record[1:])])
     return rows
+
+
+def post_raw(url: str, body: bytes, content_type: str) -> pd.DataFrame:
+    """POST a request body as is to a served model's /invocations, the predictions back."""
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": content_type})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return pd.DataFrame(json.loads(answer.read())["predictions"])
 
 
 def post_invocations(url: str, frame: pd.DataFrame) -> pd.DataFrame:

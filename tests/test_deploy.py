@@ -532,3 +532,16 @@ def test_conditional_write_probe_passes_on_a_store_that_honours_them(upload_data
     client.create_bucket(Bucket="probe")
     assert upload_data.probe_conditional_writes(client, "s3://probe/pipeline") == []
     assert client.list_objects_v2(Bucket="probe").get("KeyCount") == 0, "the probe must clean up"
+
+
+def test_register_dry_run_says_nothing_was_registered(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(DEPLOY / "register.sh"), "--dry-run"],
+        cwd=ROOT,
+        env=_clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "nothing was applied or registered" in done.stdout and "ml8s is registered" not in done.stdout

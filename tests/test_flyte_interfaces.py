@@ -82,9 +82,15 @@ def test_compute_task_inputs_have_one_cache_key_in_every_process(tmp_path: Path)
     assert len({first["spec_key"], *forced}) == 3
 
 
+# Text, exactly as the environment holds it: paths, names, comma lists, a version number or a block hash.
+TEXT_INPUTS = {"data_root", "target_column", "exclude_columns", "model_type", "warm_start"}
+
+
 def _unwrap(annotation: object) -> tuple[object, ...]:
-    """The members of a union input type (``int | FromEnv`` -> (int, FromEnv)); a plain type alone."""
-    return typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    """The members of a union input type (``int | None`` -> (int, NoneType)); a plain type alone."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return typing.get_args(annotation)
+    return (annotation,)
 
 
 def test_workflow_inputs_follow_the_variables_types_and_defaults() -> None:
@@ -94,7 +100,7 @@ def test_workflow_inputs_follow_the_variables_types_and_defaults() -> None:
     from ml8s.identity.params import RunParams
     from ml8s.identity.variables import USER_VARIABLES
     from tasks.bootstrap import bootstrap_run
-    from tasks.inputs import UNSET, FromEnv
+    from tasks.inputs import UNSET
     from workflows.training import training_pipeline
 
     inputs = training_pipeline.python_interface.inputs_with_defaults
@@ -112,14 +118,10 @@ def test_workflow_inputs_follow_the_variables_types_and_defaults() -> None:
             assert isinstance(choice, type) and issubclass(choice, enum.Enum), name
             assert sorted(str(m.value) for m in choice) == sorted([*typing.get_args(param), UNSET]), name
             assert unset is choice(UNSET), name
-        elif set(members) == {str}:  # text, exactly as the environment holds it; "" is unset
-            assert unset == "", name
-            # text on purpose: a float input cannot tell 1 from 1.0, nor a version number from a hash
-            text_inputs = {"data_root", "target_column", "exclude_columns", "learning_rate", "model_type"}
-            assert name in text_inputs | {"warm_start", "sampler_alpha"}, name
-        else:  # a number or a boolean: the parameter's own type, or env
-            assert members[1:] == (FromEnv,) and unset is FromEnv.ENV, name
-            assert members[0] in _unwrap(param), name
+        else:  # Optional[T] = None: a number or a boolean of the parameter's own type, or text; None is unset
+            assert members[1:] == (type(None),) and unset is None, name
+            (kind,) = members[:1]
+            assert kind in _unwrap(param) or (kind is str and name in TEXT_INPUTS), name
         text = described[name]
         assert f"(unset: {variable}" in text, name
         assert f"else {default})" in text if default else "required" in text or ", else " in text, name
@@ -147,9 +149,11 @@ def test_input_text_is_what_the_environment_would_hold(value: str | int | float 
 
 
 def test_unset_members_are_empty_text() -> None:
-    from tasks.inputs import FromEnv, ModelFormat, TrainDevice, input_text
+    from tasks.inputs import ModelFormat, TrainDevice, input_text
 
-    assert [input_text(v) for v in (FromEnv.ENV, ModelFormat.ENV, TrainDevice.ENV)] == [""] * 3
+    assert [input_text(v) for v in (None, ModelFormat.ENV, TrainDevice.ENV)] == [""] * 3
+    # a whole float is the integer's spelling (SAMPLER_ALPHA's default is 1), any other float its shortest repr
+    assert [input_text(v) for v in (1.0, 0.5, 1e-05, 2.5e-07)] == ["1", "0.5", "1e-05", "2.5e-07"]
     assert [input_text(v) for v in (ModelFormat.SAFETENSORS, TrainDevice.CUDA, "logreg")] == [
         "safetensors",
         "cuda",

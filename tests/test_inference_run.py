@@ -151,11 +151,15 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
     rows = raw_rows(trained.data)[:20]
     rows_csv = write_rows(tmp_path / "rows.csv", rows)
     predictions = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id)).predict(rows)
-    args = ["--run", trained.onnx.run_id, "--root", str(trained.root)]
+    args = ["--run", trained.onnx.run_id, "--root", str(trained.root), "--precision", "full"]
 
     code, out, _ = _predict_cli(capsys, *args, "--input", str(rows_csv))
     assert code == 0 and out == predictions.to_csv()
     assert out.splitlines()[0] == "predicted_class,probability_no,probability_yes" and len(out.splitlines()) == 21
+    # by default, six decimals
+    code, rounded, _ = _predict_cli(capsys, *args[:-2], "--input", str(rows_csv))
+    first = [float(p) for p in predictions.probabilities[0]]
+    assert code == 0 and rounded.splitlines()[1].split(",")[1:] == [f"{p:.6f}" for p in first]
 
     target = tmp_path / "out.csv"
     target.write_text("previous content")
@@ -264,3 +268,47 @@ def test_safetensors_run_predicts_with_torch_like_the_onnx_run(trained: Trained)
     first, second = onnx.predict(rows), torch.predict(rows)
     assert first.labels == second.labels
     np.testing.assert_allclose(first.probabilities, second.probabilities, rtol=0, atol=1e-5)
+
+
+def test_ml8s_predict_formats_ids_precision_and_unseen_categories(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--format json|parquet carry what the CSV does; --id-column is passed through first; a category the
+    model never saw is a warning with its count and examples (a wrong case named as such), --strict refuses."""
+    rows = raw_rows(trained.data)[:6]
+    rows[1]["plan"], rows[2]["plan"], rows[3]["plan"] = "Basic", "gold", "gold"
+    rows_csv = write_rows(tmp_path / "rows.csv", rows)
+    predictions = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id)).predict(rows)
+    args = ["--run", trained.onnx.run_id, "--root", str(trained.root), "--input", str(rows_csv)]
+    ids = [row["customer_id"] for row in rows]
+
+    code, out, err = _predict_cli(capsys, *args, "--format", "json", "--id-column", "customer_id", "--precision", "3")
+    assert code == 0
+    (warning,) = err.splitlines()
+    assert warning == (
+        "ml8s: warning: column 'plan': 3 row(s) hold a category the model never saw ('Basic' (did you mean "
+        "'basic'?), 'gold'); they are predicted as an unknown category"
+    )
+    records = json.loads(out)
+    assert [r["customer_id"] for r in records] == ids
+    assert [r["predicted_class"] for r in records] == list(predictions.labels)
+    assert [r["probability_yes"] for r in records] == [round(float(p[1]), 3) for p in predictions.probabilities]
+
+    target = tmp_path / "out.parquet"
+    code, out, _ = _predict_cli(
+        capsys, *args, "--format", "parquet", "--id-column", "customer_id", "--output", str(target)
+    )
+    table = pq.read_table(target)
+    assert (code, out) == (0, "") and table.column_names == [
+        "customer_id",
+        "predicted_class",
+        *predictions.columns()[1:],
+    ]
+    assert table.column("customer_id").to_pylist() == ids
+
+    code, out, err = _predict_cli(capsys, *args, "--strict")
+    assert (code, out) == (1, "") and err.startswith(
+        "ml8s: PREDICTION_INPUT_INVALID: --strict: column 'plan': 3 row(s)"
+    )
+    code, _, err = _predict_cli(capsys, *args, "--id-column", "nope")
+    assert code == 1 and "--id-column 'nope' is not a column of" in err

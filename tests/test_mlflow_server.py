@@ -4,6 +4,8 @@ pyfunc that predicts as `ml8s predict` does, racing registrations leave one vers
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -20,6 +22,10 @@ from mlflow_support import mlflow_server, raw_rows, write_rows
 from ml8s.audit import verify_run
 from ml8s.pipeline.run import run_pipeline
 from ml8s.registry.registration import MlflowRef
+
+ML8S = str(Path(sys.executable).parent / "ml8s")
+EXPERIMENT = "churn experiments"
+_RUN_VARS = ("DATA_ROOT", "TARGET_COLUMN", "EPOCHS", "PIPELINE_ROOT_URI", "FORCE_RERUN", "CHAIN_NAME")
 
 # A child process: import everything, say it is ready, wait for the barrier, register.
 CHILD = """
@@ -45,6 +51,8 @@ class Served:
     mlflow: dict[str, str]
     rows: list[dict[str, str]]
     rows_csv: Path
+    stdout: str
+    stderr: str
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +63,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def served(server: str, tmp_path_factory: pytest.TempPathFactory) -> Served:
-    """`ml8s run` with MLFLOW_TRACKING_URI pointing at the server (it failed at registration before)."""
+    """`ml8s run` with MLFLOW_TRACKING_URI pointing at the server (it failed at registration before), in its
+    own process: what it prints on stdout and stderr is checked too. EPOCHS is a flag, MLflow's own
+    MLFLOW_EXPERIMENT_NAME names the experiment."""
     base = tmp_path_factory.mktemp("served")
     data = write_small_churn(base / "data")
-    env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(base / "root"), "EPOCHS": "2"}
-    with pytest.MonkeyPatch.context() as patch:
-        # Registration's first request may come before the server answers: MLflow's client retries
-        # (1, 2, 4, ... s) bridge the boot.
-        patch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-        patch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "8")
-        manifest = json.loads(run_pipeline({**env, "MLFLOW_TRACKING_URI": server}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ML8S_")) and k not in _RUN_VARS}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(base / "root"))
+    env.update(MLFLOW_TRACKING_URI=server, MLFLOW_EXPERIMENT_NAME=EXPERIMENT)
+    env.update(EPOCH="30")  # a typo: warned about, ignored (the racing test below checks the RUN_ID is EPOCHS=2's)
+    # Registration's first request may come before the server answers: MLflow's client retries
+    # (1, 2, 4, ... s) bridge the boot.
+    env.update(MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1", MLFLOW_HTTP_REQUEST_MAX_RETRIES="8")
+    done = subprocess.run([ML8S, "run", "--epochs", "2"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(done.stdout)
     rows = raw_rows(data)[:40] + EDGE_ROWS
     rows_csv = write_rows(base / "rows.csv", rows)
-    return Served(server, data, base / "root", manifest["run_id"], manifest["mlflow"], rows, rows_csv)
+    return Served(
+        server, data, base / "root", manifest["run_id"], manifest["mlflow"], rows, rows_csv, done.stdout, done.stderr
+    )
 
 
 def test_run_against_a_server_completes_verifies_and_registers_once(served: Served) -> None:
@@ -82,6 +97,7 @@ def test_run_against_a_server_completes_verifies_and_registers_once(served: Serv
             "PIPELINE_ROOT_URI": str(served.root),
             "EPOCHS": "2",
             "MLFLOW_TRACKING_URI": served.uri,
+            "MLFLOW_EXPERIMENT_NAME": EXPERIMENT,
         }
     )
     assert json.loads(again)["mlflow"] == served.mlflow
@@ -136,3 +152,29 @@ def test_racing_registrations_on_a_server_leave_one_version(served: Served, tmp_
     assert [v.version for v in client.search_model_versions("name = 'raced'")] == ["1"]
     assert len(client.search_runs([refs[0].experiment_id])) == 1
     assert len(client.search_logged_models([refs[0].experiment_id])) == 1
+
+
+def test_the_run_is_in_mlflow_as_mlflow_users_expect(served: Served) -> None:
+    """stdout is the manifest alone (MLflow's "View run" lines go to stderr); MLflow holds per-epoch train and
+    held-out curves at the times the epochs ended, the dataset input, row counts as tags, the experiment
+    MLFLOW_EXPERIMENT_NAME names, a run opened when training started, and the head alias on the version."""
+    assert json.loads(served.stdout)["run_id"] == served.run_id  # the whole of stdout is one JSON document
+    assert "ml8s: warning: EPOCH is set but ml8s does not read it; did you mean EPOCHS?" in served.stderr.splitlines()
+    ours = [line for line in served.stderr.splitlines() if re.match(r"^\S+Z \+[0-9.]+s |^ml8s: ", line)]
+    assert ours and max(len(line) for line in ours) <= 160
+    assert ours[-1].startswith(f"ml8s: run {served.run_id} done in ") and "ml8s-model v1" in ours[-1]
+    client = MlflowClient(tracking_uri=served.uri)
+    assert served.mlflow["experiment_name"] == EXPERIMENT
+    run = client.get_run(served.mlflow["mlflow_run_id"])
+    epochs = json.loads((served.root / "ml8s_training_runs" / served.run_id / "logs" / "epochs.json").read_bytes())
+    for name in ("train_loss", "held_out_log_loss", "held_out_accuracy"):
+        history = sorted(client.get_metric_history(run.info.run_id, name), key=lambda m: m.step)
+        assert [m.step for m in history] == [1, 2], name
+        assert [m.timestamp for m in history] == [e["time_ms"] for e in epochs["epochs"]], name
+    assert run.info.start_time == epochs["started_ms"] < epochs["epochs"][0]["time_ms"]
+    assert "train_rows" not in run.data.metrics and int(run.data.tags["ml8s.train_rows"]) > 0
+    (dataset,) = run.inputs.dataset_inputs
+    assert dataset.dataset.digest == json.loads(served.stdout)["data_fingerprint"][:32]
+    assert {t.key: t.value for t in dataset.tags} == {"mlflow.data.context": "training"}
+    head = client.get_model_version_by_alias(served.mlflow["model_name"], "head")
+    assert head.version == served.mlflow["model_version"]

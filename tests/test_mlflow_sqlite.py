@@ -21,6 +21,7 @@ from mlflow_predict import (
     assert_same_predictions,
     cli_predict,
     post_invocations,
+    post_raw,
     pyfunc_predict,
     typed_frame,
 )
@@ -69,17 +70,20 @@ def test_version_is_a_logged_pyfunc_model_outside_artifact_root(completed: Compl
 
     mlmodel = yaml.safe_load((where / "MLmodel").read_text())
     flavor = mlmodel["flavors"]["python_function"]
-    assert flavor["loader_module"] == "mlflow.pyfunc.model" and flavor["code"] == "code"
+    assert flavor["loader_module"] == "mlflow.pyfunc.loaders.code_model" and flavor["code"] == "code"
     assert (where / "code" / "ml8s" / "inference" / "pyfunc.py").is_file()
     assert not list(where.rglob("__pycache__"))
     assert mlmodel["model_id"] == model_id and mlmodel["run_id"] == ref["mlflow_run_id"]
-    inputs = json.loads(mlmodel["signature"]["inputs"])
-    assert [(c["name"], c["type"]) for c in inputs] == [
-        ("auto_pay", "any"),  # true, false or null: a "boolean" column's nulls become False when served
-        ("monthly_charges", "double"),
-        ("plan", "string"),
-        ("tenure", "double"),
+    # No input schema: MLflow's would refuse what training reads ("NA" in a number column) and break text/csv;
+    # the columns and their kinds are in the metadata, the model is logged from code (nothing pickled).
+    assert "inputs" not in mlmodel["signature"] or mlmodel["signature"]["inputs"] is None
+    assert mlmodel["metadata"]["ml8s_input_columns"] == [
+        {"name": "auto_pay", "kind": "boolean"},
+        {"name": "monthly_charges", "kind": "numeric"},
+        {"name": "plan", "kind": "categorical"},
+        {"name": "tenure", "kind": "numeric"},
     ]
+    assert "python_model.pkl" not in {p.name for p in where.rglob("*")} and "model_code_path" in flavor
     outputs = [c["name"] for c in json.loads(mlmodel["signature"]["outputs"])]
     assert outputs == ["predicted_class", "probability_no", "probability_yes"]
     example = json.loads((where / "input_example.json").read_text())
@@ -97,7 +101,8 @@ def test_version_is_a_logged_pyfunc_model_outside_artifact_root(completed: Compl
     ]:
         assert (where / "artifacts" / name).read_bytes() == (run_dir / rel).read_bytes()
     listing = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
-    assert listing == sorted([*layout.final_artifacts("onnx"), layout.SUCCESS_MARKER, layout.TENSORBOARD_EVENTS])
+    logs = [layout.EPOCH_LOG, layout.TENSORBOARD_EVENTS]
+    assert listing == sorted([*layout.final_artifacts("onnx"), layout.SUCCESS_MARKER, *logs])
     metadata = json.loads((run_dir / layout.TRAINING_METADATA).read_bytes())
     for rel, recorded in metadata["artifacts"].items():
         assert hashlib.sha256((run_dir / rel).read_bytes()).hexdigest() == recorded["sha256"]
@@ -156,9 +161,33 @@ def test_mlflow_models_serve_answers_raw_rows(
     env = {**os.environ, "MLFLOW_TRACKING_URI": ref["tracking_uri"], "PATH": path}
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # Raw rows as a user sends them: "NA" and "?" for missing numbers, booleans as text or JSON booleans,
+    # whole numbers where the column holds decimals.
+    raw = [dict(row) for row in completed.rows]
+    raw[0] |= {"tenure": "NA", "auto_pay": "true"}
+    raw[1] |= {"monthly_charges": "?", "plan": "NA"}
+    raw[2] |= {"auto_pay": "", "tenure": "12"}
+    raw_csv = write_rows(tmp_path / "raw.csv", raw)
+    records = [dict(row) for row in raw]
+    records[3] |= {"tenure": 12, "monthly_charges": 30, "auto_pay": True}
+    records[4] |= {"tenure": None, "auto_pay": False}
+    json_body = json.dumps({"dataframe_records": records}).encode()
+    records_csv = write_rows(tmp_path / "records.csv", [{k: _text(v) for k, v in r.items()} for r in records])
+    url = f"http://127.0.0.1:{port}/invocations"
     try:
         wait_until_answers(f"http://127.0.0.1:{port}/ping", process, log)
-        answer = post_invocations(f"http://127.0.0.1:{port}/invocations", typed_frame(completed.rows))
+        answer = post_invocations(url, typed_frame(completed.rows))
+        by_csv = post_raw(url, raw_csv.read_bytes(), "text/csv")
+        by_json = post_raw(url, json_body, "application/json")
     finally:
         stop(process)
     assert_same_predictions(cli_predict(capsys, completed.root, completed.run_id, completed.rows_csv), answer)
+    assert_same_predictions(cli_predict(capsys, completed.root, completed.run_id, raw_csv), by_csv)
+    assert_same_predictions(cli_predict(capsys, completed.root, completed.run_id, records_csv), by_json)
+
+
+def _text(value: object) -> str:
+    """A JSON cell as CSV text: null is empty, booleans true/false."""
+    if value is None:
+        return ""
+    return str(value).lower() if isinstance(value, bool) else str(value)

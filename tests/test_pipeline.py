@@ -106,7 +106,7 @@ def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:
 
 
 # What the compute steps log when they run (ml8s run has no cache, but a forced run must say so by running).
-COMPUTED = re.compile(r"^INFO ml8s \[(features|train|export)\] ", re.MULTILINE)
+COMPUTED = re.compile(r"^\S+Z \+[0-9.]+s INFO +\[(features|train|export)\] ", re.MULTILINE)
 
 
 def test_force_rerun_regenerates_and_reproduces(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from mlflow.entities import ViewType
 from mlflow_support import copy_run, train_run
 
 from ml8s.context.run import RunContext
+from ml8s.contract import layout
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings, worker_id
 from ml8s.registry import registration as registry
@@ -32,6 +33,7 @@ CHILD = """
 import os, sys, time
 import mlflow
 from ml8s.context.run import RunContext
+from ml8s.contract import layout
 from ml8s.registry.mlflow_model import experiment_location
 from ml8s.registry.registration import register
 ctx_file, ready, barrier = sys.argv[1:4]
@@ -117,7 +119,12 @@ def test_register_twice_is_idempotent(trained: tuple[Path, Path], tmp_path: Path
     run = client.get_run(first.mlflow_run_id)
     assert {k: run.data.tags[k] for k in TAGS} == _expected_tags(ctx)
     losses = [m.value for m in client.get_metric_history(first.mlflow_run_id, "train_loss")]
-    assert len(losses) == 2 and run.data.metrics == {"accuracy": 0.75, "loss": 0.5, "train_loss": losses[-1]}
+    epochs = json.loads(ctx.open_store().get(ctx.key(layout.EPOCH_LOG)))["epochs"]
+    curves = {f"held_out_{k}": epochs[-1][f"held_out_{k}"] for k in ("log_loss", "accuracy")}
+    assert len(losses) == 2 and run.data.metrics == {"accuracy": 0.75, "loss": 0.5, "train_loss": losses[-1], **curves}
+    for name in ("train_loss", *curves):  # each point at the time its epoch ended, not at registration
+        history = sorted(client.get_metric_history(first.mlflow_run_id, name), key=lambda m: m.step)
+        assert [(m.step, m.timestamp) for m in history] == [(e["epoch"], e["time_ms"]) for e in epochs], name
     assert run.data.params["epochs"] == "2"
     assert run.data.params["target_column"] == "churned"
     assert set(run.data.params) == set(ctx.identity.canonical_config)

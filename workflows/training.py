@@ -4,8 +4,9 @@ The chain commit task, last on both branches, carries the workflow's Flyte Deck 
 identity, whether the gate hit, its held-out metrics, its feature schema in brief and its chain position.
 
 Every input mirrors a user-level variable (lower-case name) or a platform setting, typed (see
-``tasks.inputs``); an input left at its default (``""`` or ``env``) takes the environment, so a run
-configured by inputs and one configured by the environment have the same RUN_ID.
+``tasks.inputs``); an input left at its default (None, or ``env`` for a choice) takes the environment, so a
+run configured by inputs (flags or ``--inputs-file``) and one configured by the environment have the same
+RUN_ID (tests/test_flyte_inputs.py).
 
 Tasks exchange typed values: the run (``RunContext``), its spec (``RunSpec``), the gate's decision, the
 train summary and the MLflow reference are pydantic models, which flytekit sends as MessagePack of their
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from flytekit import conditional, workflow
 
+import tasks.pyflyte_cli  # noqa: F401  (pyflyte run: --inputs-file, typed inputs, one-line errors)
 from ml8s.context.run import RunContext, RunSpec
 from ml8s.pipeline.gate import GateDecision
 from tasks.bootstrap import bootstrap_run
@@ -32,7 +34,7 @@ from tasks.export import export_model, publish_model
 from tasks.features import compute_features, publish_features
 from tasks.finalize import finalize_run
 from tasks.gate import check_gate, reuse_manifest
-from tasks.inputs import FromEnv, ModelFormat, TrainDevice
+from tasks.inputs import ModelFormat, TrainDevice
 from tasks.register import register_model
 from tasks.snapshot import snapshot_data
 from tasks.train import train_model
@@ -55,31 +57,32 @@ def train_and_register_wf(run: RunContext, spec: RunSpec, decision: GateDecision
 
 @workflow
 def training_pipeline(
-    data_root: str = "",
-    target_column: str = "",
+    data_root: str | None = None,
+    target_column: str | None = None,
     model_format: ModelFormat = ModelFormat.ENV,
-    model_type: str = "",
-    test_size: float | FromEnv = FromEnv.ENV,
-    random_seed: int | FromEnv = FromEnv.ENV,
-    sample_rows: int | FromEnv = FromEnv.ENV,
-    max_features: int | FromEnv = FromEnv.ENV,
-    exclude_columns: str = "",
-    standardize: bool | FromEnv = FromEnv.ENV,
-    hidden_units: int | FromEnv = FromEnv.ENV,
-    hidden_layers: int | FromEnv = FromEnv.ENV,
-    epochs: int | FromEnv = FromEnv.ENV,
-    batch_size: int | FromEnv = FromEnv.ENV,
-    learning_rate: str = "",
+    model_type: str | None = None,
+    test_size: float | None = None,
+    random_seed: int | None = None,
+    sample_rows: int | None = None,
+    max_features: int | None = None,
+    exclude_columns: str | None = None,
+    standardize: bool | None = None,
+    hidden_units: int | None = None,
+    hidden_layers: int | None = None,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    learning_rate: float | None = None,
     train_device: TrainDevice = TrainDevice.ENV,
-    warm_start: str = "",
-    sampler_alpha: str = "",
-    train_world_size: int | FromEnv = FromEnv.ENV,
-    pipeline_root_uri: str = "",
-    force_rerun: bool | FromEnv = FromEnv.ENV,
+    warm_start: str | None = None,
+    sampler_alpha: float | None = None,
+    train_world_size: int | None = None,
+    pipeline_root_uri: str | None = None,
+    force_rerun: bool | None = None,
 ) -> str:
     """Train one model idempotently and return its manifest (the first run's, if it already ran).
 
-    An input left unset ("" or env) takes the environment variable named in its description, then its default.
+    An input left unset (None; env for a choice) takes the environment variable named in its description, then
+    its default.
 
     Args:
         data_root: the dataset: a local path, file:// or s3:// URI (unset: DATA_ROOT; required)
@@ -96,10 +99,10 @@ def training_pipeline(
         hidden_layers: the number of hidden layers (unset: HIDDEN_LAYERS, else 2)
         epochs: training epochs (unset: EPOCHS, else 10)
         batch_size: the minibatch size (unset: BATCH_SIZE, else 256)
-        learning_rate: the Adam learning rate, as text (unset: LEARNING_RATE, else 0.001)
+        learning_rate: the Adam learning rate (unset: LEARNING_RATE, else 0.001)
         train_device: cpu or cuda; it changes the bits, so it is identity (unset: TRAIN_DEVICE, else cpu)
         warm_start: the version to continue: head, N or a block hash (unset: WARM_START, else a cold start)
-        sampler_alpha: a warm start's recency exponent over data generations, as text (unset: SAMPLER_ALPHA, else 1)
+        sampler_alpha: a warm start's recency exponent over data generations (unset: SAMPLER_ALPHA, else 1)
         train_world_size: ranks training together, 1..64; it changes the bits (unset: TRAIN_WORLD_SIZE, else 1)
         pipeline_root_uri: where runs are written (unset: PIPELINE_ROOT_URI, else ./pipeline_root)
         force_rerun: true: recompute Steps 2-7 with no cached result, audit the bytes (unset: FORCE_RERUN, else false)

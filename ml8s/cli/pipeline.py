@@ -6,10 +6,15 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ml8s.cli.args import guarded
+from ml8s.identity.variables import USER_VARIABLES
+from ml8s.pipeline.summary import summary_line
+
+ROOT_HELP = "ml8s run --help"
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -21,7 +26,16 @@ def register(commands: Subcommands) -> None:
         "identity", help="print the run identity of the configuration in the environment as JSON"
     )
     identity.set_defaults(handler=guarded(_identity))
-    run = commands.add_parser("run", help="run the whole pipeline locally without Flyte; prints the manifest")
+    run = commands.add_parser(
+        "run",
+        help="run the whole pipeline locally without Flyte; prints the manifest",
+        description="Each flag overrides its environment variable (--epochs 30 = EPOCHS=30), with the same RUN_ID.",
+    )
+    for name, default in USER_VARIABLES.items():
+        flag = "--" + name.lower().replace("_", "-")
+        unset = "required" if default is None else f"else {default or 'unset'}"
+        run.add_argument(flag, dest=name.lower(), metavar="VALUE", help=f"(unset: {name}, {unset})")
+    run.add_argument("--pipeline-root-uri", metavar="URI", help="where runs are written (unset: PIPELINE_ROOT_URI)")
     run.add_argument("--force-rerun", action="store_true", help="same as FORCE_RERUN=true")
     # The pipeline logs its progress (INFO) on stderr; identity prints JSON only.
     run.set_defaults(handler=guarded(_run, log_level=None))
@@ -49,8 +63,20 @@ def _identity(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ml8s import log
+    from ml8s.identity.lookalike import lookalikes
     from ml8s.pipeline.run import run_pipeline
 
-    overrides = {"force_rerun": "true"} if args.force_rerun else {}
-    sys.stdout.write(run_pipeline(os.environ, overrides))
+    for name, meant in lookalikes(os.environ):
+        hint = f"; did you mean {meant}?" if meant else f"; ml8s reads none such (see {ROOT_HELP})"
+        print(f"ml8s: warning: {name} is set but ml8s does not read it{hint}", file=sys.stderr)
+    names = [*(n.lower() for n in USER_VARIABLES), "pipeline_root_uri"]
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.force_rerun:
+        overrides["force_rerun"] = "true"
+    started = time.monotonic()
+    with log.stdout_to_stderr():  # stdout is the manifest only: MLflow prints "View run …" lines meanwhile
+        manifest = run_pipeline(os.environ, overrides)
+    print(summary_line(manifest, time.monotonic() - started), file=sys.stderr)
+    sys.stdout.write(manifest)
     return 0

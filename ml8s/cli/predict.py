@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING
 from ml8s.cli.args import add_require_signed, add_root, guarded, run_id_arg
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 
+# Here, not from ml8s.inference.output: parsing the command line imports no pyarrow.
+FORMATS = ("csv", "json", "parquet")
+DEFAULT_PRECISION = 6
+
 if TYPE_CHECKING:
     from ml8s.chain import ChainStore, ChainVersion
     from ml8s.cli.args import Subcommands
@@ -24,8 +28,9 @@ def register(commands: Subcommands) -> None:
         "predict",
         help="predict on raw rows (CSV) with a complete run's model, or a chain version's",
         description="Reads raw rows (a CSV file with a header, as the training data), applies the model's own "
-        "feature rules and exported model, and writes CSV: predicted_class, then probability_{class} for each "
-        "class in class order. The model is a complete run's (--run) or a chain version's (--chain, read from "
+        "feature rules and exported model, and writes CSV (or JSON, Parquet): the --id-column if given, "
+        "predicted_class, then probability_{class} for each class in class order, rounded to --precision "
+        "decimals. The model is a complete run's (--run) or a chain version's (--chain, read from "
         "the version's payload alone, each file checked against its block).",
     )
     source = predict.add_mutually_exclusive_group(required=True)
@@ -41,8 +46,28 @@ def register(commands: Subcommands) -> None:
     add_require_signed(predict)
     predict.add_argument("--input", required=True, metavar="FILE", help="CSV of raw rows with a header ('-': stdin)")
     predict.add_argument("--output", default="-", metavar="FILE", help="where the predictions go (default: stdout)")
+    predict.add_argument("--format", choices=FORMATS, default="csv", help="csv (default), json (a list) or parquet")
+    predict.add_argument("--id-column", metavar="NAME", help="an input column copied first into each prediction")
+    predict.add_argument(
+        "--precision",
+        type=_precision,
+        default=DEFAULT_PRECISION,
+        metavar="N",
+        help=f"decimals of each probability (default {DEFAULT_PRECISION}; 'full': every digit, exact read-back)",
+    )
+    predict.add_argument(
+        "--strict", action="store_true", help="refuse rows holding a category the model never saw (default: warn)"
+    )
     add_root(predict)
     predict.set_defaults(handler=guarded(_predict))
+
+
+def _precision(text: str) -> int | None:
+    if text == "full":
+        return None
+    if not text.isdigit() or int(text) > 17:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of decimals from 0 to 17, or 'full'")
+    return int(text)
 
 
 def _counter(text: str) -> int:
@@ -54,6 +79,7 @@ def _counter(text: str) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from ml8s.inference import Predictor, read_run_files
     from ml8s.inference.csv_rows import read_csv_rows
+    from ml8s.inference.output import render, unseen_categories
 
     if args.chain is None and (args.version is not None or args.anchor is not None):
         raise PredictionInputError("--version and --anchor name a chain's; expected them together with --chain NAME")
@@ -64,12 +90,24 @@ def _predict(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise PredictionInputError(f"cannot read --input {where}: {exc.strerror or exc}") from exc
     rows = read_csv_rows(data, where)
+    if args.id_column is not None and rows and args.id_column not in rows[0]:
+        raise PredictionInputError(
+            f"--id-column {args.id_column!r} is not a column of {where}; expected one of its header"
+        )
     files = read_run_files(args.root, args.run) if args.run is not None else _chain_files(args)
-    text = Predictor(files).predict(rows).to_csv()
+    predictor = Predictor(files)
+    unseen = unseen_categories(predictor.transform, rows)
+    if unseen and args.strict:
+        raise PredictionInputError(f"--strict: {unseen[0].message()} (and {len(unseen) - 1} more column(s))")
+    for found in unseen:
+        print(f"ml8s: warning: {found.message()}", file=sys.stderr)
+    ids = [row.get(args.id_column) for row in rows] if args.id_column is not None else []
+    out = render(predictor.predict(rows), args.format, precision=args.precision, id_column=args.id_column, ids=ids)
     if args.output == "-":
-        sys.stdout.write(text)
+        sys.stdout.buffer.write(out)
+        sys.stdout.flush()
     else:
-        _write_atomically(str(args.output), text.encode("utf-8"))
+        _write_atomically(str(args.output), out)
     return 0
 
 

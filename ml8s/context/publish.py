@@ -25,7 +25,7 @@ FEATURES = (layout.FEATURE_MATRIX, layout.FEATURE_SCHEMA)
 """What feature engineering produces."""
 TRAINED = (layout.METRICS, layout.MODEL_NATIVE, layout.MODEL_TRAINING_STATE)
 """What training produces (and export checksums), under the current canonicalization version."""
-TRAINING_LOGS = (layout.TENSORBOARD_EVENTS,)
+TRAINING_LOGS = (layout.EPOCH_LOG, layout.TENSORBOARD_EVENTS)
 """What training also produces: logs, published beside the artifacts but never checksummed."""
 
 

@@ -62,8 +62,8 @@ class RunSpec(BaseModel):
         return self.identity.run_id
 
     def log(self, step: str, message: str) -> None:
-        """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
-        log.info("[%s] run_id=%s full_config_hash=%s %s", step, self.run_id, self.identity.full_config_hash, message)
+        """One line of what ``step`` does (bootstrap names the run once: ``ml8s.log`` lines are for people)."""
+        log.info("%s", message, extra={"step": step})
 
 
 class RunContext(BaseModel):
@@ -124,7 +124,7 @@ class RunContext(BaseModel):
         return ArtifactWriter(store, self)
 
     def log(self, step: str, message: str) -> None:
-        """Every step logs RUN_ID and FULL_CONFIG_HASH with what it does."""
+        """One line of what ``step`` does."""
         self.spec.log(step, message)
 
     def to_json(self) -> str:
@@ -146,12 +146,12 @@ class ArtifactWriter:
 
     def write_bytes(self, rel: str, data: bytes, component: str) -> WriteResult:
         result = self.store.put_atomic(self.ctx.key(rel), data, tmp_key=self._tmp_key(rel, component))
-        self.ctx.log(component, f"wrote {rel} ({result.size} bytes, sha256 {result.sha256})")
+        self.ctx.log(component, f"wrote {rel} ({result.size} bytes, sha256 {result.sha256[:12]})")
         return result
 
     def write_file(self, rel: str, path: str, component: str) -> WriteResult:
         result = self.store.put_file_atomic(self.ctx.key(rel), path, tmp_key=self._tmp_key(rel, component))
-        self.ctx.log(component, f"wrote {rel} ({result.size} bytes, sha256 {result.sha256})")
+        self.ctx.log(component, f"wrote {rel} ({result.size} bytes, sha256 {result.sha256[:12]})")
         return result
 
     def _tmp_key(self, rel: str, component: str) -> str:

@@ -29,6 +29,8 @@ TMP_DIR = ".tmp"
 LOGS_DIR = "logs"
 # Training curves for TensorBoard: a log (wall-clock times inside), never checksummed nor hashed.
 TENSORBOARD_EVENTS = f"{LOGS_DIR}/tensorboard/events.out.tfevents.ml8s-train"
+# Each epoch's train loss, held-out loss and accuracy and end time (ml8s.training.epochs): a log, as above.
+EPOCH_LOG = f"{LOGS_DIR}/epochs.json"
 # A run's version in its model chain holds these payload files (names inside the version's payload/, not
 # keys of the run): the weights and the manifest, plus what a fleet needs to serve from the chain alone
 # (the exported model, the feature schema that turns raw rows into its input, and the training metadata

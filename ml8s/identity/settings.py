@@ -37,6 +37,9 @@ DEFAULT_PIPELINE_ROOT = "./pipeline_root"
 # The platform settings a training run also takes as workflow inputs (besides the user variables).
 WORKFLOW_PLATFORM_INPUTS: tuple[str, ...] = ("force_rerun", "pipeline_root_uri")
 
+# A setting MLflow users already set under MLflow's own name: read when ml8s's own name is unset.
+_FALLBACKS = {"mlflow_experiment_prefix": "MLFLOW_EXPERIMENT_NAME"}
+
 # (environment, explicit inputs) while PlatformSettings.load builds an instance; None otherwise.
 _LOADING: ContextVar[tuple[Mapping[str, str], Mapping[str, str]] | None] = ContextVar("_LOADING", default=None)
 
@@ -49,7 +52,10 @@ class _ExplicitThenEnv(PydanticBaseSettingsSource):
         self._env, self._explicit = env, explicit
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[object, str, bool]:
-        return explicit_or_env(field_name.upper(), self._env, self._explicit), field_name, False
+        value = explicit_or_env(field_name.upper(), self._env, self._explicit)
+        if value is None and field_name in _FALLBACKS:  # another tool's name for the same setting
+            value = explicit_or_env(_FALLBACKS[field_name], self._env)
+        return value, field_name, False
 
     def __call__(self) -> dict[str, object]:
         found = {name: self.get_field_value(info, name)[0] for name, info in self.settings_cls.model_fields.items()}
@@ -75,7 +81,9 @@ class PlatformSettings(BaseSettings):
         description="MLflow tracking server; default sqlite:///{PIPELINE_ROOT}/mlflow.db (local roots only: an s3:// "
         "root needs it wherever MLflow is used)",
     )
-    mlflow_experiment_prefix: str = Field("ml8s", description="experiment name")
+    mlflow_experiment_prefix: str = Field(
+        "ml8s", description="experiment name (unset: MLflow's own MLFLOW_EXPERIMENT_NAME, else ml8s)"
+    )
     mlflow_model_name: str = Field("ml8s-model", description="registered model name")
     chain_name: str = Field(
         "", description="model chain name; default MLFLOW_MODEL_NAME (made valid: invalid characters become '-')"

@@ -8,7 +8,16 @@ The model directory :func:`save_model_dir` writes holds MLflow's files (``MLmode
 time, the requirements, the input example) and, under ``artifacts/``, byte-identical copies of the run's
 ``feature_schema.json``, ``training_metadata.json`` and ``model.<fmt>``, checked against the recorded
 sha256 when the model loads. ``code/ml8s`` is this package's source, so an environment built from the
-model's requirements (``mlflow models serve``) imports it without installing ml8s.
+model's requirements (``mlflow models serve``) imports it without installing ml8s. The model is logged
+from code (``ml8s/inference/pyfunc_model.py``, MLflow's "models from code"): nothing is pickled.
+
+Its signature names the outputs, not the inputs: MLflow's schema enforcement would refuse what training
+reads (``NA`` or ``?`` in a number column is a missing value, ``true``/``false`` text a boolean), and a
+``text/csv`` request can only be parsed against a schema of plain types, whose boolean columns turn a
+missing value into False. Without an input schema, MLflow hands the rows as sent (JSON) or as pandas
+reads them (CSV) to the model, whose transform reads every cell by the training rules and refuses a bad
+one with a named error. The input columns and their kinds are in the model's metadata
+(``ml8s_input_columns``) and in its input example.
 
 Imported on its own (not from :mod:`ml8s.inference`): it imports MLflow and pandas.
 """
@@ -16,7 +25,6 @@ Imported on its own (not from :mod:`ml8s.inference`): it imports MLflow and pand
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import shutil
 import tempfile
@@ -51,22 +59,21 @@ SERVING_DISTRIBUTIONS = (
     "zstandard",
 )
 TORCH_DISTRIBUTIONS = ("safetensors", "torch")
-# Booleans are "any": MLflow's scoring server casts a boolean column with astype(bool), which turns a missing
-# value (null) into False; "any" passes true, false, null (or the text "true"/"false") through unchanged.
-_SIGNATURE_TYPES = {"numeric": "double", "categorical": "string"}
+MODEL_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyfunc_model.py")
 
 
 class RawRowModel(PythonModel):
     """Raw rows in, predicted class and class probabilities out (a run's model as an MLflow pyfunc)."""
 
-    def __init__(self, model_format: ModelFormat) -> None:
-        self.model_format: ModelFormat = model_format
+    def __init__(self, model_format: ModelFormat | None = None) -> None:
+        self.model_format: ModelFormat | None = model_format  # None: the artifact's own (model.onnx or …)
         self._predictor: Predictor | None = None
 
     def load_context(self, context: PythonModelContext) -> None:
         """Load and check the run's files from the model's ``artifacts/``."""
-        directory = os.path.dirname(context.artifacts["model"])
-        self._predictor = Predictor(read_model_dir(directory, self.model_format))
+        model = context.artifacts["model"]
+        fmt: ModelFormat = self.model_format or ("safetensors" if model.endswith(".safetensors") else "onnx")
+        self._predictor = Predictor(read_model_dir(os.path.dirname(model), fmt))
 
     def predict(
         self, context: PythonModelContext, model_input: pd.DataFrame, params: Mapping[str, object] | None = None
@@ -90,14 +97,14 @@ class RawRowModel(PythonModel):
 
 
 def signature(transform: RawTransform) -> ModelSignature:
-    """Raw input columns with their types (numbers ``double``, text ``string``, booleans ``any``: true, false or
-    null); ``predicted_class`` and one probability per class out."""
-    columns = [
-        {"name": c.name, "type": _SIGNATURE_TYPES.get(c.kind, "any"), "required": True} for c in transform.inputs
-    ]
-    inputs = Schema.from_json(json.dumps(columns))  # as MLmodel stores it: "any" needs no untyped constructor
+    """``predicted_class`` and one probability per class out; no input schema (see the module docstring)."""
     probabilities = [ColSpec("double", f"{PROBABILITY_PREFIX}{c}") for c in transform.classes]
-    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("string", PREDICTED), *probabilities]))
+    return ModelSignature(outputs=Schema([ColSpec("string", PREDICTED), *probabilities]))
+
+
+def input_columns(transform: RawTransform) -> list[dict[str, str]]:
+    """The raw columns the model reads, with their kinds (numeric, boolean, categorical, any), in schema order."""
+    return [{"name": c.name, "kind": c.kind} for c in transform.inputs]
 
 
 def input_example(transform: RawTransform) -> pd.DataFrame:
@@ -136,13 +143,14 @@ def save_model_dir(path: str, files: ModelFiles, mlflow_model: Model | None = No
             Path(artifacts[key]).write_bytes(data)
         mlflow.pyfunc.save_model(
             path,
-            python_model=RawRowModel(model_format),
+            python_model=MODEL_CODE,
             artifacts=artifacts,
             signature=signature(transform),
             input_example=input_example(transform),
             pip_requirements=requirements(model_format),
             code_paths=[os.path.dirname(os.path.abspath(ml8s.__file__))],
             mlflow_model=mlflow_model,
+            metadata={"ml8s_input_columns": input_columns(transform)},
         )
     for cache in sorted(Path(path).rglob("__pycache__"), reverse=True):
         shutil.rmtree(cache, ignore_errors=True)

@@ -10,6 +10,7 @@ import re
 import secrets
 from collections.abc import Collection, Mapping
 
+from ml8s import log
 from ml8s.context.run import RunContext, RunSpec
 from ml8s.data.sources import fingerprint_data, restrict
 from ml8s.errors import ConfigError, LineageError
@@ -29,6 +30,7 @@ from ml8s.pipeline.preflight import check_writable_root
 _SUBJECT = re.compile(r"([A-Z][A-Z0-9_]*)[= ]")
 
 
+@log.timed("bootstrap")
 def bootstrap(
     env: Mapping[str, str], overrides: Mapping[str, str] | None = None, *, data_files: Collection[str] | None = None
 ) -> RunContext:
@@ -75,7 +77,11 @@ def bootstrap(
     token = secrets.token_hex(16) if settings.force_rerun else ""  # see RunSpec.recompute_token
     spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint, recompute_token=token, lineage=plan)
     ctx = RunContext(spec=spec, settings=settings)
-    ctx.log("bootstrap", f"data_fingerprint={fingerprint.fingerprint} artifact_root={ctx.artifact_root}")
+    files = len(fingerprint.entries)
+    ctx.log("bootstrap", f"run {ctx.run_id}: {params.model_type} on {files} file(s), target {params.target_column}")
+    ctx.log("bootstrap", f"full config hash {identity.full_config_hash}")
+    ctx.log("bootstrap", f"data fingerprint {fingerprint.fingerprint}")
+    ctx.log("bootstrap", f"artifacts at {ctx.artifact_root}")
     for name, value in plan_summary(plan).items():
         ctx.log("bootstrap", f"warm start: {name} {value}")
     if explicit_or_env("CHAIN_NAME", env, given) is None and settings.chain_name != settings.mlflow_model_name:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s import log
 from ml8s.chain import ENV_KEY, ENV_KEY_FILE, ChainStore, CommitMeta, RetryPolicy, SigningKey, load_root
 from ml8s.context.run import RunContext
 from ml8s.contract import Manifest, TrainingMetadata, layout, load
@@ -39,6 +40,7 @@ class ChainCommit(BaseModel):
     global_step: int
 
 
+@log.timed("chain_commit")
 def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = None) -> ChainCommit:
     """Commit the completed run (idempotent: an already committed run returns its version)."""
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)

@@ -19,6 +19,7 @@ import onnxruntime
 import safetensors.torch
 import torch
 
+from ml8s import log
 from ml8s.context.publish import FEATURES, local_path, trained
 from ml8s.context.run import RunSpec
 from ml8s.contract import ArtifactDigest, ExportRecord, ModelRecord, TrainingMetadata, TrainingRecord, layout
@@ -36,6 +37,7 @@ from ml8s.modeling.families import (
 from ml8s.training.fit import TrainSummary, model_family
 
 
+@log.timed("export")
 def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: str, out_dir: str) -> None:
     """Write ``model.<MODEL_FORMAT>`` into ``out_dir``, validate it, then write ``training_metadata.json``."""
     native = local_path(model_dir, layout.MODEL_NATIVE)

@@ -14,6 +14,7 @@ import os
 
 from pydantic import TypeAdapter
 
+from ml8s import log
 from ml8s.context.publish import local_path
 from ml8s.context.run import RunSpec
 from ml8s.contract import Feature, FeatureSchema, RowCounts, SplitRecord, TargetRecord, layout
@@ -31,6 +32,7 @@ SCHEMA_VERSION_CATEGORIES = 2
 _FEATURE: TypeAdapter[Feature] = TypeAdapter(Feature)
 
 
+@log.timed("features")
 def compute_features(spec: RunSpec, out_dir: str) -> None:
     """Load the data (re-verified), engineer features and write both feature files into ``out_dir``.
 

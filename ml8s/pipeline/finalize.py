@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
+from ml8s import log
 from ml8s.context.run import RunContext
 from ml8s.contract import (
     ArtifactRef,
@@ -25,6 +26,7 @@ RECOMPUTED_STEPS = ("snapshot", "features", "train", "export")
 """What a forced re-run recomputes (with the registration check and this step): every artifact's writer."""
 
 
+@log.timed("finalize")
 def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDecision) -> str:
     """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
     metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)

@@ -12,6 +12,7 @@ import socket
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from ml8s import log
 from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, Incident, layout
 from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
@@ -30,6 +31,7 @@ class GateDecision(BaseModel):
     previous_sha256: dict[str, str] = {}
 
 
+@log.timed("gate")
 def gate(ctx: RunContext, store: Store) -> GateDecision:
     """Decide whether the run must (re)execute Steps 2-7, reading (and under FORCE_RERUN clearing) ``store``.
 

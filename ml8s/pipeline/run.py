@@ -50,6 +50,7 @@ def _run(ctx: RunContext) -> str:
     if decision.completed:
         promote(ctx, store, chain_commit(ctx, store))  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
+    ctx.log("run", "loading the training libraries (torch, onnx, MLflow)")
     from ml8s.context import publish  # heavy imports only on the path that trains
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
@@ -57,6 +58,7 @@ def _run(ctx: RunContext) -> str:
     from ml8s.pipeline.register import register
     from ml8s.pipeline.snapshot import snapshot
     from ml8s.pipeline.train import train_all_ranks
+    from ml8s.registry.alias import move_head_alias
 
     spec = ctx.spec
     if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
@@ -82,4 +84,5 @@ def _run(ctx: RunContext) -> str:
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
     manifest = finalize(ctx, store, register(ctx, store), decision)
     promote(ctx, store, chain_commit(ctx, store))
+    move_head_alias(ctx, manifest)
     return manifest

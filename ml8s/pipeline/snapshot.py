@@ -8,12 +8,14 @@ and on a cluster by the GPU training task, which is scheduled on a GPU node.
 
 from __future__ import annotations
 
+from ml8s import log
 from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout
 from ml8s.features.loaded import load_prepared
 from ml8s.store import Store
 
 
+@log.timed("snapshot")
 def snapshot(ctx: RunContext, store: Store) -> None:
     """Validate DATA_ROOT against the config, then write ``data_fingerprint.json`` and ``config_snapshot.json``."""
     # Left for the features step of this process (ml8s run): the files are parsed once.

@@ -30,7 +30,7 @@ from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.registry.claim import RegistryClaim, gone_reason, read_claim, this_process
 from ml8s.registry.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
-from ml8s.registry.mlflow_run import log_run_data
+from ml8s.registry.mlflow_run import epoch_log, log_run_data
 from ml8s.registry.query import hash_filter, public_tracking_uri, versions_of_hash
 from ml8s.registry.schema import ensure_schema, first_line
 from ml8s.store import Store
@@ -191,8 +191,9 @@ def _ensure_run(
     runs = client.search_runs([experiment_id], hash_filter(ctx.identity.full_config_hash))
     created = not runs
     run = min(runs, key=lambda r: (int(r.info.start_time), str(r.info.run_id))) if runs else None
-    if run is None:
-        run = client.create_run(experiment_id, tags=tags, run_name=ctx.run_id)
+    if run is None:  # opened at the recorded start of training (logs/epochs.json), when there is one
+        started, _ = epoch_log(ctx, store)
+        run = client.create_run(experiment_id, start_time=started, tags=tags, run_name=ctx.run_id)
     run_id = str(run.info.run_id)
     log_run_data(ctx, store, client, run)  # params, per-epoch and held-out metrics, source tags: what is missing
     if str(run.info.status) != "FINISHED":

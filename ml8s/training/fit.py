@@ -21,6 +21,7 @@ import torch
 from ml8s.context.publish import local_path
 from ml8s.context.run import RunSpec
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
+from ml8s.contract.epochs import EpochRecord
 from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
 from ml8s.errors import RankError, TrainingError
 from ml8s.features.matrix import read_matrix32
@@ -31,6 +32,7 @@ from ml8s.modeling.families import architecture
 from ml8s.modeling.family import ModelFamily
 from ml8s.modeling.networks import parameter_count
 from ml8s.modeling.registry import cross_entropy_step, family_for
+from ml8s.training.epochs import EpochRecorder, write_epoch_log
 from ml8s.training.loop import epoch_stepper
 from ml8s.training.metrics import classification_metrics
 from ml8s.training.state import capture_rng, state_bytes
@@ -57,6 +59,11 @@ class TrainingData:
         """The training rows' indices, on the tensors' device."""
         return torch.from_numpy(np.flatnonzero(self.split == 0)).to(self.x.device)
 
+    def held_out(self) -> tuple[torch.Tensor, npt.NDArray[np.int64]]:
+        """The held-out rows' features (on the device) and labels."""
+        test = np.flatnonzero(self.split == 1)
+        return self.x[torch.from_numpy(test).to(self.x.device)], self.target[test]
+
 
 def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     """Train MODEL_TYPE on the training split of ``features_dir``; evaluate on the held-out split.
@@ -76,18 +83,19 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     data = read_training_data(spec, features_dir, device)
     model = family.build(data.model_spec).to(device)
     plan = spec.lineage
+    recorder = EpochRecorder(data.held_out())
     if plan is None:
         # capturable (the step count on the device) lets the CUDA loop replay its step as a graph (training.loop)
         optimizer: torch.optim.Optimizer = torch.optim.Adam(
             model.parameters(), lr=params.learning_rate, capturable=device.type == "cuda"
         )
-        losses, steps = _fit(spec, family, model, optimizer, data.x, data.y, data.train_index())
+        losses, steps = _fit(spec, family, model, optimizer, data.x, data.y, data.train_index(), recorder)
         state = cold_state(model, steps, device)
     else:
         from ml8s.training.warm import warm_fit
 
         optimizer, losses, state = warm_fit(spec, plan, family, model, device, features_dir)
-    return write_trained(spec, data, model, optimizer, state, losses, out_dir)
+    return write_trained(spec, data, model, optimizer, state, losses, out_dir, recorder)
 
 
 def read_training_data(spec: RunSpec, features_dir: str, device: torch.device) -> TrainingData:
@@ -123,8 +131,12 @@ def write_trained(
     state: TrainingState,
     losses: list[float],
     out_dir: str,
+    recorder: EpochRecorder | None = None,
 ) -> TrainSummary:
-    """Evaluate the trained ``model`` on the held-out rows and write its files into ``out_dir``."""
+    """Evaluate the trained ``model`` on the held-out rows and write its files into ``out_dir``.
+
+    ``recorder`` holds the per-epoch record where the loop made one; else the record has the losses alone.
+    """
     test = data.split == 1
     probs = predict_proba(model, data.x[torch.from_numpy(np.flatnonzero(test)).to(data.x.device)])
     held_out = classification_metrics(probs, data.target[test], len(data.classes))
@@ -146,7 +158,12 @@ def write_trained(
             handle.write(state_bytes(model, optimizer, state))
     with open(local_path(out_dir, layout.METRICS), "wb") as handle:
         handle.write(metrics.to_bytes())
-    write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), losses, metrics.scalars())
+    if recorder is None or len(recorder.records) != len(losses):
+        recorder = EpochRecorder(None)
+        recorder.started_ms = None
+        recorder.records = [EpochRecord(epoch=n, train_loss=loss) for n, loss in enumerate(losses, start=1)]
+    write_epoch_log(out_dir, recorder)
+    write_training_events(local_path(out_dir, layout.TENSORBOARD_EVENTS), recorder.records, metrics.scalars())
     model_spec = data.model_spec
     spec.log(
         "train",
@@ -208,6 +225,7 @@ def _fit(
     x: torch.Tensor,
     y: torch.Tensor,
     train_idx: torch.Tensor,
+    recorder: EpochRecorder,
 ) -> tuple[list[float], int]:
     """Epochs of seeded shuffles over the training rows; the loss per epoch and the optimizer steps taken.
 
@@ -238,5 +256,14 @@ def _fit(
             )
         losses.append(mean)
         rate = batches / max(time.perf_counter() - began, 1e-9)
-        spec.log("train", f"epoch {epoch + 1}/{params.epochs} loss {mean:.6f} ({batches} steps, {rate:.0f} steps/s)")
+        end_epoch(spec, recorder, model, mean, f"{batches} steps, {rate:.0f} steps/s")
     return losses, steps
+
+
+def end_epoch(spec: RunSpec, recorder: EpochRecorder, model: torch.nn.Module, train_loss: float, pace: str) -> None:
+    """The loop's per-epoch hook: record the epoch (held-out figures, end time) and log one line."""
+    record = recorder.end_epoch(model, train_loss)
+    held_out = ""
+    if record.held_out_log_loss is not None and record.held_out_accuracy is not None:
+        held_out = f", held-out log-loss {record.held_out_log_loss:.4f} accuracy {record.held_out_accuracy:.4f}"
+    spec.log("train", f"epoch {record.epoch}/{spec.params.epochs} loss {train_loss:.6f}{held_out} ({pace})")

@@ -1,0 +1,101 @@
+"""What ``ml8s predict`` writes: predictions as CSV, JSON or Parquet, probabilities rounded, an id passed through,
+and the categories a model never saw, counted (a warning each, or a refusal with ``--strict``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.data.missing import MISSING_TOKENS
+from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX, Predictions
+from ml8s.inference.transform import RawTransform, Rows
+
+OutputFormat = Literal["csv", "json", "parquet"]
+EXAMPLES = 3
+
+
+class Unseen(BaseModel):
+    """The values of one categorical column that no kept category names, in ``rows``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    column: str
+    count: int
+    examples: tuple[str, ...]
+    known: tuple[str, ...]
+
+    def message(self) -> str:
+        """``column 'plan': 3 row(s) hold a category the model never saw ('gold', 'Basic'; …)``, with case hints."""
+        hints = []
+        for value in self.examples:
+            same = [k for k in self.known if k.lower() == value.lower()]
+            hints.append(f"{value!r} (did you mean {same[0]!r}?)" if same else repr(value))
+        return (
+            f"column {self.column!r}: {self.count} row(s) hold a category the model never saw "
+            f"({', '.join(hints)}); they are predicted as an unknown category"
+        )
+
+
+def unseen_categories(transform: RawTransform, rows: Rows) -> list[Unseen]:
+    """Per categorical input column (sorted), the non-missing values outside its kept categories."""
+    found: list[Unseen] = []
+    for column in sorted(transform.inputs, key=lambda c: c.name):
+        if column.kind != "categorical" or not column.categories:
+            continue
+        known = set(column.categories)
+        values = [str(row.get(column.name, "")).strip() for row in rows]
+        outside = [v for v in values if v not in MISSING_TOKENS and v not in known]
+        if outside:
+            examples = tuple(sorted(set(outside))[:EXAMPLES])
+            found.append(Unseen(column=column.name, count=len(outside), examples=examples, known=column.categories))
+    return found
+
+
+def render(
+    predictions: Predictions,
+    fmt: OutputFormat,
+    *,
+    precision: int | None,
+    id_column: str | None = None,
+    ids: Sequence[object] = (),
+) -> bytes:
+    """The predictions in ``fmt``: an id column first when given, ``predicted_class``, one probability per class.
+
+    ``precision`` rounds probabilities to that many decimals (None: every digit, which reads back exactly).
+    """
+    probs = predictions.probabilities.tolist()
+    rounded = [[p if precision is None else round(p, precision) for p in row] for row in probs]
+    names = [f"{PROBABILITY_PREFIX}{c}" for c in predictions.classes]
+    id_cells = [None if v is None else str(v) for v in ids]
+    if fmt == "parquet":
+        columns: dict[str, pa.Array] = {}
+        if id_column is not None:
+            columns[id_column] = pa.array(id_cells, type=pa.string())
+        columns[PREDICTED] = pa.array(list(predictions.labels), type=pa.string())
+        for i, name in enumerate(names):
+            columns[name] = pa.array([row[i] for row in rounded], type=pa.float64())
+        sink = io.BytesIO()
+        pq.write_table(pa.table(columns), sink)
+        return sink.getvalue()
+    if fmt == "json":
+        records = []
+        for n, (label, row) in enumerate(zip(predictions.labels, rounded, strict=True)):
+            record: dict[str, object] = {id_column: id_cells[n]} if id_column is not None else {}
+            record[PREDICTED] = label
+            record.update(zip(names, row, strict=True))
+            records.append(record)
+        return (json.dumps(records, ensure_ascii=False, indent=None) + "\n").encode("utf-8")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*([id_column] if id_column is not None else []), PREDICTED, *names])
+    for n, (label, row) in enumerate(zip(predictions.labels, rounded, strict=True)):
+        cells = [repr(float(p)) if precision is None else f"{p:.{precision}f}" for p in row]
+        writer.writerow([*([id_cells[n] or ""] if id_column is not None else []), label, *cells])
+    return out.getvalue().encode("utf-8")

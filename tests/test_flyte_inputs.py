@@ -1,0 +1,179 @@
+"""`pyflyte run` never lies about an input: an inputs file, command-line flags and the environment give the
+same RUN_ID for every input (false, 0 and whole floats included), an empty input takes the environment, a
+mistyped value in an inputs file is one line naming it (flags: tests/test_workflow.py), and an ml8s error
+inside the workflow is one line, no traceback.
+
+The bootstrap task alone is run (``pyflyte run workflows/training.py bootstrap_run``: the workflow's inputs,
+the same patched command line, no training), so each case costs one process start."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from conftest import write_small_churn
+
+from ml8s.pipeline.bootstrap import bootstrap
+
+REPO = Path(__file__).resolve().parent.parent
+PYFLYTE = Path(sys.executable).parent / "pyflyte"
+_RUN_LINE = re.compile(r"\[bootstrap\] run ([0-9a-f]{12}):")
+
+
+class Case(NamedTuple):
+    data: Path
+    other: Path
+    home: Path
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    base = tmp_path_factory.mktemp("flyte_inputs")
+    home = base / "home"
+    (home / "tmp").mkdir(parents=True)
+    return Case(write_small_churn(base / "data", rows=60), write_small_churn(base / "other", rows=80), home)
+
+
+# Every input at a value that is not its default (false, 0 and a whole float among them) ...
+def _given(case: Case) -> dict[str, object]:
+    return {
+        "data_root": str(case.data),
+        "target_column": "churned",
+        "model_format": "safetensors",
+        "model_type": "logreg",
+        "test_size": 0.25,
+        "random_seed": 0,
+        "sample_rows": 50,
+        "max_features": 3,
+        "exclude_columns": "customer_id",
+        "standardize": False,
+        "hidden_units": 8,
+        "hidden_layers": 1,
+        "epochs": 2,
+        "batch_size": 16,
+        "learning_rate": 1.0,
+        "train_device": "cpu",
+        "sampler_alpha": 0.5,
+        "train_world_size": 1,
+        "force_rerun": False,
+    }
+
+
+# ... and an environment that sets every variable to something else, so an input that were ignored would
+# take this value and change the RUN_ID.
+def _other_env(case: Case) -> dict[str, str]:
+    return {
+        "DATA_ROOT": str(case.other),
+        "TARGET_COLUMN": "plan",
+        "MODEL_FORMAT": "onnx",
+        "MODEL_TYPE": "mlp",
+        "TEST_SIZE": "0.3",
+        "RANDOM_SEED": "7",
+        "SAMPLE_ROWS": "40",
+        "MAX_FEATURES": "5",
+        "EXCLUDE_COLUMNS": "tenure",
+        "STANDARDIZE": "true",
+        "HIDDEN_UNITS": "16",
+        "HIDDEN_LAYERS": "3",
+        "EPOCHS": "4",
+        "BATCH_SIZE": "32",
+        "LEARNING_RATE": "0.002",
+        "TRAIN_DEVICE": "cpu",
+        "SAMPLER_ALPHA": "2",
+        "TRAIN_WORLD_SIZE": "2",
+        "FORCE_RERUN": "true",
+    }
+
+
+def _env_text(value: object) -> str:
+    """How a user writes the value in the environment (whole numbers without a point)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _pyflyte(case: Case, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in _other_env(case) and not k.startswith("MLFLOW_")}
+    clean.update(HOME=str(case.home), TMPDIR=str(case.home / "tmp"), PIPELINE_ROOT_URI=str(case.home / "root"))
+    cmd = [str(PYFLYTE), "run", "workflows/training.py", "bootstrap_run", *args]
+    return subprocess.run(cmd, cwd=REPO, env=clean | env, capture_output=True, text=True, timeout=300)
+
+
+def _run_id(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    (run_id,) = _RUN_LINE.findall(done.stderr)
+    return run_id
+
+
+def _forced(done: subprocess.CompletedProcess[str]) -> bool:
+    """The resolved FORCE_RERUN, from the task's output (the run context flytekit prints)."""
+    (flag,) = set(re.findall(r"force_rerun=(True|False)", done.stdout))
+    return flag == "True"
+
+
+def test_inputs_file_flags_and_environment_give_one_run_id(case: Case, tmp_path: Path) -> None:
+    given = _given(case)
+    expected = bootstrap(
+        {name.upper(): _env_text(value) for name, value in given.items()}
+        | {"PIPELINE_ROOT_URI": str(tmp_path / "root")}
+    ).run_id
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text("".join(f"{name}: {json.dumps(value)}\n" for name, value in given.items()))
+    by_file = _pyflyte(case, _other_env(case), "--inputs-file", str(inputs))
+    flags = [word for name, value in given.items() for word in (f"--{name}", _env_text(value))]
+    by_flags = _pyflyte(case, _other_env(case), *flags)
+    by_env = _pyflyte(case, {name.upper(): _env_text(value) for name, value in given.items()})
+    assert _run_id(by_file) == _run_id(by_flags) == _run_id(by_env) == expected
+    assert not any(_forced(done) for done in (by_file, by_flags, by_env))  # false overrode FORCE_RERUN=true
+
+
+def test_standardize_false_in_an_inputs_file_is_false(case: Case, tmp_path: Path) -> None:
+    """The defect as filed: `standardize: false` was dropped (the run took STANDARDIZE's default, true) and
+    `standardize: true` broke the command line."""
+    base = {"DATA_ROOT": str(case.data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path)}
+    for value in ("false", "true"):
+        inputs = tmp_path / f"{value}.yaml"
+        inputs.write_text(f"standardize: {value}\n")
+        expected = bootstrap({**base, "STANDARDIZE": value}).run_id
+        assert _run_id(_pyflyte(case, {**base, "STANDARDIZE": "maybe"}, "--inputs-file", str(inputs))) == expected
+
+
+def test_empty_or_null_inputs_take_the_environment(case: Case, tmp_path: Path) -> None:
+    env = {"DATA_ROOT": str(case.data), "TARGET_COLUMN": "churned", "EPOCHS": "3", "EXCLUDE_COLUMNS": "plan"}
+    expected = bootstrap(env | {"PIPELINE_ROOT_URI": str(tmp_path)}).run_id
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text('epochs: null\nexclude_columns: ""\nstandardize: null\n')
+    assert _run_id(_pyflyte(case, env, "--epochs", "", "--exclude_columns", "")) == expected
+    assert _run_id(_pyflyte(case, env, "--inputs-file", str(inputs))) == expected
+
+
+def test_a_bad_file_value_is_one_line_naming_it(case: Case, tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text("standardize: maybe\n")
+    done = _pyflyte(case, {"DATA_ROOT": str(case.data), "TARGET_COLUMN": "churned"}, "--inputs-file", str(inputs))
+    text = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode != 0 and "Invalid value for '--standardize': 'maybe' is not a valid boolean" in text
+    assert "Traceback" not in text
+
+
+def test_an_ml8s_error_inside_the_workflow_is_one_line(case: Case) -> None:
+    """`--target_column Nope` passes bootstrap (the column is checked against the data by the snapshot task):
+    the task's DATA_ERROR is printed as `ml8s run` prints it, without flytekit's traceback."""
+    env = {k: v for k, v in os.environ.items() if k not in _other_env(case) and not k.startswith("MLFLOW_")}
+    env.update(HOME=str(case.home), TMPDIR=str(case.home / "tmp"), PIPELINE_ROOT_URI=str(case.home / "nope"))
+    cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", "--data_root", str(case.data)]
+    done = subprocess.run(
+        [*cmd, "--target_column", "Nope"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stdout + done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("ml8s: ")]
+    assert line.startswith("ml8s: DATA_ERROR: TARGET_COLUMN='Nope' is not a column of the data; expected one of")

@@ -1,0 +1,145 @@
+"""What people read: log lines (time, elapsed, step, at most 160 characters), `ml8s run`'s flags and its
+warnings about look-alike variables, and the per-epoch held-out record, which changes no weight."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+from conftest import make_context, write_small_churn
+
+from ml8s import log
+from ml8s.cli.main import build_parser
+from ml8s.identity.lookalike import lookalikes
+from ml8s.identity.variables import USER_VARIABLES
+
+_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \+\d+\.\ds (INFO |WARNING) \[(\w+)\] ")
+
+
+def _capture(level: int, step: str, message: str) -> str:
+    record = logging.LogRecord("ml8s", level, __file__, 1, "%s", (message,), None)
+    record.step = step
+    return log.HumanFormatter().format(record)
+
+
+def test_a_line_has_time_elapsed_level_step_and_is_clipped_at_160() -> None:
+    line = _capture(logging.INFO, "train", "epoch 1/3 loss 0.5")
+    assert _LINE.match(line) and line.endswith("[train] epoch 1/3 loss 0.5")
+    long = _capture(logging.INFO, "register", "x" * 400)
+    assert len(long) == log.MAX_LINE and long.endswith("…")
+    warning = _capture(logging.WARNING, "register", "y" * 400)  # warnings are kept whole
+    assert warning.endswith("y" * 400)
+
+
+def test_each_step_logs_its_wall_time_and_peak_rss() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(log.HumanFormatter())
+    logger = logging.getLogger("ml8s")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+
+        @log.timed("features")
+        def step(fail: bool) -> int:
+            if fail:
+                raise ValueError("boom")
+            return 7
+
+        assert step(False) == 7
+        with pytest.raises(ValueError, match="boom"):
+            step(True)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    done, failed = stream.getvalue().splitlines()
+    assert re.search(r"\[features\] done in \d+\.\ds, peak RSS \d+ MiB$", done)
+    assert re.search(r"\[features\] failed after \d+\.\ds, peak RSS \d+ MiB$", failed)
+
+
+def test_look_alike_variables_are_named_with_what_they_probably_mean() -> None:
+    env = ["EPOCH", "BATCHSIZE", "ML8S_FOO", "epochs", "HOME", "PATH", "WORLD_SIZE", "CONTAINER_NAME"]
+    env += ["MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_TOKEN", "MLFLOW_EXPERIMENT_NAME", "EPOCHS", "ML8S_LOG_LEVEL"]
+    assert lookalikes(env) == [
+        ("BATCHSIZE", "BATCH_SIZE"),
+        ("EPOCH", "EPOCHS"),
+        ("ML8S_FOO", None),
+        ("epochs", "EPOCHS"),
+    ]
+
+
+def test_ml8s_run_takes_every_user_variable_as_a_flag() -> None:
+    flags = [word for name in USER_VARIABLES for word in (f"--{name.lower().replace('_', '-')}", f"v-{name}")]
+    args = build_parser().parse_args(["run", *flags, "--pipeline-root-uri", "/r", "--force-rerun"])
+    assert {name: getattr(args, name.lower()) for name in USER_VARIABLES} == {n: f"v-{n}" for n in USER_VARIABLES}
+    assert args.pipeline_root_uri == "/r" and args.force_rerun is True
+    unset = build_parser().parse_args(["run"])
+    assert all(getattr(unset, name.lower()) is None for name in USER_VARIABLES)
+
+
+def test_per_epoch_held_out_evaluation_changes_no_weight(tmp_path: Path) -> None:
+    """Training with the per-epoch held-out evaluation and without it writes the same weight bytes; the log
+    holds every epoch with its held-out figures and end time, the TensorBoard events the same points."""
+    from ml8s.pipeline.features import compute_features
+    from ml8s.training import fit
+
+    ctx = make_context(write_small_churn(tmp_path / "data", rows=200), tmp_path / "root", epochs="3")
+    compute_features(ctx.spec, str(tmp_path / "features"))
+    fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "with"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fit.TrainingData, "held_out", lambda self: (self.x[:0], self.target[:0]))
+        fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "without"))
+    for name in ("model_native.safetensors", "training_state.safetensors", "metrics.json"):
+        assert (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes(), name
+    record = json.loads((tmp_path / "with" / "epochs.json").read_bytes())
+    epochs = record["epochs"]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
+    assert all(e["held_out_log_loss"] > 0 and 0 <= e["held_out_accuracy"] <= 1 for e in epochs)
+    assert record["started_ms"] <= epochs[0]["time_ms"] <= epochs[-1]["time_ms"]
+    final = json.loads((tmp_path / "with" / "metrics.json").read_bytes())
+    assert epochs[-1]["held_out_log_loss"] == pytest.approx(final["log_loss"], rel=1e-6)
+    without = json.loads((tmp_path / "without" / "epochs.json").read_bytes())["epochs"]
+    assert [e["held_out_log_loss"] for e in without] == [None] * 3
+
+
+def test_tensorboard_events_carry_real_wall_times(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ml8s.contract.epochs import EpochRecord
+    from ml8s.training.tensorboard import write_training_events
+
+    records = [
+        EpochRecord(epoch=1, train_loss=0.5, held_out_log_loss=0.6, held_out_accuracy=0.7, time_ms=1_700_000_000_000),
+        EpochRecord(epoch=2, train_loss=0.4, held_out_log_loss=0.5, held_out_accuracy=0.8, time_ms=1_700_000_001_500),
+    ]
+    path = tmp_path / "events.out.tfevents.ml8s-train"
+    write_training_events(str(path), records, {"accuracy": 0.8})
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.wall_time) for e in events.Scalars("train/loss")] == [(1, 1_700_000_000.0), (2, 1_700_000_001.5)]
+    assert [e.value for e in events.Scalars("heldout_epoch/log_loss")] == pytest.approx([0.6, 0.5])
+    (final,) = events.Scalars("heldout/accuracy")
+    assert (final.step, final.wall_time) == (2, 1_700_000_001.5)
+
+
+def test_the_summary_line_reads_a_forced_run_manifest_and_never_fails(tmp_path: Path) -> None:
+    from ml8s.pipeline.summary import summary_line
+
+    manifest = {
+        "run_id": "0123456789ab",
+        "full_config_hash": "0123456789ab" + "0" * 52,
+        "data_fingerprint": "1" * 64,
+        "canonicalization_version": "2.1.0",
+        "artifact_root": f"file://{tmp_path}/ml8s_training_runs/0123456789ab",
+        "artifacts": {},
+        "mlflow": {"model_name": "m", "model_version": "3"},
+        "force_rerun": {"recomputed": ["snapshot"], "changed": [], "reproduced": True, "previous_sha256": {}},
+    }
+    line = summary_line(json.dumps(manifest), 1.25)
+    assert line == f"ml8s: run 0123456789ab done in 1.2s; m v3; file://{tmp_path}/ml8s_training_runs/0123456789ab"
+    assert summary_line("not json") == "ml8s: run done"
