@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import json
 import os
 import re
@@ -31,8 +32,10 @@ from pathlib import Path
 PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\s*(.+?)\s*-----END CERTIFICATE-----", re.DOTALL)
 CONFIG_FILES = frozenset({"pip.conf", "pip.ini", "uv.toml", ".netrc", ".pypirc", "index-env", "ca-bundle"})
 # In config/history text: an index option or variable, a certificate variable, a URL of any scheme.
+# (find-links is not one: a folder of wheels mounted for the build, e.g. /mnt/wheels, is no setting of
+# this machine; a find-links URL is a URL.)
 CONFIG_PATTERNS = (
-    re.compile(r"(?i)index[-_]url|default[-_]index|UV_INDEX|find[-_]links|trusted[-_]host"),
+    re.compile(r"(?i)index[-_]url|default[-_]index|UV_INDEX|trusted[-_]host"),
     re.compile(r"SSL_CERT_FILE|SSL_CERT_DIR|PIP_CERT|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|UV_NATIVE_TLS"),
     re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"']+"),
 )
@@ -61,8 +64,15 @@ class Report:
 
 
 def pem_certs(data: bytes) -> list[bytes]:
-    """The DER of every PEM certificate in ``data``."""
-    return [base64.b64decode(b"".join(m.group(1).split())) for m in PEM_CERT.finditer(data)]
+    """The DER of every PEM certificate in ``data``; blocks that are not base64 (a placeholder in source
+    code, a template) are skipped."""
+    ders = []
+    for match in PEM_CERT.finditer(data):
+        try:
+            ders.append(base64.b64decode(b"".join(match.group(1).split()), validate=True))
+        except binascii.Error:
+            continue
+    return ders
 
 
 def public_roots(directory: Path) -> set[bytes]:
@@ -97,7 +107,10 @@ def setting_needles(index_env: str, pip_locations: Iterable[str]) -> list[Needle
     for location in pip_locations:
         if location.rstrip("/") not in ("https://pypi.org/simple", "https://pypi.python.org/simple"):
             needles.append(Needle(f"this machine's pip index location {location}", location.encode()))
-    return needles
+    unique: dict[bytes, Needle] = {}
+    for needle in needles:
+        unique.setdefault(needle.data, needle)
+    return list(unique.values())
 
 
 def config_findings(config: dict[str, object]) -> list[str]:
@@ -183,16 +196,18 @@ def check_image(container: list[str], image: str, needles: list[Needle], workdir
 
 
 def pip_locations() -> list[str]:
-    """This machine's index-url, extra-index-url and find-links values, from ``pip config list``."""
+    """This machine's index URLs (index-url, extra-index-url), from ``pip config list``.
+
+    Not find-links: a plain folder name (/opt/wheels) is also documentation's, and no build reads it."""
     listed = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
     )
     values = []
     for line in listed.stdout.splitlines():
         name, _, value = line.partition("=")
-        if name.rsplit(".", 1)[-1] in ("index-url", "extra-index-url", "find-links"):
-            values.extend(value.strip("'\"").split())
-    return values
+        if name.rsplit(".", 1)[-1] in ("index-url", "extra-index-url"):
+            values.extend(v for v in value.strip("'\"").split() if "://" in v)
+    return sorted(set(values))
 
 
 def main(argv: list[str] | None = None) -> int:

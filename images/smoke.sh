@@ -60,7 +60,7 @@ for pair in "model/model_native.safetensors:$model_out" "features/feature_matrix
 done
 
 start=$SECONDS
-"${run[@]}" -v "$fe:/out" -v "$PWD/images/smoke_fe.py:/smoke/smoke_fe.py:ro" -e PIPELINE_ROOT_URI=/out/root \
+"${run[@]}" -v "$fe:/out" -v "$PWD/images/smoke_fe.py:/smoke/smoke_fe.py:ro" -e PIPELINE_ROOT_URI=/out/root -e PYTHONPATH=/app \
     "$FE_IMAGE" python /smoke/smoke_fe.py /out/feature_matrix.parquet >"$SMOKE_DIR/fe.log" 2>&1 ||
     { tail -n 30 "$SMOKE_DIR/fe.log" >&2; fail "the feature task failed inside $FE_IMAGE"; }
 echo "images-smoke: feature task inside $FE_IMAGE in $((SECONDS - start))s"

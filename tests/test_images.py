@@ -153,6 +153,12 @@ def test_the_proxy_ca_is_found_in_any_form(certs: dict[str, object], tmp_path: P
     assert findings and all(f.startswith("layer 2/2: usr/local/share/thing/cert.bin: certificate #1") for f in findings)
 
 
+def test_placeholder_pem_blocks_in_source_code_are_no_error(certs: dict[str, object], tmp_path: Path) -> None:
+    source = b'DOC = """-----BEGIN CERTIFICATE-----\n<your cert here>\n-----END CERTIFICATE-----"""\n'
+    files = {**BASE_FILES, "venv/lib/site-packages/x/doc.py": source, "etc/ssl/a.pem": _pem(certs["public"])}
+    assert _scan(tmp_path, [files], _cert_needles(certs)) == []
+
+
 def test_a_file_deleted_by_a_later_layer_is_still_found(certs: dict[str, object], tmp_path: Path) -> None:
     layers = [BASE_FILES, {"tmp/ca.pem": _pem(certs["proxy"])}, {"tmp/.wh.ca.pem": b""}]
     findings = _scan(tmp_path, layers, _cert_needles(certs))
@@ -177,7 +183,6 @@ def test_index_settings_and_machine_locations_are_needles_but_pypi_is_not(tmp_pa
     leaked = {"opt/venv/lib/python3.11/site-packages/x/direct_url.json": secret.encode()}
     assert _scan(tmp_path, [BASE_FILES, leaked], needles) == [
         "layer 2/2: opt/venv/lib/python3.11/site-packages/x/direct_url.json: index-env value of PIP_INDEX_URL",
-        "layer 2/2: opt/venv/lib/python3.11/site-packages/x/direct_url.json: index-env value of UV_DEFAULT_INDEX",
     ]
 
 
@@ -190,6 +195,7 @@ def test_index_settings_and_machine_locations_are_needles_but_pypi_is_not(tmp_pa
             "history: 'https://download",
         ),
         ("/bin/sh -c pip install --extra-index-url x .", [], "history: 'index-url'"),
+        ("/bin/sh -c pip install --find-links https://wheels.example/ x", [], "history: 'https://wheels.example/'"),
         ("/bin/sh -c #(nop) ENV SSL_CERT_FILE=/etc/ca.pem", [], "history: 'SSL_CERT_FILE'"),
         ("/bin/sh -c true", ["PIP_INDEX_URL=x"], "config: 'INDEX_URL'"),
         ("/bin/sh -c true", ["HF_TOKEN=abc"], "config: environment variable HF_TOKEN looks like a credential"),
@@ -200,6 +206,11 @@ def test_config_and_history_findings(tmp_path: Path, history: str, env: list[str
     config = {"config": {"Env": ["PATH=/usr/bin", *env]}, "history": [{"created_by": history}]}
     findings = _scan(tmp_path, [BASE_FILES], [], config)
     assert any(f.startswith(expected) for f in findings), findings
+
+
+def test_a_local_wheel_folder_in_the_history_is_no_finding(tmp_path: Path) -> None:
+    config = {"history": [{"created_by": "/bin/sh -c uv pip install --find-links /mnt/wheels -r /mnt/t.txt"}]}
+    assert _scan(tmp_path, [BASE_FILES], [], config) == []
 
 
 def test_a_needle_in_the_config_is_found(tmp_path: Path) -> None:
