@@ -117,6 +117,10 @@ comma := ,
 IS_PODMAN := $(filter podman,$(notdir $(CONTAINER)))
 CONTAINER_ENV := $(if $(IS_PODMAN),CONTAINERS_CONF=$(PODMAN_CONF_DIR)/containers.conf)
 CONTAINER_CMD := $(strip $(CONTAINER_ENV) $(CONTAINER))
+# podman 4.3 (buildah 1.28) does not mount a cached stage for RUN --mount=from=<stage> (podman#16281), and can
+# reuse such a RUN after the stage changed (buildah#4522): the train image, which mounts its torch-requirement
+# stage, is built without the layer cache there.
+TRAIN_NO_CACHE := $(if $(IS_PODMAN),--layers=false)
 IMAGE_SECRETS = --secret id=index-env,src=$(IMAGES_TMP)/index-env $(if $(CA_BUNDLE),--secret id=ca-bundle$(comma)src=$(CA_BUNDLE))
 FE_BUILD_ARGS :=
 TRAIN_BUILD_ARGS :=
@@ -141,7 +145,7 @@ images-index-env:
 images: proto images-index-env $(if $(filter local,$(IMAGES_BASE)),images-base,$(if $(IS_PODMAN),images-podman-conf))
 	$(CONTAINER_CMD) build -f images/Dockerfile.fe --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(FE_BUILD_ARGS) \
 		$(IMAGE_SECRETS) -t $(FE_IMAGE) .
-	$(CONTAINER_CMD) build -f images/Dockerfile.train --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(TRAIN_BUILD_ARGS) \
+	$(CONTAINER_CMD) build -f images/Dockerfile.train $(TRAIN_NO_CACHE) --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(TRAIN_BUILD_ARGS) \
 		$(IMAGE_SECRETS) -t $(TRAIN_IMAGE) .
 
 images-podman-conf:
@@ -150,7 +154,7 @@ images-podman-conf:
 # The CUDA train image, the Dockerfile's defaults (needs nvidia/cuda and ghcr.io/astral-sh/uv from their registries).
 TRAIN_CUDA_IMAGE ?= $(TRAIN_IMAGE)
 images-train-cuda: proto images-index-env $(if $(IS_PODMAN),images-podman-conf)
-	$(CONTAINER_CMD) build -f images/Dockerfile.train --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(IMAGE_SECRETS) \
+	$(CONTAINER_CMD) build -f images/Dockerfile.train $(TRAIN_NO_CACHE) --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(IMAGE_SECRETS) \
 		-t $(TRAIN_CUDA_IMAGE) .
 
 # To the sandbox registry (or wherever FE_IMAGE / TRAIN_IMAGE point).
