@@ -22,7 +22,8 @@ PACKAGE := dist/ml8s-flyte-package.tgz
 CONTINUOUS_DATA := demo_data/continuous
 GENERATIONS ?= 4
 
-.PHONY: setup run run-continuous test lint typecheck bench faults clean demo-data proto package images sandbox-register sandbox-run lock
+.PHONY: setup run run-continuous test lint typecheck bench faults clean demo-data proto package images images-base \
+	images-podman-conf images-index-env images-train-cuda images-push images-smoke sandbox-register sandbox-run lock
 
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
@@ -100,12 +101,74 @@ package: setup
 	IMAGE_VERSION=$(IMAGE_VERSION) $(BIN)/pyflyte --pkgs workflows package --image $(TRAIN_IMAGE) \
 		--image fe=$(FE_IMAGE) --image train=$(TRAIN_IMAGE) --output $(PACKAGE) --force
 
-# Needs a Docker engine (not on CI machines): builds and pushes both images to the sandbox registry.
-images: proto
-	docker build -f images/Dockerfile.fe --build-arg IMAGE_VERSION=$(IMAGE_VERSION) -t $(FE_IMAGE) .
-	docker build -f images/Dockerfile.train --build-arg IMAGE_VERSION=$(IMAGE_VERSION) -t $(TRAIN_IMAGE) .
-	docker push $(FE_IMAGE)
-	docker push $(TRAIN_IMAGE)
+# Container images (docs/sandbox.md). CONTAINER: docker, or podman as a drop-in (then with the private
+# settings of images/base-images.sh in CONTAINERS_CONF). IMAGES_BASE=local: no registry needed: the bases come
+# from images/base-images.sh (debootstrap, uv's PyPI wheel) and the train image is CPU-only; otherwise the
+# Dockerfiles' defaults (the cluster images). Build-time settings go in as secrets, never into a layer: the CA
+# bundle (CA_BUNDLE) and the index settings of this machine (images/index_env.py).
+CONTAINER ?= docker
+IMAGES_BASE ?= registry
+IMAGES_TMP := $(CURDIR)/build/images
+PODMAN_CONF_DIR ?= $(CURDIR)/.podman
+CA_BUNDLE ?= $(firstword $(wildcard $(SSL_CERT_FILE) /etc/ssl/certs/ca-certificates.crt))
+LOCAL_PYTHON_IMAGE ?= localhost/ml8s-base/python:3.11-bookworm
+LOCAL_UV_IMAGE ?= localhost/ml8s-base/uv:$(shell sed -n 's|^ARG UV_IMAGE=.*uv:\([0-9.]*\)$$|\1|p' images/Dockerfile.train)
+comma := ,
+IS_PODMAN := $(filter podman,$(notdir $(CONTAINER)))
+CONTAINER_ENV := $(if $(IS_PODMAN),CONTAINERS_CONF=$(PODMAN_CONF_DIR)/containers.conf)
+CONTAINER_CMD := $(strip $(CONTAINER_ENV) $(CONTAINER))
+# podman 4.3 (buildah 1.28) does not mount a cached stage for RUN --mount=from=<stage> (podman#16281), and can
+# reuse such a RUN after the stage changed (buildah#4522): the train image, which mounts its torch-requirement
+# stage, is built without the layer cache there.
+TRAIN_NO_CACHE := $(if $(IS_PODMAN),--layers=false)
+IMAGE_SECRETS = --secret id=index-env,src=$(IMAGES_TMP)/index-env $(if $(CA_BUNDLE),--secret id=ca-bundle$(comma)src=$(CA_BUNDLE))
+FE_BUILD_ARGS :=
+TRAIN_BUILD_ARGS :=
+ifeq ($(IMAGES_BASE),local)
+FE_BUILD_ARGS += --build-arg PYTHON_IMAGE=$(LOCAL_PYTHON_IMAGE)
+# CPU torch: the local wheel (TORCH_WHEELS) as a build context when there is one, else PyTorch's CPU index.
+TRAIN_BUILD_ARGS += --build-arg CUDA_IMAGE=$(LOCAL_PYTHON_IMAGE) --build-arg UV_IMAGE=$(LOCAL_UV_IMAGE) \
+	--build-arg PYTHON=/usr/bin/python3.11 --build-arg TORCH_CUDA= \
+	$(if $(wildcard $(TORCH_WHEELS)/torch-2.13.0+cpu-*.whl),--build-arg TORCH_SPEC=$(TORCH)+cpu --build-arg TORCH_INDEX= \
+	--build-context wheels=$(TORCH_WHEELS),--build-arg TORCH_INDEX=$(TORCH_INDEX))
+endif
+
+images-base:
+	$(if $(IS_PODMAN),,@echo "images-base needs CONTAINER=podman"; exit 1)
+	PODMAN_CONF_DIR=$(PODMAN_CONF_DIR) PYTHON_BASE=$(LOCAL_PYTHON_IMAGE) UV_BASE=$(LOCAL_UV_IMAGE) images/base-images.sh
+
+# Rewritten before every build (owner-only: index URLs may carry tokens); never in the build context.
+images-index-env:
+	mkdir -p $(IMAGES_TMP)
+	umask 077; python3 images/index_env.py >$(IMAGES_TMP)/index-env
+
+images: proto images-index-env $(if $(filter local,$(IMAGES_BASE)),images-base,$(if $(IS_PODMAN),images-podman-conf))
+	$(CONTAINER_CMD) build -f images/Dockerfile.fe --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(FE_BUILD_ARGS) \
+		$(IMAGE_SECRETS) -t $(FE_IMAGE) .
+	$(CONTAINER_CMD) build -f images/Dockerfile.train $(TRAIN_NO_CACHE) --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(TRAIN_BUILD_ARGS) \
+		$(IMAGE_SECRETS) -t $(TRAIN_IMAGE) .
+
+images-podman-conf:
+	PODMAN_CONF_DIR=$(PODMAN_CONF_DIR) images/base-images.sh --conf-only
+
+# The CUDA train image, the Dockerfile's defaults (needs nvidia/cuda and ghcr.io/astral-sh/uv from their registries).
+TRAIN_CUDA_IMAGE ?= $(TRAIN_IMAGE)
+images-train-cuda: proto images-index-env $(if $(IS_PODMAN),images-podman-conf)
+	$(CONTAINER_CMD) build -f images/Dockerfile.train $(TRAIN_NO_CACHE) --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(IMAGE_SECRETS) \
+		-t $(TRAIN_CUDA_IMAGE) .
+
+# To the sandbox registry (or wherever FE_IMAGE / TRAIN_IMAGE point).
+images-push:
+	$(CONTAINER_CMD) push $(FE_IMAGE)
+	$(CONTAINER_CMD) push $(TRAIN_IMAGE)
+
+# Not part of `make test` (it needs the images): `make run` outside, the train image's run and the fe image's
+# feature task inside (--network none), sha256 compared; pinned versions and the no-secrets-in-layers scan.
+images-smoke: demo-data
+	rm -rf $(IMAGES_TMP)/smoke
+	$(MAKE) --no-print-directory run PIPELINE_ROOT=$(IMAGES_TMP)/smoke/outside
+	$(CONTAINER_ENV) CONTAINER=$(CONTAINER) FE_IMAGE=$(FE_IMAGE) TRAIN_IMAGE=$(TRAIN_IMAGE) SMOKE_DIR=$(IMAGES_TMP)/smoke \
+		DEMO_DATA=$(CURDIR)/$(DEMO_DATA) CA_BUNDLE=$(CA_BUNDLE) INDEX_ENV=$(IMAGES_TMP)/index-env images/smoke.sh
 
 sandbox-register: setup
 	FE_IMAGE=$(FE_IMAGE) TRAIN_IMAGE=$(TRAIN_IMAGE) IMAGE_VERSION=$(IMAGE_VERSION) bash deploy/register.sh

@@ -6,7 +6,7 @@
 ML8S_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPLOY_DIR="$ML8S_ROOT/deploy"
 
-# Images: the Flyte sandbox ships a registry on localhost:30000 (`make images` pushes there).
+# Images: the Flyte sandbox ships a registry on localhost:30000 (`make images images-push` pushes there).
 # Exported: it is also the Flyte cache version, which tasks/_util.py reads when pyflyte serializes.
 IMAGE_VERSION="${IMAGE_VERSION:-dev}"
 export IMAGE_VERSION

@@ -45,7 +45,7 @@ require_cmd kubectl "Install it: https://kubernetes.io/docs/tasks/tools/"
 require_cmd flytectl "Install it (curl -sL https://ctl.flyte.org/install | bash) and start the sandbox: flytectl demo start"
 require_cmd curl "Install curl (used to check the sandbox registry and MinIO)."
 if ! command -v docker >/dev/null 2>&1; then
-    warn "docker not found: fine if the images were built and pushed elsewhere ('make images' needs Docker)"
+    warn "docker not found: fine if the images were built and pushed elsewhere ('make images images-push' needs docker, or CONTAINER=podman)"
 fi
 if [ "$DRY_RUN" != 1 ]; then
     require_venv
@@ -111,7 +111,7 @@ check_image() {
         -H 'Accept: application/vnd.docker.distribution.manifest.list.v2+json' \
         -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
         "http://$host/v2/$repo/manifests/$tag"; then
-        die "image $image is not in the sandbox registry: build and push it first (make images IMAGE_VERSION=$IMAGE_VERSION), or SKIP_IMAGE_CHECK=1"
+        die "image $image is not in the sandbox registry: build and push it first (make images images-push IMAGE_VERSION=$IMAGE_VERSION), or SKIP_IMAGE_CHECK=1"
     fi
 }
 if [ "$DRY_RUN" != 1 ] && [ "${SKIP_IMAGE_CHECK:-0}" != 1 ]; then
