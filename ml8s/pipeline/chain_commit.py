@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +22,7 @@ from ml8s.contract.layout import PAYLOAD_MANIFEST
 from ml8s.errors import NotFastForwardError, NotFoundError, SigningRequiredError, StaleParentError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import Store
+from ml8s.tempdirs import owned_tempdir
 
 
 class ChainCommit(BaseModel):
@@ -56,7 +56,9 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     # The committer's key comes from this process's environment (a Kubernetes secret on a cluster), never
     # from the run context: the context travels between Flyte tasks and must hold no secret.
     chain = ChainStore(store, ctx.settings.chain_name, signer=require_signing_key(ctx.settings, os.environ))
-    with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
+    with owned_tempdir("ml8s-tb-") as scratch:
+        logdir = os.path.join(scratch, "logs")  # uploaded whole: not the scratch's owner file
+        os.makedirs(logdir)
         has_logs = _fetch_events(ctx, store, logdir)
         meta = CommitMeta(
             run_id=ctx.run_id,

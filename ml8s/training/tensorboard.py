@@ -11,17 +11,18 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 
 from torch.utils.tensorboard import SummaryWriter
+
+from ml8s.tempdirs import owned_tempdir
 
 EVENTS_NAME = "events.out.tfevents.ml8s-train"
 
 
 def write_training_events(path: str, epoch_losses: Sequence[float], metrics: Mapping[str, float]) -> None:
     """One scalar per epoch (``train/loss``) and the held-out metrics (``heldout/*``) at the last epoch."""
-    with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as tmp:
+    with owned_tempdir("ml8s-tb-") as tmp:
         writer = SummaryWriter(log_dir=tmp)
         for epoch, loss in enumerate(epoch_losses, start=1):
             writer.add_scalar("train/loss", loss, global_step=epoch, walltime=float(epoch))
