@@ -1,0 +1,81 @@
+"""A ``WARM_START=head`` run on data the head already trained on: the head's own run again, never a duplicate.
+
+After a run committed its version (and maybe was killed before it could report success), the same command
+finds its own version at the head, and no new generation in DATA_ROOT. Training from the head would add
+a version on "0 new" generations. Instead the run resolves the parent the head trained from (its training
+state names it), which gives the head's own identity when the config is unchanged: the gate then returns
+the head's manifest. A config that differs from the head's (another EPOCHS, say) with nothing new to train
+on is refused with LINEAGE_NOTHING_NEW before anything is written, except for a run that lost its parent
+to that head in a race (STALE_PARENT_POLICY=retrain): it trains from the winner, as docs/continuous.md says.
+
+Changing RANDOM_SEED or TEST_SIZE between versions changes which rows of each generation are held out, so
+each split has its own record history; the record sha256s a parent recorded belong to the parent's split
+(:func:`parent_split`), and a run on another split re-encodes every generation and records its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from ml8s.chain import ChainStore, ChainVersion, committed
+from ml8s.contract import ConfigSnapshot, layout, parse
+from ml8s.contract._parse import Invalid
+from ml8s.contract.training_state import TrainingState
+from ml8s.data.fingerprint import Fingerprint
+from ml8s.errors import LineageError, NothingNewError
+from ml8s.identity.hashing import compute_identity
+from ml8s.identity.settings import PlatformSettings
+from ml8s.identity.variables import CanonicalConfig
+
+P = TypeVar("P")
+
+
+def rerun_of_head(
+    config: CanonicalConfig,
+    settings: PlatformSettings,
+    fingerprint: Fingerprint,
+    chain: ChainStore,
+    head: ChainVersion,
+    state: TrainingState,
+    resolve: Callable[[CanonicalConfig, PlatformSettings, Fingerprint], tuple[CanonicalConfig, P | None]],
+    retrain: bool,
+) -> tuple[CanonicalConfig, P | None] | None:
+    """The config and plan of the run that made ``head`` (module docstring), resolved by ``resolve``; None
+    when this config is not that run's and ``retrain`` (it lost its parent to ``head``: it trains from it).
+
+    Raises:
+        NothingNewError: this config is not the head's run, no generation is new, and not ``retrain``.
+        LineageError: the head's parent (named by its training state) is not on the chain.
+    """
+    if state.parent_content_hash is None:  # the head is a cold start: its run had no parent
+        resolved, plan = {**config, "warm_start": None}, None
+    else:
+        parents = [v for v in chain.walk() if v.counter > 0 and v.content_hash == state.parent_content_hash]
+        if not parents:
+            raise LineageError(
+                f"chain {chain.name!r} v{head.counter} trained from content hash {state.parent_content_hash}, which "
+                "is on no version of the chain"
+            )
+        resolved, plan = resolve({**config, "warm_start": parents[0].counter}, settings, fingerprint)
+    identity = compute_identity(resolved, fingerprint.fingerprint, strict=settings.strict_data_identity)
+    if committed(chain, identity.full_config_hash) is None:
+        if retrain:
+            return None
+        raise NothingNewError(
+            f"WARM_START=head: chain {chain.name!r} v{head.counter} (run {head.header.run_id}) already trained on "
+            f"every generation in DATA_ROOT, and this configuration is not that run's; expected a new generation "
+            "(a new top-level file or folder) to train on, or the head's configuration to get its manifest back"
+        )
+    return resolved, plan
+
+
+def parent_split(chain: ChainStore, parent: ChainVersion) -> tuple[object, object]:
+    """The parent's RANDOM_SEED and TEST_SIZE, from its config snapshot."""
+    try:
+        snapshot = parse(
+            layout.CONFIG_SNAPSHOT, chain.fetch_payload(parent, layout.PAYLOAD_CONFIG_SNAPSHOT), ConfigSnapshot
+        )
+    except Invalid as exc:
+        raise LineageError(f"chain {chain.name!r} v{parent.counter}: its config snapshot is unreadable: {exc}") from exc
+    return snapshot.canonical_config.get("random_seed"), snapshot.canonical_config.get("test_size")
