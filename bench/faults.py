@@ -366,12 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     names = ",".join(("kill", "race", "forced", "disk", *SCENARIOS))
     parser.add_argument("--only", default="", help=f"scenarios, comma-separated (default all): {names}")
     parser.add_argument("--no-disk", action="store_true", help="skip the disk-full parts")
+    parser.add_argument(
+        "--disk-sizes", default="0.05,0.25,0.5,0.8,0.95,1.5", help="tmpfs sizes, as fractions of what a run writes"
+    )
     parser.add_argument("--rows", type=int, default=200, help="rows of the generated dataset")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     args = parser.parse_args(argv)
     only = {name for name in args.only.split(",") if name}
     wanted = lambda name: not only or name in only  # noqa: E731
     work = Path(tempfile.mkdtemp(prefix="ml8s-faults-"))
+    work.chmod(0o755)  # the readonly scenario reads the calibration root as another user
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     c = Campaign(work, small_churn(work / "data", args.rows), random.Random(args.seed))
     print(f"fault campaign in {work}", flush=True)
@@ -388,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         print("disk: skipped")
     else:
         used_kib = sum(p.stat().st_size for p in (work / "calibrate").rglob("*") if p.is_file()) // 1024
-        disk = disk_trials(c, sorted({max(64, int(used_kib * f)) for f in (0.05, 0.25, 0.5, 0.8, 0.95, 1.5)}))
+        fractions = [float(f) for f in args.disk_sizes.split(",") if f]
+        disk = disk_trials(c, sorted({max(64, int(used_kib * f)) for f in fractions}))
         if isinstance(disk, str):
             print(f"disk: skipped: {disk}")
         else:

@@ -208,8 +208,9 @@ def _lineage(c: Campaign, name: str) -> tuple[Path, Path]:
 
 
 def _versions(root: Path, env: dict[str, str]) -> list[dict[str, object]]:
+    """The chain's versions that hold a run (not genesis, not a bare payload commit)."""
     log = _ml8s(env, "chain", "log", "--json", "--root", str(root))
-    return list(json.loads(log.stdout)) if log.returncode == 0 else []
+    return [v for v in json.loads(log.stdout) if v.get("run_id")] if log.returncode == 0 else []
 
 
 def warm_trials(c: Campaign, n: int) -> Tally:
@@ -336,10 +337,14 @@ def disk_warm_trials(c: Campaign, n: int) -> Tally | str:
 def mlflow_db_trials(c: Campaign, n: int) -> Tally:
     tally = _tally()
     for t in range(n):
-        root = c.work / f"mlflow-db-{t}"
-        shutil.copytree(c.work / "calibrate", root)
+        root = c.work / f"mlflow-db-{t}"  # a run of its own: a copied one would name the original's database
         env = c.env(root, 1)
-        old = json.loads(c.run(env).stdout)["run_id"]  # a gate hit: the calibration run
+        first = c.run(env)
+        c.seen(first.stderr)
+        if first.returncode != 0:
+            _lost(tally, f"mlflow-db {t}: a plain run failed: {first.stderr[-300:]}")
+            continue
+        old = json.loads(first.stdout)["run_id"]
         database = root / "mlflow.db"
         blob = bytearray(database.read_bytes())
         start = c.rng.randrange(100, max(101, len(blob) - 4096))
@@ -401,22 +406,19 @@ def skew_trials(c: Campaign, n: int) -> Tally | str:
 
 
 def readonly_trials(c: Campaign, n: int) -> Tally:
-    tally = _tally()
+    """The calibration root in place (a copy would verify as moved), read-only to the commands: as root they
+    run as nobody (the campaign's directories are readable, not writable, by it), else it is chmod a-w."""
+    tally, root = _tally(), c.work / "calibrate"
     for t in range(n):
-        base = Path(tempfile.mkdtemp(prefix="faults-ro-"))
-        base.chmod(0o755)
-        root, out = base / "root", base / "out"
-        shutil.copytree(c.work / "calibrate", root)
-        shutil.copytree(c.data, base / "data")
-        out.mkdir()
+        out = Path(tempfile.mkdtemp(prefix="faults-ro-"))
         out.chmod(0o777)
         prefix: tuple[str, ...] = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
         if os.geteuid() != 0:
             prefix = ()
             for path in [root, *root.rglob("*")]:
                 path.chmod(path.stat().st_mode & ~0o222)
-        env = c.env(root, 1, DATA_ROOT=str(base / "data"), HOME=str(out), TMPDIR=str(out))
-        run_id = json.loads(c.run(c.env(c.work / "calibrate", 1)).stdout)["run_id"]
+        env = c.env(root, 1, HOME=str(out), TMPDIR=str(out))
+        run_id = json.loads(c.run(c.env(root, 1)).stdout)["run_id"]
         tally.trials += 1
         tally.killed += 1
         failed = []
@@ -427,7 +429,7 @@ def readonly_trials(c: Campaign, n: int) -> Tally:
             ("audit", "bundle", run_id, "-o", str(out / "bundle.tar.gz")),
             ("run",),
         ):
-            proc = _ml8s(env, *args, prefix=prefix)
+            proc = subprocess.run([*prefix, ML8S, *args], env=env, cwd=out, text=True, capture_output=True)
             c.seen(proc.stderr)
             if proc.returncode != 0:
                 failed.append(f"{' '.join(args[:2])}: {proc.stderr.strip()[-200:]}")
@@ -435,9 +437,10 @@ def readonly_trials(c: Campaign, n: int) -> Tally:
             _lost(tally, f"readonly {t}: {failed}")
         else:
             tally.recovered += 1
-        for path in [root, *root.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
-        shutil.rmtree(base)
+        if not prefix:
+            for path in [root, *root.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o200)
+        shutil.rmtree(out)
         print(f"  readonly trial {t + 1}/{n}", flush=True)
     tally.tracebacks, c.tracebacks = tally.tracebacks + c.tracebacks, 0
     return tally

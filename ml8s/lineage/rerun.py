@@ -27,6 +27,7 @@ from ml8s.errors import LineageError, NothingNewError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import CanonicalConfig
+from ml8s.lineage.state import read_training_state
 
 P = TypeVar("P")
 
@@ -41,33 +42,42 @@ def rerun_of_head(
     resolve: Callable[[CanonicalConfig, PlatformSettings, Fingerprint], tuple[CanonicalConfig, P | None]],
     retrain: bool,
 ) -> tuple[CanonicalConfig, P | None] | None:
-    """The config and plan of the run that made ``head`` (module docstring), resolved by ``resolve``; None
-    when this config is not that run's and ``retrain`` (it lost its parent to ``head``: it trains from it).
+    """The config and plan of this configuration's run among the versions that trained on every generation
+    (module docstring), resolved by ``resolve``; None when there is none and ``retrain`` (it lost its parent
+    to ``head``: it trains from it). ``state`` is the head's training state.
 
     Raises:
-        NothingNewError: this config is not the head's run, no generation is new, and not ``retrain``.
-        LineageError: the head's parent (named by its training state) is not on the chain.
+        NothingNewError: no such run, no generation is new, and not ``retrain``.
     """
-    if state.parent_content_hash is None:  # the head is a cold start: its run had no parent
-        resolved, plan = {**config, "warm_start": None}, None
-    else:
-        parents = [v for v in chain.walk() if v.counter > 0 and v.content_hash == state.parent_content_hash]
-        if not parents:
-            raise LineageError(
-                f"chain {chain.name!r} v{head.counter} trained from content hash {state.parent_content_hash}, which "
-                "is on no version of the chain"
-            )
-        resolved, plan = resolve({**config, "warm_start": parents[0].counter}, settings, fingerprint)
-    identity = compute_identity(resolved, fingerprint.fingerprint, strict=settings.strict_data_identity)
-    if committed(chain, identity.full_config_hash) is None:
-        if retrain:
-            return None
-        raise NothingNewError(
-            f"WARM_START=head: chain {chain.name!r} v{head.counter} (run {head.header.run_id}) already trained on "
-            f"every generation in DATA_ROOT, and this configuration is not that run's; expected a new generation "
-            "(a new top-level file or folder) to train on, or the head's configuration to get its manifest back"
-        )
-    return resolved, plan
+    generations = len(state.generations)
+    versions = [v for v in chain.walk() if v.counter > 0]
+    by_content = {v.content_hash: v for v in versions}
+    # the head, and the versions below it that trained on the same generations (racers that retrained from
+    # a winner): one of them may be this configuration's run, from the parent it trained from
+    for version in sorted(versions, key=lambda v: -v.counter):
+        if version.counter != head.counter:
+            if layout.PAYLOAD_TRAINING_STATE not in {f.name for f in version.header.files}:
+                break
+            where = f"chain {chain.name!r} v{version.counter} training state"
+            state = read_training_state(chain.fetch_payload(version, layout.PAYLOAD_TRAINING_STATE), where)
+        if len(state.generations) != generations:
+            break
+        if state.parent_content_hash is None:  # a cold start: its run had no parent
+            resolved, plan = {**config, "warm_start": None}, None
+        elif (parent := by_content.get(state.parent_content_hash)) is not None:
+            resolved, plan = resolve({**config, "warm_start": parent.counter}, settings, fingerprint)
+        else:
+            continue
+        identity = compute_identity(resolved, fingerprint.fingerprint, strict=settings.strict_data_identity)
+        if committed(chain, identity.full_config_hash) is not None:
+            return resolved, plan
+    if retrain:
+        return None
+    raise NothingNewError(
+        f"WARM_START=head: chain {chain.name!r} v{head.counter} (run {head.header.run_id}) already trained on "
+        f"every generation in DATA_ROOT, and this configuration is not that run's; expected a new generation "
+        "(a new top-level file or folder) to train on, or the head's configuration to get its manifest back"
+    )
 
 
 def parent_split(chain: ChainStore, parent: ChainVersion) -> tuple[object, object]:
