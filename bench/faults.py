@@ -384,10 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Tally] = {}
     if wanted("kill"):
         results["kill"] = kill_trials(c, args.trials)
+        print(results["kill"].row("kill"), flush=True)
     if wanted("race"):
         results["race"] = race_trials(c, args.races, args.racers)
+        print(results["race"].row("race"), flush=True)
     if wanted("forced"):
         results["forced"] = forced_trials(c, args.forced, forced_baseline)
+        print(results["forced"].row("forced"), flush=True)
     if args.no_disk or not wanted("disk"):
         print("disk: skipped")
     else:

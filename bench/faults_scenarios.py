@@ -275,7 +275,12 @@ def _killed_op(c: Campaign, tally: Tally, n: int, name: str, args: list[str]) ->
     env = c.env(root, 0)
     for t in range(n):
         proc = subprocess.Popen(
-            [ML8S, *args, "--root", str(root)], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            [ML8S, *args, "--root", str(root)],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # Campaign.kill kills the process group
         )
         how = c.kill(proc, delay=c.rng.uniform(0.0, 2.0))
         tally.killed += how.startswith("killed")
@@ -464,6 +469,7 @@ def run_scenarios(c: Campaign, each: int, wanted: Callable[[str], bool], *, disk
             continue
         if name in plain:
             results[name] = plain[name](c, each)
+            print(results[name].row(name), flush=True)  # at once: a later scenario's crash loses nothing
             continue
         if name == "disk-warm" and not disk:
             print("disk-warm: skipped (--no-disk)")
@@ -473,4 +479,5 @@ def run_scenarios(c: Campaign, each: int, wanted: Callable[[str], bool], *, disk
             print(f"{name}: skipped: {outcome}")
         else:
             results[name] = outcome
+            print(outcome.row(name), flush=True)
     return results
