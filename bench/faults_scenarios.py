@@ -321,7 +321,9 @@ def disk_warm_trials(c: Campaign, n: int) -> Tally | str:
         try:
             shutil.copytree(source, mount / "root")
             env = c.env(mount / "root", 1, DATA_ROOT=str(data), WARM_START="head")
+            # a chain of its own: a bare payload version at the lineage's head would (rightly) stop its warm starts
             args = ["chain", "commit", "--payload", str(_weights(c)), "--steps", "1", "--root", str(mount / "root")]
+            args += ["--chain", "ml8s-payloads"]
             for what, proc in (("warm run", c.run(env)), ("payload commit", _ml8s(env, *args))):
                 c.seen(proc.stderr)
                 if proc.returncode != 0 and not _named(proc.stderr):
