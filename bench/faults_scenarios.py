@@ -313,7 +313,7 @@ def disk_warm_trials(c: Campaign, n: int) -> Tally | str:
     for t in range(n):
         mount = c.work / f"disk-warm-{t}"
         mount.mkdir()
-        size = used + 64 + c.rng.randint(0, max(64, used // 2))
+        size = used + used // 8 + 256 + c.rng.randint(0, max(64, used // 2))  # the copy fits (block overhead)
         tmpfs = ["mount", "-t", "tmpfs", "-o", f"size={size}k", "tmpfs", str(mount)]
         mounted = subprocess.run(tmpfs, capture_output=True)
         if mounted.returncode != 0:
