@@ -88,7 +88,10 @@ bench: setup
 	$(BIN)/python bench/run_all.py
 
 # Not a test: kill -9 at random points and inside writes, racing runs, forced re-runs killed midway, a full
-# disk (tmpfs, needs root). Prints trials / recovered / lost / duplicates / wedged; exit 1 on any of the last three.
+# disk (tmpfs, needs root), then ranks and parents killed, SIGTERM/SIGINT, warm starts and warm races, kills
+# during GC and payload commits, a broken MLflow database, clock skew (faketime), read-only roots
+# (bench/faults_scenarios.py). Prints trials / landed / recovered / lost / duplicates / wedged / tracebacks /
+# stray temp files per scenario; exit 1 when any of the last five is not 0.
 TRIALS ?= 50
 faults: setup
 	$(BIN)/python bench/faults.py --trials $(TRIALS)

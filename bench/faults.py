@@ -30,6 +30,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,26 +67,30 @@ class Tally:
     wedged: int = 0
     lost: int = 0
     duplicates: int = 0
+    tracebacks: int = 0
+    stray_tmp: int = 0
     notes: list[str] = field(default_factory=list)
 
+    COLUMNS = ("trials", "killed", "recovered", "stray", "baseline", "wedged", "lost", "duplicates")
+    COLUMNS += ("tracebacks", "stray_tmp")
+    HEADERS = ("trials", "landed", "recovered", "stray", "baseline", "wedged", "lost", "dupl.", "tracebk", "tmp")
+
     def row(self, name: str) -> str:
-        cells = (
-            self.trials,
-            self.killed,
-            self.recovered,
-            self.stray,
-            self.baseline,
-            self.wedged,
-            self.lost,
-            self.duplicates,
-        )
-        return f"{name:<8}" + "".join(f"{c:>11}" for c in cells)
+        return f"{name:<10}" + "".join(f"{getattr(self, c):>10}" for c in self.COLUMNS)
+
+    @property
+    def bad(self) -> int:
+        return self.lost + self.duplicates + self.wedged + self.tracebacks + self.stray_tmp
 
 
 class Campaign:
     def __init__(self, work: Path, data: Path, rng: random.Random) -> None:
         self.work, self.data, self.rng = work, data, rng
         self.durations: list[float] = []
+        # every run's $TMPDIR: what a trial leaves there is counted (ml8s-* after the re-run and tmp-cleanup)
+        self.tmp = work / "tmp"
+        self.tmp.mkdir(exist_ok=True)
+        self.tracebacks = 0  # seen in the output of processes since the last judged trial
 
     @property
     def run_seconds(self) -> float:
@@ -97,8 +102,20 @@ class Campaign:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "FORCE_RERUN", "CHAIN_"))}
         env.update(DATA_ROOT=str(self.data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="2")
         env.update(RANDOM_SEED=str(seed), PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
+        env.update(TMPDIR=str(self.tmp))
         env.update(extra)
         return env
+
+    def seen(self, *outputs: str | None) -> None:
+        """Count a traceback in any output a process printed (never acceptable: every failure is one line)."""
+        self.tracebacks += sum("Traceback (most recent call last)" in (o or "") for o in outputs)
+
+    def stray_tmp(self) -> list[str]:
+        return sorted(p.name for p in self.tmp.iterdir() if p.name.startswith("ml8s-"))
+
+    def tmp_cleanup(self, root: Path, env: dict[str, str]) -> None:
+        done = subprocess.run([ML8S, "tmp-cleanup", "--root", str(root)], env=env, text=True, capture_output=True)
+        self.seen(done.stderr)
 
     def start(self, env: dict[str, str]) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -138,10 +155,10 @@ class Campaign:
                     break
             time.sleep(0.002)
         if proc.poll() is not None:
-            proc.communicate()
+            self.seen(*proc.communicate())
             return "finished before the kill"
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        self.seen(*proc.communicate())
         return f"killed after {time.monotonic() - started:.2f}s" + (f" at write {len(seen)}" if watch else "")
 
     def judge(self, tally: Tally, root: Path, env: dict[str, str], baseline: set[str], what: str) -> None:
@@ -151,6 +168,14 @@ class Campaign:
         rerun = self.run(env)
         if rerun.returncode == 0:
             self.durations.append(time.monotonic() - started)
+        self.seen(rerun.stderr)
+        self.tmp_cleanup(root, env)
+        tally.tracebacks, self.tracebacks = tally.tracebacks + self.tracebacks, 0
+        if left := self.stray_tmp():
+            tally.stray_tmp += len(left)
+            tally.notes.append(f"{what}: left in $TMPDIR after the re-run and tmp-cleanup: {left}")
+            for name in left:
+                shutil.rmtree(self.tmp / name, ignore_errors=True)
         last = (rerun.stderr.strip().splitlines() or [""])[-1]
         if rerun.returncode != 0:
             wedged = "REGISTRY" in last
@@ -270,6 +295,7 @@ def race_trials(c: Campaign, rounds: int, racers: int) -> Tally:
         env = c.env(root, 5000 + round_)
         procs = [c.start(env) for _ in range(racers)]
         outs = [p.communicate(timeout=RUN_TIMEOUT_S) for p in procs]
+        c.seen(*(err for _, err in outs))
         for proc, (_, err) in zip(procs, outs, strict=True):
             if proc.returncode != 0:
                 tally.lost += 1
@@ -314,6 +340,7 @@ def disk_trials(c: Campaign, sizes_kib: list[int]) -> Tally | str:
         try:
             env = c.env(mount / "root", 7000 + i)
             full = c.run(env)
+            c.seen(full.stderr)
             last = (full.stderr.strip().splitlines() or [""])[-1]
             if full.returncode != 0 and ("Traceback" in full.stderr or not last.startswith("ml8s: ")):
                 tally.lost += 1
@@ -328,49 +355,69 @@ def disk_trials(c: Campaign, sizes_kib: list[int]) -> Tally | str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from faults_scenarios import SCENARIOS, run_scenarios
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=50, help="kill -9 trials that land (default 50)")
     parser.add_argument("--races", type=int, default=2, help="rounds of racing identical runs")
     parser.add_argument("--racers", type=int, default=4, help="identical runs per round")
     parser.add_argument("--forced", type=int, default=4, help="FORCE_RERUN runs killed midway (kills that land)")
-    parser.add_argument("--no-disk", action="store_true", help="skip the disk-full part")
+    parser.add_argument("--each", type=int, default=0, help="trials per newer scenario (default: trials / 10, >= 2)")
+    names = ",".join(("kill", "race", "forced", "disk", *SCENARIOS))
+    parser.add_argument("--only", default="", help=f"scenarios, comma-separated (default all): {names}")
+    parser.add_argument("--no-disk", action="store_true", help="skip the disk-full parts")
+    parser.add_argument(
+        "--disk-sizes", default="0.05,0.25,0.5,0.8,0.95,1.5", help="tmpfs sizes, as fractions of what a run writes"
+    )
     parser.add_argument("--rows", type=int, default=200, help="rows of the generated dataset")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     args = parser.parse_args(argv)
+    only = {name for name in args.only.split(",") if name}
+    wanted = lambda name: not only or name in only  # noqa: E731
     work = Path(tempfile.mkdtemp(prefix="ml8s-faults-"))
+    work.chmod(0o755)  # the readonly scenario reads the calibration root as another user
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     c = Campaign(work, small_churn(work / "data", args.rows), random.Random(args.seed))
     print(f"fault campaign in {work}", flush=True)
     forced_baseline = calibrate(c)
     print(f"a plain run takes {c.run_seconds:.1f}s here", flush=True)
-    results = {"kill": kill_trials(c, args.trials), "race": race_trials(c, args.races, args.racers)}
-    results["forced"] = forced_trials(c, args.forced, forced_baseline)
-    if args.no_disk:
-        print("disk: skipped (--no-disk)")
+    results: dict[str, Tally] = {}
+    if wanted("kill"):
+        results["kill"] = kill_trials(c, args.trials)
+        print(results["kill"].row("kill"), flush=True)
+    if wanted("race"):
+        results["race"] = race_trials(c, args.races, args.racers)
+        print(results["race"].row("race"), flush=True)
+    if wanted("forced"):
+        results["forced"] = forced_trials(c, args.forced, forced_baseline)
+        print(results["forced"].row("forced"), flush=True)
+    if args.no_disk or not wanted("disk"):
+        print("disk: skipped")
     else:
         used_kib = sum(p.stat().st_size for p in (work / "calibrate").rglob("*") if p.is_file()) // 1024
-        disk = disk_trials(c, sorted({max(64, int(used_kib * f)) for f in (0.05, 0.25, 0.5, 0.8, 0.95, 1.5)}))
+        fractions = [float(f) for f in args.disk_sizes.split(",") if f]
+        disk = disk_trials(c, sorted({max(64, int(used_kib * f)) for f in fractions}))
         if isinstance(disk, str):
             print(f"disk: skipped: {disk}")
         else:
             results["disk"] = disk
-    print(
-        "\n"
-        + f"{'':<8}"
-        + "".join(f"{h:>11}" for h in ("trials", "killed", "recovered", "stray", "baseline", "wedged", "lost", "dupl."))
-    )
+    each = args.each or max(2, args.trials // 10)
+    results.update(run_scenarios(c, each, wanted, disk=not args.no_disk))
+    print("\n" + f"{'':<10}" + "".join(f"{h:>10}" for h in Tally.HEADERS))
     total = Tally()
     for name, tally in results.items():
         print(tally.row(name))
-        for attr in ("trials", "killed", "recovered", "stray", "baseline", "wedged", "lost", "duplicates"):
+        for attr in Tally.COLUMNS:
             setattr(total, attr, getattr(total, attr) + getattr(tally, attr))
     print(total.row("total"))
     for name, tally in results.items():
         for note in tally.notes:
             print(f"  [{name}] {note}")
-    bad = total.lost + total.duplicates + total.wedged
-    print(f"\n{'FAIL' if bad else 'PASS'}: {total.lost} lost, {total.duplicates} duplicates, {total.wedged} wedged")
-    return 1 if bad else 0
+    print(
+        f"\n{'FAIL' if total.bad else 'PASS'}: {total.lost} lost, {total.duplicates} duplicates, {total.wedged} "
+        f"wedged, {total.tracebacks} tracebacks, {total.stray_tmp} stray temp files"
+    )
+    return 1 if total.bad else 0
 
 
 if __name__ == "__main__":

@@ -77,6 +77,12 @@ class RegistryError(Ml8sError):
     code = "REGISTRY_ERROR"
 
 
+class RegistryReplacedError(RegistryError):
+    """The registry does not hold the MLflow run (or version) a run recorded: it was recreated or replaced."""
+
+    code = "REGISTRY_REPLACED"
+
+
 class NotFoundError(StoreError):
     """The object does not exist."""
 
@@ -435,6 +441,12 @@ class StaleParentError(LineageError):
     """A warm-started run's parent is no longer the chain's head: its model must not be appended."""
 
     code = "LINEAGE_STALE_PARENT"
+
+
+class NothingNewError(LineageError):
+    """WARM_START=head on a DATA_ROOT whose every generation the head already trained on, by another run."""
+
+    code = "LINEAGE_NOTHING_NEW"
 
 
 class UntrustedVersionError(ChainCorruptionError):

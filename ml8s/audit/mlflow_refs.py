@@ -10,7 +10,6 @@ system tags (user, source), so two bundles made from an unchanged registry are b
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
 from ml8s.errors import RegistryError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
+from ml8s.registry.confirm import confirm_registration, missing_database, registry_errors
 from ml8s.registry.mlflow_run import mlflow_params
 from ml8s.registry.query import public_tracking_uri, versions_of_hash
 from ml8s.registry.registration import MlflowRef
@@ -111,29 +111,25 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
     version, its run or its experiment does not exist. A ``sqlite:///`` file that does not exist is an
     error too (opening it would create an empty database: a verifier writes nothing)."""
     from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
 
-    if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///") :].split("?")[0]
-        if path != ":memory:" and not os.path.isfile(path):
-            raise RegistryError(f"MLflow database {path} ({uri}) does not exist")
-    client = MlflowClient(tracking_uri=uri)
+    if (path := missing_database(uri)) is not None:
+        raise RegistryError(f"MLflow database {path} ({uri}) does not exist")
     shown = public_tracking_uri(uri)  # reports and bundles never carry a password
     where = f"model {ref.model_name!r} version {ref.model_version} in MLflow at {shown}"
-    try:
+    with registry_errors(where):  # a malformed database is a named error too, never a traceback
+        client = MlflowClient(tracking_uri=uri)  # opens the database (its schema is read here)
+        confirm_registration(client, shown, ref.model_name, ref.model_version, ref.mlflow_run_id)
         version = client.get_model_version(ref.model_name, ref.model_version)
         run = client.get_run(ref.mlflow_run_id)
         experiment = client.get_experiment(str(run.info.experiment_id))
         same_hash = [str(v.version) for v in versions_of_hash(client, ref.model_name, full_config_hash)]
-    except MlflowException as exc:
-        missing = exc.error_code == "RESOURCE_DOES_NOT_EXIST"
-        raise RegistryError(f"{where}: {'not found' if missing else 'MLflow error'}: {exc.message}") from exc
+        logged = _logged_model(client, str(version.source))
     return MlflowView(
         tracking_uri=shown,
         model_name=str(version.name),
         model_version=str(version.version),
         version_source=str(version.source),
-        **_logged_model(client, str(version.source)),
+        **logged,
         version_run_id=str(version.run_id or ""),
         version_status=str(version.status),
         version_tags=_user_tags(version.tags),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Mapping
 
 from ml8s.audit.offline import Digest
@@ -16,6 +15,7 @@ from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingM
 from ml8s.errors import NotFoundError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import ObjectInfo, Store, open_store
+from ml8s.tempdirs import owned_tempdir
 
 _SMALL = 16 * 1024 * 1024  # files up to this size are read whole (and kept); larger ones are streamed
 
@@ -74,7 +74,7 @@ class RunState:
                 data = self.read(rel)
                 self._digests[rel] = (hashlib.sha256(data).hexdigest(), len(data))
             else:
-                with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
+                with owned_tempdir("ml8s-verify-") as tmp:
                     result = self.store.download(f"{self.prefix}/{rel}", os.path.join(tmp, "artifact"))
                 self._digests[rel] = (result.sha256, result.size)
         return self._digests[rel]
@@ -83,7 +83,7 @@ class RunState:
         """The first ``size`` bytes of a present file (large files are streamed to a temporary file)."""
         if rel in self._bytes or self.listing()[rel].size <= _SMALL:
             return self.read(rel)[:size]
-        with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
+        with owned_tempdir("ml8s-verify-") as tmp:
             path = os.path.join(tmp, "artifact")
             self.store.download(f"{self.prefix}/{rel}", path)
             with open(path, "rb") as handle:

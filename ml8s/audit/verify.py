@@ -39,7 +39,7 @@ def check_mlflow(state: RunState) -> CheckResult:
     except RegistryError as exc:
         recorded = f"; manifest.json records {ref.tracking_uri}" if choice.uri != ref.tracking_uri else ""
         message = str(exc).removeprefix(f"{exc.code}: ")
-        raise RegistryError(f"{message} (tracking URI from {choice.source}{recorded})") from exc
+        raise type(exc)(f"{message} (tracking URI from {choice.source}{recorded})") from exc
     ok = (
         f"model {view.model_name!r} version {view.model_version} and MLflow run {view.run_id} carry run_id, "
         f"full_config_hash, data_fingerprint and artifact_uri of this run ({shown}, from {choice.source})"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 from ml8s.chain import paths
 from ml8s.chain.models import ChainVersion, PayloadKind
@@ -11,6 +10,7 @@ from ml8s.chain.semver import GENESIS_SEMVER, bump
 from ml8s.chain.wire import content_hash_txt, metadata_json
 from ml8s.errors import NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.store import LocalStore, ObjectInfo, Store
+from ml8s.tempdirs import owned_tempdir
 
 Problems = list[tuple[str, str]]
 
@@ -82,7 +82,7 @@ def stored_sha256(store: Store, info: ObjectInfo) -> str:
     try:
         if isinstance(store, LocalStore):
             return store.checksum(info.key)
-        with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as tmp:
+        with owned_tempdir("ml8s-verify-") as tmp:
             return store.download(info.key, os.path.join(tmp, "object")).sha256
     except NotFoundError:
         return "<missing>"

@@ -1,7 +1,8 @@
 """Arguments and error handling shared by every ``ml8s`` subcommand.
 
 Exit codes of every command: 0 success (or PASS), 1 FAIL or a named ml8s error (one line on stderr:
-``ml8s: CODE: message``), 2 usage errors (argparse's own, a malformed RUN_ID, an unsupported --root).
+``ml8s: CODE: message``), 2 usage errors (argparse's own, a malformed RUN_ID, an unsupported --root),
+143 / 130 stopped by SIGTERM / SIGINT (one line, ``ml8s: INTERRUPTED: ...``, after cleaning up).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ml8s.errors import Ml8sError, RootUriError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
 from ml8s.identity.uri import parse_root_uri
+from ml8s.interrupts import Interrupted, stopping_on_signals
 
 if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
     Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -84,10 +86,14 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
 
         log.configure(log_level)
         try:
-            return handler(args)
+            with stopping_on_signals():
+                return handler(args)
         except Ml8sError as exc:
             print(f"ml8s: {exc}", file=sys.stderr)
             return 1
+        except Interrupted as exc:
+            print(f"ml8s: INTERRUPTED: stopped by {exc.name}; temp files removed, ranks stopped", file=sys.stderr)
+            return exc.exit_code
         except BrokenPipeError:
             # Python would print a traceback while flushing stdout at exit: point stdout at devnull first.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

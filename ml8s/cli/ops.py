@@ -26,7 +26,9 @@ def _days(text: str) -> float:
 
 def register(commands: Subcommands) -> None:
     """Add the operator tools to the ``ml8s`` parser."""
-    cleanup = commands.add_parser("tmp-cleanup", help="remove stale .tmp/ entries (never a final artifact)")
+    cleanup = commands.add_parser(
+        "tmp-cleanup", help="remove stale .tmp/ entries (never an artifact), and $TMPDIR directories of ended runs"
+    )
     cleanup.add_argument(
         "--older-than-days", type=_days, default=None, metavar="N", help="age to remove (default TMP_RETENTION_DAYS, 7)"
     )
@@ -54,14 +56,18 @@ def register(commands: Subcommands) -> None:
 
 def _tmp_cleanup(args: argparse.Namespace) -> int:
     from ml8s.ops.tmp_cleanup import cleanup_tmp, retention_days
+    from ml8s.ops.tmp_local import cleanup_local_tmp
     from ml8s.store import open_store
 
     days: float = retention_days(os.environ) if args.older_than_days is None else args.older_than_days
     report = cleanup_tmp(open_store(args.root), days, dry_run=args.dry_run)
+    local = cleanup_local_tmp(dry_run=args.dry_run)  # $TMPDIR directories of ml8s processes that ended
     if args.json:
-        print(report.model_dump_json(indent=2))
+        print(json.dumps({**json.loads(report.model_dump_json()), "local_temp_dirs": local}, indent=2))
         return 0
     verb = "would remove" if report.dry_run else "removed"
+    for path in local:
+        print(f"{verb} {path} (its ml8s process has ended)")
     for entry in report.removed:
         print(f"{verb} {entry.uri} ({entry.size} bytes, {entry.age_days:.1f} days old)")
     print(f"{verb} {len(report.removed)} tmp entries older than {days:g} days; kept {report.kept} younger ones")
@@ -86,7 +92,7 @@ def _runs_list(args: argparse.Namespace) -> int:
     from ml8s.ops.runs import list_runs, render_runs
     from ml8s.store import open_store
 
-    entries = list_runs(open_store(args.root))
+    entries = list_runs(open_store(args.root), os.environ)  # registrations checked in MLflow
     if args.json:
         print(json.dumps([e.model_dump() for e in entries], indent=2))
     else:

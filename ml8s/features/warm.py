@@ -27,6 +27,7 @@ from ml8s.lineage import (
     check_history_schema,
     encode_generation,
     history_prefix,
+    parent_split,
     parent_version,
     record_schema,
     sync_history,
@@ -53,14 +54,18 @@ def compute_warm_features(spec: RunSpec, plan: LineagePlan, out_dir: str) -> Non
     schema = record_schema(transform)
     check_history_schema(history, schema)
     shown = plan.new_generations or plan.generations[-1:]
+    lineage = list(plan.generations)
+    if parent_split(chain, parent) != (params.random_seed, params.test_size):
+        # the sha256s the parent recorded are of its split's records: this split's are encoded and recorded anew
+        lineage = [g.model_copy(update={"records_sha256": None, "records": None}) for g in lineage]
     index = history.index()
     held = {info.generation for info in index.generations} if index is not None else set()
     # encoded: what the history lacks (a lost history is rebuilt from the data and checked against the
     # sha256 each parent recorded), what no parent recorded yet, and the generations the matrix shows
-    wanted = {g.index for g in plan.generations if g.records_sha256 is None or g.index not in held}
+    wanted = {g.index for g in lineage if g.records_sha256 is None or g.index not in held}
     wanted |= {g.index for g in shown}
     encoded: dict[int, EncodedGeneration] = {}
-    for generation in plan.generations:
+    for generation in lineage:
         if generation.index in wanted:
             encoded[generation.index] = encode_generation(
                 generation, spec.fingerprint, transform, params.random_seed, params.test_size
@@ -70,7 +75,7 @@ def compute_warm_features(spec: RunSpec, plan: LineagePlan, out_dir: str) -> Non
                 f"generation {generation.index} ({generation.partition or 'cold start data'}): "
                 f"{len(encoded[generation.index].y)} rows encoded",
             )
-    generations = sync_history(history, schema, encoded, list(plan.generations))
+    generations = sync_history(history, schema, encoded, lineage)
     os.makedirs(out_dir, exist_ok=True)
     parts = [encoded[g.index] for g in shown]
     matrix = np.concatenate([p.x for p in parts]).astype(np.float64)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from ml8s.inference.model_files import ModelFiles, ModelFormat, read_model_dir
 from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX, Predictor
 from ml8s.inference.rules import MISSING
 from ml8s.inference.transform import InputColumn, RawTransform
+from ml8s.tempdirs import owned_tempdir
 
 # What serving imports (ml8s's own dependencies, onnxruntime, MLflow), pinned to the versions that saved the model.
 SERVING_DISTRIBUTIONS = (
@@ -135,7 +135,7 @@ def save_model_dir(path: str, files: ModelFiles, mlflow_model: Model | None = No
     """
     model_format = files.metadata().export.format
     transform = Predictor(files).transform
-    with tempfile.TemporaryDirectory(prefix="ml8s-pyfunc-") as tmp:
+    with owned_tempdir("ml8s-pyfunc-") as tmp:
         artifacts: dict[str, str] = {}
         keys = ("feature_schema", "training_metadata", "model")
         for key, (name, data) in zip(keys, files.by_name(model_format).items(), strict=True):

@@ -14,6 +14,7 @@ from ml8s.lineage.plan import (
     plan_summary,
     resolve_warm_start,
 )
+from ml8s.lineage.rerun import parent_split
 from ml8s.lineage.state import read_training_state
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "check_not_stale",
     "encode_generation",
     "history_prefix",
+    "parent_split",
     "parent_version",
     "plan_summary",
     "read_training_state",

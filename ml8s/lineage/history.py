@@ -18,9 +18,12 @@ from ml8s.data.dataset import parse_file
 from ml8s.data.fingerprint import Fingerprint, fingerprint_entries
 from ml8s.data.missing import MISSING_TOKENS
 from ml8s.data.sources import read_verified
-from ml8s.errors import LineageDataError, LineageError, PredictionInputError
+from ml8s.errors import LineageDataError, LineageError, PredictionInputError, RecordsAppendError
 from ml8s.inference import RawTransform
-from ml8s.records import RecordSchema, RecordStore
+from ml8s.records import GenerationInfo, RecordSchema, RecordStore
+
+# A racer appends one generation at a time: a few re-reads always see it done.
+_APPEND_ATTEMPTS = 4
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
@@ -134,7 +137,7 @@ def sync_history(
         if generation.index in encoded:
             # an existing generation of this number must hold exactly these bytes: the append checks it and
             # is then a no-op, and refuses (RECORDS_APPEND_ONLY) anything else
-            info = history.append_generation(schema, encoded[generation.index].records(), generation=generation.index)
+            info = _append(history, schema, encoded[generation.index], generation.index)
             if generation.records_sha256 not in (None, info.sha256):
                 raise LineageError(
                     f"generation {generation.index} re-encoded to records with sha256 {info.sha256}; its parent "
@@ -147,6 +150,20 @@ def sync_history(
             )
         done.append(generation.model_copy(update={"records_sha256": info.sha256, "records": info.rows}))
     return done
+
+
+def _append(history: RecordStore, schema: RecordSchema, encoded: EncodedGeneration, number: int) -> GenerationInfo:
+    """Append one generation; a racer of the same parent that appended first is not an error: the history is
+    re-read and the same generation's bytes are then a no-op (other bytes stay RECORDS_APPEND_ONLY)."""
+    attempt = 1
+    while True:
+        before = history.index()
+        try:
+            return history.append_generation(schema, encoded.records(), generation=number)
+        except RecordsAppendError:
+            if attempt == _APPEND_ATTEMPTS or history.index() == before:
+                raise  # not a race: the history holds other bytes under this number
+            attempt += 1
 
 
 def _class_index(row: dict[str, object], transform: RawTransform, generation: int) -> int | None:

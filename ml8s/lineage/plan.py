@@ -33,6 +33,7 @@ from ml8s.identity.variables import CanonicalConfig, JsonValue
 from ml8s.inference import RawTransform
 from ml8s.lineage.drift import check_drift, drift_report
 from ml8s.lineage.history import check_new_columns
+from ml8s.lineage.rerun import rerun_of_head
 from ml8s.lineage.state import read_training_state
 from ml8s.records import RecordStore
 from ml8s.store import open_store
@@ -85,15 +86,16 @@ class LineagePlan(BaseModel):
 
 
 def resolve_warm_start(
-    config: CanonicalConfig, settings: PlatformSettings, fingerprint: Fingerprint
+    config: CanonicalConfig, settings: PlatformSettings, fingerprint: Fingerprint, *, retrain: bool = False
 ) -> tuple[CanonicalConfig, LineagePlan | None]:
     """The canonical config with ``warm_start`` resolved to the parent's content hash, and the plan.
 
-    ``head`` on a chain with no model yet is a cold start (the first run of a continuous launch plan).
+    ``head`` on a chain with no model yet is a cold start (the first run of a continuous launch plan); on a
+    head that trained on all of DATA_ROOT it is the head's own run, else LINEAGE_NOTHING_NEW unless
+    ``retrain`` (a run that lost its parent to that head trains from it: :mod:`ml8s.lineage.rerun`).
 
     Raises:
-        ConfigError: WARM_START is malformed.
-        WarmStartNotFoundError: it names nothing on the chain.
+        ConfigError: WARM_START is malformed. WarmStartNotFoundError: it names nothing on the chain.
         LineageError: the parent has no training state, or the config does not continue its model.
         LineageDataError: DATA_ROOT lost or changed a file the parent trained on.
     """
@@ -120,6 +122,10 @@ def resolve_warm_start(
     if any(not g.files for g in state.generations):
         state = _with_cold_files(state, chain, parent, where)
     generations, new = _generations(state, list(fingerprint.entries), where)
+    if new == 0 and _text(request) == "head":  # the head trained on all of it: its run again, or nothing
+        rerun = rerun_of_head(config, settings, fingerprint, chain, parent, state, resolve_warm_start, retrain)
+        if rerun is not None:
+            return rerun
     schema_bytes = chain.fetch_payload(parent, layout.PAYLOAD_FEATURE_SCHEMA)
     transform = RawTransform.from_schema(schema_bytes, f"{where} feature schema")
     check_new_columns(generations[len(generations) - new :], fingerprint, transform)

@@ -16,7 +16,6 @@ import datetime
 import json
 import os
 import socket
-import tempfile
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,6 +24,7 @@ from ml8s.errors import IntegrityError, NotFoundError, ResolutionRefusedError
 from ml8s.identity.settings import worker_id
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
 from ml8s.store import Store
+from ml8s.tempdirs import owned_tempdir
 
 COLLISION = "RUN_ID_HASH_COLLISION"
 
@@ -103,7 +103,7 @@ def _move(store: Store, run_id: str, full_hash: str) -> tuple[MovedFile, ...]:
     tmp_key = f"{QUARANTINE_DIR}/{layout.TMP_DIR}/quarantine-{worker_id()}.bin"
     moved: list[MovedFile] = []
     infos = [i for i in store.list(source + "/") if i.key.startswith(source + "/")]
-    with tempfile.TemporaryDirectory(prefix="ml8s-quarantine-") as tmp:
+    with owned_tempdir("ml8s-quarantine-") as tmp:
         local = os.path.join(tmp, "object")
         for info in infos:
             rel = info.key[len(source) + 1 :]
@@ -123,7 +123,7 @@ def _quarantined(store: Store, run_id: str, full_hash: str, moved: tuple[MovedFi
     """Every file in the quarantine: those just moved, and those an interrupted earlier attempt moved."""
     prefix = quarantine_prefix(run_id, full_hash)
     known = {f.path: f for f in moved}
-    with tempfile.TemporaryDirectory(prefix="ml8s-quarantine-") as tmp:
+    with owned_tempdir("ml8s-quarantine-") as tmp:
         for info in store.list(prefix + "/"):
             rel = info.key[len(prefix) + 1 :]
             if rel not in known:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -29,6 +28,7 @@ from ml8s.identity.settings import PLATFORM_VARIABLES
 from ml8s.identity.variables import USER_VARIABLES, JsonValue
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.store import open_store
+from ml8s.tempdirs import owned_tempdir
 
 M = TypeVar("M", bound=ContractFile)
 
@@ -91,7 +91,7 @@ def _reproduce(
     if isinstance(recorded, str):
         return base.model_copy(update={"reason": recorded})
     paths = {entry.relative_path for entry in recorded.files}
-    with tempfile.TemporaryDirectory(prefix=f"ml8s-reproduce-v{version.counter}-") as scratch:
+    with owned_tempdir(f"ml8s-reproduce-v{version.counter}-") as scratch:
         env = _environment(snapshot.canonical_config, root_uri, chain.name, os.path.join(scratch, "root"))
         try:
             ctx = bootstrap(env, data_files=paths)

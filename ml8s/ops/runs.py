@@ -3,12 +3,15 @@
 Status: ``complete`` (success.marker present), ``incomplete`` (no marker: running, crashed, or being
 resolved), ``collided`` (the gate recorded a RUN_ID_HASH_COLLISION against the run stored there now,
 not yet resolved), ``quarantined`` (moved aside by ``ml8s resolve-collision``). The model version is
-the one manifest.json records (read from the store only: no MLflow needed).
+the one manifest.json records; the registry column says whether MLflow still holds that registration
+(``confirmed``) or not (``UNCONFIRMED``: the database was deleted, recreated or replaced; the lines below
+the table say why). MLflow is asked only when some run recorded a registration.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -29,10 +32,12 @@ class RunEntry(BaseModel):
     model_version: str
     files: int
     location: str
+    registration: str = ""  # "confirmed", "unconfirmed: <why>", "" when the run recorded no registration
 
 
-def list_runs(store: Store) -> list[RunEntry]:
-    """Runs under ``ml8s_training_runs/`` then quarantined ones, sorted by run id."""
+def list_runs(store: Store, env: Mapping[str, str] | None = None) -> list[RunEntry]:
+    """Runs under ``ml8s_training_runs/`` then quarantined ones, sorted by run id. With ``env`` (where
+    MLFLOW_TRACKING_URI's credentials come from), each recorded registration is checked in MLflow."""
     entries: list[RunEntry] = []
     for (run_id,), keys in sorted(_keys_by(store, layout.RUNS_DIR, 1).items()):
         prefix = layout.run_prefix(run_id)
@@ -45,19 +50,27 @@ def list_runs(store: Store) -> list[RunEntry]:
         entries.append(
             _entry(store, run_id, "quarantined", full_hash, f"{QUARANTINE_DIR}/{run_id}/{full_hash}", len(keys))
         )
-    return entries
+    live = [e for e in entries if e.model_version and e.status != "quarantined"]
+    refs = {e.run_id: _mlflow_ref(store, layout.run_prefix(e.run_id)) for e in live}
+    if env is None or not refs:
+        return entries
+    from ml8s.ops.registrations import registration_states
+
+    states = registration_states(refs, env)
+    return [e.model_copy(update={"registration": states.get(e.run_id, "")}) if e in live else e for e in entries]
 
 
 def render_runs(entries: list[RunEntry]) -> str:
     """A plain table, one run per line."""
     if not entries:
         return "no runs\n"
-    header = ("RUN_ID", "STATUS", "MODEL", "FULL_CONFIG_HASH", "FILES", "LOCATION")
+    header = ("RUN_ID", "STATUS", "MODEL", "REGISTRY", "FULL_CONFIG_HASH", "FILES", "LOCATION")
     rows = [
         (
             e.run_id,
             e.status,
             f"{e.model_name} v{e.model_version}" if e.model_version else "-",
+            e.registration.split(":")[0].replace("unconfirmed", "UNCONFIRMED") or "-",
             e.full_config_hash or "-",
             str(e.files),
             e.location,
@@ -65,13 +78,19 @@ def render_runs(entries: list[RunEntry]) -> str:
         for e in entries
     ]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows))
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in (header, *rows)]
+    lines += [f"{e.run_id}: registration {e.registration}" for e in entries if e.registration.startswith("unconfirmed")]
     return "".join(line + "\n" for line in lines)
 
 
-def _entry(store: Store, run_id: str, status: str, full_hash: str, prefix: str, files: int) -> RunEntry:
+def _mlflow_ref(store: Store, prefix: str) -> dict[str, object]:
+    """The ``mlflow`` object of the manifest under ``prefix`` ({} when none)."""
     mlflow = _read_json(store, f"{prefix}/{layout.MANIFEST}").get("mlflow")
-    ref = mlflow if isinstance(mlflow, dict) else {}
+    return {str(k): v for k, v in mlflow.items()} if isinstance(mlflow, dict) else {}
+
+
+def _entry(store: Store, run_id: str, status: str, full_hash: str, prefix: str, files: int) -> RunEntry:
+    ref = _mlflow_ref(store, prefix)
     return RunEntry(
         run_id=run_id,
         status=status,

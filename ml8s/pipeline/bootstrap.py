@@ -32,12 +32,20 @@ _SUBJECT = re.compile(r"([A-Z][A-Z0-9_]*)[= ]")
 
 @log.timed("bootstrap")
 def bootstrap(
-    env: Mapping[str, str], overrides: Mapping[str, str] | None = None, *, data_files: Collection[str] | None = None
+    env: Mapping[str, str],
+    overrides: Mapping[str, str] | None = None,
+    *,
+    data_files: Collection[str] | None = None,
+    writable: bool = True,
+    retrain: bool = False,
 ) -> RunContext:
     """Build the run from explicit inputs (lower-case names, "" = unset) and the environment.
 
     ``data_files`` (``ml8s chain reproduce``): fingerprint only these files of DATA_ROOT, as a run that
-    found only them there did; the identity is then that run's.
+    found only them there did; the identity is then that run's. ``writable=False`` leaves the check that
+    the root is writable to the caller (``ml8s run``: a completed run is returned from a read-only root).
+    ``retrain``: the run lost its warm-start parent to a concurrent commit and trains from the new head even
+    when no generation is new to it (STALE_PARENT_POLICY=retrain).
 
     Raises:
         ConfigError: a value is malformed or missing; when it came from an explicit input, the message
@@ -52,7 +60,8 @@ def bootstrap(
     try:
         settings = PlatformSettings.load(env, given)
         settings.mlflow_tracking_uri_for_registry()  # a run registers its model: fail before anything is written
-        check_writable_root(settings)
+        if writable:
+            check_writable_root(settings)
         config = resolve_model_code(canonical_config(raw_values_from_env(env, given)))  # a plug-in's code identity
         params = validate_params({**config, "warm_start": None})  # WARM_START is resolved below, on the data
     except ConfigError as exc:
@@ -67,7 +76,7 @@ def bootstrap(
     if data_files is not None:
         fingerprint = restrict(fingerprint, data_files)
     try:
-        config, plan = resolve_warm_start(config, settings, fingerprint)  # the parent's content hash
+        config, plan = resolve_warm_start(config, settings, fingerprint, retrain=retrain)  # the parent's content hash
         config = without_unused_keys(config)  # WARM_START=head on an empty chain: a cold start
         params = validate_params(config)
     except ConfigError as exc:

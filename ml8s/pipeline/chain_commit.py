@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
@@ -24,6 +23,7 @@ from ml8s.contract.layout import PAYLOAD_MANIFEST
 from ml8s.errors import NotFastForwardError, NotFoundError, SigningRequiredError, StaleParentError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import Store
+from ml8s.tempdirs import owned_tempdir
 
 
 class ChainCommit(BaseModel):
@@ -59,7 +59,9 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
     # from the run context: the context travels between Flyte tasks and must hold no secret.
     signer, root = require_signing_key(ctx.settings, os.environ), load_root(ctx.settings.chain_trust_root)
     chain = ChainStore(store, ctx.settings.chain_name, signer=signer, trust_root=root)
-    with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as logdir:
+    with owned_tempdir("ml8s-tb-") as scratch:
+        logdir = os.path.join(scratch, "logs")  # uploaded whole: not the scratch's owner file
+        os.makedirs(logdir)
         has_logs = _fetch_events(ctx, store, logdir)
         meta = CommitMeta(
             run_id=ctx.run_id,

@@ -7,9 +7,9 @@ ran, as the Flyte publish tasks do. Nothing here is cached: ``ml8s run --force-r
 
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ml8s.context.run import RunContext
 from ml8s.errors import StaleParentError
@@ -17,6 +17,8 @@ from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.chain_commit import chain_commit
 from ml8s.pipeline.gate import gate
 from ml8s.pipeline.promote import promote
+from ml8s.pipeline.preflight import check_writable_root
+from ml8s.tempdirs import owned_tempdir
 
 # A WARM_START=head run that lost its parent to a concurrent commit trains again from the new head, at most
 # this many times (STALE_PARENT_POLICY=retrain); each attempt is a complete run of its own RUN_ID.
@@ -30,27 +32,46 @@ def run_pipeline(env: Mapping[str, str], overrides: Mapping[str, str] | None = N
     ``head`` whose parent stopped being the head before its commit is re-run from the new head under
     STALE_PARENT_POLICY=retrain (docs/continuous.md); any other stale parent is StaleParentError.
     """
-    attempt = 1
-    while True:
-        ctx = bootstrap(env, overrides)
-        try:
-            return _run(ctx)
-        except StaleParentError as exc:
-            plan = ctx.spec.lineage
-            retry = plan is not None and plan.request == "head" and ctx.settings.stale_parent_policy == "retrain"
-            if not retry or attempt == STALE_PARENT_ATTEMPTS:
-                raise
-            attempt += 1
-            ctx.log("chain_commit", f"{exc.message}; training again from the new head (attempt {attempt})")
+    with _environment_kept():
+        attempt = 1
+        while True:
+            ctx = bootstrap(env, overrides, writable=False, retrain=attempt > 1)
+            try:
+                return _run(ctx)
+            except StaleParentError as exc:
+                plan = ctx.spec.lineage
+                retry = plan is not None and plan.request == "head" and ctx.settings.stale_parent_policy == "retrain"
+                if not retry or attempt == STALE_PARENT_ATTEMPTS:
+                    raise
+                attempt += 1
+                ctx.log("chain_commit", f"{exc.message}; training again from the new head (attempt {attempt})")
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """``os.environ`` as it was, afterwards: ``ml8s run`` passes it as ``env``, and libraries set variables
+    for their own use while training (torch's inductor cache, cuBLAS's workspace for determinism). MLflow's
+    registration must not unset MLFLOW_TRACKING_URI even meanwhile (``registry_resolves_with``): a retry
+    bootstraps from the same environment and must register where the first attempt did."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(before):
+            del os.environ[key]
+        os.environ.update(before)
 
 
 def _run(ctx: RunContext) -> str:
     store = ctx.open_store()
+    if ctx.settings.force_rerun:
+        check_writable_root(ctx.settings)  # the gate clears the run
     decision = gate(ctx, store)
     if decision.completed:
         promote(ctx, store, chain_commit(ctx, store))  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
     ctx.log("run", "loading the training libraries (torch, onnx, MLflow)")
+    check_writable_root(ctx.settings)  # before the first write; a completed run reads only (a read-only root)
     from ml8s.context import publish  # heavy imports only on the path that trains
     from ml8s.pipeline.export import export
     from ml8s.pipeline.features import compute_features
@@ -66,7 +87,7 @@ def _run(ctx: RunContext) -> str:
 
         seed_everything(spec.params.random_seed, "cuda")
     snapshot(ctx, store)
-    with tempfile.TemporaryDirectory(prefix=f"ml8s-{ctx.run_id}-") as tmp:
+    with owned_tempdir(f"ml8s-{ctx.run_id}-") as tmp:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
         compute_features(spec, features)
         publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))

@@ -17,7 +17,6 @@ rewritten, and a history has one writer at a time (a second one is refused at th
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 
 from ml8s.errors import (
@@ -42,6 +41,7 @@ from ml8s.records.rows import Rows, spool_rows
 from ml8s.records.schema import RecordSchema
 from ml8s.records.verify import check_local_file, check_manifest, check_schema, check_size, fetch_cached
 from ml8s.store import LocalStore, Store
+from ml8s.tempdirs import owned_tempdir
 
 TMP_DIR = ".tmp"
 
@@ -90,7 +90,7 @@ class RecordStore:
                 f"generation(s), so the next is {len(done)}; generations are never skipped"
             )
         name = record_file_name(number)
-        with tempfile.TemporaryDirectory(prefix="ml8s-records-") as scratch:
+        with owned_tempdir("ml8s-records-") as scratch:
             spooled = spool_rows(schema, rows, os.path.join(scratch, name))
             info = GenerationInfo(
                 generation=number,
@@ -139,7 +139,7 @@ class RecordStore:
                 check_local_file(self._local_path(root, info.file), info, where, verify_hash=verify_hash)
             return index
         sizes = {entry.key: entry.size for entry in self.store.list(self.prefix)}
-        with tempfile.TemporaryDirectory(prefix="ml8s-records-") as scratch:
+        with owned_tempdir("ml8s-records-") as scratch:
             for info in index.generations:
                 key = self.key(info.file)
                 if key not in sizes:

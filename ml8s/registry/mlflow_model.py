@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -23,12 +22,14 @@ from ml8s.context.run import RunContext
 from ml8s.errors import InferenceError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.inference.model_files import read_run_files
+from ml8s.tempdirs import owned_tempdir
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.models import Model
 
 MODEL_NAME = "model"
+TRACKING_URI_VARIABLE = "MLFLOW_TRACKING_URI"
 
 
 def ensure_logged_model(
@@ -55,7 +56,7 @@ def ensure_logged_model(
     model = client.create_logged_model(experiment_id, name=MODEL_NAME, source_run_id=run_id, tags=tags)
     model_id = str(model.model_id)
     try:
-        with tempfile.TemporaryDirectory(prefix="ml8s-mlflow-model-") as tmp:
+        with owned_tempdir("ml8s-mlflow-model-") as tmp:
             directory = os.path.join(tmp, "model")
             record = Model(artifact_path=model.artifact_location, model_uuid=model_id, run_id=run_id, model_id=model_id)
             _save(ctx, directory, record)
@@ -104,12 +105,22 @@ def registry_resolves_with(uri: str) -> Iterator[None]:
 
     MLflow's own SQL model registry looks the logged model up through ``MlflowClient()``, i.e. the process-wide
     tracking URI, not the client's (a TODO in ``mlflow/store/model_registry/sqlalchemy_store.py``); a server
-    resolves it itself. The previous setting is restored afterwards.
+    resolves it itself. The previous setting is restored afterwards, and so is the process environment:
+    MLflow's own ``_use_tracking_uri`` ends with ``set_tracking_uri(None)`` when no URI was set in code, which
+    deletes MLFLOW_TRACKING_URI from ``os.environ``, and a retried run in this process would then register in
+    the pipeline root's default database instead of the one the operator configured.
     """
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-    with _use_tracking_uri(uri):
-        yield
+    saved = os.environ.get(TRACKING_URI_VARIABLE)
+    try:
+        with _use_tracking_uri(uri):
+            yield
+    finally:
+        if saved is None:
+            os.environ.pop(TRACKING_URI_VARIABLE, None)
+        else:
+            os.environ[TRACKING_URI_VARIABLE] = saved
 
 
 def _save(ctx: RunContext, directory: str, record: Model) -> None:

@@ -9,7 +9,6 @@ the target rank needs.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from types import TracebackType
 
 import torch
@@ -26,6 +25,7 @@ from ml8s.shards.metadata import (
 from ml8s.shards.plan import PlanConfig, TensorPiece, TensorSpec, check_world, plan_shards
 from ml8s.shards.reader import ShardFile, as_bytes, local_shard
 from ml8s.store import Store
+from ml8s.tempdirs import owned_tempdir
 
 _WRONG_CHECKPOINT = {"header_rank", "header_world_size", "header_checkpoint_id"}
 
@@ -130,7 +130,7 @@ class _Shards:
         self._scratch = ""
 
     def __enter__(self) -> _Shards:
-        self._scratch = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="ml8s-shards-"))
+        self._scratch = self._stack.enter_context(owned_tempdir("ml8s-shards-"))
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -22,8 +22,6 @@ place (local) or through ``download`` (S3), one at a time.
 
 from __future__ import annotations
 
-import tempfile
-
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import NotFoundError, ShardFormatError, ShardVerificationError, WrongCheckpointError
@@ -39,6 +37,7 @@ from ml8s.shards.metadata import (
 from ml8s.shards.plan import check_world
 from ml8s.shards.reader import ShardScan, local_shard, scan_shard
 from ml8s.store import Store
+from ml8s.tempdirs import owned_tempdir
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -94,7 +93,7 @@ def verify_checkpoint(store: Store, prefix: str, *, read_data: bool = True) -> S
         findings.append(
             ShardFinding(check="stray_shard", reason="a shard of a rank the metadata does not list", file=key)
         )
-    with tempfile.TemporaryDirectory(prefix="ml8s-verify-") as scratch:
+    with owned_tempdir("ml8s-verify-") as scratch:
         for key in listed or dict.fromkeys(found):
             info = listed.get(key)
             if key not in listing:
@@ -172,7 +171,7 @@ def collect_receipts(store: Store, prefix: str, world_size: int, checkpoint_id: 
     layout.check_checkpoint_id(checkpoint_id)
     check_world(0, world_size)
     receipts = []
-    with tempfile.TemporaryDirectory(prefix="ml8s-receipts-") as scratch:
+    with owned_tempdir("ml8s-receipts-") as scratch:
         for rank in range(world_size):
             key = layout.shard_key(prefix, rank)
             with local_shard(store, key, scratch) as (path, _):

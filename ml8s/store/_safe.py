@@ -90,7 +90,10 @@ def read_regular(path: str, uri: str, *, max_bytes: int | None) -> bytes:
 def unlink_nofollow(root: str, parts: list[str], uri: str) -> None:
     """Unlink ``root/parts...`` without following a link on the way, then remove the directories this left
     empty (never ``root``) and fsync the deepest one left. A missing file is no error."""
-    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    try:
+        fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    except FileNotFoundError:  # no root, no file: deleting it is done
+        return
     try:
         for index, part in enumerate(parts[:-1]):
             try:

@@ -3,7 +3,9 @@
 ``launch_ranks`` starts TRAIN_WORLD_SIZE processes ``python -m ml8s.training.ranks REQUEST`` on this machine,
 each with RANK, WORLD_SIZE, LOCAL_RANK and a rendezvous on the loopback interface only (MASTER_ADDR
 127.0.0.1, a port the kernel just handed out, GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME the loopback
-device): nothing listens beyond this machine. It waits for all of them; the first rank that fails stops
+device): nothing listens beyond this machine. Each rank ends with this process, however it ends (SIGKILL
+included: ``ml8s.interrupts.die_with_parent``), so no rank outlives its run. It waits for all of them; the
+first rank that fails stops
 the others (they would wait on it until the collective timeout), and its named error is raised here as a
 :class:`~ml8s.errors.RankError` with its code and message. The ranks log to this process's stderr; their
 stdout goes there too, so ``ml8s run``'s stdout keeps only the manifest.
@@ -16,13 +18,14 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from typing import IO
 
 import ml8s
 from ml8s.context.run import RunSpec
 from ml8s.errors import RankError
+from ml8s.interrupts import PARENT_PID_VARIABLE
+from ml8s.tempdirs import owned_tempdir
 from ml8s.training.ranks import RankRequest, error_path
 from ml8s.training.summary import TrainSummary
 
@@ -44,7 +47,7 @@ def launch_ranks(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary
     """Train ``spec`` in TRAIN_WORLD_SIZE local processes; rank 0's summary (module docstring)."""
     world = spec.params.train_world_size
     os.makedirs(out_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ml8s-ranks-") as scratch:
+    with owned_tempdir("ml8s-ranks-") as scratch:
         request = RankRequest(
             spec=spec,
             features_dir=os.path.abspath(features_dir),
@@ -100,6 +103,7 @@ def _rank_env(rank: int, world: int, port: int) -> dict[str, str]:
         MASTER_PORT=str(port),
         OMP_NUM_THREADS="1",
     )
+    env[PARENT_PID_VARIABLE] = str(os.getpid())  # a rank ends with this process (ranks.main)
     if (device := loopback_interface()) is not None:
         env.update(GLOO_SOCKET_IFNAME=device, NCCL_SOCKET_IFNAME=device)
     return env

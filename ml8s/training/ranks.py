@@ -27,6 +27,7 @@ from ml8s import log
 from ml8s.context.run import RunSpec
 from ml8s.contract import layout
 from ml8s.errors import LineageError, Ml8sError, RankError
+from ml8s.interrupts import die_with_parent
 from ml8s.modeling.determinism import seed_everything
 from ml8s.modeling.registry import cross_entropy_step
 from ml8s.shards import ShardReceipt, WriterConfig, pieces_for_rank, write_metadata, write_shard
@@ -173,6 +174,7 @@ def _file_uri(path: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m ml8s.training.ranks REQUEST_JSON``: one rank, as ``launch_ranks`` starts it."""
+    die_with_parent()  # an orphaned rank would keep training into a dead run's scratch directory
     log.configure()
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
 from torch.utils.tensorboard import SummaryWriter
 
 from ml8s.contract.epochs import EpochRecord
+from ml8s.tempdirs import owned_tempdir
 
 EVENTS_NAME = "events.out.tfevents.ml8s-train"
 
@@ -27,7 +27,7 @@ def write_training_events(path: str, epochs: Sequence[EpochRecord], metrics: Map
     at the time each epoch ended (now, where training recorded none); the final held-out metrics
     (``heldout/*``) at the last epoch."""
     now = time.time()
-    with tempfile.TemporaryDirectory(prefix="ml8s-tb-") as tmp:
+    with owned_tempdir("ml8s-tb-") as tmp:
         writer = SummaryWriter(log_dir=tmp)
         for record in epochs:
             walltime = record.time_ms / 1000 if record.time_ms is not None else now

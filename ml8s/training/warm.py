@@ -9,7 +9,6 @@ rows (at least one batch), so EPOCHS means what it means for a cold start: passe
 from __future__ import annotations
 
 import math
-import tempfile
 
 import safetensors.torch
 import torch
@@ -19,10 +18,11 @@ from ml8s.contract import layout
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.errors import LineageError, TrainingError
 from ml8s.features.warm import history_for, read_generations
-from ml8s.lineage import LineagePlan, parent_version
+from ml8s.lineage import LineagePlan, parent_split, parent_version
 from ml8s.modeling.family import ModelFamily
 from ml8s.modeling.registry import cross_entropy_step
 from ml8s.records import RecencySampler, SamplerConfig, gather
+from ml8s.tempdirs import owned_tempdir
 from ml8s.training.state import capture_rng, load_optimizer, read_state, restore_rng
 
 
@@ -54,13 +54,16 @@ def warm_fit(
     generations = read_generations(features_dir)
     step = family.train_step or cross_entropy_step
     losses: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="ml8s-history-") as cache:
+    with owned_tempdir("ml8s-history-") as cache:
         mapped = history_for(spec, plan, features_dir).open_mapped(cache)
         rows = _rows(generations, mapped.generation_rows)
         config = SamplerConfig(alpha=params.sampler_alpha, batch_size=params.batch_size, seed=params.random_seed)
+        # another TEST_SIZE gives every generation another number of training rows: the parent's stream drew
+        # from a history this run does not have, so the sampler starts afresh (seeded, so reproducible)
+        same_split = parent_split(chain, parent) == (params.random_seed, params.test_size)
         sampler = (
             RecencySampler.continued(state.sampler, rows, config)
-            if state.sampler is not None
+            if state.sampler is not None and same_split
             else RecencySampler(rows, config)
         )
         new = [g for g in generations[len(generations) - plan.new :]] if plan.new else generations[-1:]

@@ -1,0 +1,338 @@
+"""Faults (issue 24): MLflow's environment mutation, warm races and re-runs, read-only roots, a broken or
+recreated MLflow database, and signals (SIGTERM, SIGINT, a parent killed under its ranks, $TMPDIR leftovers).
+
+Every run is an ``ml8s run`` in its own process unless the test needs ``run_pipeline`` in this one. One
+module-scoped lineage (a cold v1, a warm v2) is copied by each test that changes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write_small_churn
+from test_lineage import add_generation
+
+from ml8s.chain import ChainStore
+from ml8s.errors import RecordsAppendError
+from ml8s.store import LocalStore
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+CHAIN = "ml8s-model"
+DROP = ("FORCE_RERUN", "CHAIN_NAME", "WARM_START", "MLFLOW_TRACKING_URI", "WARM_START_ROOT_URI", "TMPDIR")
+DROP += ("STALE_PARENT_POLICY", "RANDOM_SEED", "TEST_SIZE", "TRAIN_WORLD_SIZE", "PIPELINE_ROOT_URI", "DATA_ROOT")
+
+
+def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in DROP}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    env.update(EPOCHS="2", HIDDEN_UNITS="16", BATCH_SIZE="64")
+    env.update(extra)
+    return env
+
+
+def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def _ok(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    proc = _ml8s(env, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _head(root: Path) -> int:
+    return ChainStore(LocalStore(str(root)), CHAIN).head().counter
+
+
+def _one_named_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ml8s: ")]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith(f"ml8s: {code}: "), proc.stderr[-3000:]
+    return errors[0]
+
+
+class Lineage:
+    def __init__(self, data: Path, root: Path, runs: list[str]) -> None:
+        self.data, self.root, self.runs = data, root, runs
+
+    def copy(self, where: Path) -> tuple[Path, Path]:
+        data, root = where / "data", where / "root"
+        shutil.copytree(self.data, data)
+        shutil.copytree(self.root, root)
+        return data, root
+
+
+@pytest.fixture(scope="module")
+def lineage() -> Iterator[Lineage]:
+    """v1 cold on generation 0, v2 warm-started from it on generation 1 (root-default MLflow database), in a
+    directory another user may read (the read-only test reads it as nobody). Tests that write copy it; a copy
+    has another DATA_ROOT, so its runs have other identities than the original's."""
+    base = Path(tempfile.mkdtemp(prefix="faults-lineage-"))
+    base.chmod(0o755)
+    data, root = write_small_churn(base / "data", rows=300, files=1), base / "root"
+    runs = [json.loads(_ok(_env(data, root), "run").stdout)["run_id"]]
+    add_generation(data, 1)
+    runs.append(json.loads(_ok(_env(data, root, WARM_START="head"), "run").stdout)["run_id"])
+    yield Lineage(data, root, runs)
+    shutil.rmtree(base)
+
+
+# -- 3: the process environment -------------------------------------------------------------------
+
+
+def test_run_pipeline_leaves_the_environment_alone_and_a_retry_registers_where_the_first_would(
+    lineage: Lineage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ml8s run`` passes os.environ itself: registering must not delete MLFLOW_TRACKING_URI from it, or the
+    retry after a lost warm race registers in the root's default database instead."""
+    import ml8s.pipeline.run as run
+
+    data, root = lineage.copy(tmp_path)
+    add_generation(data, 2)
+    elsewhere = tmp_path / "registry" / "mlflow.db"
+    elsewhere.parent.mkdir()
+    uri = f"sqlite:///{elsewhere}"
+    for key in DROP:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in _env(data, root, WARM_START="head", MLFLOW_TRACKING_URI=uri).items():
+        monkeypatch.setenv(key, value)
+    before = dict(os.environ)
+    real, calls = run.chain_commit, []
+
+    def interloper(ctx: object, store: object, *args: object) -> object:
+        if not calls:  # another trainer wins v3 between this run's registration and its commit
+            _ok(_env(data, root, WARM_START="head", EPOCHS="3", MLFLOW_TRACKING_URI=uri), "run")
+        calls.append(1)
+        return real(ctx, store, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run, "chain_commit", interloper)
+    manifest = json.loads(run.run_pipeline(os.environ))
+    assert dict(os.environ) == before
+    assert len(calls) == 2 and _head(root) == 4
+    assert manifest["mlflow"]["tracking_uri"] == uri, manifest["mlflow"]
+
+
+# -- 4: warm races and split changes --------------------------------------------------------------
+
+
+def test_racers_appending_the_same_generation_to_the_history_both_go_on(tmp_path: Path) -> None:
+    """Two warm starts from one parent encode the same new generation; the one whose history swap loses
+    re-reads the history, finds its generation there byte for byte, and goes on (no RECORDS_APPEND_ONLY)."""
+    from ml8s.contract.training_state import Generation
+    from ml8s.lineage import EncodedGeneration, sync_history
+    from ml8s.records import RecordSchema, RecordStore
+
+    schema = RecordSchema.build(["a", "b"], "y", ["no", "yes"])
+    rng = np.random.default_rng(0)
+    encoded = EncodedGeneration(
+        0, rng.random((40, 2), dtype=np.float32), rng.integers(0, 2, 40), np.zeros(40, dtype=np.int8)
+    )
+    mine, theirs = (RecordStore(LocalStore(str(tmp_path)), "lineage/history") for _ in range(2))
+    real_check = RecordStore._check_unchanged
+    raced: list[int] = []
+
+    def racer_first(self: RecordStore, token: str | None, number: int) -> None:
+        if self is mine and not raced:  # the other racer swaps the index while this one spooled its rows
+            raced.append(1)
+            theirs.append_generation(schema, encoded.records(), generation=0)
+        real_check(self, token, number)
+
+    mine._check_unchanged = racer_first.__get__(mine)  # type: ignore[method-assign]
+    done = sync_history(mine, schema, {0: encoded}, [Generation(index=0, partition="gen-0", files=["f"])])
+    assert raced and done[0].records_sha256 == theirs.index().generations[0].sha256  # type: ignore[union-attr]
+    other = EncodedGeneration(0, encoded.x + 1, encoded.y, encoded.split)
+    with pytest.raises(RecordsAppendError, match="never rewritten"):  # other bytes stay refused
+        sync_history(mine, schema, {0: other}, [Generation(index=0, partition="gen-0", files=["f"])])
+
+
+@pytest.mark.parametrize("change", [{"RANDOM_SEED": "7"}, {"TEST_SIZE": "0.3"}], ids=["seed", "test-size"])
+def test_seed_and_split_may_change_between_warm_versions(
+    lineage: Lineage, tmp_path: Path, change: dict[str, str]
+) -> None:
+    data, root = lineage.copy(tmp_path)
+    add_generation(data, 2)
+    _ok(_env(data, root, WARM_START="head", **change), "run")
+    assert _head(root) == 3
+    again = _ok(_env(data, root, WARM_START="head", **change), "run")  # and its re-run is a gate hit
+    assert _head(root) == 3 and json.loads(again.stdout)["run_id"] != lineage.runs[1]
+
+
+# -- 5: a warm re-run after its commit landed -----------------------------------------------------
+
+
+def test_a_warm_rerun_of_the_head_returns_its_manifest_and_never_trains_on_nothing_new(lineage: Lineage) -> None:
+    data, root = lineage.data, lineage.root  # in place: a copy's DATA_ROOT would be another identity
+    runs = sorted(p.name for p in (root / "ml8s_training_runs").iterdir())
+    again = _ok(_env(data, root, WARM_START="head"), "run")
+    assert json.loads(again.stdout)["run_id"] == lineage.runs[1] and _head(root) == 2
+    other = _ml8s(_env(data, root, WARM_START="head", EPOCHS="3"), "run")
+    assert other.returncode == 1 and "v2" in _one_named_line(other, "LINEAGE_NOTHING_NEW")
+    assert _head(root) == 2 and sorted(p.name for p in (root / "ml8s_training_runs").iterdir()) == runs
+
+
+# -- 6: read-only roots ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only(lineage: Lineage) -> Iterator[tuple[Path, Path, list[str]]]:
+    """The lineage, read-only to the commands: as root they run as nobody (a root-owned tree is read-only to
+    it); otherwise the tree is made read-only with chmod meanwhile (a copy would verify as moved)."""
+    root = lineage.root
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    if not prefix:
+        for path in [root, *root.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        yield lineage.data, root, prefix
+    finally:
+        if not prefix:
+            for path in [root, *root.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o200)
+
+
+def test_read_only_commands_and_a_gate_hit_work_on_a_read_only_root(
+    lineage: Lineage, read_only: tuple[Path, Path, list[str]]
+) -> None:
+    data, root, prefix = read_only
+    out = Path(tempfile.mkdtemp(prefix="faults-out-"))
+    out.chmod(0o777)
+    env = _env(data, root, HOME=str(out), TMPDIR=str(out))
+
+    def as_reader(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*prefix, ML8S, *args], env={**env, **extra}, cwd=out, capture_output=True, text=True, timeout=600
+        )
+
+    try:
+        for args in (
+            ("verify", lineage.runs[1]),
+            ("chain", "verify", "--root", str(root)),
+            ("chain", "log", "--root", str(root)),
+            ("audit", "bundle", lineage.runs[1], "-o", str(out / "bundle.tar.gz")),
+        ):
+            proc = as_reader(*args)
+            assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stdout[-2000:], proc.stderr)
+        cold = as_reader("run")  # another identity: it would train, and says why it cannot
+        assert cold.returncode == 1 and "not writable" in _one_named_line(cold, "CONFIG_ERROR")
+        hit = as_reader("run", WARM_START="head")
+        assert hit.returncode == 0, hit.stderr[-3000:]
+        assert json.loads(hit.stdout)["run_id"] == lineage.runs[1]
+    finally:
+        shutil.rmtree(out)
+
+
+# -- 7: a broken or recreated MLflow database -----------------------------------------------------
+
+
+def test_a_malformed_then_recreated_mlflow_database_is_named_and_runs_list_says_unconfirmed(tmp_path: Path) -> None:
+    data, root = write_small_churn(tmp_path / "data", rows=300, files=1), tmp_path / "root"
+    env = _env(data, root)
+    first = json.loads(_ok(env, "run").stdout)["run_id"]
+    database = root / "mlflow.db"
+    good = database.read_bytes()
+    database.write_bytes(good[:100] + b"\xa5" * (len(good) - 100))  # the header survives, every page is garbage
+    broken = _ml8s(env, "verify", first)
+    assert broken.returncode == 1 and "Traceback" not in broken.stdout + broken.stderr, broken.stderr[-3000:]
+    assert "FAIL  mlflow" in broken.stdout and "REGISTRY_ERROR" in broken.stdout, broken.stdout
+
+    database.unlink()  # the next run recreates it and takes version 1 again
+    new = json.loads(_ok(_env(data, root, EPOCHS="3"), "run").stdout)
+    assert new["mlflow"]["model_version"] == "1"
+    old = _ml8s(env, "verify", first)
+    assert old.returncode == 1 and "Traceback" not in old.stderr
+    assert "REGISTRY_REPLACED" in old.stdout and "not found" not in old.stdout, old.stdout
+    listed = {r["run_id"]: r for r in json.loads(_ok(env, "runs", "list", "--json").stdout)}
+    assert listed[new["run_id"]]["registration"] == "confirmed"
+    assert listed[first]["registration"].startswith("unconfirmed: REGISTRY_REPLACED"), listed[first]
+    table = _ok(env, "runs", "list").stdout
+    assert f"{first}: registration unconfirmed" in table and "UNCONFIRMED" in table
+
+
+# -- 8: signals, orphaned ranks, $TMPDIR ----------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_until(predicate: object, limit_s: float = 120.0) -> None:
+    """Poll until ``predicate()`` holds (bounded, so a broken fix fails the test instead of hanging it)."""
+    deadline = time.monotonic() + limit_s
+    while not predicate() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.05)
+
+
+def _start_ranked(env: dict[str, str]) -> tuple[subprocess.Popen[str], list[int]]:
+    """An ``ml8s run`` with 2 ranks, once both ranks are running."""
+    proc = subprocess.Popen([ML8S, "run"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_until(lambda: proc.poll() is not None or len(_children(proc.pid)) >= 2)
+    ranks = _children(proc.pid) if proc.poll() is None else []
+    assert len(ranks) == 2, "the run ended before its ranks started"
+    return proc, ranks
+
+
+def _ml8s_temp(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("ml8s-"))
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["term", "int"])
+def test_a_signal_stops_a_run_cleanly(tmp_path: Path, signum: int, code: int) -> None:
+    data, tmp = write_small_churn(tmp_path / "data", rows=3000, files=1), tmp_path / "tmp"
+    tmp.mkdir()
+    env = _env(data, tmp_path / "root", TMPDIR=str(tmp), TRAIN_WORLD_SIZE="2", EPOCHS="200")
+    proc, ranks = _start_ranked(env)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("ml8s: INTERRUPTED: "), err[-3000:]
+    assert not any(_alive(rank) for rank in ranks)
+    assert _ml8s_temp(tmp) == []
+
+
+def test_ranks_die_with_their_parent_and_tmp_cleanup_removes_what_it_left(tmp_path: Path) -> None:
+    data, tmp, root = write_small_churn(tmp_path / "data", rows=3000, files=1), tmp_path / "tmp", tmp_path / "root"
+    tmp.mkdir()
+    env = _env(data, root, TMPDIR=str(tmp), TRAIN_WORLD_SIZE="2", EPOCHS="200")
+    proc, ranks = _start_ranked(env)
+    proc.kill()  # the parent only: its ranks are not in the signal's way
+    proc.communicate(timeout=60)
+    _wait_until(lambda: not any(_alive(rank) for rank in ranks))
+    assert not any(_alive(rank) for rank in ranks)
+    left = _ml8s_temp(tmp)
+    assert any(name.startswith("ml8s-ranks-") for name in left), left
+    live = subprocess.Popen(  # a live process's temp directory is never removed
+        [sys.executable, "-c", "import sys,time\nfrom ml8s.tempdirs import owned_tempdir\n"
+         "with owned_tempdir('ml8s-live-') as d:\n print(d, flush=True)\n time.sleep(600)"],
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert live.stdout is not None
+        kept = Path(live.stdout.readline().strip())
+        cleaned = _ok(env, "tmp-cleanup", "--root", str(root))
+        assert _ml8s_temp(tmp) == [kept.name], cleaned.stdout
+        assert all(f"removed {tmp / name} (its ml8s process has ended)" in cleaned.stdout for name in left)
+    finally:
+        live.kill()
+        live.wait()
