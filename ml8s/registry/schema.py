@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from ml8s.errors import RegistryError, RegistrySchemaError
+from ml8s.identity.uri import sqlite_path
 
 if TYPE_CHECKING:  # sqlalchemy takes half a second to import: only registration pays for it
     import sqlalchemy
@@ -42,14 +43,6 @@ log = logging.getLogger(__name__)
 CREATING_SUFFIX = ".creating-"
 TEMPLATE_ENV = "ML8S_MLFLOW_SCHEMA_TEMPLATE"
 _DATA_TABLES = ("experiments", "registered_models", "runs")
-
-
-def sqlite_path(uri: str) -> str:
-    """The database file of a ``sqlite:///`` tracking URI, or ``""`` (another backend, or in memory)."""
-    if not uri.startswith("sqlite:///"):
-        return ""
-    path = uri[len("sqlite:///") :].split("?")[0]
-    return "" if path in ("", ":memory:") else path
 
 
 def first_line(error: BaseException) -> str:
