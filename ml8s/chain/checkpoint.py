@@ -12,7 +12,8 @@ alignment, then name). A tensor out of name order is read again afterwards, once
 
 Every byte the weights hash reads is read at or after the file hash read it, so a file changed meanwhile
 gives a copy whose sha256 differs from the recorded one, which ``Store.put_file_expecting`` refuses.
-Memory holds one chunk, whatever the checkpoint's size.
+Memory holds one chunk, whatever the checkpoint's size. A chunk feeding both hashes is hashed by both at
+once, one in a second thread (hashlib releases the GIL): on two cores the read costs one sha256 pass.
 
 ``CheckpointBuilder``: the payload builder of ``commit_with_retry`` for such a file. A FULL stores the
 file as is (streamed); only when the parent makes a DELTA due (``delta_due``, the interval rule of
@@ -26,6 +27,7 @@ import hashlib
 import io
 import struct
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from ml8s.chain.models import ChainVersion, LocalFile, PayloadBuilder, PayloadKind, PayloadSource, WeightsFields
 from ml8s.chain.safetensors_check import SafetensorsSummary, TensorSpan
@@ -51,24 +53,24 @@ def hash_checkpoint(path: str, summary: SafetensorsSummary) -> tuple[LocalFile, 
     by_name = sorted(summary.spans, key=lambda span: span.name) if hashed else []
     weights = hashlib.sha256(_DOMAIN + _U64.pack(len(by_name)))
     whole = hashlib.sha256()
-    buffer = memoryview(bytearray(_CHUNK))
     done = 0  # tensors (in name order) already in the weights hash
     try:
-        with open(path, "rb", buffering=0) as handle:
-            _feed(path, handle, summary.data_start, buffer, (whole.update,))
+        with ThreadPoolExecutor(1, thread_name_prefix="ml8s-hash") as pool, open(path, "rb", buffering=0) as handle:
+            feed = _Feeder(path, handle, pool)
+            feed(summary.data_start, (whole.update,))
             for span in summary.spans:
                 inline = done < len(by_name) and by_name[done] == span
                 if inline:
                     weights.update(_frame(path, span))
                     done += 1
-                _feed(path, handle, span.end - span.begin, buffer, (whole.update, weights.update)[: 1 + inline])
+                feed(span.end - span.begin, (whole.update, weights.update)[: 1 + inline])
             size = handle.tell()
             if handle.read(1):
                 raise ConfigError(f"--payload {path}: the file grew while it was read; expected it unchanged")
             for span in by_name[done:]:
                 handle.seek(span.begin)
                 weights.update(_frame(path, span))
-                _feed(path, handle, span.end - span.begin, buffer, (weights.update,))
+                feed(span.end - span.begin, (weights.update,))
     except OSError as exc:
         raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
     source = LocalFile(path=path, sha256=whole.hexdigest(), size=size)
@@ -115,14 +117,21 @@ def _frame(path: str, span: TensorSpan) -> bytes:
     return _U32.pack(len(name)) + name + _U32.pack(len(dtype)) + dtype + shape + _U64.pack(span.end - span.begin)
 
 
-def _feed(
-    path: str, handle: io.FileIO, count: int, buffer: memoryview, updates: tuple[Callable[[memoryview], None], ...]
-) -> None:
-    """Read the next ``count`` bytes of ``handle`` into ``buffer``, chunk by chunk, into each of ``updates``."""
-    while count > 0:
-        got = handle.readinto(buffer[: min(count, len(buffer))])
-        if not got:
-            raise ConfigError(f"--payload {path}: the file shrank while it was read; expected it unchanged")
-        for update in updates:
-            update(buffer[:got])
-        count -= got
+class _Feeder:
+    """Reads ``handle`` on from where it is, a chunk at a time, into hashes (the first here, any other in ``pool``)."""
+
+    def __init__(self, path: str, handle: io.FileIO, pool: ThreadPoolExecutor) -> None:
+        self.path, self.handle, self.pool = path, handle, pool
+        self.buffer = memoryview(bytearray(_CHUNK))
+
+    def __call__(self, count: int, updates: tuple[Callable[[memoryview], None], ...]) -> None:
+        while count > 0:
+            got = self.handle.readinto(self.buffer[: min(count, len(self.buffer))])
+            if not got:
+                raise ConfigError(f"--payload {self.path}: the file shrank while it was read; expected it unchanged")
+            chunk = self.buffer[:got]
+            others = [self.pool.submit(update, chunk) for update in updates[1:]]
+            updates[0](chunk)
+            for other in others:  # before the buffer is read into again
+                other.result()
+            count -= got
