@@ -51,7 +51,9 @@ class RetryPolicy(BaseModel):
 
 def endpoint_of(store: Store) -> str:
     """Where the store's requests go: the S3 endpoint URL (and bucket URI), else the root URI."""
-    from ml8s.store import S3Store  # only when a store is slow: `import ml8s.chain` loads no S3 client
+    if not store.root_uri.startswith("s3://"):
+        return store.root_uri
+    from ml8s.store import S3Store  # here: a local root's commit (a gate hit's too) loads no S3 client
 
     return f"{store.endpoint} ({store.root_uri})" if isinstance(store, S3Store) else store.root_uri
 
