@@ -6,11 +6,10 @@ Two questions, each against a baseline measured in the same run:
   (the daily ``ml8s tmp-cleanup``) on a local root of ``--runs`` synthetic runs, against
   ``find ROOT | wc -l`` on the same tree. Both must cost O(files): a listing stats files and reads
   none. For scale, the same listing with every file hashed (what a listing used to cost) is shown too;
-- ``put_file_atomic`` of one ``--size-mib`` file (tmp write, fsync, re-read and compare, rename, directory
-  fsync) against a plain write+fsync+sha256 of the same bytes (goal <= 1.25x) and against a plain
-  write+fsync. The validation re-read is one sha256 pass a plain write does not make, so the ratio can
-  not go below (write+fsync+sha256 + sha256) / (write+fsync+sha256): printed as the floor. Where the
-  disk is fast next to sha256 (this VM: page-cache speed), that floor alone is above 1.25.
+- ``put_file_atomic`` of one ``--size-mib`` file (tmp write hashing each buffer as it is written, fsync,
+  a size check, rename, directory fsync: one pass) against a plain write+fsync+sha256 of the same bytes
+  (goal <= 1.25x) and against a plain write+fsync. For scale, what a re-read of the tmp file after fsync
+  would add (one more sha256 pass, from the page cache; the store made it until issue 22) is printed too.
 
 Timings are the best of ``--repeat`` runs with the source in the page cache, so they compare the
 write paths, not the disk's mood. Nothing is asserted: the script prints numbers and ratios.
@@ -194,10 +193,9 @@ def bench_atomic(workdir: str, size_mib: int, repeat: int) -> None:
             f"  {label:32s}  {timing.wall_s:7.3f} s  {size / timing.wall_s / 1e6:8,.0f} MB/s  "
             f"(process CPU / wall {timing.cpu_s / timing.wall_s:4.2f})"
         )
-    floor = (hashed.wall_s + timings["sha256"].wall_s) / hashed.wall_s
+    reread = (atomic.wall_s + timings["sha256"].wall_s) / hashed.wall_s
     print(f"  ratio atomic / write+fsync+sha256 {ratio:7.2f}x  (goal <= {GOAL}: {verdict})")
-    # the validation re-reads and hashes the tmp file once more: no implementation of the contract goes below
-    print(f"  floor: one more sha256 pass       {floor:7.2f}x  (the validation; ratio - floor = overhead)")
+    print(f"  with a re-read after fsync        {reread:7.2f}x  (one more sha256 pass, not made)")
     print(f"  ratio atomic / write+fsync        {atomic.wall_s / plain.wall_s:7.2f}x", flush=True)
     clear()
     os.unlink(source)

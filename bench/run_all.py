@@ -6,6 +6,8 @@ exits non-zero if any of them failed to run. ``--quick`` is passed on to every b
 (``run_all.py --quick store chain``) run only ``bench_store.py`` and ``bench_chain.py``.
 
 - bench_chain.py: model-chain commits against plain atomic writes, and under contention;
+- bench_commit_cli.py: `ml8s chain commit --payload` of a 1 GiB checkpoint (FULL and DELTA) against `cp` + `sync`,
+  with peak RSS;
 - bench_drift.py: continual training after drifting generations, full history (recency-weighted) against a
   reservoir buffer of equal sample budget: held-out accuracy on the earliest and the latest generation;
 - bench_early_exit.py: re-running a completed run against a no-op `pyflyte run`;

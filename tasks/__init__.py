@@ -32,6 +32,11 @@ mlflow.
 
 import logging
 
+from flytekit.core.type_engine import TypeEngine, TypeTransformer
+from flytekit.extras.pydantic_transformer.transformer import PydanticTransformer
+from flytekit.models.types import LiteralType
+from pydantic import BaseModel
+
 
 class _TupleFieldNotice(logging.Filter):
     """Drops flytekit's warning that a tuple field of a pydantic model has no literal type.
@@ -48,3 +53,29 @@ class _TupleFieldNotice(logging.Filter):
 
 
 logging.getLogger("flytekit").addFilter(_TupleFieldNotice())
+
+
+class _SchemaOnce(PydanticTransformer):
+    """flytekit's pydantic transformer, describing each model class once per process.
+
+    Its ``get_literal_type`` builds the model's whole JSON schema, then describes every field through the
+    type engine, so a nested model's schema is built again inside each model that holds it; and it runs
+    for every task input and output that uses the model. The run, its spec and the gate's decision appear
+    in most task interfaces of the training workflow: importing it built the same schemas some forty times
+    (a third of a gate-hit ``pyflyte run``). A class's description depends on the class alone, so the
+    first one is kept.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._described: dict[type[BaseModel], LiteralType] = {}
+
+    def get_literal_type(self, t: type[BaseModel]) -> LiteralType:
+        if t not in self._described:
+            self._described[t] = super().get_literal_type(t)
+        return self._described[t]
+
+
+_registered: TypeTransformer[BaseModel] = TypeEngine.get_transformer(BaseModel)
+if type(_registered) is PydanticTransformer:  # flytekit's own, registered by the import above
+    TypeEngine.register_additional_type(_SchemaOnce(), BaseModel, override=True)

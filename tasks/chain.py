@@ -14,7 +14,9 @@ from ml8s.pipeline.gate import GateDecision
 
 # Never cached: it swaps the chain head (a side effect), and on a re-run it must still check that the
 # run is in the chain, healing a crash between success.marker and the commit.
-@task(cache=False, enable_deck=True)
+# deck_fields=(): only our "run" Deck. flytekit's default Decks add the source code and the Python
+# dependencies (every installed distribution, rendered on each run: ~1 s), which a gate hit pays too.
+@task(cache=False, enable_deck=True, deck_fields=())
 def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> str:
     """Commit the run's weights and manifest as the next chain version (idempotent per run).
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ from s3_servers import moto_server, radosgw_server, s3_server  # noqa: F401  (py
 
 from ml8s.context.run import RunContext
 from ml8s.pipeline.bootstrap import bootstrap
+from ml8s.registry.schema import TEMPLATE_ENV, create_template
 
 # Every file of a completed (onnx) run that is byte-identical wherever it was written: the seed's layout.
 # manifest.json is not among them: it names its own pipeline root and MLflow run.
@@ -23,6 +27,29 @@ SEED_LAYOUT = (
     "success.marker",
     "training_metadata.json",
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mlflow_schema_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An empty MLflow database made once per test session (shared by the xdist workers) that every new
+    local registry of the session is copied from (``ML8S_MLFLOW_SCHEMA_TEMPLATE``, inherited by the ``ml8s``
+    and ``pyflyte`` processes tests start): some fifty migrations once, not once per registry. The copy is
+    checked against alembic's head revision before use; tests of the creation itself unset the variable."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # popen-gwN's parent: this session's, the same for every worker
+    path = shared / "mlflow-schema-template.db"
+    with open(shared / "mlflow-schema-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker creates it, the others wait and reuse it
+        if not path.exists():
+            create_template(str(path))
+    previous = os.environ.get(TEMPLATE_ENV)
+    os.environ[TEMPLATE_ENV] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop(TEMPLATE_ENV, None)
+    else:
+        os.environ[TEMPLATE_ENV] = previous
 
 
 def write_small_churn(directory: Path, rows: int = 600, files: int = 2) -> Path:

@@ -4,6 +4,7 @@ version is deleted around its head swap, an anchor issued by a clock a year ahea
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -104,6 +105,11 @@ def test_a_staging_file_deleted_under_a_writer_is_named(tmp_path: Path) -> None:
     says a cleanup deleted it, which commit_with_retry retries."""
 
     class Vanishing(LocalStore):
+        # put_file_atomic's check before the rename (one pass: a size check), put_file_expecting's re-read
+        def _move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
+            os.unlink(tmp)
+            return super()._move(key, tmp, tmp_key, digest, size)
+
         def _validate_and_move(self, key: str, tmp: str, tmp_key: str, *args: object, **kw: object) -> WriteResult:
             os.unlink(tmp)
             return super()._validate_and_move(key, tmp, tmp_key, *args, **kw)  # type: ignore[arg-type]
@@ -113,6 +119,9 @@ def test_a_staging_file_deleted_under_a_writer_is_named(tmp_path: Path) -> None:
     store = Vanishing(str(tmp_path / "root"))
     with pytest.raises(RetryableStoreError, match="vanished before it was checked"):
         store.put_file_atomic("a/b.bin", str(source), tmp_key=".tmp/w-1")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    with pytest.raises(RetryableStoreError, match="vanished before it was checked"):
+        store.put_file_expecting("a/b.bin", str(source), tmp_key=".tmp/w-2", sha256=digest, size=100)
     assert not store.exists("a/b.bin")
 
 

@@ -191,3 +191,27 @@ def _text(value: object) -> str:
     if value is None:
         return ""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def test_saving_the_model_scans_no_installed_distribution(
+    completed: Completed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's pip requirements are pinned from this environment, so MLflow's mismatch check (which first
+    maps every installed distribution to its modules) is skipped; the requirements file is still exact."""
+    import mlflow.utils.requirements_utils as requirements_utils
+
+    from ml8s.inference.model_files import read_run_files
+    from ml8s.inference.pyfunc import requirements, save_model_dir
+
+    scans: list[str] = []  # MLflow swallows any error of its check: record the call instead
+    monkeypatch.setattr(requirements_utils, "_MODULES_TO_PACKAGES", None)
+    monkeypatch.setattr(requirements_utils, "_init_modules_to_packages_map", lambda: scans.append("scan"))
+    files = read_run_files(f"file://{completed.root}", completed.run_id, require_marker=True)
+    save_model_dir(str(tmp_path / "model"), files)
+    assert scans == [], "MLflow scanned every installed distribution while saving the model"
+    written = (tmp_path / "model" / "requirements.txt").read_text().split()
+    assert sorted(written) == requirements("onnx")
+    import mlflow.utils.environment as environment
+
+    check = requirements_utils.warn_dependency_requirement_mismatches
+    assert environment.warn_dependency_requirement_mismatches is check  # restored after the save

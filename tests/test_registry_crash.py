@@ -21,7 +21,7 @@ from mlflow_support import train_run
 
 from ml8s.errors import RegistryError, RegistrySchemaError
 from ml8s.registry.registration import register
-from ml8s.registry.schema import ensure_schema
+from ml8s.registry.schema import TEMPLATE_ENV, ensure_schema
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 # The schema creation has begun: MLflow's own log line (creation in place), or ml8s's (in a temporary file).
@@ -41,8 +41,15 @@ register(ctx, ctx.open_store())
 """
 
 
+@pytest.fixture(autouse=True)
+def _migrations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about creating the schema itself: no copy of the session's template."""
+    monkeypatch.delenv(TEMPLATE_ENV, raising=False)
+
+
 def _env(data: Path, root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "MLFLOW_TRACKING_URI")}
+    drop = ("FORCE_RERUN", "MLFLOW_TRACKING_URI", TEMPLATE_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="1")
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     return env

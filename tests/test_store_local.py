@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, StoreError
+from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
 from ml8s.ops.runs import list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp
 from ml8s.store import LocalStore, open_store
@@ -57,15 +57,21 @@ def test_integrity_failure_keeps_old_final(tmp_path: Path, monkeypatch: pytest.M
     store.put_atomic("k", b"old", tmp_key=".tmp/k-1")
     import ml8s.store.local as local
 
-    monkeypatch.setattr(local, "sha256_or_none", lambda path: "0" * 64)
-    with pytest.raises(IntegrityError, match="expected 3 bytes"):
+    monkeypatch.setattr(local, "size_or_none", lambda path: 2)
+    with pytest.raises(IntegrityError, match=r"wrote 3 bytes sha256 [0-9a-f]{64}, found 2 bytes"):
         store.put_atomic("k", b"new", tmp_key=".tmp/k-2")
     assert (tmp_path / "k").read_bytes() == b"old"
     assert not (tmp_path / ".tmp" / "k-2").exists()
 
 
-def test_bytes_changed_on_disk_before_validation_are_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The re-read after fsync is a real check: a byte flipped in the tmp file (or one cut off) fails the write."""
+def _grow_by_one_byte(path: str) -> None:
+    with open(path, "ab") as handle:
+        handle.write(b"x")
+
+
+def test_tmp_file_changed_before_the_rename_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the fsync and the rename, a tmp file cut short, grown or removed by someone else fails the write
+    (its size no longer is what was written and hashed; a removed one is retryable), and the old final stays."""
     import ml8s.store.local as local
 
     store = LocalStore(str(tmp_path / "root"))
@@ -73,21 +79,26 @@ def test_bytes_changed_on_disk_before_validation_are_caught(tmp_path: Path, monk
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(9 * 1024 * 1024))
     real = local.write_file
+    damage: list[Callable[[str], None]] = [
+        lambda path: os.truncate(path, 4096),
+        _grow_by_one_byte,
+        os.unlink,
+    ]
 
-    def then_tamper(path: str, source: Any) -> tuple[str, int]:
+    def then_damage(path: str, source: Any) -> tuple[str, int]:
         result = real(path, source)
-        with open(path, "r+b") as handle:
-            handle.seek(4096)
-            byte = handle.read(1)
-            handle.seek(4096)
-            handle.write(bytes([byte[0] ^ 1]))
+        damage[0](path)
         return result
 
-    monkeypatch.setattr(local, "write_file", then_tamper)
-    with pytest.raises(IntegrityError, match=r"expected 9437184 bytes sha256 [0-9a-f]{64}, read back 9437184 bytes"):
+    monkeypatch.setattr(local, "write_file", then_damage)
+    with pytest.raises(IntegrityError, match=r"wrote 9437184 bytes sha256 [0-9a-f]{64}, found 4096 bytes"):
         store.put_file_atomic("k", str(src), tmp_key=".tmp/k")
-    with pytest.raises(IntegrityError, match="expected 10485760 bytes"):
+    damage.pop(0)
+    with pytest.raises(IntegrityError, match=r"wrote 10485760 bytes .* found 10485761 bytes"):
         store.put_atomic("k", bytes(10 * 1024 * 1024), tmp_key=".tmp/k")
+    damage.pop(0)
+    with pytest.raises(RetryableStoreError, match=r"\.tmp/k vanished before it was checked"):
+        store.put_atomic("k", b"fresh", tmp_key=".tmp/k")
     assert store.get("k") == b"old" and not (tmp_path / "root" / ".tmp" / "k").exists()
 
 

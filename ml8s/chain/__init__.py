@@ -9,6 +9,7 @@ the run index, the commit protocol and retries on top of it, then the ``ChainSto
 from ml8s.chain._util import content_hash, sha256_hex
 from ml8s.chain.anchor import Anchor, Checkpoint, make_anchor, proof_anchor_problems, read_anchor
 from ml8s.chain.chain_store import ChainStore
+from ml8s.chain.checkpoint import WEIGHTS_DELTA, WEIGHTS_FULL, CheckpointBuilder, delta_due, hash_checkpoint
 from ml8s.chain.evidence import named_versions
 from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
@@ -43,6 +44,8 @@ __all__ = [
     "ENV_KEY",
     "ENV_KEY_FILE",
     "ENV_TRUST_ROOT",
+    "WEIGHTS_DELTA",
+    "WEIGHTS_FULL",
     "Anchor",
     "Block",
     "BlockHeader",
@@ -51,6 +54,7 @@ __all__ = [
     "ChainVersion",
     "ChainVersions",
     "Checkpoint",
+    "CheckpointBuilder",
     "CommitMeta",
     "Decision",
     "Finding",
@@ -81,7 +85,9 @@ __all__ = [
     "commit_with_retry",
     "committed",
     "content_hash",
+    "delta_due",
     "find_corruption",
+    "hash_checkpoint",
     "load_policies",
     "load_root",
     "local_file",

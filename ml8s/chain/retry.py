@@ -28,7 +28,7 @@ from ml8s.chain.models import ChainVersion, CommitMeta, PayloadBuilder, PayloadS
 from ml8s.chain.payload import payload_files
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import CommitDeadlineError, ConflictError, RetryableStoreError
-from ml8s.store import S3Store, Store
+from ml8s.store import Store
 
 REPEAT_REPORT_S = 30.0  # after the first "still waiting" line, one more per this many seconds
 
@@ -51,6 +51,10 @@ class RetryPolicy(BaseModel):
 
 def endpoint_of(store: Store) -> str:
     """Where the store's requests go: the S3 endpoint URL (and bucket URI), else the root URI."""
+    if not store.root_uri.startswith("s3://"):
+        return store.root_uri
+    from ml8s.store import S3Store  # here: a local root's commit (a gate hit's too) loads no S3 client
+
     return f"{store.endpoint} ({store.root_uri})" if isinstance(store, S3Store) else store.root_uri
 
 

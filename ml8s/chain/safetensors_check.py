@@ -42,14 +42,29 @@ DTYPE_BYTES = {
 }
 
 
+class TensorSpan(BaseModel):
+    """One tensor of a checked checkpoint: where its bytes lie in the file (absolute offsets)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
 class SafetensorsSummary(BaseModel):
-    """What the chain records of a checkpoint: its architecture fingerprint and parameter count."""
+    """What the chain records of a checkpoint (architecture fingerprint, parameter count), and its layout:
+    the tensors in file order, which tile ``[data_start, file size)`` exactly."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     architecture: str
     parameter_count: int
     tensors: int
+    data_start: int
+    spans: tuple[TensorSpan, ...]
 
 
 def check_safetensors(path: str) -> SafetensorsSummary:
@@ -83,15 +98,24 @@ def check_safetensors(path: str) -> SafetensorsSummary:
         _fail(path, "the header lists no tensors")
     spans: list[tuple[int, int, str]] = []
     layout: list[str] = []
+    tensors: list[TensorSpan] = []
     count = 0
+    start = 8 + length
     for name, entry in sorted(header.items()):
         begin, end, elements, dtype, rank = _entry(path, name, entry)
         spans.append((begin, end, name))
         layout.append(f"{name}:{dtype}:{rank}d")
+        tensors.append(TensorSpan(name=name, dtype=dtype, shape=entry["shape"], begin=start + begin, end=start + end))
         count += elements
-    _tiles(path, spans, size - 8 - length)
+    _tiles(path, spans, size - start)
     digest = hashlib.sha256("|".join(layout).encode()).hexdigest()[:16]
-    return SafetensorsSummary(architecture=f"safetensors:{digest}", parameter_count=count, tensors=len(spans))
+    return SafetensorsSummary(
+        architecture=f"safetensors:{digest}",
+        parameter_count=count,
+        tensors=len(spans),
+        data_start=start,
+        spans=tuple(sorted(tensors, key=lambda t: (t.begin, t.end))),
+    )
 
 
 def _entry(path: str, name: str, entry: object) -> tuple[int, int, int, str, int]:

@@ -20,7 +20,9 @@ from ml8s.chain import (
     Anchor,
     ChainStore,
     ChainVersion,
+    CheckpointBuilder,
     CommitMeta,
+    PayloadBuilder,
     PromotionLog,
     ReadTrust,
     RetryPolicy,
@@ -28,10 +30,12 @@ from ml8s.chain import (
     adopt_policy,
     check_safetensors,
     collect_garbage,
-    local_file,
+    commit_with_retry,
+    hash_checkpoint,
     make_anchor,
     make_root,
     root_json,
+    to_stderr,
     verify_chain,
 )
 from ml8s.cli.args import add_require_signed, guarded
@@ -263,16 +267,16 @@ def _keygen(out: str) -> int:
 def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) -> ChainVersion:
     """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file).
 
-    Everything is checked before anything is written (no run claim for a bad payload). A FULL streams the
-    file as is; a DELTA (DELTA_BASE_INTERVAL, ml8s.weights.commit_weights) is encoded on the parent's weights.
+    Everything is checked before anything is written (no run claim for a bad payload). The file is read once
+    for both its sha256 and its weights hash (no torch); a FULL streams it as is; a DELTA (DELTA_BASE_INTERVAL,
+    the rule of ml8s.weights.commit_weights) loads its tensors and encodes them on the parent's weights.
     """
     if not 0 <= steps <= MAX_STEPS:
         raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
+    if interval < 1:
+        raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
     summary = check_safetensors(path)
-    try:
-        source = local_file(path)
-    except OSError as exc:
-        raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
+    source, weights_hash = hash_checkpoint(path, summary)
     meta = CommitMeta(
         run_id=source.sha256[:12],
         full_config_hash=source.sha256,
@@ -281,11 +285,14 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
         parameter_count=summary.parameter_count,
         steps_since_parent=steps,
     )
-    from ml8s.weights import commit_weights, load_tensors  # torch: only when a checkpoint is committed
 
-    with open(path, "rb") as handle:  # checked above: a complete safetensors file
-        tensors = load_tensors(handle.read(), path)
-    return commit_weights(chain, tensors, meta, interval=interval, source=source, policy=RetryPolicy())
+    def make_delta() -> PayloadBuilder:
+        from ml8s.weights import checkpoint_builder  # torch: only when the parent makes a DELTA due
+
+        return checkpoint_builder(chain, path, source, interval=interval)
+
+    builder = CheckpointBuilder(source, weights_hash, interval, make_delta)
+    return commit_with_retry(chain, builder, meta, RetryPolicy(), notify=to_stderr)
 
 
 def _summary(version: ChainVersion) -> dict[str, object]:

@@ -14,10 +14,12 @@ from collections.abc import Iterable
 from ml8s.identity.settings import PLATFORM_VARIABLES
 from ml8s.identity.variables import USER_VARIABLES
 
-# Variables ml8s reads besides the user and platform ones (logging, signing, provenance, MLflow's experiment).
+# Variables ml8s reads besides the user and platform ones (logging, signing, provenance, MLflow's experiment,
+# the empty MLflow schema new local registries are copied from).
 OTHER_VARIABLES = (
     "ML8S_GIT_COMMIT",
     "ML8S_LOG_LEVEL",
+    "ML8S_MLFLOW_SCHEMA_TEMPLATE",
     "ML8S_SIGNING_KEY",
     "ML8S_SIGNING_KEY_FILE",
     "MLFLOW_EXPERIMENT_NAME",

@@ -127,3 +127,11 @@ def _valid_bucket(name: str) -> bool:
         and not name.startswith(_BUCKET_RESERVED_PREFIXES)
         and not name.endswith(_BUCKET_RESERVED_SUFFIXES)
     )
+
+
+def sqlite_path(uri: str) -> str:
+    """The database file of a ``sqlite:///`` tracking URI, or ``""`` (another backend, or in memory)."""
+    if not uri.startswith("sqlite:///"):
+        return ""
+    path = uri[len("sqlite:///") :].split("?")[0]
+    return "" if path in ("", ":memory:") else path

@@ -24,13 +24,16 @@ Imported on its own (not from :mod:`ml8s.inference`): it imports MLflow and pand
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from unittest import mock
 
 import mlflow.pyfunc
+import mlflow.utils.environment
 import pandas as pd
 from mlflow.models import Model, ModelSignature
 from mlflow.pyfunc.model import PythonModel, PythonModelContext
@@ -141,19 +144,36 @@ def save_model_dir(path: str, files: ModelFiles, mlflow_model: Model | None = No
         for key, (name, data) in zip(keys, files.by_name(model_format).items(), strict=True):
             artifacts[key] = os.path.join(tmp, name)
             Path(artifacts[key]).write_bytes(data)
-        mlflow.pyfunc.save_model(
-            path,
-            python_model=MODEL_CODE,
-            artifacts=artifacts,
-            signature=signature(transform),
-            input_example=input_example(transform),
-            pip_requirements=requirements(model_format),
-            code_paths=[os.path.dirname(os.path.abspath(ml8s.__file__))],
-            mlflow_model=mlflow_model,
-            metadata={"ml8s_input_columns": input_columns(transform)},
-        )
+        with _requirements_known():
+            mlflow.pyfunc.save_model(
+                path,
+                python_model=MODEL_CODE,
+                artifacts=artifacts,
+                signature=signature(transform),
+                input_example=input_example(transform),
+                pip_requirements=requirements(model_format),
+                code_paths=[os.path.dirname(os.path.abspath(ml8s.__file__))],
+                mlflow_model=mlflow_model,
+                metadata={"ml8s_input_columns": input_columns(transform)},
+            )
     for cache in sorted(Path(path).rglob("__pycache__"), reverse=True):
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _requirements_known() -> Iterator[None]:
+    """Skip MLflow's check that this environment satisfies the model's pip requirements while saving it.
+
+    ``requirements`` reads them from this very environment (installed versions), so the check can find no
+    mismatch; it only warns, and it maps every installed distribution to its modules first (a scan of all
+    of site-packages, about a second on every registration). MLflow has no switch for it.
+    """
+    with mock.patch.object(mlflow.utils.environment, "warn_dependency_requirement_mismatches", _no_mismatch):
+        yield
+
+
+def _no_mismatch(model_requirements: list[str]) -> None:
+    del model_requirements
 
 
 def _typical(column: InputColumn, impute: float | None) -> object:

@@ -3,7 +3,9 @@ disk-native record history (docs/continuous.md). Torch-free: training itself is 
 
 from __future__ import annotations
 
-from ml8s.lineage.history import EncodedGeneration, check_history_schema, encode_generation, record_schema, sync_history
+import importlib
+from typing import TYPE_CHECKING
+
 from ml8s.lineage.plan import (
     CONTINUED,
     LineagePlan,
@@ -16,6 +18,28 @@ from ml8s.lineage.plan import (
 )
 from ml8s.lineage.rerun import parent_split
 from ml8s.lineage.state import read_training_state
+
+if TYPE_CHECKING:
+    from ml8s.lineage.history import (
+        EncodedGeneration,
+        check_history_schema,
+        encode_generation,
+        record_schema,
+        sync_history,
+    )
+
+# The record history (pyarrow, the record store) is imported on first use: every run's context imports
+# this package for LineagePlan, and a cold start or a gate hit never touches the history.
+_HISTORY = frozenset(
+    {"EncodedGeneration", "check_history_schema", "encode_generation", "record_schema", "sync_history"}
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _HISTORY:
+        return getattr(importlib.import_module("ml8s.lineage.history"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CONTINUED",

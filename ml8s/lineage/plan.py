@@ -30,12 +30,8 @@ from ml8s.errors import (
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import CanonicalConfig, JsonValue
-from ml8s.inference import RawTransform
-from ml8s.lineage.drift import check_drift, drift_report
-from ml8s.lineage.history import check_new_columns
 from ml8s.lineage.rerun import rerun_of_head
 from ml8s.lineage.state import read_training_state
-from ml8s.records import RecordStore
 from ml8s.store import open_store
 
 _HEX = re.compile(r"[0-9a-fA-F]{12,64}")
@@ -126,6 +122,13 @@ def resolve_warm_start(
         rerun = rerun_of_head(config, settings, fingerprint, chain, parent, state, resolve_warm_start, retrain)
         if rerun is not None:
             return rerun
+    # Here, not at the top: a run's context (RunSpec.lineage) imports this module, and a cold start or a gate
+    # hit needs none of the data, inference and record readers (pyarrow among them).
+    from ml8s.inference import RawTransform
+    from ml8s.lineage.drift import check_drift, drift_report
+    from ml8s.lineage.history import check_new_columns
+    from ml8s.records import RecordStore
+
     schema_bytes = chain.fetch_payload(parent, layout.PAYLOAD_FEATURE_SCHEMA)
     transform = RawTransform.from_schema(schema_bytes, f"{where} feature schema")
     check_new_columns(generations[len(generations) - new :], fingerprint, transform)

@@ -14,7 +14,7 @@ import os
 from ml8s.contract import layout
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.registry.schema import sqlite_path
+from ml8s.identity.uri import sqlite_path  # not ml8s.registry's: that package imports MLflow's model logging
 
 
 def check_writable_root(settings: PlatformSettings) -> None:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from ml8s.context.run import RunContext
 from ml8s.errors import InferenceError, RegistryError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.inference.model_files import read_run_files
 from ml8s.tempdirs import owned_tempdir
 
 if TYPE_CHECKING:
@@ -124,6 +123,7 @@ def registry_resolves_with(uri: str) -> Iterator[None]:
 
 
 def _save(ctx: RunContext, directory: str, record: Model) -> None:
+    from ml8s.inference.model_files import read_run_files  # pyarrow: registration only, not `import ml8s.registry`
     from ml8s.inference.pyfunc import save_model_dir
 
     try:  # before finalization: no marker yet, the checksums training_metadata.json records are the check

@@ -13,6 +13,11 @@ A database that is incomplete anyway (left by an older ml8s, or touched by hand)
 silently: :class:`~ml8s.errors.RegistrySchemaError` names the file, what is wrong with it, and the
 exact fix. Creation and checks do what MLflow's own ``mlflow.store.db.utils`` does (its initial
 tables, then alembic to the head revision of its migration scripts), with typed calls; MLflow is pinned.
+
+Creating the schema runs every migration: about a second of CPU per new database. ``ML8S_MLFLOW_SCHEMA_TEMPLATE``
+names an empty database to copy instead (where many fresh registries are made: a test session, a CI job);
+the copy is checked like any database, complete and at alembic's head revision of this MLflow, and holding
+no run and no model, before it is renamed into place, so a stale or used template is refused by name.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from ml8s.errors import RegistryError, RegistrySchemaError
+from ml8s.identity.uri import sqlite_path
 
 if TYPE_CHECKING:  # sqlalchemy takes half a second to import: only registration pays for it
     import sqlalchemy
@@ -35,15 +41,8 @@ if TYPE_CHECKING:  # sqlalchemy takes half a second to import: only registration
 log = logging.getLogger(__name__)
 
 CREATING_SUFFIX = ".creating-"
+TEMPLATE_ENV = "ML8S_MLFLOW_SCHEMA_TEMPLATE"
 _DATA_TABLES = ("experiments", "registered_models", "runs")
-
-
-def sqlite_path(uri: str) -> str:
-    """The database file of a ``sqlite:///`` tracking URI, or ``""`` (another backend, or in memory)."""
-    if not uri.startswith("sqlite:///"):
-        return ""
-    path = uri[len("sqlite:///") :].split("?")[0]
-    return "" if path in ("", ":memory:") else path
 
 
 def first_line(error: BaseException) -> str:
@@ -67,7 +66,56 @@ def ensure_schema(uri: str) -> None:
     if os.path.exists(path) and not _has_no_tables(path, uri):
         _check_complete(path, uri)
         return
-    _create(path, uri)
+    template = os.environ.get(TEMPLATE_ENV, "")
+    if template:
+        _copy_template(template, path, uri)
+    else:
+        _create(path, uri)
+
+
+def create_template(path: str) -> None:
+    """Create ``path``, an empty database of this MLflow's complete schema, for ``ML8S_MLFLOW_SCHEMA_TEMPLATE``.
+
+    Raises:
+        RegistryError: the schema cannot be created.
+    """
+    _create(path, "sqlite:///" + os.path.abspath(path))
+
+
+def _copy_template(template: str, path: str, uri: str) -> None:
+    """The database at ``path`` as a copy of ``template``, checked complete, current and empty before the rename."""
+    import shutil
+
+    import sqlalchemy
+
+    tmp = f"{path}{CREATING_SUFFIX}{os.getpid()}"
+    try:
+        shutil.copyfile(template, tmp)
+    except OSError as exc:
+        raise RegistryError(
+            f"{TEMPLATE_ENV}={template}: cannot copy it to create {uri}: {exc.strerror or exc}; expected an empty "
+            "MLflow database, or unset it"
+        ) from exc
+    engine = _read_only(tmp)
+    try:
+        problems = _problems(engine)
+        rows = _rows(engine)
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        problems, rows = [f"not a readable sqlite database ({first_line(exc.__cause__ or exc)})"], {}
+    finally:
+        engine.dispose()
+    if any(rows.values()):
+        held = ", ".join(f"{count} {table}" for table, count in sorted(rows.items()))
+        problems.append(f"it is not empty ({held})")
+    if problems:
+        _remove_dead_attempts(path)
+        raise RegistryError(
+            f"{TEMPLATE_ENV}={template} cannot create {uri}: {'; '.join(problems)}; expected an empty database of "
+            "this MLflow's schema (make it again, or unset the variable)"
+        )
+    _fsync(tmp, os.O_RDONLY)
+    os.replace(tmp, path)
+    _fsync(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
 
 
 def _remove_dead_attempts(path: str) -> None:

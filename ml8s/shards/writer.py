@@ -3,7 +3,7 @@
 A shard is streamed: its header's size is known from the pieces' names and shapes, so a zeroed header is
 written first, then each tensor's bytes straight from the tensor's memory in chunks (hashed on the way),
 then the real header over the zeros. Only one chunk of one tensor is in flight: never the whole shard.
-The finished local file goes to the store through ``Store.put_file_atomic`` (validated tmp key, then moved),
+The finished local file goes to the store through ``Store.put_file_atomic`` (tmp key, fsynced, then moved),
 so a reader never sees half a shard.
 """
 

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from ml8s.errors import ConfigError
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 from ml8s.store.local import LocalStore
-from ml8s.store.s3 import S3Store
+
+if TYPE_CHECKING:
+    from ml8s.store.s3 import S3Store
 
 __all__ = ["LocalStore", "ObjectInfo", "S3Store", "Store", "Versioned", "WriteResult", "open_store"]
+
+
+def __getattr__(name: str) -> object:
+    # The S3 backend (boto3, botocore, dateutil: a fifth of a gate-hit run's imports) on first use only.
+    if name == "S3Store":
+        return importlib.import_module("ml8s.store.s3").S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_store(uri: str) -> Store:
@@ -15,5 +27,7 @@ def open_store(uri: str) -> Store:
     if uri.startswith("file://"):
         return LocalStore(uri[len("file://") :])
     if uri.startswith("s3://"):
+        from ml8s.store.s3 import S3Store
+
         return S3Store(uri)
     raise ConfigError(f"unsupported store URI {uri!r}; expected file:///path or s3://bucket/prefix")

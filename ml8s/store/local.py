@@ -1,9 +1,11 @@
-"""Local-filesystem backend: tmp file + fsync + validate + ``os.replace`` + directory fsync.
+"""Local-filesystem backend: tmp file hashed while written + fsync + ``os.replace`` + directory fsync.
 
 Costs: a listing is a directory walk and one ``stat`` per file (no file is read); an atomic write reads
-its source once and hashes each byte twice: while writing the tmp file and re-reading it after fsync
-(the validation); ``put_file_expecting`` (a file its caller hashed) copies in the kernel and hashes once,
-the validation against the caller's hash.
+its source once and hashes each byte once, from the buffer it writes (one pass). The tmp file is not read
+back: a re-read after fsync comes from the page cache, not the disk, so it would only prove that our own
+write loop wrote what it hashed, which hashing those very buffers proves too; its size is checked (a
+``stat``) before the rename. ``put_file_expecting`` (a file its caller hashed) copies in the kernel and
+hashes the copy once, the check against the caller's hash (the source may have changed since).
 Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
 would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
@@ -48,25 +50,22 @@ class LocalStore(Store):
     def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
         tmp = self._path(tmp_key)
         digest, size = write_file(tmp, data)
-        return self._validate_and_move(key, tmp, tmp_key, digest, size)
+        return self._move(key, tmp, tmp_key, digest, size)
 
     def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
         tmp = self._path(tmp_key)
         with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
-            # One pass: the digest of the chunks written is the expected value the re-read tmp file must match.
             digest, size = write_file(tmp, source)
-        return self._validate_and_move(key, tmp, tmp_key, digest, size)
+        return self._move(key, tmp, tmp_key, digest, size)
 
     def put_file_expecting(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
         """A kernel copy of ``path`` (no byte passes through Python), fsync, then one sha256 pass over the tmp
         file compared with the caller's ``sha256`` and ``size``; only a match moves to ``key``.
 
-        As safe as :meth:`put_file_atomic`: the check is end to end. What is compared is the tmp file as
-        re-read after fsync, the bytes that then move to ``key``, against the hash the caller took of the
-        source (and will record, e.g. in a chain block). A source changed after it was hashed, a short copy
-        or a bad write all give other bytes, so IntegrityError and nothing at ``key``. What this spares is
-        the intermediate hash of the bytes in transit, which put_file_atomic needs only because it has no
-        expected value to compare with: one read and one sha256 pass fewer for a caller that hashed already.
+        The check is against the hash the caller took of the source (and will record, e.g. in a chain block):
+        what is hashed is the tmp file as read back after fsync, the bytes that then move to ``key``. A source
+        changed after it was hashed, or a short copy, gives other bytes, so IntegrityError and nothing at
+        ``key``. The copy never passes through Python, so this one pass is the only hash of the bytes stored.
         """
         tmp = self._path(tmp_key)
         with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
@@ -188,6 +187,25 @@ class LocalStore(Store):
         name = f"{os.path.basename(final)[:64]}.{os.getpid()}.{secrets.token_hex(8)}.new"
         return os.path.join(self.root, TMP_DIR, name)
 
+    def _move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
+        """Move the fsynced tmp file, hashed while written, to ``key`` if it still has the size written."""
+        found = size_or_none(tmp)
+        if found is None:  # nobody but a cleanup deletes a staged file: say so, not "the file changed"
+            raise self._vanished(key, tmp_key)
+        if found != size:  # truncated or replaced by someone else since we wrote it
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise IntegrityError(
+                f"{self.uri(tmp_key)}: wrote {size} bytes sha256 {digest}, found {found} bytes before the rename"
+            )
+        return self._into_place(key, tmp, size, digest)
+
+    def _vanished(self, key: str, tmp_key: str) -> RetryableStoreError:
+        return RetryableStoreError(
+            f"{self.uri(tmp_key)} vanished before it was checked: staged for {self.uri(key)}, then deleted by "
+            "someone else (a tmp-cleanup or GC judging age by a clock ahead of the store's?); retrying is safe"
+        )
+
     def _validate_and_move(
         self, key: str, tmp: str, tmp_key: str, digest: str, size: int, *, source: str | None = None
     ) -> WriteResult:
@@ -196,10 +214,7 @@ class LocalStore(Store):
         on_disk = sha256_or_none(tmp)
         found = size_or_none(tmp)
         if found is None:  # nobody but a cleanup deletes a staged file: say so, not "the file changed"
-            raise RetryableStoreError(
-                f"{self.uri(tmp_key)} vanished before it was checked: staged for {self.uri(key)}, then deleted by "
-                "someone else (a tmp-cleanup or GC judging age by a clock ahead of the store's?); retrying is safe"
-            )
+            raise self._vanished(key, tmp_key)
         if (on_disk, found) != (digest, size):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -212,6 +227,9 @@ class LocalStore(Store):
                 f"{self.uri(tmp_key)}: expected {size} bytes sha256 {digest}, read back {found} bytes sha256 "
                 f"{on_disk} after fsync"
             )
+        return self._into_place(key, tmp, size, digest)
+
+    def _into_place(self, key: str, tmp: str, size: int, digest: str) -> WriteResult:
         final = self._path(key)
         into_dir(tmp, final, os.replace)
         fsync_dir(os.path.dirname(final))

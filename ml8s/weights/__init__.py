@@ -7,11 +7,10 @@ torch-free, and ``verify_chain(weights=weights_problems)`` adds the rebuild chec
 
 from __future__ import annotations
 
+from ml8s.chain import WEIGHTS_DELTA, WEIGHTS_FULL
 from ml8s.weights.check import weights_problems
-from ml8s.weights.commit import WeightsMode, commit_weights
+from ml8s.weights.commit import WeightsMode, checkpoint_builder, commit_weights
 from ml8s.weights.rebuild import (
-    WEIGHTS_DELTA,
-    WEIGHTS_FULL,
     VersionWeights,
     apply_hop,
     is_float_weights,
@@ -27,6 +26,7 @@ __all__ = [
     "VersionWeights",
     "WeightsMode",
     "apply_hop",
+    "checkpoint_builder",
     "commit_weights",
     "is_float_weights",
     "load_full",

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 import torch
 
 from ml8s.chain import (
+    WEIGHTS_DELTA,
+    WEIGHTS_FULL,
     ChainVersion,
     ChainVersions,
     CommitMeta,
@@ -29,13 +31,12 @@ from ml8s.chain import (
     RetryPolicy,
     WeightsFields,
     commit_with_retry,
+    delta_due,
     to_stderr,
 )
 from ml8s.deltas import encode_delta, encode_full, weights_hash
 from ml8s.errors import ConfigError, DeltaShapeError, WeightsError
 from ml8s.weights.rebuild import (
-    WEIGHTS_DELTA,
-    WEIGHTS_FULL,
     VersionWeights,
     is_float_weights,
     rebuild_weights,
@@ -103,8 +104,7 @@ class _Builder:
                     + ("its block records no weights hash" if self.float else "the weights are not all float tensors")
                 )
             return True
-        due = parent.counter + 1 - header.weights_full_counter < self.interval
-        return self.mode is WeightsMode.AUTO and possible and due
+        return self.mode is WeightsMode.AUTO and self.float and delta_due(parent, self.interval)
 
     def _full(self) -> PayloadSource:
         if self.source is not None:
@@ -150,6 +150,18 @@ def commit_weights(
         raise ConfigError(f"extra payload files may not be named {WEIGHTS_FULL} or {WEIGHTS_DELTA}")
     builder = _Builder(chain, tensors, source, interval, mode, known, extra or {})
     return commit_with_retry(chain, builder, meta, policy or RetryPolicy(), notify=to_stderr)
+
+
+def checkpoint_builder(chain: ChainVersions, path: str, source: LocalFile, *, interval: int) -> _Builder:
+    """The interval rule's builder for the tensors of the checkpoint file ``path`` (``source`` its hashes): what
+    ``ml8s.chain.CheckpointBuilder`` hands a DELTA to. The tensors are read from the file here (torch)."""
+    import safetensors.torch
+
+    try:
+        tensors = safetensors.torch.load_file(path)
+    except (OSError, ValueError, RuntimeError) as exc:  # the Rust reader's SafetensorError is a ValueError
+        raise ConfigError(f"--payload {path}: cannot read its tensors ({exc}); expected it unchanged") from None
+    return _Builder(chain, tensors, source, interval, WeightsMode.AUTO, None, {})
 
 
 def _plain_safetensors(tensors: Mapping[str, torch.Tensor]) -> bytes:

@@ -18,12 +18,10 @@ import safetensors.torch
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainVersion, ChainVersions, PayloadKind
+from ml8s.chain import WEIGHTS_DELTA, WEIGHTS_FULL, ChainVersion, ChainVersions, PayloadKind
 from ml8s.deltas import apply_delta_in_place, read_delta_header, weights_hash
 from ml8s.errors import DeltaFormatError, WeightsMismatchError, WeightsMissingError
 
-WEIGHTS_FULL = "model_native.safetensors"
-WEIGHTS_DELTA = "weights.delta"
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 

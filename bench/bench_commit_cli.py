@@ -1,0 +1,139 @@
+"""Benchmark: `ml8s chain commit --payload` of a large float checkpoint against `cp` + `sync`, with peak RSS.
+
+The whole command, as an operator runs it (interpreter start-up, imports, header check, hashing, the copy,
+the chain's own files), then ``sync``; the baseline is ``cp`` of the same file then ``sync``. Both run as
+child processes, alternating, p50 of ``--repeat``; peak RSS is the child's ``ru_maxrss`` (``os.wait4``).
+
+- FULL: every commit is a FULL (DELTA_BASE_INTERVAL=1). Goals: at most 1.5x ``cp`` + ``sync``, and peak
+  RSS at most 256 MiB above a small (1 MiB) commit's.
+- DELTA: a FULL, then the same checkpoint with 1% of its elements changed committed as a DELTA on it
+  (DELTA_BASE_INTERVAL=2). Goal: peak RSS at most 512 MiB above a small commit's; its time is printed
+  against ``cp`` + ``sync`` for information.
+
+The checkpoint is ``--size-mib`` of float32 tensors of 64 MiB each, written in chunks (never in memory).
+Nothing is asserted: the script prints times, ratios and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MiB = 1024 * 1024
+TENSOR_MIB = 64
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+
+
+def write_checkpoint(path: str, size_mib: int, seed: int, changed: float = 0.0) -> None:
+    """float32 tensors ``t000``, ``t001``, ... of TENSOR_MIB each; ``changed``: the fraction of elements of
+    each tensor set to another value than with ``changed=0`` (same seed), spread evenly."""
+    count = max(1, size_mib // TENSOR_MIB)
+    per = min(size_mib, TENSOR_MIB) * MiB
+    spans = [[n * per, n * per + per] for n in range(count)]
+    header = {f"t{n:03d}": {"dtype": "F32", "shape": [per // 4], "data_offsets": span} for n, span in enumerate(spans)}
+    body = json.dumps(header).encode()
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(body)) + body)
+        for n in range(count):
+            block = bytearray(os.urandom(per)) if seed < 0 else bytearray(_seeded(seed * 1000 + n, per))
+            if changed:
+                step = int(1 / changed)
+                view = memoryview(block).cast("f")
+                for i in range(0, len(view), step):
+                    view[i] = view[i] + 1.0
+            handle.write(block)
+
+
+def _seeded(seed: int, size: int) -> bytes:
+    import numpy as np
+
+    # finite floats in [-1, 1): a DELTA carries changed elements' bits, any float is fine, NaNs too
+    return np.random.default_rng(seed).uniform(-1, 1, size // 4).astype("<f4").tobytes()
+
+
+def timed_child(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(seconds of the command plus a ``sync``, peak RSS of the command in MiB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_commit_cli: {' '.join(argv)} failed ({proc.returncode}): {err[-2000:]}")
+    os.sync()
+    return time.perf_counter() - start, usage.ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--size-mib", type=int, default=1024, help="checkpoint size in MiB (default 1024)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each command, p50 kept (default 3)")
+    parser.add_argument("--quick", action="store_true", help="a 128 MiB checkpoint")
+    parser.add_argument("--tmpdir", default=None, help="where the files go (default: the system temp dir)")
+    parser.add_argument("--skip-delta", action="store_true", help="FULL commits only")
+    args = parser.parse_args(argv)
+    size = 128 if args.quick else args.size_mib
+    print(
+        f"bench_commit_cli: {size} MiB float32 checkpoint, {args.repeat} runs each, {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="ml8s-bench-commit-", dir=args.tmpdir) as work:
+        small, big = os.path.join(work, "small.safetensors"), os.path.join(work, "big.safetensors")
+        write_checkpoint(small, 1, seed=1)
+        write_checkpoint(big, size, seed=2)
+        env = {
+            **os.environ,
+            "PIPELINE_ROOT_URI": f"file://{work}/root",
+            "CHAIN_NAME": "full",
+            "DELTA_BASE_INTERVAL": "1",
+        }
+        commit = [ML8S, "chain", "commit", "--payload"]
+        _, small_rss = timed_child([*commit, small], env)
+        copies, commits, rss = [], [], []
+        for i in range(args.repeat):
+            with open(big, "r+b") as handle:  # a new checkpoint each time: the run index must not short-cut
+                handle.seek(-4, os.SEEK_END)
+                handle.write(struct.pack("<f", float(i)))
+            for side in (0, 1) if i % 2 == 0 else (1, 0):
+                if side == 0:
+                    copies.append(timed_child(["cp", big, os.path.join(work, f"copy-{i}")], env)[0])
+                else:
+                    took, peak = timed_child([*commit, big], env)
+                    commits.append(took)
+                    rss.append(peak)
+        b, c = statistics.median(copies), statistics.median(commits)
+        print(f"[FULL] ({', '.join(f'{s:.2f}' for s in commits)} s; cp+sync {', '.join(f'{s:.2f}' for s in copies)} s)")
+        print(f"  cp + sync                 {b:8.2f} s")
+        print(f"  ml8s chain commit + sync  {c:8.2f} s   ratio {c / b:5.2f}  (goal <= 1.5)")
+        print(
+            f"  peak RSS                  {max(rss):8.1f} MiB, small commit {small_rss:.1f} MiB: "
+            f"+{max(rss) - small_rss:.1f} MiB (goal <= 256)",
+            flush=True,
+        )
+        if not args.skip_delta:
+            delta_env = {**env, "CHAIN_NAME": "delta", "DELTA_BASE_INTERVAL": "2"}
+            timed_child([*commit, big], delta_env)
+            write_checkpoint(big, size, seed=2, changed=0.01)
+            took, peak = timed_child([*commit, big], delta_env)
+            log = subprocess.run([ML8S, "chain", "log", "--json"], env=delta_env, capture_output=True, text=True)
+            kind = json.loads(log.stdout)[0]["payload_kind"]
+            print(
+                f"[DELTA] ({kind}) {took:8.2f} s  ({took / b:.2f}x cp+sync)  peak RSS {peak:8.1f} MiB: "
+                f"+{peak - small_rss:.1f} MiB above a small commit (goal <= 512)",
+                flush=True,
+            )
+    print(f"bench_commit_cli: load average {os.getloadavg()[0]:.2f} at the end", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""``ml8s chain commit --payload`` streams (issue 22): the file's sha256 and weights hash in one read without
+torch, memory bounded by a chunk, FULL or DELTA decided per parent, torch loaded only for a DELTA."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+
+import ml8s.chain.checkpoint as checkpoint
+from ml8s.chain import ChainStore, CheckpointBuilder, LocalFile, PayloadKind, check_safetensors, hash_checkpoint
+from ml8s.deltas import weights_hash
+from ml8s.errors import ConfigError
+from ml8s.store import LocalStore
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+MiB = 1024 * 1024
+
+
+def raw_file(path: Path, tensors: list[tuple[str, str, list[int], bytes]]) -> Path:
+    """A safetensors file whose data section holds the tensors in the order given (not necessarily by name)."""
+    header: dict[str, object] = {}
+    offset = 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    body = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(body)) + body + b"".join(t[3] for t in tensors))
+    return path
+
+
+def _bits(seed: int, count: int, itemsize: int) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, count * itemsize, dtype=np.uint8).tobytes()
+
+
+MIXED = [  # out of name order, three float dtypes, a scalar, an empty tensor, one tensor over a chunk
+    ("z.weight", "F32", [600, 500], _bits(1, 300_000, 4)),
+    ("a.bias", "BF16", [7], _bits(2, 7, 2)),
+    ("é.scale", "F16", [], _bits(3, 1, 2)),
+    ("m.empty", "F32", [0, 3], b""),
+    ("b.weight", "F16", [33, 9], _bits(4, 297, 2)),
+]
+
+
+@pytest.mark.parametrize("order", ["file order", "name order"])
+def test_hashes_equal_the_tensor_hash_and_sha256(tmp_path: Path, order: str) -> None:
+    tensors = MIXED if order == "file order" else sorted(MIXED)
+    path = raw_file(tmp_path / "w.safetensors", tensors)
+    source, digest = hash_checkpoint(str(path), check_safetensors(str(path)))
+    data = path.read_bytes()
+    assert (source.path, source.sha256, source.size) == (str(path), hashlib.sha256(data).hexdigest(), len(data))
+    assert digest == weights_hash(safetensors.torch.load_file(str(path)))
+
+
+def test_torch_saved_checkpoint_of_every_float_dtype(tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(7)
+    weights = {
+        f"layer{n}.{dtype}": torch.randn(40, 33, generator=gen).to(dtype)
+        for n, dtype in enumerate((torch.float32, torch.bfloat16, torch.float16))
+    }
+    path = tmp_path / "w.safetensors"
+    safetensors.torch.save_file(weights, str(path))
+    _, digest = hash_checkpoint(str(path), check_safetensors(str(path)))
+    assert digest == weights_hash(weights)
+
+
+def test_non_float_tensors_have_no_weights_hash(tmp_path: Path) -> None:
+    path = raw_file(tmp_path / "w.safetensors", [("a", "F32", [2], _bits(5, 2, 4)), ("b", "I64", [3], _bits(6, 3, 8))])
+    source, digest = hash_checkpoint(str(path), check_safetensors(str(path)))
+    assert digest == "" and source.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _Counting(io.FileIO):
+    reads: ClassVar[list[int]] = []
+
+    def readinto(self, buffer: Any) -> int | None:
+        got = super().readinto(buffer)
+        self.reads.append(got or 0)
+        return got
+
+
+@pytest.mark.parametrize(("order", "extra"), [("name order", 0), ("file order", 300_000 * 4 + 2)])
+def test_reads_the_file_once_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str, extra: int) -> None:
+    """Each byte is read once, at most a MiB a read; a tensor after one out of name order once more (z.weight and
+    é.scale follow the deferred a-z prefix: a.bias and b.weight still come in order, inline)."""
+    tensors = sorted(MIXED) if order == "name order" else MIXED
+    path = raw_file(tmp_path / "w.safetensors", tensors)
+    reads: list[int] = []
+    monkeypatch.setattr(_Counting, "reads", reads)
+    monkeypatch.setattr(checkpoint, "open", lambda p, mode, buffering: _Counting(p, "r"), raising=False)
+    hash_checkpoint(str(path), check_safetensors(str(path)))
+    assert sum(reads) == path.stat().st_size + extra
+    assert max(reads) <= MiB
+
+
+def test_a_file_changed_since_checked_is_a_config_error(tmp_path: Path) -> None:
+    path = raw_file(tmp_path / "w.safetensors", sorted(MIXED))
+    summary = check_safetensors(str(path))
+    data = path.read_bytes()
+    path.write_bytes(data + b"!")
+    with pytest.raises(ConfigError, match="grew while it was read"):
+        hash_checkpoint(str(path), summary)
+    path.write_bytes(data[:-10])
+    with pytest.raises(ConfigError, match="shrank while it was read"):
+        hash_checkpoint(str(path), summary)
+    path.unlink()
+    with pytest.raises(ConfigError, match=r"expected a readable \.safetensors file"):
+        hash_checkpoint(str(path), summary)
+
+
+def test_builder_loads_tensors_only_when_a_delta_is_due(tmp_path: Path) -> None:
+    chain = ChainStore(LocalStore(str(tmp_path / "root")), "c")
+    genesis = chain.init()
+    source = LocalFile(path=str(tmp_path / "x"), sha256="a" * 64, size=1)
+    calls: list[int] = []
+
+    def make_delta() -> Any:
+        calls.append(1)
+        return lambda parent: ({"weights.delta": b"d"}, "delta fields")
+
+    builder = CheckpointBuilder(source, "b" * 64, 3, make_delta)
+    payload, fields = builder(genesis)  # genesis records no weights hash: a FULL
+    assert payload == {"model_native.safetensors": source} and calls == []
+    assert (fields.weights_hash, fields.weights_full_counter) == ("b" * 64, 1)
+    header = genesis.header.model_copy(
+        update={"counter": 1, "payload_kind": PayloadKind.FULL, "weights_hash": "b" * 64, "weights_full_counter": 1}
+    )
+    full = genesis.model_copy(update={"block": genesis.block.model_copy(update={"header": header})})
+    assert builder(full) == ({"weights.delta": b"d"}, "delta fields") and calls == [1]
+    assert builder(genesis) == ({"weights.delta": b"d"}, "delta fields") and calls == [1]  # decided by it from now
+    plain = CheckpointBuilder(source, "", 3, make_delta)  # no weights hash (not all float): always a FULL
+    assert plain(full)[0] == {"model_native.safetensors": source} and plain(full)[1].weights_full_counter == 0
+    assert calls == [1]
+
+
+_NO_TORCH = """
+import sys
+from ml8s.cli.main import main
+code = main(["chain", "commit", "--payload", sys.argv[1]])
+assert "torch" not in sys.modules and "safetensors.torch" not in sys.modules, "a FULL commit imported torch"
+sys.exit(code)
+"""
+
+
+def test_full_commit_imports_no_torch_and_records_the_weights_hash(tmp_path: Path) -> None:
+    weights = {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4), "b": torch.ones(5, dtype=torch.bfloat16)}
+    path = tmp_path / "w.safetensors"
+    safetensors.torch.save_file(weights, str(path))
+    env = {**os.environ, "PIPELINE_ROOT_URI": f"file://{tmp_path}/root", "CHAIN_NAME": "nt", "DELTA_BASE_INTERVAL": "4"}
+    done = subprocess.run([sys.executable, "-c", _NO_TORCH, str(path)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    first = json.loads(done.stdout)
+    assert (first["payload_kind"], first["weights_hash"]) == ("full", weights_hash(weights))
+    stored = tmp_path / "root/ml8s_chain/nt/versions" / first["version_dir"] / "payload/model_native.safetensors"
+    assert stored.read_bytes() == path.read_bytes()
+    weights["w"][0, 0] = 99.0
+    safetensors.torch.save_file(weights, str(path))
+    delta = subprocess.run([ML8S, "chain", "commit", "--payload", str(path)], env=env, capture_output=True, text=True)
+    assert delta.returncode == 0, delta.stderr
+    second = json.loads(delta.stdout)
+    assert (second["payload_kind"], second["weights_hash"]) == ("delta", weights_hash(weights))
+    verify = subprocess.run([ML8S, "chain", "verify"], env=env, capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
