@@ -16,8 +16,8 @@ from ml8s.errors import StaleParentError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.chain_commit import chain_commit
 from ml8s.pipeline.gate import gate
-from ml8s.pipeline.promote import promote
 from ml8s.pipeline.preflight import check_writable_root
+from ml8s.pipeline.promote import promote
 from ml8s.tempdirs import owned_tempdir
 
 # A WARM_START=head run that lost its parent to a concurrent commit trains again from the new head, at most
