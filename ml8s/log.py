@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TextIO, TypeVar
 
+from ml8s.errors import Ml8sError
+
 MAX_LINE = 160
 """The longest line of ours at INFO (a terminal's width, twice)."""
 
@@ -72,12 +74,16 @@ def peak_rss_mib() -> float:
 
 @contextlib.contextmanager
 def timing(step: str) -> Iterator[None]:
-    """Log the step's wall time and the peak RSS when it ends (and that it failed, when it raises)."""
+    """Log the step's wall time and the peak RSS when it ends (and that it failed, when it raises: at DEBUG for
+    a named ml8s error, which the caller reports in its own words)."""
     start = time.monotonic()
     try:
         yield
-    except BaseException:
-        step_info(step, f"failed after {time.monotonic() - start:.1f}s, peak RSS {peak_rss_mib():.0f} MiB")
+    except BaseException as exc:
+        # A named error is the command's one line already (a CLI user sees it alone); its timing is for DEBUG.
+        level = logging.DEBUG if isinstance(exc, Ml8sError) else logging.INFO
+        message = f"failed after {time.monotonic() - start:.1f}s, peak RSS {peak_rss_mib():.0f} MiB"
+        _logger.log(level, "%s", message, extra={"step": step})
         raise
     step_info(step, f"done in {time.monotonic() - start:.1f}s, peak RSS {peak_rss_mib():.0f} MiB")
 

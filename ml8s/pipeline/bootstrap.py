@@ -6,6 +6,7 @@ that came from an explicit input (a workflow input, a CLI flag) is reported with
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 from collections.abc import Collection, Mapping
@@ -23,7 +24,7 @@ from ml8s.identity.variables import canonical_config, raw_values_from_env, witho
 from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.chain_commit import require_signing_key
-from ml8s.pipeline.preflight import check_writable_root
+from ml8s.pipeline.preflight import check_root_shape, check_writable_root
 
 # Every configuration message starts with the variable it is about: "EPOCHS=0 is invalid; ...",
 # "DATA_ROOT is required ...".
@@ -62,6 +63,8 @@ def bootstrap(
         settings.mlflow_tracking_uri_for_registry()  # a run registers its model: fail before anything is written
         if writable:
             check_writable_root(settings)
+        else:
+            check_root_shape(settings)  # a file or a loop fails here, before the gate reads under it
         config = resolve_model_code(canonical_config(raw_values_from_env(env, given)))  # a plug-in's code identity
         params = validate_params({**config, "warm_start": None})  # WARM_START is resolved below, on the data
     except ConfigError as exc:
@@ -94,10 +97,11 @@ def bootstrap(
     for name, value in plan_summary(plan).items():
         ctx.log("bootstrap", f"warm start: {name} {value}")
     if explicit_or_env("CHAIN_NAME", env, given) is None and settings.chain_name != settings.mlflow_model_name:
-        ctx.log(
-            "bootstrap",
+        logging.getLogger("ml8s").warning(  # a warning is never clipped: the name it uses must be readable
+            "%s",
             f"CHAIN_NAME is unset and MLFLOW_MODEL_NAME={settings.mlflow_model_name!r} is no valid chain name "
             f"({CHAIN_NAME_RULE}): using the chain name {settings.chain_name!r} derived from it",
+            extra={"step": "bootstrap"},
         )
     return ctx
 

@@ -17,13 +17,15 @@ from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import sqlite_path  # not ml8s.registry's: that package imports MLflow's model logging
 
 
-def check_writable_root(settings: PlatformSettings) -> None:
-    """Raise :class:`ConfigError` naming PIPELINE_ROOT_URI (or MLFLOW_TRACKING_URI) when a run could not write."""
+def check_root_shape(settings: PlatformSettings) -> str | None:
+    """Raise :class:`ConfigError` naming PIPELINE_ROOT_URI when a local root is no directory and none can be
+    created there (a file, a symlink loop); the nearest existing directory, or None for an S3 root.
+
+    Every run needs this, a read-only one too (a gate hit reads the root): it is checked at bootstrap."""
     uri = settings.pipeline_root_uri
     if not uri.startswith("file://"):
-        return
-    root = uri[len("file://") :]
-    existing = root
+        return None
+    existing = uri[len("file://") :]
     while not os.path.lexists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
@@ -31,6 +33,16 @@ def check_writable_root(settings: PlatformSettings) -> None:
             f"PIPELINE_ROOT_URI={uri!r}: {existing} is {_kind(existing)}, expected a directory "
             "(or a path one can be created at)"
         )
+    return existing
+
+
+def check_writable_root(settings: PlatformSettings) -> None:
+    """Raise :class:`ConfigError` naming PIPELINE_ROOT_URI (or MLFLOW_TRACKING_URI) when a run could not write."""
+    existing = check_root_shape(settings)
+    if existing is None:
+        return
+    uri = settings.pipeline_root_uri
+    root = uri[len("file://") :]
     for path in (existing, os.path.join(root, layout.RUNS_DIR)):
         _writable_dir("PIPELINE_ROOT_URI", uri, path)
     database = sqlite_path(settings.mlflow_tracking_uri)
