@@ -78,3 +78,16 @@ def test_chain_cli_signed(tmp_path: Path) -> None:
     assert unsigned.returncode == 1 and "CHAIN_SIGNING_REQUIRED" in unsigned.stderr, unsigned.stderr
     ok = chain(root, "verify")
     assert ok.returncode == 0 and "no trust policy" not in ok.stderr, ok.stdout + ok.stderr
+
+
+def test_verify_and_gc_on_a_root_without_the_chain_say_so_in_one_line(tmp_path: Path) -> None:
+    """A chain that was never created (a mistyped CHAIN_NAME, an empty root) is a named failure, no traceback."""
+    (tmp_path / "root").mkdir()
+    verify = chain(tmp_path / "root", "verify")
+    assert verify.returncode == 1 and "Traceback" not in verify.stderr, verify.stderr
+    assert verify.stdout.startswith("FAIL chain ") and "chain.json does not exist" in verify.stdout, verify.stdout
+    assert "None" not in verify.stdout + verify.stderr
+    gc = chain(tmp_path / "root", "gc")
+    assert gc.returncode != 0 and gc.stdout == "" and "Traceback" not in gc.stderr, gc.stderr
+    (line,) = gc.stderr.strip().splitlines()
+    assert line.startswith("ml8s: CHAIN_") and "chain.json does not exist" in line, line

@@ -18,7 +18,7 @@ from ml8s.contract import ConfigSnapshot, ModelSpec, TrainingMetadata, layout
 from ml8s.errors import ConfigError, ModelCodeChangedError, TrainingError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.model_code import PluginRef, model_code_problem, parse_model_type
-from ml8s.identity.variables import canonical_config
+from ml8s.identity.variables import CANONICALIZATION_VERSION, canonical_config
 from ml8s.modeling import families
 from ml8s.modeling.plugins import code_identity, resolve_model_code
 
@@ -138,7 +138,7 @@ def test_plugin_trains_exports_verifies_and_its_code_is_identity(plugin_path: Pa
     run_id = json.loads(done.stdout)["run_id"]
     run_dir = root / layout.run_prefix(run_id)
     snapshot = ConfigSnapshot.model_validate_json((run_dir / layout.CONFIG_SNAPSHOT).read_bytes())
-    assert snapshot.canonicalization_version == "2.1.0"
+    assert snapshot.canonicalization_version == CANONICALIZATION_VERSION
     assert snapshot.canonical_config["model_type"] == FAMILY
     code = snapshot.canonical_config["model_code"]
     assert code == code_identity(PluginRef(module=f"{PKG}.models", attribute="family"))

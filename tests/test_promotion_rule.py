@@ -16,8 +16,9 @@ from conftest import write_small_churn
 from mlflow import MlflowClient
 from test_lineage import ML8S, _env
 
-from ml8s.chain import ChainStore, PromotionLog, SignedDecision, SigningKey, adopt_policy
+from ml8s.chain import ChainStore, PromotionLog, SignedDecision, SigningKey, adopt_policy, make_root
 from ml8s.chain.promotion import decision_bytes, record_key
+from ml8s.chain.root import root_json
 from ml8s.store import LocalStore
 
 CHAIN = "ml8s-model"
@@ -67,12 +68,14 @@ def lineage(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path,
     base = tmp_path_factory.mktemp("promotion")
     data, root, out = write_small_churn(base / "data", rows=600, files=1), base / "root", base / "serve"
     (base / "key.pem").write_bytes(KEY.private_pem())
-    chain = ChainStore(LocalStore(str(root)), CHAIN)
+    trust_root = make_root([KEY.public_key], threshold=1)  # the operator's pinned root, outside the store
+    (base / "root.json").write_bytes(root_json(trust_root))
+    chain = ChainStore(LocalStore(str(root)), CHAIN, trust_root=trust_root)
     chain.init()
-    adopt_policy(chain, KEY, [KEY.public_key])  # every block and decision is signed by KEY
+    adopt_policy(chain, KEY, [KEY.public_key], root=trust_root)  # every block and decision is signed by KEY
     env = _env(data, root, WARM_START="head", SAMPLER_ALPHA="3")  # PROMOTE_MIN_DELTA: the default, 0
     env.update(EPOCHS="20", LEARNING_RATE="0.02", ML8S_SIGNING_KEY_FILE=str(base / "key.pem"))
-    env.update(CHAIN_REQUIRE_SIGNED="true")
+    env.update(CHAIN_REQUIRE_SIGNED="true", CHAIN_TRUST_ROOT=str(base / "root.json"))
     served = []
     for g in range(5):
         if g:

@@ -143,3 +143,22 @@ def test_the_summary_line_reads_a_forced_run_manifest_and_never_fails(tmp_path: 
     line = summary_line(json.dumps(manifest), 1.25)
     assert line == f"ml8s: run 0123456789ab done in 1.2s; m v3; file://{tmp_path}/ml8s_training_runs/0123456789ab"
     assert summary_line("not json") == "ml8s: run done"
+
+
+def test_a_bug_reaches_a_cli_user_as_one_line_and_debug_shows_the_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from ml8s.cli.args import guarded
+
+    def broken(args: argparse.Namespace) -> int:
+        raise KeyError("missing")  # as a bug would raise it
+
+    monkeypatch.delenv("ML8S_LOG_LEVEL", raising=False)
+    assert guarded(broken)(argparse.Namespace()) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("ml8s: INTERNAL_ERROR: KeyError at test_run_output.py:") and "'missing'" in line, line
+    monkeypatch.setenv("ML8S_LOG_LEVEL", "DEBUG")
+    with pytest.raises(KeyError):
+        guarded(broken)(argparse.Namespace())

@@ -44,7 +44,7 @@ def test_pinned_and_tracking_clients_predict_like_ml8s_predict(tmp_path: Path) -
     first = json.loads(_ml8s(_env(data, root), "run"))["run_id"]
     rows = raw_rows(data)[:40]
     path = write_rows(tmp_path / "rows.csv", rows)
-    expected_v1 = _ml8s(_env(data, root), "predict", "--run", first, "--input", str(path))
+    expected_v1 = _ml8s(_env(data, root), "predict", "--run", first, "--input", str(path), "--precision", "full")
 
     chain = ChainStore(LocalStore(str(root)), "ml8s-model")
     pinned = InferenceClient(chain, ClientConfig(pinned=1))
@@ -56,7 +56,7 @@ def test_pinned_and_tracking_clients_predict_like_ml8s_predict(tmp_path: Path) -
 
     (data / "gen-001.csv").write_text((data / "part-000.csv").read_text().replace("C0", "N0"))
     second = json.loads(_ml8s(_env(data, root, WARM_START="head"), "run"))["run_id"]
-    expected_v2 = _ml8s(_env(data, root), "predict", "--run", second, "--input", str(path))
+    expected_v2 = _ml8s(_env(data, root), "predict", "--run", second, "--input", str(path), "--precision", "full")
     assert tracking.refresh() and tracking.version is not None and tracking.version.counter == 2
     assert tracking.predict_sync(rows).to_csv() == expected_v2
     assert pinned.refresh() is False and pinned.predict_sync(rows).to_csv() == expected_v1  # never changes

@@ -145,7 +145,7 @@ class _Verifier:
         policies, policy_problems = trust.load_policies(self.chain, self.root)
         for check, reason in policy_problems:
             self.add(check, reason)
-        for version, parent in zip(walked, [*walked[1:], None], strict=True):
+        for version, parent in zip(walked, [*walked[1:], None][: len(walked)], strict=True):  # genesis: no parent
             base = self.chain.version_key(version.version_dir) + "/"
             self.add_all(
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version

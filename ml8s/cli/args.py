@@ -75,7 +75,8 @@ def add_require_signed(parser: argparse.ArgumentParser) -> None:
 
 
 def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
-    """Run a handler; a named ml8s error is one line on stderr and exit 1.
+    """Run a handler; a named ml8s error is one line on stderr and exit 1, any other exception (a bug) one
+    INTERNAL_ERROR line and exit 2.
 
     ``log_level`` None keeps the pipeline's INFO progress lines on stderr. A closed stdout (``| head``)
     ends the command quietly, as other Unix tools do.
@@ -98,5 +99,19 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
             # Python would print a traceback while flushing stdout at exit: point stdout at devnull first.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
+        except Exception as exc:
+            # A bug of ours, not the user's input: still one line; the traceback is for ML8S_LOG_LEVEL=DEBUG.
+            if os.environ.get("ML8S_LOG_LEVEL", "").upper() == "DEBUG":
+                raise
+            where = exc.__traceback__
+            while where is not None and where.tb_next is not None:
+                where = where.tb_next
+            at = f" at {os.path.basename(where.tb_frame.f_code.co_filename)}:{where.tb_lineno}" if where else ""
+            print(
+                f"ml8s: INTERNAL_ERROR: {type(exc).__name__}{at}: {exc} (an ml8s bug, please report it; "
+                "ML8S_LOG_LEVEL=DEBUG prints the traceback)",
+                file=sys.stderr,
+            )
+            return 2
 
     return run

@@ -204,12 +204,11 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  not checked: {line}", file=sys.stderr)
         else:
             first = min(report.findings, key=lambda f: (f.counter is None, f.counter or 0))
-            print(
-                f"FAIL chain {chain.name!r} at version {first.counter} ({first.version_dir}): "
-                f"{first.check}: {first.reason}"
-            )
+            where = f" at version {first.counter} ({first.version_dir})" if first.counter is not None else ""
+            print(f"FAIL chain {chain.name!r}{where}: {first.check}: {first.reason}")
             for finding in report.findings:
-                print(f"  {finding.check}: v{finding.counter} {finding.reason}", file=sys.stderr)
+                at = f"v{finding.counter} " if finding.counter is not None else ""
+                print(f"  {finding.check}: {at}{finding.reason}", file=sys.stderr)
         return 0 if report.ok else 1
     elif verb == "gc":
         from ml8s.audit.anchor_tags import load_anchor
