@@ -394,3 +394,22 @@ def test_store_writer_attacks_on_every_backend(spec: StoreSpec, tmp_path: Path) 
     with pytest.raises(ChainRollbackError) as rolled:
         Follower(fresh(chain), trust=ReadTrust(root=ROOT)).poll()  # a first start, no state
     assert rolled.value.check == "committed_off_chain" and good.counter == 2
+
+
+def test_gc_checks_the_pinned_root_like_every_reader(tmp_path: Path) -> None:
+    """GC verifies before it deletes: with the pinned root, a chain whose trust an intruder pre-seeded is
+    refused (nothing deleted, not even a stale loser); without one it is collected and says nothing more."""
+    from ml8s.chain import collect_garbage
+
+    chain = ChainStore(LocalStore(str(tmp_path)), CHAIN, signer=KEY_C)
+    chain.init()
+    chain.store.put_if_absent(policy_key(chain, 1), self_signed(chain, 1, KEY_C))
+    chain.commit(payload("evil"), meta("evil"))
+    chain.store.put_if_absent(chain.key(".tmp") + "/stale", b"x")  # garbage GC would delete
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(ChainCorruptionError) as refused:
+        collect_garbage(fresh(chain), dry_run=False, grace_s=0, trust=PINNED)
+    assert "trust_policy" in str(refused.value)  # the pre-seeded policy does not chain to the root
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    report = collect_garbage(fresh(chain), dry_run=True, grace_s=0)  # trust on first use: collected
+    assert [item.kind for item in report.items] == ["stale_tmp"]

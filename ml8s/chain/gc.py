@@ -41,6 +41,7 @@ from ml8s.chain.anchor import Anchor
 from ml8s.chain.findings import VerifyReport
 from ml8s.chain.integrity import verify_chain
 from ml8s.chain.models import ChainVersion
+from ml8s.chain.trusted import ReadTrust
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainError, GcRefusedError
 from ml8s.store import ObjectInfo
@@ -89,12 +90,17 @@ def collect_garbage(
     verify_payloads: bool = False,
     anchor: Anchor | None = None,
     local_now: float | None = None,
+    trust: ReadTrust | None = None,
 ) -> GcReport:
     """Find (and unless ``dry_run``, delete) the chain's garbage; see the module docstring. ``now``: the
     store's current time (default: Store.clock, one probe object written and deleted under ``.tmp/``);
-    ``local_now``: this host's, only reported (``clock_skew_s``)."""
+    ``local_now``: this host's, only reported (``clock_skew_s``); ``trust``: the pinned root and
+    CHAIN_REQUIRE_SIGNED, checked as every reader checks them (a chain they refuse is not collected)."""
     refuse_irregular(chain)
-    before = verify_chain(chain, payloads=verify_payloads, anchor=anchor)
+    trust = trust or ReadTrust()
+    before = verify_chain(
+        chain, payloads=verify_payloads, anchor=anchor, root=trust.root, require_signed=trust.require_signed
+    )
     before.raise_for_findings()
     store_now = chain.store.clock(chain.tmp_key()) if now is None else now
     kept = protected(chain, before)
@@ -121,7 +127,7 @@ def collect_garbage(
         deleted = not dry_run and _delete_tmp(chain, info)
         items.append(_item(info.key, "stale_tmp", age, [info], deleted))
     if not dry_run:
-        verify_chain(chain, payloads=verify_payloads).raise_for_findings()
+        verify_chain(chain, payloads=verify_payloads, root=trust.root).raise_for_findings()
     return GcReport(
         chain_name=chain.name,
         dry_run=dry_run,

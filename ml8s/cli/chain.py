@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             dry_run=not args.execute,
             anchor=load_anchor(args.anchor, settings),
             local_now=time.time(),
+            trust=trust,
         )
         _print(gc.model_dump(mode="json"))
     else:
