@@ -413,3 +413,15 @@ def test_gc_checks_the_pinned_root_like_every_reader(tmp_path: Path) -> None:
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     report = collect_garbage(fresh(chain), dry_run=True, grace_s=0)  # trust on first use: collected
     assert [item.kind for item in report.items] == ["stale_tmp"]
+
+
+def test_reproduce_refuses_a_forged_history_before_training(
+    pinned_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An auditor's reproduce reads the chain as every reader does: an unsigned forgery is refused up front,
+    never re-trained and reported on as if it were the chain's history."""
+    chain = rooted(pinned_env / "store")
+    intruder(chain, "forged", signer=None, policy=0)
+    code, err = _cli(capsys, "chain", "reproduce", "--from", "0")
+    assert code == 1 and "ml8s: CHAIN_CORRUPTION: version 3" in err, err
+    assert "training run" not in err  # refused before the first re-training

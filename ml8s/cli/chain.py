@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if verb == "reproduce":
         from ml8s.cli.reproduce import reproduce
 
-        return reproduce(settings.pipeline_root_uri, settings.chain_name, args.start, as_json=args.json)
+        trust = ReadTrust.from_settings(settings, getattr(args, "require_signed", None))
+        return reproduce(settings.pipeline_root_uri, settings.chain_name, args.start, as_json=args.json, trust=trust)
     if verb == "root":
         root = make_root(args.public_key, args.threshold)
         _write_new(args.out, root_json(root), mode=0o644)

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion, content_hash
+from ml8s.chain import ChainStore, ChainVersion, ReadTrust, content_hash, verify_chain
 from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, ContractFile, FingerprintRecord, TrainingMetadata, layout, parse
 from ml8s.contract._parse import Invalid
@@ -57,11 +57,20 @@ def reproduce_chain(
     *,
     report: Callable[[Reproduction], None] | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    trust: ReadTrust | None = None,
 ) -> list[Reproduction]:
     """Re-train every version above ``start`` (a counter on the chain) and compare; ``report`` sees each result,
-    ``progress`` a line as each version starts training and comparing (a re-training takes minutes)."""
-    chain = ChainStore(open_store(root_uri), chain_name)
-    versions = [v for v in chain.walk() if v.counter > start]
+    ``progress`` a line as each version starts training and comparing (a re-training takes minutes).
+
+    The chain is verified first as every reader checks it (``trust``: the pinned root and CHAIN_REQUIRE_SIGNED);
+    ChainCorruptionError when it has findings: a forged or rolled-back history is not worth hours of training,
+    and "reproduced" must be said of the versions the chain really holds."""
+    trust = trust or ReadTrust()
+    chain = ChainStore(open_store(root_uri), chain_name, trust_root=trust.root)
+    checked = verify_chain(chain, payloads=False, root=trust.root, require_signed=trust.require_signed)
+    checked.raise_for_findings()
+    on_chain = set(checked.chain)
+    versions = [v for v in chain.walk() if v.counter > start and v.version_dir in on_chain]
     if start > 0:
         chain.get(start)  # VersionNotFoundError when K is not on the chain
     results = []
