@@ -92,7 +92,7 @@ def test_per_epoch_held_out_evaluation_changes_no_weight(tmp_path: Path) -> None
     compute_features(ctx.spec, str(tmp_path / "features"))
     fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "with"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fit.TrainingData, "held_out", lambda self: (self.x[:0], self.target[:0]))
+        patch.setattr(fit.TrainingData, "held_out", lambda self: (self.x, self.train_index()[:0], self.target[:0]))
         fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "without"))
     for name in ("model_native.safetensors", "training_state.safetensors", "metrics.json"):
         assert (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes(), name

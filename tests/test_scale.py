@@ -92,6 +92,32 @@ def test_bad_cell_near_the_end_of_a_big_file_fails_before_any_write(big_bad_file
     assert not [p for p in written if "runs" in p.parts], written
 
 
+def test_bad_cell_in_a_late_block_names_its_row_in_the_file(
+    big_bad_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsed in ~1 MiB blocks, the bad cell is in the file's last block: its row counts every block before it."""
+    from ml8s.data import dataset
+
+    monkeypatch.setattr(dataset, "_BLOCK", 1 << 20)
+    with pytest.raises(DataError) as caught:
+        load_dataset(fingerprint_local(str(big_bad_file)))
+    message = caught.value.message
+    assert "part-00000.csv" in message and "'x'" in message and f"data row {BAD_ROW} " in message
+
+
+@pytest.mark.parametrize("cell", ["inf", "NAN", "-nan", "abc", "1_000", "0x10", "5e", " 7 ", "NA"])
+def test_a_cell_past_the_first_cells_of_a_block_types_the_column_as_the_pattern_does(cell: str) -> None:
+    """The fast path samples a block's first cells; a cell after them must count exactly as it would there."""
+    from ml8s.data.columns import present_text
+    from ml8s.data.csv_columns import Numbers, chunk_of, number_mask
+
+    cells = pa.array([str(i) for i in range(500)] + [cell] + ["1.5"] * 10)
+    late, early = chunk_of(cells), chunk_of(pa.array([cell] + cells.to_pylist()[:500] + ["1.5"] * 10))
+    numbers = bool(pc.all(pc.or_(number_mask(present_text(cells)), pc.is_null(present_text(cells)))).as_py())
+    assert isinstance(late, Numbers) == isinstance(early, Numbers)
+    assert isinstance(late, Numbers) == numbers
+
+
 def test_snapshot_and_features_parse_the_files_once(small_data: Path, tmp_path: Path) -> None:
     calls: list[str] = []
     real = loaded.load_dataset

@@ -6,6 +6,7 @@ from the typed columns straight to float32, and training reads it into one float
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -71,6 +72,7 @@ def _write(
             columns = [pa.array(np.asarray(values, dtype=np.float32)) for values in features]
             columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
             writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=ROW_GROUP)
+    pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed pages: torch is loaded next
 
 
 def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
@@ -96,6 +98,40 @@ def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str
         target[start:end] = _column(file, group, TARGET)
         split[start:end] = _column(file, group, SPLIT)
         start = end
+    pa.default_memory_pool().release_unused()
+    return features, target, split, names
+
+
+def map_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str]]:
+    """:func:`read_matrix32`, the features memory-mapped from a scratch file instead of held in the heap.
+
+    The float32 rows are written a row group at a time into an unnamed temporary file (``O_TMPFILE``: nothing
+    is left behind, however the process ends) and mapped copy-on-write, so torch tensors can share them. The
+    pages are the file's: the kernel can drop and re-read them under memory pressure, and writing them never
+    dirties the process's own memory beyond one row group.
+    """
+    file = pq.ParquetFile(path)
+    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
+    rows = file.metadata.num_rows
+    target = np.empty(rows, dtype=np.int64)
+    split = np.empty(rows, dtype=np.int64)
+    if rows * len(names) == 0:  # nothing to map (mmap refuses an empty length)
+        features, target, split, names = read_matrix32(path)
+        return features, target, split, names
+    with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
+        start = 0
+        for group in range(file.num_row_groups):
+            end = start + file.metadata.row_group(group).num_rows
+            block = np.empty((end - start, len(names)), dtype=np.float32)
+            for i, name in enumerate(names):
+                block[:, i] = _column(file, group, name)
+            handle.write(block.data)
+            del block
+            target[start:end] = _column(file, group, TARGET)
+            split[start:end] = _column(file, group, SPLIT)
+            start = end
+        handle.flush()
+        features = np.memmap(handle, dtype=np.float32, mode="c", shape=(rows, len(names)))
     pa.default_memory_pool().release_unused()
     return features, target, split, names
 

@@ -34,7 +34,10 @@ from ml8s.modeling.families import (
     library_versions,
     onnx_opset,
 )
+from ml8s.training.epochs import EVAL_ROWS
 from ml8s.training.fit import TrainSummary, model_family
+
+Float32Rows = np.ndarray[tuple[int, int], np.dtype[np.float32]]
 
 
 @log.timed("export")
@@ -46,23 +49,34 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
     model.load_state_dict(safetensors.torch.load_file(native))
     model.eval()
     fmt = spec.params.model_format
-    held_out = torch.from_numpy(read_split32(local_path(features_dir, layout.FEATURE_MATRIX), 1))
-    with torch.no_grad():
-        expected = model(held_out).numpy()
+    held_out = read_split32(local_path(features_dir, layout.FEATURE_MATRIX), 1)
     os.makedirs(out_dir, exist_ok=True)
     path = local_path(out_dir, layout.model_export(fmt))
     if fmt == "onnx":
         _export_onnx(model, summary.spec.n_features, path)
         label_onnx(path, local_path(features_dir, layout.FEATURE_SCHEMA))  # classes, features, rules: servable alone
-        actual = _run_onnx(path, held_out.numpy())
+        session = _onnx_session(path)
+
+        def exported(rows: Float32Rows) -> Float32Rows:
+            (logits,) = session.run(["logits"], {"features": rows})
+            return np.asarray(logits, dtype=np.float32)
     else:
         shutil.copyfile(native, path)
         reloaded = family.build(summary.spec)
         reloaded.load_state_dict(safetensors.torch.load_file(path))
         reloaded.eval()
+
+        def exported(rows: Float32Rows) -> Float32Rows:
+            with torch.no_grad():
+                return np.asarray(reloaded(torch.from_numpy(rows)).numpy(), dtype=np.float32)
+
+    diff = 0.0
+    for start in range(0, len(held_out), EVAL_ROWS):  # a pass at a time, as training evaluates (its activations)
+        rows = held_out[start : start + EVAL_ROWS]
         with torch.no_grad():
-            actual = reloaded(held_out).numpy()
-    diff = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
+            expected = model(torch.from_numpy(rows)).numpy()
+        actual = exported(rows)
+        diff = max(diff, float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max()))
     if not diff <= EXPORT_TOLERANCE:
         raise ExportValidationError(
             f"model/model.{fmt} disagrees with the torch model on {len(held_out)} held-out rows: "
@@ -151,11 +165,7 @@ def _export_onnx(model: torch.nn.Module, n_features: int, path: str) -> None:
     onnx.checker.check_model(onnx.load(path))
 
 
-def _run_onnx(
-    path: str, rows: np.ndarray[tuple[int, int], np.dtype[np.float32]]
-) -> np.ndarray[tuple[int, int], np.dtype[np.float32]]:
+def _onnx_session(path: str) -> onnxruntime.InferenceSession:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
-    (logits,) = session.run(["logits"], {"features": rows})
-    return np.asarray(logits, dtype=np.float32)
+    return onnxruntime.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])

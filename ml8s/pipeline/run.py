@@ -70,16 +70,10 @@ def _run(ctx: RunContext) -> str:
     if decision.completed:
         promote(ctx, store, chain_commit(ctx, store))  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
-    ctx.log("run", "loading the training libraries (torch, onnx, MLflow)")
     check_writable_root(ctx.settings)  # before the first write; a completed run reads only (a read-only root)
-    from ml8s.context import publish  # heavy imports only on the path that trains
-    from ml8s.pipeline.export import export
+    from ml8s.context import publish  # only on the path that trains; neither these nor the data steps need torch
     from ml8s.pipeline.features import compute_features
-    from ml8s.pipeline.finalize import finalize
-    from ml8s.pipeline.register import register
     from ml8s.pipeline.snapshot import snapshot
-    from ml8s.pipeline.train import train_all_ranks
-    from ml8s.registry.alias import move_head_alias
 
     spec = ctx.spec
     if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
@@ -91,6 +85,11 @@ def _run(ctx: RunContext) -> str:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
         compute_features(spec, features)
         publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
+        # Torch is loaded once the typed columns are gone, and MLflow and onnx once the model is trained: the
+        # data steps' memory and time never include them.
+        ctx.log("run", "loading torch")
+        from ml8s.pipeline.train import train_all_ranks
+
         summary = train_all_ranks(spec, features, model)  # TRAIN_WORLD_SIZE processes
         publish.publish(
             ctx,
@@ -101,6 +100,12 @@ def _run(ctx: RunContext) -> str:
                 + publish.TRAINING_LOGS,
             ),
         )
+        ctx.log("run", "loading onnx and MLflow")
+        from ml8s.pipeline.export import export
+        from ml8s.pipeline.finalize import finalize
+        from ml8s.pipeline.register import register
+        from ml8s.registry.alias import move_head_alias
+
         export(spec, summary, features, model, exported)
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
     manifest = finalize(ctx, store, register(ctx, store), decision)

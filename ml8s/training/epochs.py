@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from ml8s.context.publish import local_path
@@ -22,11 +23,18 @@ from ml8s.contract.epochs import EpochRecord, epochs_bytes
 from ml8s.contract.layout import EPOCH_LOG
 from ml8s.training.metrics import Labels
 
+# Held-out rows evaluated per forward pass: the activations of a pass over every held-out row of a 20M-row
+# matrix would be gigabytes. A held-out split of at most this many rows is evaluated in one pass, as it always was.
+EVAL_ROWS = 1 << 15
+HeldOut = tuple[torch.Tensor, torch.Tensor, Labels]
+"""All rows, the held-out rows' indices (on the rows' device) and their labels: the rows are gathered a pass at
+a time, never copied out whole."""
+
 
 class EpochRecorder:
     """Collects :class:`EpochRecord` s; ``held_out`` is None where no held-out evaluation is made per epoch."""
 
-    def __init__(self, held_out: tuple[torch.Tensor, Labels] | None) -> None:
+    def __init__(self, held_out: HeldOut | None) -> None:
         self.started_ms: int | None = int(time.time() * 1000)
         self.records: list[EpochRecord] = []
         self._held_out = held_out
@@ -34,7 +42,7 @@ class EpochRecorder:
     def end_epoch(self, model: torch.nn.Module, train_loss: float) -> EpochRecord:
         """Record the epoch just trained (evaluating ``model`` on the held-out rows, see the module docstring)."""
         log_loss = accuracy = None
-        if self._held_out is not None and len(self._held_out[1]):
+        if self._held_out is not None and len(self._held_out[2]):
             log_loss, accuracy = held_out_figures(model, *self._held_out)
         record = EpochRecord(
             epoch=len(self.records) + 1,
@@ -47,15 +55,27 @@ class EpochRecorder:
         return record
 
 
-def held_out_figures(model: torch.nn.Module, x: torch.Tensor, labels: Labels) -> tuple[float, float]:
-    """(log-loss, accuracy) of ``model`` on ``x``, computed in float64 like the final held-out metrics."""
+def eval_logits(model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor) -> npt.NDArray[np.float64]:
+    """The eval-mode logits of ``x[rows]`` as float64 on the CPU, :data:`EVAL_ROWS` rows per pass."""
     was_training = model.training
     model.eval()
+    parts: list[npt.NDArray[np.float64]] = []
     try:
         with torch.no_grad():
-            logits = model(x).to("cpu").numpy().astype(np.float64)
+            for start in range(0, len(rows), EVAL_ROWS):
+                parts.append(model(x[rows[start : start + EVAL_ROWS]]).to("cpu").numpy().astype(np.float64))
+            if not parts:
+                parts.append(model(x[rows]).to("cpu").numpy().astype(np.float64))
     finally:
         model.train(was_training)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def held_out_figures(
+    model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor, labels: Labels
+) -> tuple[float, float]:
+    """(log-loss, accuracy) of ``model`` on ``x[rows]``, computed in float64 like the final held-out metrics."""
+    logits = eval_logits(model, x, rows)
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     picked = np.maximum(log_probs[np.arange(len(labels)), labels], np.log(1e-15))

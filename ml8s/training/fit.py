@@ -24,7 +24,7 @@ from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.contract.epochs import EpochRecord
 from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
 from ml8s.errors import RankError, TrainingError
-from ml8s.features.matrix import read_matrix32
+from ml8s.features.matrix import map_matrix32
 from ml8s.identity.model_code import MODEL_CODE_KEY
 from ml8s.identity.versions import records_training_state
 from ml8s.modeling.determinism import seed_everything
@@ -32,7 +32,7 @@ from ml8s.modeling.families import architecture
 from ml8s.modeling.family import ModelFamily
 from ml8s.modeling.networks import parameter_count
 from ml8s.modeling.registry import cross_entropy_step, family_for
-from ml8s.training.epochs import EpochRecorder, write_epoch_log
+from ml8s.training.epochs import EpochRecorder, HeldOut, eval_logits, write_epoch_log
 from ml8s.training.loop import epoch_stepper
 from ml8s.training.metrics import classification_metrics
 from ml8s.training.state import capture_rng, state_bytes
@@ -59,10 +59,10 @@ class TrainingData:
         """The training rows' indices, on the tensors' device."""
         return torch.from_numpy(np.flatnonzero(self.split == 0)).to(self.x.device)
 
-    def held_out(self) -> tuple[torch.Tensor, npt.NDArray[np.int64]]:
-        """The held-out rows' features (on the device) and labels."""
+    def held_out(self) -> HeldOut:
+        """All rows, the held-out rows' indices (on the device) and their labels: no copy of their features."""
         test = np.flatnonzero(self.split == 1)
-        return self.x[torch.from_numpy(test).to(self.x.device)], self.target[test]
+        return self.x, torch.from_numpy(test).to(self.x.device), self.target[test]
 
 
 def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
@@ -100,7 +100,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
 
 def read_training_data(spec: RunSpec, features_dir: str, device: torch.device) -> TrainingData:
     """The feature matrix and schema of ``features_dir``, ready to train ``spec``'s network on ``device``."""
-    features, target, split, names = read_matrix32(local_path(features_dir, layout.FEATURE_MATRIX))
+    features, target, split, names = map_matrix32(local_path(features_dir, layout.FEATURE_MATRIX))
     schema_path = local_path(features_dir, layout.FEATURE_SCHEMA)
     with open(schema_path, "rb") as handle:
         classes = tuple(load(schema_path, handle.read(), FeatureSchema).target.classes)
@@ -113,7 +113,7 @@ def read_training_data(spec: RunSpec, features_dir: str, device: torch.device) -
         hidden_layers=params.hidden_layers,
     )
     return TrainingData(
-        x=torch.from_numpy(features).to(device),  # float32 as read: no second copy on the CPU
+        x=torch.from_numpy(features).to(device),  # over the mapping on the CPU; copied to a GPU once
         y=torch.from_numpy(target).to(device),
         target=target,
         split=split,
@@ -138,7 +138,7 @@ def write_trained(
     ``recorder`` holds the per-epoch record where the loop made one; else the record has the losses alone.
     """
     test = data.split == 1
-    probs = predict_proba(model, data.x[torch.from_numpy(np.flatnonzero(test)).to(data.x.device)])
+    probs = predict_proba(model, data.x, torch.from_numpy(np.flatnonzero(test)).to(data.x.device))
     held_out = classification_metrics(probs, data.target[test], len(data.classes))
     metrics = Metrics(
         accuracy=held_out["accuracy"],
@@ -192,11 +192,12 @@ def native_bytes(model: torch.nn.Module) -> bytes:
     return safetensors.torch.save(tensors)
 
 
-def predict_proba(model: torch.nn.Module, x: torch.Tensor) -> np.ndarray[tuple[int, int], np.dtype[np.float64]]:
-    """Softmax in float64 on the CPU, so metrics do not depend on the device's float32 softmax."""
-    model.eval()
-    with torch.no_grad():
-        logits = model(x).to("cpu").numpy().astype(np.float64)
+def predict_proba(
+    model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor
+) -> np.ndarray[tuple[int, int], np.dtype[np.float64]]:
+    """Softmax of ``x[rows]`` in float64 on the CPU, so metrics do not depend on the device's float32 softmax."""
+    logits = eval_logits(model, x, rows)
+    model.eval()  # as it always left the model: export and the shards take it from here
     shifted = logits - logits.max(axis=1, keepdims=True)
     exp = np.exp(shifted)
     return np.asarray(exp / exp.sum(axis=1, keepdims=True), dtype=np.float64)
