@@ -6,6 +6,7 @@ The sizes here are small enough for the suite; bench/bench_scale.py measures the
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
 from ml8s.features import loaded
 from ml8s.features.column_names import SPLIT, TARGET
-from ml8s.features.matrix import ROW_GROUP, read_matrix, read_matrix32, read_split32, write_encoded
+from ml8s.features.matrix import ROW_GROUP, map_matrix32, read_matrix, read_matrix32, read_split32, write_encoded
 from ml8s.features.rules import encode, fit_rules, prepare
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
@@ -171,6 +172,33 @@ def test_matrix_file_bytes_are_unchanged_by_row_groups(small_data: Path, tmp_pat
     np.testing.assert_array_equal(read_matrix(str(now))[0], matrix.astype(np.float32).astype(np.float64))
     np.testing.assert_array_equal(target, prepared.target)
     np.testing.assert_array_equal(read_split32(str(now), 1), matrix.astype(np.float32)[split == 1])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(scratch))
+        mapped, mapped_target, mapped_split, mapped_names = map_matrix32(str(now))
+    assert isinstance(mapped, np.memmap) and mapped_names == names and mapped.flags.c_contiguous
+    np.testing.assert_array_equal(mapped, features32)
+    np.testing.assert_array_equal(mapped_target, target)
+    np.testing.assert_array_equal(mapped_split, split)
+    assert torch.from_numpy(mapped).data_ptr() == mapped.ctypes.data  # training's tensor is the mapping itself
+    assert not list(scratch.iterdir())  # an unnamed file: nothing to leave behind
+
+
+def test_held_out_logits_do_not_depend_on_rows_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """metrics.json is hashed: evaluating the held-out rows a pass at a time must give the one-pass floats."""
+    from ml8s.training import epochs
+
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+    x = torch.randn(5000, 6, generator=torch.Generator().manual_seed(9))
+    rows = torch.randperm(5000, generator=torch.Generator().manual_seed(8))[:3001]
+    whole = epochs.eval_logits(model, x, rows)
+    monkeypatch.setattr(epochs, "EVAL_ROWS", 1000)  # 3001 rows: a one-row last pass would differ in the last bit
+    assert epochs.passes(3001) == [(0, 0), (1000, 0), (2000, 0), (2001, 999)]
+    np.testing.assert_array_equal(epochs.eval_logits(model, x, rows), whole)
+    np.testing.assert_array_equal(epochs.eval_logits(model, x, rows[:1000]), whole[:1000])  # one pass
+    assert model.training  # left as it was found
 
 
 def test_epoch_loss_summed_on_the_device_is_the_host_sum() -> None:

@@ -34,7 +34,7 @@ from ml8s.modeling.families import (
     library_versions,
     onnx_opset,
 )
-from ml8s.training.epochs import EVAL_ROWS
+from ml8s.training.epochs import EVAL_ROWS, passes
 from ml8s.training.fit import TrainSummary, model_family
 
 Float32Rows = np.ndarray[tuple[int, int], np.dtype[np.float32]]
@@ -71,8 +71,8 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
                 return np.asarray(reloaded(torch.from_numpy(rows)).numpy(), dtype=np.float32)
 
     diff = 0.0
-    for start in range(0, len(held_out), EVAL_ROWS):  # a pass at a time, as training evaluates (its activations)
-        rows = held_out[start : start + EVAL_ROWS]
+    for first, _ in passes(len(held_out)):  # a pass at a time, as training evaluates (its activations)
+        rows = held_out[first : first + EVAL_ROWS]
         with torch.no_grad():
             expected = model(torch.from_numpy(rows)).numpy()
         actual = exported(rows)

@@ -55,17 +55,27 @@ class EpochRecorder:
         return record
 
 
+def passes(rows: int) -> list[tuple[int, int]]:
+    """(first row, rows of it already evaluated) of each pass over ``rows`` rows, :data:`EVAL_ROWS` at most.
+
+    Every pass has the same number of rows, the last one too: it overlaps the one before. A short pass runs other
+    kernels (one row: a matrix-vector product) whose floats can differ in the last bit, and metrics.json is hashed.
+    """
+    if rows <= EVAL_ROWS:
+        return [(0, 0)]
+    return [(min(start, rows - EVAL_ROWS), start - min(start, rows - EVAL_ROWS)) for start in range(0, rows, EVAL_ROWS)]
+
+
 def eval_logits(model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor) -> npt.NDArray[np.float64]:
-    """The eval-mode logits of ``x[rows]`` as float64 on the CPU, :data:`EVAL_ROWS` rows per pass."""
+    """The eval-mode logits of ``x[rows]`` as float64 on the CPU, a pass of :func:`passes` at a time."""
     was_training = model.training
     model.eval()
     parts: list[npt.NDArray[np.float64]] = []
     try:
         with torch.no_grad():
-            for start in range(0, len(rows), EVAL_ROWS):
-                parts.append(model(x[rows[start : start + EVAL_ROWS]]).to("cpu").numpy().astype(np.float64))
-            if not parts:
-                parts.append(model(x[rows]).to("cpu").numpy().astype(np.float64))
+            for first, done in passes(len(rows)):
+                logits = model(x[rows[first : first + EVAL_ROWS]])
+                parts.append(logits[done:].to("cpu").numpy().astype(np.float64))
     finally:
         model.train(was_training)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
