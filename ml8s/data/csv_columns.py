@@ -95,16 +95,18 @@ def finish(name: str, chunks: list[Chunk], reparse: Reparse) -> tuple[Column, Da
     present = sum(c.present for c in chunks)
     texts = [c for c in chunks if isinstance(c, Texts)]
     if not texts and present:
-        return Column(name=name, kind="numeric", values=_concat([_as_numbers(c) for c in chunks])), None
+        return Column(name=name, kind="numeric", values=_drained(chunks, _as_numbers)), None
     if present and all(c.present == 0 for c in chunks if isinstance(c, Numbers)) and all(_boolean(t) for t in texts):
-        return Column(name=name, kind="boolean", values=_concat([_booleans(c) for c in chunks])), None
+        del texts
+        return Column(name=name, kind="boolean", values=_drained(chunks, _booleans)), None
     numbers = sum(c.present for c in chunks if isinstance(c, Numbers)) + sum(_number_cells(t) for t in texts)
     if is_mostly_numeric(numbers, present):
         warning = None
         if numbers < present:
             stray = sorted({s for t in texts for s in _stray(t)})
             warning = stray_text_warning(name, stray, numbers, cells=present - numbers)
-        return Column(name=name, kind="numeric", values=_concat([_as_numbers(c) for c in chunks])), warning
+        del texts
+        return Column(name=name, kind="numeric", values=_drained(chunks, _as_numbers)), warning
     parts = [c.column if isinstance(c, Texts) else _texts(i, c, reparse) for i, c in enumerate(chunks)]
     return _merged(name, parts), None
 
@@ -128,8 +130,21 @@ def not_finite(path: str, root: str, name: str, row: int, cell: object) -> DataE
     )
 
 
-def _concat(parts: list[FloatArray]) -> FloatArray:
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+def _drained(chunks: list[Chunk], value: Callable[[Chunk], FloatArray]) -> FloatArray:
+    """The chunks' values as one array, each chunk released once copied: the column is never held twice."""
+    if len(chunks) == 1:
+        return value(chunks.pop())
+    out = np.empty(sum(_rows(c) for c in chunks), dtype=np.float64)
+    start = 0
+    while chunks:
+        part = value(chunks.pop(0))
+        out[start : start + len(part)] = part
+        start += len(part)
+    return out
+
+
+def _rows(chunk: Chunk) -> int:
+    return len(chunk.values) if isinstance(chunk, Numbers) else len(chunk.column.values)
 
 
 def _per_category(chunk: Texts, value: Callable[[pa.Array], pa.Array]) -> FloatArray:

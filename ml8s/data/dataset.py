@@ -127,6 +127,7 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
             origins.append((len(files), rows, batch.num_rows))
             rows += batch.num_rows
         del data
+        pa.default_memory_pool().release_unused()  # the file's text: Arrow's allocator would keep its pages
         rows_per_file[entry.relative_path] = rows
         files.append(entry)
         log.info("[data] parsed %s: %d rows (%d rows so far)", entry.relative_path, rows, sum(rows_per_file.values()))
