@@ -300,3 +300,32 @@ def test_prepare_consuming_the_dataset_keeps_the_same_rows(small_data: Path) -> 
         np.testing.assert_array_equal(a.values, b.values)
         assert a.category_list() == b.category_list()
     np.testing.assert_array_equal(consumed.target, copied.target)
+
+
+_DATA_STEPS_ONLY = """
+import json, sys
+from ml8s.pipeline import features
+from ml8s.pipeline.run import run_pipeline
+
+real = features.compute_features
+seen = []
+
+def compute_features(spec, out_dir):  # ml8s run up to the end of its features step, then stop
+    real(spec, out_dir)
+    seen.extend(sorted(m for m in ("mlflow", "onnx", "onnxruntime", "torch") if m in sys.modules))
+    raise SystemExit(json.dumps(seen))
+
+features.compute_features = compute_features
+run_pipeline({"DATA_ROOT": sys.argv[1], "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": sys.argv[2]})
+"""
+
+
+def test_the_data_steps_load_neither_torch_nor_mlflow(small_data: Path, tmp_path: Path) -> None:
+    """Their memory and time must not include those libraries (ml8s run loads them after the features step)."""
+    import json
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", _DATA_STEPS_ONLY, str(small_data), str(tmp_path / "root")]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 1 and json.loads(done.stderr.strip().splitlines()[-1]) == [], done.stderr[-2000:]
