@@ -27,10 +27,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import revocation, trust
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion, Hex64, OptionalHex64
 from ml8s.chain.signing import SigningKey, signature_valid
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainCorruptionError, ChainError, NotFoundError, VersionNotFoundError
+from ml8s.errors import (
+    ChainCorruptionError,
+    ChainError,
+    NotFoundError,
+    ObjectTooLargeError,
+    UnsafeObjectError,
+    VersionNotFoundError,
+)
 from ml8s.identity.hashing import canonical_bytes
 
 PROMOTIONS = "promotions"
@@ -79,6 +87,7 @@ class PromotionLog:
     def __init__(self, chain: ChainVersions) -> None:
         self.chain = chain
         self._records: list[SignedDecision] = []
+        self._hashes: list[str] = []  # the sha256 of each record's bytes, as checked
         self._last_sha256 = ""
 
     def decisions(self) -> list[SignedDecision]:
@@ -91,13 +100,18 @@ class PromotionLog:
         while True:
             sequence = len(self._records) + 1
             key = record_key(self.chain, sequence)
-            try:
-                data = self.chain.store.get(key)
-            except NotFoundError:
+            data = read_record(self.chain, sequence)
+            if data is None:
                 break
             self._records.append(self._checked(data, sequence, key))
             self._last_sha256 = hashlib.sha256(data).hexdigest()
+            self._hashes.append(self._last_sha256)
         return list(self._records)
+
+    def hashes(self) -> list[str]:
+        """The sha256 of every checked record, oldest first (what an anchor or a follower's state pins)."""
+        self.decisions()
+        return list(self._hashes)
 
     def latest(self) -> SignedDecision | None:
         """The newest decision (None: the chain has no promotion gate)."""
@@ -226,6 +240,17 @@ class PromotionLog:
         if not later:
             return None
         return f"promotion decision {missing} is missing but {min(later)} exists: the log was cut"
+
+
+def read_record(chain: ChainVersions, sequence: int) -> bytes | None:
+    """Record ``sequence``'s bytes, bounded like every chain record (None: there is none); a record that is no
+    regular file or is over the bound is a ``promotion`` finding, never followed, waited on or read whole."""
+    try:
+        return chain.store.get(record_key(chain, sequence), max_bytes=RECORD_MAX_BYTES)
+    except NotFoundError:
+        return None
+    except (ObjectTooLargeError, UnsafeObjectError) as exc:
+        raise _corrupt(exc.message) from exc
 
 
 def _corrupt(reason: str) -> ChainCorruptionError:

@@ -28,10 +28,10 @@ import logging
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
+from ml8s.chain.promotion_pin import PromotionReader
 from ml8s.errors import Ml8sError, ServingError
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
-from ml8s.serving.promoted import PromotionReader
 from ml8s.serving.served import Served, ServedVersion, build_served
 from ml8s.weights import rebuild_weights
 
@@ -129,7 +129,9 @@ class InferenceClient:
             # Unchanged since the follower's persisted head: serve what this poll read and checked, never a
             # second read of the head (a store writer could flip it in between).
             self._pending = self.follower.current
-        if self.promotions.gated():  # the chain has a promotion gate: serve what it promoted, never a candidate
+        anchor = self.follower.anchor
+        # the chain has a promotion gate: serve what it promoted, never a candidate (nor a cut log's older choice)
+        if self.promotions.gated(anchor.checkpoint.promotion if anchor is not None else None):
             promoted = self.promotions.served()
             # checked like the head: the promoted block must be reached from the checked head by hash links
             self._pending = None if promoted is None else self.follower.version(promoted.counter)

@@ -1,0 +1,199 @@
+"""Anchors pin the promotion log (issue 27): a store writer who deletes or rewrites the log's tail (a
+promotion, or a rejection that kept a regression off the followers) is refused by every reader given an
+anchor (verify --anchor, a first-start follower, predict --chain --anchor) and by a restarted follower's
+own state, as ``promotion_rollback`` / ``promotion_fork``; anchors from before the pin still verify."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from serving_support import chain_at, weights_series
+from serving_support import meta as weights_meta
+from test_chain_support import (  # noqa: F401  (fixtures)
+    CHAIN,
+    StoreSpec,
+    meta,
+    open_spec,
+    payload,
+    rgw_spec_fixture,
+)
+
+from ml8s.chain import Anchor, ChainStore, PromotionLog, SigningKey, adopt_policy, make_anchor, verify_chain
+from ml8s.chain.anchor import Checkpoint, _bytes, read_anchor
+from ml8s.chain.promotion import SignedDecision, record_key
+from ml8s.errors import ChainForkError, ChainRollbackError, ConfigError
+from ml8s.identity.hashing import canonical_bytes
+from ml8s.serving import ClientConfig, InferenceClient
+from ml8s.weights import commit_weights
+
+KEY = SigningKey.generate()
+NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+NEWER_THAN_V1 = ("policy_version", "trust_root_id")
+
+
+def _fresh(chain: ChainStore) -> ChainStore:
+    return ChainStore(chain.store, chain.name)
+
+
+def _checks(chain: ChainStore, anchor: Anchor | None) -> set[str]:
+    return verify_chain(_fresh(chain), anchor=anchor, now=NOW).checks
+
+
+@pytest.fixture(name="spec", params=["local", "radosgw"])
+def spec_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
+    if request.param == "local":
+        return ("local", str(tmp_path / "root"))
+    spec: StoreSpec = request.getfixturevalue("rgw_spec")
+    return spec
+
+
+def test_verify_refuses_a_cut_promotion_log_against_the_anchor(spec: StoreSpec) -> None:
+    """Signed chain: the writer cannot forge a decision, but can delete the newest ones."""
+    chain = ChainStore(open_spec(spec), CHAIN, signer=KEY)
+    chain.init()
+    adopt_policy(chain, KEY, [KEY.public_key])
+    for i in range(1, 4):
+        chain.commit(payload(f"v{i}"), meta(f"v{i}", step=i))
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(1), "manual", KEY)
+    log.decide("promote", chain.get(2), "manual", KEY)
+    log.decide("reject", chain.get(3), "accuracy fell", KEY)  # v3 regressed: kept off the followers
+    anchor = make_anchor(chain, KEY, DAY, NOW)
+    assert (anchor.checkpoint.promotion_sequence, len(anchor.checkpoint.promotion_sha256)) == (3, 64)
+    assert _checks(chain, anchor) == set()
+    chain.store.delete(record_key(chain, 3))  # the rejection undone: v3 is an undecided candidate again
+    assert _checks(chain, None) == set()  # a consistent, shorter log: only the anchor tells
+    assert _checks(chain, anchor) == {"promotion_rollback"}
+    chain.store.delete(record_key(chain, 2))
+    assert _checks(chain, anchor) == {"promotion_rollback"}
+    # The pin is signed: lowering it (or dropping it, as if the anchor were older) breaks the signature.
+    lowered = anchor.model_copy(update={"checkpoint": anchor.checkpoint.model_copy(update={"promotion_sequence": 1})})
+    assert "anchor_signature" in _checks(chain, lowered)
+
+
+def _unsigned_gate(root: Path) -> ChainStore:
+    """Four weights versions with no trust policy (anyone may write a decision), v3 promoted after v2."""
+    chain = chain_at(f"file://{root}", "gate")
+    for n, weights in enumerate(weights_series(5, torch.float32, 4)):
+        commit_weights(chain, weights, weights_meta(f"gate-{n}"), interval=4)
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(2), "manual", None)
+    log.decide("promote", chain.get(3), "manual", None)
+    return chain
+
+
+def _served(client: InferenceClient) -> int:
+    client.refresh()
+    assert client.version is not None
+    return client.version.counter
+
+
+def _fork_record_2(chain: ChainStore, root: Path) -> None:
+    """Replace decision 2 (promote v3) by a valid-looking 'reject v3': the served version falls back to v2."""
+    first = chain.store.get(record_key(chain, 1))
+    decided = SignedDecision.model_validate_json(chain.store.get(record_key(chain, 2))).decision
+    forged = decided.model_copy(
+        update={
+            "action": "reject",
+            "served_counter": 2,
+            "served_block_hash": chain.get(2).block_hash,
+            "previous_sha256": hashlib.sha256(first).hexdigest(),
+        }
+    )
+    (root / record_key(chain, 2)).unlink()
+    assert chain.store.put_if_absent(record_key(chain, 2), SignedDecision(decision=forged).model_dump_json().encode())
+
+
+def test_followers_refuse_a_cut_or_forked_log_by_anchor_and_by_their_own_state(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    chain = _unsigned_gate(root)
+    anchor = make_anchor(chain, KEY, DAY, dt.datetime.now(dt.UTC))
+    state = str(tmp_path / "node" / "state.json")
+    (tmp_path / "node").mkdir()
+    assert _served(InferenceClient(_fresh(chain), ClientConfig(state_path=state))) == 3
+    saved = json.loads(Path(f"{state}.promotion.json").read_text())
+    assert saved["sequence"] == 2 and len(saved["sha256"]) == 64
+    kept = (root / record_key(chain, 2)).read_bytes()
+    (root / record_key(chain, 2)).unlink()  # the promotion of v3 undone
+    assert _served(InferenceClient(_fresh(chain), ClientConfig())) == 2  # no anchor, no state: the hole
+    with pytest.raises(ChainRollbackError) as first_start:
+        InferenceClient(_fresh(chain), ClientConfig(), anchor=anchor).refresh()
+    assert first_start.value.check == "promotion_rollback" and "the anchor names decision 2" in str(first_start.value)
+    with pytest.raises(ChainRollbackError) as restarted:
+        InferenceClient(_fresh(chain), ClientConfig(state_path=state)).refresh()
+    assert restarted.value.check == "promotion_rollback"
+    chain.store.put_if_absent(record_key(chain, 2), kept)  # restored: served again as before
+    assert _served(InferenceClient(_fresh(chain), ClientConfig(state_path=state), anchor=anchor)) == 3
+    _fork_record_2(chain, root)
+    assert _served(InferenceClient(_fresh(chain), ClientConfig())) == 2  # a consistent log without the pins
+    assert _checks(chain, None) == set()
+    with pytest.raises(ChainForkError) as forked:
+        InferenceClient(_fresh(chain), ClientConfig(), anchor=anchor).refresh()
+    assert forked.value.check == "promotion_fork"
+    with pytest.raises(ChainForkError) as forked_restart:
+        InferenceClient(_fresh(chain), ClientConfig(state_path=state)).refresh()
+    assert forked_restart.value.check == "promotion_fork"
+    assert "promotion_fork" in verify_chain(_fresh(chain), anchor=anchor).checks
+
+
+def test_a_damaged_promotion_state_is_refused_never_reset(tmp_path: Path) -> None:
+    chain = _unsigned_gate(tmp_path / "root")
+    state = tmp_path / "state.json"
+    assert _served(InferenceClient(_fresh(chain), ClientConfig(state_path=str(state)))) == 3
+    pinned = Path(f"{state}.promotion.json")
+    pinned.write_text('{"chain_name": "gate", "sequence": ')  # a clumsy edit: never read as "saw nothing"
+    with pytest.raises(ConfigError, match="no promotion state"):
+        InferenceClient(_fresh(chain), ClientConfig(state_path=str(state)))
+    pinned.write_text('{"chain_name": "other", "sequence": 1}')
+    with pytest.raises(ConfigError, match="follows chain 'other'"):
+        InferenceClient(_fresh(chain), ClientConfig(state_path=str(state)))
+    pinned.write_text('{"chain_name": "gate", "sequence": 2}')  # a state from before the sha256 was kept
+    assert _served(InferenceClient(_fresh(chain), ClientConfig(state_path=str(state)))) == 3
+    assert len(json.loads(pinned.read_text())["sha256"]) == 64  # completed: a fork at 2 is refused from now on
+
+
+def test_predict_chain_refuses_a_cut_log_against_its_anchor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ml8s.cli.main import main
+
+    root = tmp_path / "root"
+    chain = _unsigned_gate(root)
+    anchor_path = tmp_path / "anchor.json"
+    anchor_path.write_text(make_anchor(chain, KEY, DAY, dt.datetime.now(dt.UTC)).model_dump_json())
+    for name, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "gate", "MLFLOW_TRACKING_URI": ""}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CHAIN_TRUST_ROOT", raising=False)
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "false")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("a,b\n1,2\n")
+    (root / record_key(chain, 2)).unlink()
+    capsys.readouterr()
+    code = main(["predict", "--chain", "gate", "--input", str(rows), "--anchor", str(anchor_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("ml8s: CHAIN_ROLLBACK") and "promotion_rollback" in err, err
+    assert len(err.splitlines()) == 1, err
+    code = main(["predict", "--chain", "gate", "--input", str(rows), "--anchor", str(anchor_path), "--version", "3"])
+    assert code == 1 and "promotion_rollback" in capsys.readouterr().err
+
+
+def test_anchors_from_before_the_pin_still_verify(tmp_path: Path) -> None:
+    """An anchor file written before the promotion fields existed (they are absent, and were not signed)."""
+    chain = _unsigned_gate(tmp_path / "root")
+    point = make_anchor(chain, KEY, DAY, NOW).checkpoint
+    old = {k: v for k, v in point.model_dump(mode="json").items() if not k.startswith("promotion_")}
+    # what anchors signed then: the checkpoint, without policy_version and trust_root_id when unset
+    signature = KEY.sign(canonical_bytes({k: v for k, v in old.items() if v or k not in NEWER_THAN_V1}))
+    data = json.dumps({"checkpoint": old, "public_key": KEY.public_key, "signature": signature}).encode()
+    anchor = read_anchor(data, where="an old anchor")
+    assert anchor.checkpoint.promotion_sequence == 0
+    assert _bytes(anchor.checkpoint) == _bytes(Checkpoint.model_validate(old))
+    assert _checks(chain, anchor) == set()
+    (tmp_path / "root" / record_key(chain, 2)).unlink()
+    assert _checks(chain, anchor) == set()  # it pins no promotion: it cannot tell (a fresh anchor does)
