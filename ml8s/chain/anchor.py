@@ -147,7 +147,7 @@ def anchor_problems(
         found.append(("anchor_policy", "the trust policy the anchor pinned is no longer in the chain", None))
     pinned = point.promotion
     held = raw_hashes(chain, pinned.sequence)
-    found += [(check, reason, None) for check, reason in pin_problems(held, pinned, chain.name, "the anchor")]
+    found += [(check, reason, None) for check, reason in pin_problems(held, pinned, chain.name, "the anchor names")]
     return found
 
 

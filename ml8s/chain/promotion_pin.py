@@ -43,14 +43,14 @@ def log_pin(log: PromotionLog) -> PromotionPin:
 
 def pin_problems(hashes: list[str], pin: PromotionPin, chain_name: str, by: str) -> Problems:
     """``promotion_rollback`` / ``promotion_fork`` for a log whose records hash to ``hashes`` (oldest first)
-    against ``pin``; ``by`` says who pinned it (the anchor, this follower)."""
+    against ``pin``; ``by`` says who pinned it and how ("the anchor names", "this node saw")."""
     if pin.sequence == 0:
         return []
     if len(hashes) < pin.sequence:
         return [
             (
                 "promotion_rollback",
-                f"chain {chain_name!r}: the promotion log ends at decision {len(hashes)}, but {by} names decision "
+                f"chain {chain_name!r}: the promotion log ends at decision {len(hashes)}, but {by} decision "
                 f"{pin.sequence}: decisions were removed (a promotion or a rejection undone)",
             )
         ]
@@ -59,7 +59,7 @@ def pin_problems(hashes: list[str], pin: PromotionPin, chain_name: str, by: str)
         return [
             (
                 "promotion_fork",
-                f"chain {chain_name!r}: promotion decision {pin.sequence} hashes to {held[:12]}, but {by} names "
+                f"chain {chain_name!r}: promotion decision {pin.sequence} hashes to {held[:12]}, but {by} "
                 f"{pin.sha256[:12]}: the log was rewritten",
             )
         ]
@@ -118,9 +118,9 @@ class PromotionReader:
             ChainForkError: the log holds another decision where this node saw or the anchor pins one.
             ChainCorruptionError: a decision does not verify.
         """
-        check_pin(self.log, self._seen, "this node (it saw it before)")
+        check_pin(self.log, self._seen, "this node saw")
         if anchor is not None:
-            check_pin(self.log, anchor, "the anchor")
+            check_pin(self.log, anchor, "the anchor names")
         now = log_pin(self.log)
         if now != self._seen:  # grown (the pins above hold), or a state from before sha256s were kept
             self._seen = now
