@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,18 +19,23 @@ from serving_support import meta as weights_meta
 from test_chain_support import (  # noqa: F401  (fixtures)
     CHAIN,
     StoreSpec,
+    build,
     meta,
     open_spec,
     payload,
     rgw_spec_fixture,
 )
+from test_chain_unsafe_reads import SPARSE, answers, ml8s_cli
 
 from ml8s.chain import Anchor, ChainStore, PromotionLog, SigningKey, adopt_policy, make_anchor, verify_chain
 from ml8s.chain.anchor import Checkpoint, _bytes, read_anchor
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.promotion import SignedDecision, record_key
-from ml8s.errors import ChainForkError, ChainRollbackError, ConfigError
+from ml8s.chain.promotion_pin import PromotionReader
+from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.serving import ClientConfig, InferenceClient
+from ml8s.store import LocalStore
 from ml8s.weights import commit_weights
 
 KEY = SigningKey.generate()
@@ -197,3 +204,66 @@ def test_anchors_from_before_the_pin_still_verify(tmp_path: Path) -> None:
     assert _checks(chain, anchor) == set()
     (tmp_path / "root" / record_key(chain, 2)).unlink()
     assert _checks(chain, anchor) == set()  # it pins no promotion: it cannot tell (a fresh anchor does)
+
+
+# -- the promotion log's records are read as every chain record: bounded, regular files only (issue 21) ---------
+
+
+def _gated_copy(tmp_path: Path) -> tuple[ChainStore, Path]:
+    root = tmp_path / "root"
+    chain = ChainStore(LocalStore(str(root)), CHAIN)
+    build(chain, 2)
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(1), "manual", None)
+    log.decide("promote", chain.get(2), "manual", None)
+    return chain, root / record_key(chain, 2)
+
+
+def _fifo(path: Path) -> list[Path]:
+    path.unlink()
+    os.mkfifo(path)
+    return [path]
+
+
+def _sparse(path: Path) -> list[Path]:
+    with open(path, "r+b") as handle:
+        handle.truncate(SPARSE)
+    return []
+
+
+def _linked(path: Path) -> list[Path]:
+    """A link to a file holding the very same bytes: the store holds files, never pointers out of it."""
+    target = path.parent.parent / "elsewhere.json"
+    target.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(target)
+    return []
+
+
+@pytest.mark.parametrize("damage", [_fifo, _sparse, _linked], ids=["fifo", "sparse-64GiB", "symlink"])
+def test_a_promotion_record_that_is_no_bounded_regular_file_is_a_named_refusal(
+    damage: Callable[[Path], list[Path]], tmp_path: Path
+) -> None:
+    chain, record = _gated_copy(tmp_path)
+    unblock = damage(record)
+    report = answers(lambda: verify_chain(_fresh(chain)), unblock)
+    assert not isinstance(report, BaseException), report
+    assert "promotion" in report.checks
+    refused = answers(lambda: PromotionReader(_fresh(chain)).gated(), unblock)
+    assert isinstance(refused, ChainCorruptionError) and refused.check == "promotion", refused
+    done = answers(lambda: ml8s_cli(record.parents[3], "chain", "verify"), unblock)
+    assert not isinstance(done, BaseException)
+    assert done.returncode == 1 and "promotion" in done.stdout + done.stderr and "Traceback" not in done.stderr
+    assert "MemoryError" not in done.stderr
+
+
+def test_an_oversized_promotion_record_on_radosgw(rgw_spec: StoreSpec) -> None:
+    store = open_spec(rgw_spec)
+    chain = ChainStore(store, CHAIN)
+    build(chain, 1)
+    PromotionLog(chain).decide("promote", chain.get(1), "manual", None)
+    assert store.put_if_absent(record_key(chain, 2), b" " * (RECORD_MAX_BYTES + 1))
+    refused = answers(lambda: PromotionReader(_fresh(chain)).gated())
+    assert isinstance(refused, ChainCorruptionError) and refused.check == "promotion"
+    assert str(RECORD_MAX_BYTES) in refused.reason
+    assert "promotion" in verify_chain(_fresh(chain)).checks
