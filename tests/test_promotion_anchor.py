@@ -16,6 +16,7 @@ import pytest
 import torch
 from serving_support import chain_at, weights_series
 from serving_support import meta as weights_meta
+from test_chain_signing import KEY_A, KEY_B, ROOT, ROOT_KEY
 from test_chain_support import (  # noqa: F401  (fixtures)
     CHAIN,
     StoreSpec,
@@ -27,10 +28,19 @@ from test_chain_support import (  # noqa: F401  (fixtures)
 )
 from test_chain_unsafe_reads import SPARSE, answers, ml8s_cli
 
-from ml8s.chain import Anchor, ChainStore, PromotionLog, SigningKey, adopt_policy, make_anchor, verify_chain
+from ml8s.chain import (
+    Anchor,
+    ChainStore,
+    PromotionLog,
+    ReadTrust,
+    SigningKey,
+    adopt_policy,
+    make_anchor,
+    verify_chain,
+)
 from ml8s.chain.anchor import Checkpoint, _bytes, read_anchor
 from ml8s.chain.limits import RECORD_MAX_BYTES
-from ml8s.chain.promotion import SignedDecision, record_key
+from ml8s.chain.promotion import Decision, SignedDecision, decision_bytes, record_key
 from ml8s.chain.promotion_pin import PromotionReader
 from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
 from ml8s.identity.hashing import canonical_bytes
@@ -267,3 +277,92 @@ def test_an_oversized_promotion_record_on_radosgw(rgw_spec: StoreSpec) -> None:
     assert isinstance(refused, ChainCorruptionError) and refused.check == "promotion"
     assert str(RECORD_MAX_BYTES) in refused.reason
     assert "promotion" in verify_chain(_fresh(chain)).checks
+
+
+def test_a_retired_key_decides_nothing_on_versions_committed_after_the_rotation(tmp_path: Path) -> None:
+    """Rotation revokes for decisions as for blocks and anchors: after policy 2 = {B}, the retired A (a leaked
+    old key, with store write access) cannot promote v3, a candidate committed under policy 2."""
+    chain = ChainStore(LocalStore(str(tmp_path / "root")), CHAIN, signer=KEY_A, trust_root=ROOT)
+    chain.init()
+    adopt_policy(chain, [ROOT_KEY, KEY_A], [KEY_A.public_key], root=ROOT)
+    for i in (1, 2):
+        chain.commit(payload(f"r{i}"), meta(f"r{i}", step=i))
+    PromotionLog(chain).decide("promote", chain.get(1), "manual", KEY_A)
+    adopt_policy(chain, [KEY_A, KEY_B], [KEY_B.public_key], root=ROOT)
+    ChainStore(chain.store, CHAIN, signer=KEY_B, trust_root=ROOT).commit(payload("r3"), meta("r3", step=3))
+    first = chain.store.get(record_key(chain, 1))
+    v3 = chain.get(3)
+    assert v3.header.trust_policy_version == 2
+    forged = Decision(
+        chain_name=CHAIN,
+        sequence=2,
+        action="promote",
+        counter=3,
+        block_hash=v3.block_hash,
+        served_counter=3,
+        served_block_hash=v3.block_hash,
+        rule="manual",
+        previous_sha256=hashlib.sha256(first).hexdigest(),
+        trust_policy_version=1,  # what A may still sign under: its predecessor named policy 1 too
+    )
+    signed = SignedDecision(decision=forged, signer_key_id=KEY_A.key_id, signature=KEY_A.sign(decision_bytes(forged)))
+    assert chain.store.put_if_absent(record_key(chain, 2), signed.model_dump_json().encode())
+    fresh = ChainStore(chain.store, CHAIN, trust_root=ROOT)
+    with pytest.raises(ChainCorruptionError, match="retired key decides nothing") as refused:
+        PromotionReader(fresh).gated()
+    assert refused.value.check == "promotion"
+    assert "promotion" in verify_chain(fresh, root=ROOT).checks
+    with pytest.raises(ChainCorruptionError, match="retired key"):
+        InferenceClient(fresh, ClientConfig(), trust=ReadTrust(root=ROOT, require_signed=True)).refresh()
+    (tmp_path / "root" / record_key(chain, 2)).unlink()  # the same decision by B, under policy 2: valid
+    PromotionLog(ChainStore(chain.store, CHAIN, trust_root=ROOT)).decide("promote", v3, "manual", KEY_B)
+    assert verify_chain(ChainStore(chain.store, CHAIN, trust_root=ROOT), root=ROOT).ok
+
+
+def test_re_promoting_after_a_rotation_retires_the_old_key_for_decisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rotation step of docs/chain.md: `ml8s chain promote N` of the served version writes a decision under
+    the new policy (not "already promoted"), after which A's decisions, even on old versions, are refused."""
+    from ml8s.chain.root import root_json
+    from ml8s.cli.main import main
+
+    root = tmp_path / "root"
+    chain = ChainStore(LocalStore(str(root)), CHAIN, signer=KEY_A, trust_root=ROOT)
+    chain.init()
+    adopt_policy(chain, [ROOT_KEY, KEY_A], [KEY_A.public_key], root=ROOT)
+    for i in (1, 2):
+        chain.commit(payload(f"p{i}"), meta(f"p{i}", step=i))
+    PromotionLog(chain).decide("promote", chain.get(2), "manual", KEY_A)
+    adopt_policy(chain, [KEY_A, KEY_B], [KEY_B.public_key], root=ROOT)
+    (tmp_path / "b.pem").write_bytes(KEY_B.private_pem())
+    (tmp_path / "trust-root.json").write_bytes(root_json(ROOT))
+    env = {"PIPELINE_ROOT_URI": str(root), "CHAIN_NAME": CHAIN, "MLFLOW_TRACKING_URI": ""}
+    env |= {"ML8S_SIGNING_KEY_FILE": str(tmp_path / "b.pem"), "CHAIN_TRUST_ROOT": str(tmp_path / "trust-root.json")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
+    assert main(["chain", "promote", "2"]) == 0
+    assert "already" not in capsys.readouterr().err
+    assert main(["chain", "promote", "2"]) == 0  # under the newest policy already: nothing written
+    assert "already the promoted version" in capsys.readouterr().err
+    log = PromotionLog(ChainStore(chain.store, CHAIN, trust_root=ROOT))
+    assert [d.decision.trust_policy_version for d in log.decisions()] == [1, 2]
+    previous = hashlib.sha256(chain.store.get(record_key(chain, 2))).hexdigest()
+    v1 = chain.get(1)  # committed under policy 1: A's forged promotion of it names policy 1
+    forged = Decision(
+        chain_name=CHAIN,
+        sequence=3,
+        action="promote",
+        counter=1,
+        block_hash=v1.block_hash,
+        served_counter=1,
+        served_block_hash=v1.block_hash,
+        rule="manual",
+        previous_sha256=previous,
+        trust_policy_version=1,
+    )
+    signed = SignedDecision(decision=forged, signer_key_id=KEY_A.key_id, signature=KEY_A.sign(decision_bytes(forged)))
+    assert chain.store.put_if_absent(record_key(chain, 3), signed.model_dump_json().encode())
+    with pytest.raises(ChainCorruptionError, match="older than its predecessor"):
+        PromotionReader(ChainStore(chain.store, CHAIN, trust_root=ROOT)).gated()

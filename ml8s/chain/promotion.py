@@ -183,7 +183,7 @@ class PromotionLog:
                 f"{decision.previous_sha256 or '-'}; expected {expected[0]!r}, {sequence}, {expected[2] or '-'}",
             )
         self._check_signature(signed, where)
-        self._check_on_chain(decision.counter, decision.block_hash, where, "decides on")
+        named = [self._check_on_chain(decision.counter, decision.block_hash, where, "decides on")]
         if decision.action == "promote" and (decision.served_counter, decision.served_block_hash) != (
             decision.counter,
             decision.block_hash,
@@ -195,7 +195,8 @@ class PromotionLog:
             if (decision.served_counter, decision.served_block_hash) != kept:
                 raise _corrupt(f"{where} rejects v{decision.counter} but changes the served version")
         if decision.served_counter:
-            self._check_on_chain(decision.served_counter, decision.served_block_hash, where, "serves")
+            named.append(self._check_on_chain(decision.served_counter, decision.served_block_hash, where, "serves"))
+        _check_not_retired(decision, named, where)
         return signed
 
     def _check_signature(self, signed: SignedDecision, where: str) -> None:
@@ -218,7 +219,7 @@ class PromotionLog:
         if wanted < previous:
             raise _corrupt(f"{where} names trust policy {wanted}, older than its predecessor's {previous}")
 
-    def _check_on_chain(self, counter: int, block_hash: str, where: str, what: str) -> None:
+    def _check_on_chain(self, counter: int, block_hash: str, where: str, what: str) -> ChainVersion:
         try:
             version = self.chain.get(counter)
         except VersionNotFoundError as exc:
@@ -227,6 +228,7 @@ class PromotionLog:
             raise _corrupt(
                 f"{where} {what} v{counter} block {block_hash[:12]}; the chain holds {version.block_hash[:12]}"
             )
+        return version
 
     def gap(self) -> str | None:
         """verify's check that the walk saw the whole log: a record after a missing one means a decision
@@ -240,6 +242,18 @@ class PromotionLog:
         if not later:
             return None
         return f"promotion decision {missing} is missing but {min(later)} exists: the log was cut"
+
+
+def _check_not_retired(decision: Decision, named: list[ChainVersion], where: str) -> None:
+    """A decision on a version committed under trust policy N is signed under N or newer: a key a rotation
+    retired decides nothing on the versions committed after it (as it signs no block or anchor after it)."""
+    newest = max(named, key=lambda v: v.header.trust_policy_version)
+    if decision.trust_policy_version < newest.header.trust_policy_version:
+        raise _corrupt(
+            f"{where} is signed under trust policy {decision.trust_policy_version}, but v{newest.counter} it names "
+            f"was committed under policy {newest.header.trust_policy_version}: a retired key decides nothing after "
+            "the rotation"
+        )
 
 
 def read_record(chain: ChainVersions, sequence: int) -> bytes | None:
