@@ -143,7 +143,7 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
 def _promoted(chain: ChainStore, anchor: Anchor | None) -> ChainVersion | None:
     """What followers serve under a promotion gate: the promoted version; None without a gate (the head).
     A log shorter than, or forked from, what ``anchor`` pins is refused (``promotion_rollback``/``_fork``)."""
-    from ml8s.chain.promotion_pin import PromotionReader
+    from ml8s.chain import PromotionReader
 
     reader = PromotionReader(chain)
     if not reader.gated(anchor.checkpoint.promotion if anchor is not None else None):

@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from ml8s.chain import ChainStore, PromotionLog, SignedDecision
-from ml8s.chain.trust import load_policies
+from ml8s.chain import ChainStore, PromotionLog, SignedDecision, load_policies
 from ml8s.errors import ChainError, ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 

@@ -27,8 +27,7 @@ import logging
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
-from ml8s.chain.promotion_pin import PromotionReader
+from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, PromotionReader, ReadTrust
 from ml8s.errors import Ml8sError, ServingError
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
