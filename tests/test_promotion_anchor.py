@@ -366,3 +366,27 @@ def test_re_promoting_after_a_rotation_retires_the_old_key_for_decisions(
     assert chain.store.put_if_absent(record_key(chain, 3), signed.model_dump_json().encode())
     with pytest.raises(ChainCorruptionError, match="older than its predecessor"):
         PromotionReader(ChainStore(chain.store, CHAIN, trust_root=ROOT)).gated()
+
+
+def test_predict_version_n_on_a_gate_that_promoted_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--version N reads version N even where the gate promoted nothing yet (the pins are still checked)."""
+    from ml8s.cli.main import main
+
+    root = tmp_path / "root"
+    chain = chain_at(f"file://{root}", "gate")
+    commit_weights(chain, weights_series(3, torch.float32, 1)[0], weights_meta("only"), interval=4)
+    PromotionLog(chain).decide("reject", chain.get(1), "a first candidate rejected", None)
+    for name, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "gate", "MLFLOW_TRACKING_URI": ""}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CHAIN_TRUST_ROOT", raising=False)
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "false")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("a,b\n1,2\n")
+    capsys.readouterr()
+    assert main(["predict", "--chain", "gate", "--input", str(rows)]) == 1
+    assert "no version promoted yet" in capsys.readouterr().err
+    assert main(["predict", "--chain", "gate", "--input", str(rows), "--version", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "no version promoted" not in err and "holds no" in err, err  # v1 itself was read: a bare payload

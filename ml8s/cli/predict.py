@@ -128,7 +128,7 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     anchor = anchor_file(args.anchor)
     follower = Follower(chain, anchor=anchor, trust=trust)
     follower.poll()
-    promoted = _promoted(chain, anchor)  # also with --version: a cut or rewritten promotion log is refused
+    promoted = _promoted(chain, anchor, required=args.version is None)  # with --version too: the pins hold
     if args.version is not None:
         version: ChainVersion | None = follower.version(args.version)
     elif promoted is not None:
@@ -140,16 +140,17 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     return read_chain_files(chain, version)
 
 
-def _promoted(chain: ChainStore, anchor: Anchor | None) -> ChainVersion | None:
-    """What followers serve under a promotion gate: the promoted version; None without a gate (the head).
-    A log shorter than, or forked from, what ``anchor`` pins is refused (``promotion_rollback``/``_fork``)."""
+def _promoted(chain: ChainStore, anchor: Anchor | None, *, required: bool) -> ChainVersion | None:
+    """What followers serve under a promotion gate: the promoted version; None without a gate (the head), or
+    when not ``required`` (--version) and nothing is promoted yet. A log shorter than, or forked from, what
+    ``anchor`` pins is refused either way (``promotion_rollback``/``_fork``)."""
     from ml8s.chain import PromotionReader
 
     reader = PromotionReader(chain)
     if not reader.gated(anchor.checkpoint.promotion if anchor is not None else None):
         return None
     served = reader.served()
-    if served is None:
+    if served is None and required:
         raise VersionNotFoundError(
             f"chain {chain.name!r} has a promotion gate and no version promoted yet; expected one promoted "
             "(ml8s chain promote N), or --version N"
