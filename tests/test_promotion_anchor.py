@@ -198,6 +198,10 @@ def test_predict_chain_refuses_a_cut_log_against_its_anchor(
     assert len(err.splitlines()) == 1, err
     code = main(["predict", "--chain", "gate", "--input", str(rows), "--anchor", str(anchor_path), "--version", "3"])
     assert code == 1 and "promotion_rollback" in capsys.readouterr().err
+    out = tmp_path / "serve"  # a first-start `ml8s follow --anchor` refuses it too, and serves nothing
+    assert main(["follow", "--out", str(out), "--once", "--anchor", str(anchor_path)]) == 1
+    err = capsys.readouterr().err
+    assert "promotion_rollback" in err and "Traceback" not in err and not (out / "current").exists(), err
 
 
 def test_anchors_from_before_the_pin_still_verify(tmp_path: Path) -> None:
