@@ -394,3 +394,21 @@ def test_predict_version_n_on_a_gate_that_promoted_nothing(
     assert main(["predict", "--chain", "gate", "--input", str(rows), "--version", "1"]) == 1
     err = capsys.readouterr().err
     assert "no version promoted" not in err and "holds no" in err, err  # v1 itself was read: a bare payload
+
+
+def test_a_restarted_follower_removes_the_state_files_a_kill_left(tmp_path: Path) -> None:
+    """A kill between writing a state file and renaming it over the old one leaves ``{state}*.tmp``: the
+    next start removes them (never the states themselves, nor anything that is not its own)."""
+    from ml8s.serving import ModelDirectory
+
+    out = tmp_path / "serve"
+    state = Path(ModelDirectory(str(out)).state_path)
+    state.write_text("{}")
+    Path(f"{state}.promotion.json").write_text("{}")
+    left = [Path(f"{state}.4242.tmp"), Path(f"{state}.promotion.json.tmp")]
+    for path in left:
+        path.write_text("{")
+    (out / "operator-notes.tmp").write_text("mine")
+    ModelDirectory(str(out))
+    assert not any(path.exists() for path in left)
+    assert state.exists() and Path(f"{state}.promotion.json").exists() and (out / "operator-notes.tmp").exists()
