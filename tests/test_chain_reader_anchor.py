@@ -52,3 +52,28 @@ def test_reproduce_refuses_a_rollback_against_its_anchor_before_training(
     capsys.readouterr()
     assert code == 1 and "anchor_rollback" in err and "training run" not in err, err
     assert "Traceback" not in err
+
+
+def test_an_inference_client_built_without_trust_honours_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/chain.md: InferenceClient loads CHAIN_TRUST_ROOT and CHAIN_REQUIRE_SIGNED like every reader. Built by
+    an application without ``trust=``, it served an unsigned chain that ``ml8s follow`` refuses."""
+    import torch
+    from serving_support import chain_at, weights_series
+    from serving_support import meta as weights_meta
+
+    from ml8s.errors import UntrustedVersionError
+    from ml8s.serving import ClientConfig, InferenceClient
+    from ml8s.weights import commit_weights
+
+    chain = chain_at(f"file://{tmp_path / 'root'}", "plain")
+    commit_weights(chain, weights_series(7, torch.float32, 1)[0], weights_meta("plain-1"), interval=4)
+    monkeypatch.delenv("CHAIN_TRUST_ROOT", raising=False)
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "true")
+    with pytest.raises(UntrustedVersionError) as refused:
+        InferenceClient(ChainStore(chain.store, "plain"), ClientConfig()).refresh()
+    assert refused.value.check in {"unsigned", "trust_root_missing"}
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "false")
+    client = InferenceClient(ChainStore(chain.store, "plain"), ClientConfig())
+    assert client.refresh() and client.version is not None and client.version.counter == 1

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, PromotionReader, ReadTrust
 from ml8s.errors import Ml8sError, ServingError
+from ml8s.identity.settings import PlatformSettings
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
 from ml8s.serving.served import Served, ServedVersion, build_served
@@ -82,7 +83,11 @@ class InferenceClient:
         anchor: Anchor | None = None,
         trust: ReadTrust | None = None,
     ) -> None:
-        """``trust``: the pinned root and CHAIN_REQUIRE_SIGNED (``ReadTrust.from_settings``), as every reader."""
+        """``trust``: the pinned root and CHAIN_REQUIRE_SIGNED; by default read from the platform settings
+        (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED), as every reader reads them: a client built in an application
+        without ``trust`` never serves what ``ml8s follow`` would refuse."""
+        if trust is None:
+            trust = ReadTrust.from_settings(PlatformSettings.load())
         self.chain, self.config = chain, config
         self.follower = Follower(chain, state_path=config.state_path, anchor=anchor, trust=trust)
         self.promotions = PromotionReader(chain, state_path=config.state_path)
