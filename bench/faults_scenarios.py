@@ -316,10 +316,12 @@ def disk_warm_trials(c: Campaign, n: int) -> Tally | str:
     tally = _tally()
     data, source = _lineage(c, "disk-warm-source")
     _generation(data, 1)
-    used = tmpfs_kib(source)
     for t in range(n):
         mount = c.work / f"disk-warm-{t}"
         mount.mkdir()
+        # measured per trial: the copied MLflow database names the source's artifact location, so each warm run
+        # writes its MLflow model files into the source root, which grows trial by trial
+        used = tmpfs_kib(source)
         size = used + used // 8 + 256 + c.rng.randint(0, max(64, used // 2))  # the copy fits, then the run fills it
         tmpfs = ["mount", "-t", "tmpfs", "-o", f"size={size}k", "tmpfs", str(mount)]
         mounted = subprocess.run(tmpfs, capture_output=True)
