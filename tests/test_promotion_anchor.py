@@ -35,6 +35,7 @@ from ml8s.chain import (
     ReadTrust,
     SigningKey,
     adopt_policy,
+    collect_garbage,
     make_anchor,
     verify_chain,
 )
@@ -84,9 +85,12 @@ def test_verify_refuses_a_cut_promotion_log_against_the_anchor(spec: StoreSpec) 
     anchor = make_anchor(chain, KEY, DAY, NOW)
     assert (anchor.checkpoint.promotion_sequence, len(anchor.checkpoint.promotion_sha256)) == (3, 64)
     assert _checks(chain, anchor) == set()
+    live = make_anchor(chain, KEY, DAY, dt.datetime.now(dt.UTC))
     chain.store.delete(record_key(chain, 3))  # the rejection undone: v3 is an undecided candidate again
     assert _checks(chain, None) == set()  # a consistent, shorter log: only the anchor tells
     assert _checks(chain, anchor) == {"promotion_rollback"}
+    with pytest.raises(ChainCorruptionError, match="promotion_rollback"):  # GC refuses before deleting anything
+        collect_garbage(_fresh(chain), dry_run=False, grace_s=0, anchor=live)
     chain.store.delete(record_key(chain, 2))
     assert _checks(chain, anchor) == {"promotion_rollback"}
     # The pin is signed: lowering it (or dropping it, as if the anchor were older) breaks the signature.
