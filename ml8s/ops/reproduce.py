@@ -69,6 +69,7 @@ def reproduce_chain(
     chain is also checked against it, as verify checks it: a rolled-back or rewritten history is refused too."""
     trust = trust or ReadTrust()
     chain = ChainStore(open_store(root_uri), chain_name, trust_root=trust.root)
+    chain.require_head()  # a chain never initialized is named as such, not reported as corrupted
     checked = verify_chain(chain, payloads=False, root=trust.root, require_signed=trust.require_signed, anchor=anchor)
     checked.raise_for_findings()
     on_chain = set(checked.chain)
