@@ -305,15 +305,24 @@ def payload_trials(c: Campaign, n: int) -> Tally:
     return _killed_op(c, _tally(), n, "payload", ["chain", "commit", "--payload", str(_weights(c)), "--steps", "1"])
 
 
+def tmpfs_kib(tree: Path) -> int:
+    """What a copy of ``tree`` takes on a tmpfs, in KiB: every file whole pages (a root holds hundreds of small
+    files, e.g. the MLflow model's code, so the sum of their sizes falls short and the copy hit ENOSPC)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    return sum(-(-p.stat().st_size // page) * page for p in tree.rglob("*") if p.is_file()) // 1024
+
+
 def disk_warm_trials(c: Campaign, n: int) -> Tally | str:
     tally = _tally()
     data, source = _lineage(c, "disk-warm-source")
     _generation(data, 1)
-    used = sum(p.stat().st_size for p in source.rglob("*") if p.is_file()) // 1024
     for t in range(n):
         mount = c.work / f"disk-warm-{t}"
         mount.mkdir()
-        size = used + used // 8 + 256 + c.rng.randint(0, max(64, used // 2))  # the copy fits (block overhead)
+        # measured per trial: the copied MLflow database names the source's artifact location, so each warm run
+        # writes its MLflow model files into the source root, which grows trial by trial
+        used = tmpfs_kib(source)
+        size = used + used // 8 + 256 + c.rng.randint(0, max(64, used // 2))  # the copy fits, then the run fills it
         tmpfs = ["mount", "-t", "tmpfs", "-o", f"size={size}k", "tmpfs", str(mount)]
         mounted = subprocess.run(tmpfs, capture_output=True)
         if mounted.returncode != 0:

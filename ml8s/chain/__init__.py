@@ -30,6 +30,7 @@ from ml8s.chain.models import (
 )
 from ml8s.chain.payload import local_file
 from ml8s.chain.promotion import Decision, PromotionAction, PromotionLog, SignedDecision
+from ml8s.chain.promotion_pin import PromotionPin, PromotionReader
 from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
 from ml8s.chain.root import ENV_TRUST_ROOT, TrustRoot, load_root, make_root, root_json
 from ml8s.chain.runindex import committed
@@ -67,6 +68,8 @@ __all__ = [
     "PayloadSource",
     "PromotionAction",
     "PromotionLog",
+    "PromotionPin",
+    "PromotionReader",
     "ReadTrust",
     "RetryPolicy",
     "SafetensorsSummary",

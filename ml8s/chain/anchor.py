@@ -19,10 +19,15 @@ a model-registry tag), it lets verify tell:
 - ``anchor_policy``: the trust policy the anchor pinned was replaced;
 - ``anchor_signature``: the anchor is not signed by a key of the chain's *newest* trust policy (a key a
   rotation retired signs no anchor after it: re-issue anchors after rotating) or of the pinned root;
-- ``anchor_root``: the anchor is bound to another trust root than the one pinned (CHAIN_TRUST_ROOT).
+- ``anchor_root``: the anchor is bound to another trust root than the one pinned (CHAIN_TRUST_ROOT);
+- ``promotion_rollback`` / ``promotion_fork``: the promotion log no longer reaches the decision the anchor
+  pinned, or holds another record there (promotion_pin.py): a promotion or a rejection was undone.
 
 Anchors bind the chain name, the trust root's id and the number of trust policies they saw: a policy
-file deleted after the anchor was issued is ``anchor_policy``, never a silent undo of the rotation.
+file deleted after the anchor was issued is ``anchor_policy``, never a silent undo of the rotation. They
+also pin the promotion log's head (its newest decision's sequence and record sha256), so what followers
+serve cannot be rolled back either. Anchors from before a field existed leave it out of what they sign,
+and verify as they were signed (pinning nothing of what the field adds).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from ml8s.chain import trust
 from ml8s.chain._util import rfc3339
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import Block, ChainVersion, Hex64, OptionalHex64, Rfc3339
+from ml8s.chain.promotion import PromotionLog
+from ml8s.chain.promotion_pin import PromotionPin, log_pin, pin_problems, raw_hashes
 from ml8s.chain.root import TrustRoot
 from ml8s.chain.signing import SigningKey, key_id, signature_valid
 from ml8s.chain.versions import ChainVersions
@@ -61,6 +68,12 @@ class Checkpoint(BaseModel):
     expires_at: Rfc3339
     policy_version: int = Field(default=0, ge=0)  # how many trust policies the chain had (0: none, or older)
     trust_root_id: OptionalHex64 = ""  # the pinned root the policies chained to ("": none pinned)
+    promotion_sequence: int = Field(default=0, ge=0)  # the promotion log's newest decision (0: none, or older)
+    promotion_sha256: OptionalHex64 = ""  # ... and the sha256 of its record
+
+    @property
+    def promotion(self) -> PromotionPin:
+        return PromotionPin(sequence=self.promotion_sequence, sha256=self.promotion_sha256)
 
 
 class Anchor(BaseModel):
@@ -81,6 +94,7 @@ def make_anchor(
     policies, problems = trust.load_policies(chain, root)
     if problems:
         raise ChainCorruptionError(None, problems[0][1], check=problems[0][0])
+    promotions = log_pin(PromotionLog(chain))  # a log that does not check is not anchored (ChainCorruptionError)
     checkpoint = Checkpoint(
         chain_name=chain.name,
         counter=head.counter,
@@ -90,6 +104,8 @@ def make_anchor(
         expires_at=rfc3339(now + ttl),
         policy_version=len(policies),
         trust_root_id=root.root_id if root is not None else "",
+        promotion_sequence=promotions.sequence,
+        promotion_sha256=promotions.sha256,
     )
     if signature_problems(
         Anchor(checkpoint=checkpoint, public_key=signer.public_key, signature=""), policies, root, verify=False
@@ -129,6 +145,9 @@ def anchor_problems(
         )
     if point.policy_sha256 and point.policy_sha256 not in _policy_hashes(chain, len(policies)):
         found.append(("anchor_policy", "the trust policy the anchor pinned is no longer in the chain", None))
+    pinned = point.promotion
+    held = raw_hashes(chain, pinned.sequence)
+    found += [(check, reason, None) for check, reason in pin_problems(held, pinned, chain.name, "the anchor names")]
     return found
 
 
@@ -208,7 +227,8 @@ def issued_in_future(anchor: Anchor, now: dt.datetime) -> bool:
 
 def _bytes(checkpoint: Checkpoint) -> bytes:
     dumped = checkpoint.model_dump(mode="json")
-    for name in ("policy_version", "trust_root_id"):  # unset in anchors from before them: they verify as signed
+    for name in ("policy_version", "trust_root_id", "promotion_sequence", "promotion_sha256"):
+        # unset in anchors from before them: they verify as signed
         if not dumped[name]:
             del dumped[name]
     return canonical_bytes(dumped)

@@ -27,10 +27,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import revocation, trust
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion, Hex64, OptionalHex64
 from ml8s.chain.signing import SigningKey, signature_valid
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainCorruptionError, ChainError, NotFoundError, VersionNotFoundError
+from ml8s.errors import (
+    ChainCorruptionError,
+    ChainError,
+    NotFoundError,
+    ObjectTooLargeError,
+    UnsafeObjectError,
+    VersionNotFoundError,
+)
 from ml8s.identity.hashing import canonical_bytes
 
 PROMOTIONS = "promotions"
@@ -79,6 +87,7 @@ class PromotionLog:
     def __init__(self, chain: ChainVersions) -> None:
         self.chain = chain
         self._records: list[SignedDecision] = []
+        self._hashes: list[str] = []  # the sha256 of each record's bytes, as checked
         self._last_sha256 = ""
 
     def decisions(self) -> list[SignedDecision]:
@@ -91,13 +100,18 @@ class PromotionLog:
         while True:
             sequence = len(self._records) + 1
             key = record_key(self.chain, sequence)
-            try:
-                data = self.chain.store.get(key)
-            except NotFoundError:
+            data = read_record(self.chain, sequence)
+            if data is None:
                 break
             self._records.append(self._checked(data, sequence, key))
             self._last_sha256 = hashlib.sha256(data).hexdigest()
+            self._hashes.append(self._last_sha256)
         return list(self._records)
+
+    def hashes(self) -> list[str]:
+        """The sha256 of every checked record, oldest first (what an anchor or a follower's state pins)."""
+        self.decisions()
+        return list(self._hashes)
 
     def latest(self) -> SignedDecision | None:
         """The newest decision (None: the chain has no promotion gate)."""
@@ -169,7 +183,7 @@ class PromotionLog:
                 f"{decision.previous_sha256 or '-'}; expected {expected[0]!r}, {sequence}, {expected[2] or '-'}",
             )
         self._check_signature(signed, where)
-        self._check_on_chain(decision.counter, decision.block_hash, where, "decides on")
+        named = [self._check_on_chain(decision.counter, decision.block_hash, where, "decides on")]
         if decision.action == "promote" and (decision.served_counter, decision.served_block_hash) != (
             decision.counter,
             decision.block_hash,
@@ -181,7 +195,8 @@ class PromotionLog:
             if (decision.served_counter, decision.served_block_hash) != kept:
                 raise _corrupt(f"{where} rejects v{decision.counter} but changes the served version")
         if decision.served_counter:
-            self._check_on_chain(decision.served_counter, decision.served_block_hash, where, "serves")
+            named.append(self._check_on_chain(decision.served_counter, decision.served_block_hash, where, "serves"))
+        _check_not_retired(decision, named, where)
         return signed
 
     def _check_signature(self, signed: SignedDecision, where: str) -> None:
@@ -204,7 +219,7 @@ class PromotionLog:
         if wanted < previous:
             raise _corrupt(f"{where} names trust policy {wanted}, older than its predecessor's {previous}")
 
-    def _check_on_chain(self, counter: int, block_hash: str, where: str, what: str) -> None:
+    def _check_on_chain(self, counter: int, block_hash: str, where: str, what: str) -> ChainVersion:
         try:
             version = self.chain.get(counter)
         except VersionNotFoundError as exc:
@@ -213,6 +228,7 @@ class PromotionLog:
             raise _corrupt(
                 f"{where} {what} v{counter} block {block_hash[:12]}; the chain holds {version.block_hash[:12]}"
             )
+        return version
 
     def gap(self) -> str | None:
         """verify's check that the walk saw the whole log: a record after a missing one means a decision
@@ -226,6 +242,29 @@ class PromotionLog:
         if not later:
             return None
         return f"promotion decision {missing} is missing but {min(later)} exists: the log was cut"
+
+
+def _check_not_retired(decision: Decision, named: list[ChainVersion], where: str) -> None:
+    """A decision on a version committed under trust policy N is signed under N or newer: a key a rotation
+    retired decides nothing on the versions committed after it (as it signs no block or anchor after it)."""
+    newest = max(named, key=lambda v: v.header.trust_policy_version)
+    if decision.trust_policy_version < newest.header.trust_policy_version:
+        raise _corrupt(
+            f"{where} is signed under trust policy {decision.trust_policy_version}, but v{newest.counter} it names "
+            f"was committed under policy {newest.header.trust_policy_version}: a retired key decides nothing after "
+            "the rotation"
+        )
+
+
+def read_record(chain: ChainVersions, sequence: int) -> bytes | None:
+    """Record ``sequence``'s bytes, bounded like every chain record (None: there is none); a record that is no
+    regular file or is over the bound is a ``promotion`` finding, never followed, waited on or read whole."""
+    try:
+        return chain.store.get(record_key(chain, sequence), max_bytes=RECORD_MAX_BYTES)
+    except NotFoundError:
+        return None
+    except (ObjectTooLargeError, UnsafeObjectError) as exc:
+        raise _corrupt(exc.message) from exc
 
 
 def _corrupt(reason: str) -> ChainCorruptionError:

@@ -109,6 +109,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs.choices["reproduce"].add_argument(
         "--from", dest="start", required=True, type=int, metavar="K", help="re-train versions K+1 .. head"
     )
+    verbs.choices["reproduce"].add_argument(
+        "--anchor",
+        default=None,
+        help="refuse unless the chain extends this anchor (a file, or mlflow:[MODEL[/VERSION]])",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,10 +122,13 @@ def run(args: argparse.Namespace) -> int:
     if verb == "keygen":
         return _keygen(args.out)
     if verb == "reproduce":
+        from ml8s.audit.anchor_tags import load_anchor
         from ml8s.cli.reproduce import reproduce
 
         trust = ReadTrust.from_settings(settings, getattr(args, "require_signed", None))
-        return reproduce(settings.pipeline_root_uri, settings.chain_name, args.start, as_json=args.json, trust=trust)
+        anchor = load_anchor(args.anchor, settings)
+        root_uri, name = settings.pipeline_root_uri, settings.chain_name
+        return reproduce(root_uri, name, args.start, as_json=args.json, trust=trust, anchor=anchor)
     if verb == "root":
         root = make_root(args.public_key, args.threshold)
         _write_new(args.out, root_json(root), mode=0o644)

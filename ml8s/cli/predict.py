@@ -17,7 +17,7 @@ FORMATS = ("csv", "json", "parquet")
 DEFAULT_PRECISION = 6
 
 if TYPE_CHECKING:
-    from ml8s.chain import ChainStore, ChainVersion
+    from ml8s.chain import Anchor, ChainStore, ChainVersion
     from ml8s.cli.args import Subcommands
     from ml8s.inference import ModelFiles
 
@@ -125,11 +125,13 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     trust = ReadTrust.from_settings(settings, args.require_signed)
     for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
-    follower = Follower(chain, anchor=anchor_file(args.anchor), trust=trust)
+    anchor = anchor_file(args.anchor)
+    follower = Follower(chain, anchor=anchor, trust=trust)
     follower.poll()
+    promoted = _promoted(chain, anchor, required=args.version is None)  # with --version too: the pins hold
     if args.version is not None:
         version: ChainVersion | None = follower.version(args.version)
-    elif (promoted := _promoted(chain)) is not None:
+    elif promoted is not None:
         version = follower.version(promoted.counter)  # checked like the head: reached from it by hash links
     else:
         version = follower.current
@@ -138,15 +140,17 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     return read_chain_files(chain, version)
 
 
-def _promoted(chain: ChainStore) -> ChainVersion | None:
-    """What followers serve under a promotion gate: the promoted version; None without a gate (the head)."""
-    from ml8s.chain import PromotionLog
+def _promoted(chain: ChainStore, anchor: Anchor | None, *, required: bool) -> ChainVersion | None:
+    """What followers serve under a promotion gate: the promoted version; None without a gate (the head), or
+    when not ``required`` (--version) and nothing is promoted yet. A log shorter than, or forked from, what
+    ``anchor`` pins is refused either way (``promotion_rollback``/``_fork``)."""
+    from ml8s.chain import PromotionReader
 
-    log = PromotionLog(chain)
-    if log.latest() is None:
+    reader = PromotionReader(chain)
+    if not reader.gated(anchor.checkpoint.promotion if anchor is not None else None):
         return None
-    served = log.served()
-    if served is None:
+    served = reader.served()
+    if served is None and required:
         raise VersionNotFoundError(
             f"chain {chain.name!r} has a promotion gate and no version promoted yet; expected one promoted "
             "(ml8s chain promote N), or --version N"

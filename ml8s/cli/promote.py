@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ml8s.chain import ChainStore, PromotionLog, SignedDecision
+from ml8s.chain import ChainStore, PromotionLog, SignedDecision, load_policies
 from ml8s.errors import ChainError, ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 
@@ -35,7 +35,9 @@ def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: 
             f"v{version.counter} is the version followers serve; expected a candidate (promote another version "
             "to stop serving it)"
         )
-    if args.verb == "promote" and served == version.counter:
+    policies = load_policies(chain, chain.trust_root)[0]
+    rotated = latest is not None and latest.decision.trust_policy_version < len(policies)
+    if args.verb == "promote" and served == version.counter and not rotated:  # after a rotation: re-signed
         print(f"ml8s: chain {chain.name!r} v{version.counter} is already the promoted version", file=sys.stderr)
         return 0
     rule = f"manual: ml8s chain {args.verb}" + (f" ({args.reason})" if args.reason else "")

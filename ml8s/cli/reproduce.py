@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 import sys
 
-from ml8s.chain import ReadTrust
+from ml8s.chain import Anchor, ReadTrust
 from ml8s.errors import ConfigError
 from ml8s.ops.reproduce import Reproduction, reproduce_chain
 
 
-def reproduce(root_uri: str, chain_name: str, start: int, *, as_json: bool, trust: ReadTrust | None = None) -> int:
+def reproduce(
+    root_uri: str,
+    chain_name: str,
+    start: int,
+    *,
+    as_json: bool,
+    trust: ReadTrust | None = None,
+    anchor: Anchor | None = None,
+) -> int:
     if start < 0:
         raise ConfigError(f"--from {start}: expected a version counter >= 0 (0: from the genesis block)")
     print(
@@ -19,7 +27,7 @@ def reproduce(root_uri: str, chain_name: str, start: int, *, as_json: bool, trus
         file=sys.stderr,
     )
     line = None if as_json else _line
-    results = reproduce_chain(root_uri, chain_name, start, report=line, progress=_progress, trust=trust)
+    results = reproduce_chain(root_uri, chain_name, start, report=line, progress=_progress, trust=trust, anchor=anchor)
     if as_json:
         print(json.dumps([{**r.model_dump(), "matches": r.matches} for r in results], indent=2, sort_keys=True))
     matched = sum(r.matches for r in results)

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion, ReadTrust, content_hash, verify_chain
+from ml8s.chain import Anchor, ChainStore, ChainVersion, ReadTrust, content_hash, verify_chain
 from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, ContractFile, FingerprintRecord, TrainingMetadata, layout, parse
 from ml8s.contract._parse import Invalid
@@ -58,17 +58,19 @@ def reproduce_chain(
     report: Callable[[Reproduction], None] | None = None,
     progress: Callable[[str], None] = lambda _: None,
     trust: ReadTrust | None = None,
+    anchor: Anchor | None = None,
 ) -> list[Reproduction]:
     """Re-train every version above ``start`` (a counter on the chain) and compare; ``report`` sees each result,
     ``progress`` a line as each version starts training and comparing (a re-training takes minutes).
 
     The chain is verified first as every reader checks it (``trust``: the pinned root and CHAIN_REQUIRE_SIGNED);
     ChainCorruptionError when it has findings: a forged or rolled-back history is not worth hours of training,
-    and "reproduced" must be said of the versions the chain really holds."""
+    and "reproduced" must be said of the versions the chain really holds. With ``anchor`` (``--anchor``), the
+    chain is also checked against it, as verify checks it: a rolled-back or rewritten history is refused too."""
     trust = trust or ReadTrust()
     chain = ChainStore(open_store(root_uri), chain_name, trust_root=trust.root)
     chain.require_head()  # a chain never initialized is named as such, not reported as corrupted
-    checked = verify_chain(chain, payloads=False, root=trust.root, require_signed=trust.require_signed)
+    checked = verify_chain(chain, payloads=False, root=trust.root, require_signed=trust.require_signed, anchor=anchor)
     checked.raise_for_findings()
     on_chain = set(checked.chain)
     versions = [v for v in chain.walk() if v.counter > start and v.version_dir in on_chain]

@@ -27,11 +27,11 @@ import logging
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
+from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, PromotionReader, ReadTrust
 from ml8s.errors import Ml8sError, ServingError
+from ml8s.identity.settings import PlatformSettings
 from ml8s.inference import Predictions
 from ml8s.inference.transform import Rows
-from ml8s.serving.promoted import PromotionReader
 from ml8s.serving.served import Served, ServedVersion, build_served
 from ml8s.weights import rebuild_weights
 
@@ -83,7 +83,11 @@ class InferenceClient:
         anchor: Anchor | None = None,
         trust: ReadTrust | None = None,
     ) -> None:
-        """``trust``: the pinned root and CHAIN_REQUIRE_SIGNED (``ReadTrust.from_settings``), as every reader."""
+        """``trust``: the pinned root and CHAIN_REQUIRE_SIGNED; by default read from the platform settings
+        (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED), as every reader reads them: a client built in an application
+        without ``trust`` never serves what ``ml8s follow`` would refuse."""
+        if trust is None:
+            trust = ReadTrust.from_settings(PlatformSettings.load())
         self.chain, self.config = chain, config
         self.follower = Follower(chain, state_path=config.state_path, anchor=anchor, trust=trust)
         self.promotions = PromotionReader(chain, state_path=config.state_path)
@@ -129,7 +133,9 @@ class InferenceClient:
             # Unchanged since the follower's persisted head: serve what this poll read and checked, never a
             # second read of the head (a store writer could flip it in between).
             self._pending = self.follower.current
-        if self.promotions.gated():  # the chain has a promotion gate: serve what it promoted, never a candidate
+        anchor = self.follower.anchor
+        # the chain has a promotion gate: serve what it promoted, never a candidate (nor a cut log's older choice)
+        if self.promotions.gated(anchor.checkpoint.promotion if anchor is not None else None):
             promoted = self.promotions.served()
             # checked like the head: the promoted block must be reached from the checked head by hash links
             self._pending = None if promoted is None else self.follower.version(promoted.counter)

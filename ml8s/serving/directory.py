@@ -28,6 +28,7 @@ follower does not hash its model on every poll.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -181,7 +182,8 @@ class ModelDirectory:
         self._remove_leftovers()
 
     def _remove_leftovers(self) -> None:
-        """A killed writer's half-written directories and the swap links it never renamed."""
+        """A killed writer's half-written directories, the swap links it never renamed, and the state files
+        it wrote but never renamed over its head and promotion state (``{state}*.tmp``)."""
         for name in os.listdir(self.versions):
             if name.startswith(".tmp-"):
                 shutil.rmtree(os.path.join(self.versions, name), ignore_errors=True)
@@ -189,6 +191,9 @@ class ModelDirectory:
             path = os.path.join(self.root, name)
             if name.startswith(f".{CURRENT}-") and os.path.islink(path):
                 os.unlink(path)
+            elif name.startswith(STATE_FILE) and name.endswith(".tmp") and not os.path.islink(path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
 
 def _sync_directory(path: str) -> None:

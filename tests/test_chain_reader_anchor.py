@@ -1,0 +1,79 @@
+"""Issue 21 review: every reader given --anchor checks the chain against it before it acts. ``chain reproduce``
+took none: a rollback whose run index and audit trail were erased too was re-trained as the chain's history."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pytest
+from test_chain_support import CHAIN, meta, payload, set_head, version_path
+
+from ml8s.chain import ChainStore, SigningKey, adopt_policy, make_anchor, paths
+from ml8s.cli.main import main
+from ml8s.store import LocalStore
+
+KEY = SigningKey.generate()
+
+
+def _erase_the_newest(root: Path, chain: ChainStore) -> None:
+    """Head back to v2; v3, its run record, claim and audit events deleted: only an anchor can tell."""
+    newest = chain.head()
+    set_head(root, chain.get(newest.counter - 1))
+    shutil.rmtree(version_path(root, newest.version_dir))
+    base = root / paths.ROOT / CHAIN
+    for record in (base / paths.RUNS).glob(f"{newest.header.full_config_hash}*"):
+        record.unlink()
+    for event in (base / paths.AUDIT).iterdir():
+        if newest.block_hash in event.read_text() or newest.version_dir in event.read_text():
+            event.unlink()
+
+
+def test_reproduce_refuses_a_rollback_against_its_anchor_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "root"
+    chain = ChainStore(LocalStore(str(root)), CHAIN, signer=KEY)
+    chain.init()
+    adopt_policy(chain, KEY, [KEY.public_key])
+    for i in range(1, 4):
+        chain.commit(payload(f"v{i}"), meta(f"v{i}", step=i))
+    anchor = tmp_path / "anchor.json"
+    anchor.write_text(make_anchor(chain, KEY, dt.timedelta(days=1), dt.datetime.now(dt.UTC)).model_dump_json())
+    _erase_the_newest(root, chain)
+    for name, value in {"PIPELINE_ROOT_URI": str(root), "CHAIN_NAME": CHAIN, "CHAIN_REQUIRE_SIGNED": "false"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CHAIN_TRUST_ROOT", raising=False)
+    capsys.readouterr()
+    code = main(["chain", "reproduce", "--from", "0", "--anchor", str(anchor)])
+    err = capsys.readouterr().err
+    assert main(["chain", "verify"]) == 0  # without the anchor, a consistent shorter chain
+    capsys.readouterr()
+    assert code == 1 and "anchor_rollback" in err and "training run" not in err, err
+    assert "Traceback" not in err
+
+
+def test_an_inference_client_built_without_trust_honours_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/chain.md: InferenceClient loads CHAIN_TRUST_ROOT and CHAIN_REQUIRE_SIGNED like every reader. Built by
+    an application without ``trust=``, it served an unsigned chain that ``ml8s follow`` refuses."""
+    import torch
+    from serving_support import chain_at, weights_series
+    from serving_support import meta as weights_meta
+
+    from ml8s.errors import UntrustedVersionError
+    from ml8s.serving import ClientConfig, InferenceClient
+    from ml8s.weights import commit_weights
+
+    chain = chain_at(f"file://{tmp_path / 'root'}", "plain")
+    commit_weights(chain, weights_series(7, torch.float32, 1)[0], weights_meta("plain-1"), interval=4)
+    monkeypatch.delenv("CHAIN_TRUST_ROOT", raising=False)
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "true")
+    with pytest.raises(UntrustedVersionError) as refused:
+        InferenceClient(ChainStore(chain.store, "plain"), ClientConfig()).refresh()
+    assert refused.value.check in {"unsigned", "trust_root_missing"}
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "false")
+    client = InferenceClient(ChainStore(chain.store, "plain"), ClientConfig())
+    assert client.refresh() and client.version is not None and client.version.counter == 1
