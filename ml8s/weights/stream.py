@@ -32,7 +32,6 @@ from ml8s.chain import (
     check_safetensors,
     delta_due,
 )
-from ml8s.chain import paths as chain_paths
 from ml8s.deltas import encode_delta_by_tensor
 from ml8s.errors import ChecksumError, ConfigError, DeltaShapeError, NotFoundError, WeightsMismatchError
 from ml8s.tempdirs import owned_tempdir
@@ -93,7 +92,7 @@ class StreamingCheckpointBuilder:
             yield sorted(rebuilt.tensors), rebuilt.tensors.__getitem__, rebuilt.weights_hash
             return
         entry = next(f for f in parent.header.files if f.name == WEIGHTS_FULL)
-        key = self.chain.version_key(parent.version_dir, chain_paths.PAYLOAD, WEIGHTS_FULL)
+        key = self.chain.version_key(parent.version_dir, "payload", WEIGHTS_FULL)  # as load_full
         where = self.chain.store.uri(key)
         with owned_tempdir("ml8s-delta-base-") as scratch:
             local = os.path.join(scratch, WEIGHTS_FULL)
