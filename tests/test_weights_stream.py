@@ -3,8 +3,10 @@ encoder, hashes checked on both sides, a tampered parent or a file changed meanw
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +62,17 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     return checkpoint(where / "base.st", 1), checkpoint(where / "child.st", 1, 97), checkpoint(where / "next.st", 1, 13)
 
 
+class Recording:
+    """A pair loader that notes which names it was asked for, in order."""
+
+    def __init__(self, base: Callable[[str], torch.Tensor], new: Callable[[str], torch.Tensor]) -> None:
+        self.base, self.new, self.loaded = base, new, list[str]()
+
+    def __call__(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        self.loaded.append(name)
+        return self.base(name), self.new(name)
+
+
 @pytest.mark.parametrize("given_base_hash", [False, True])
 def test_streaming_delta_is_byte_identical_to_the_whole_encoder(
     files: tuple[Path, Path, Path], given_base_hash: bool
@@ -70,15 +83,10 @@ def test_streaming_delta_is_byte_identical_to_the_whole_encoder(
     for options in (None, DeltaOptions(level=9)):
         whole = encode_delta(base, child, options=options, base_hash=known)
         with _tensors(str(base_path), "base") as (names, load_base), _tensors(str(child_path), "child") as (_, load):
-            loads: list[str] = []
-            streamed = encode_delta_by_tensor(
-                names,
-                lambda name, seen=loads: (seen.append(name), load_base(name), load(name))[1:],
-                options=options,
-                base_hash=known,
-            )
+            pairs = Recording(load_base, load)
+            streamed = encode_delta_by_tensor(names, pairs, options=options, base_hash=known)
         assert streamed.payload == whole
-        assert loads == sorted(SHAPES)  # each pair once, in name order: one pair in memory at a time
+        assert pairs.loaded == sorted(SHAPES)  # each pair once, in name order: one pair in memory at a time
         assert (streamed.base_hash, streamed.result_hash) == (weights_hash(base), weights_hash(child))
 
 
@@ -158,3 +166,56 @@ def test_another_tensor_set_makes_a_full(chain: ChainStore, tmp_path: Path, file
     assert payload == {"model_native.safetensors": source}
     assert (fields.payload_kind, fields.weights_full_counter) == (PayloadKind.FULL, full.counter + 1)
     assert isinstance(source, LocalFile) and fields.weights_hash == weights_hash(tensors)
+
+
+# Produced by the whole-model encoder as it was before it shared its per-tensor core with the streaming one
+# (main before issue 22's DELTA work): a change to the core that changes the wire bytes fails here, even
+# though encode_delta and encode_delta_by_tensor would still agree with each other.
+PINNED = {
+    3: "588d39319d0c311b62773e3bf7e349efce36ea32b50e1af843d29edb174ff70d",
+    9: "376476eac2e7039ae66fe94b5c7f3754afb362b0eb76893d4caf6265cb9de6d8",
+}
+
+
+def _derived(label: str, count: int) -> bytes:
+    """``count`` bytes from sha256 in counter mode: the same on every platform and library version."""
+    return b"".join(hashlib.sha256(f"{label}:{n}".encode()).digest() for n in range(count // 32 + 1))[:count]
+
+
+def _pinned_tensors(changed: bool) -> dict[str, torch.Tensor]:
+    layout = {
+        "w": (torch.float32, [64, 33]),
+        "b": (torch.bfloat16, [17]),
+        "h": (torch.float16, [5, 3]),
+        "s": (torch.float32, []),
+        "e": (torch.float16, [0]),
+    }
+    out = {}
+    for name, (dtype, shape) in layout.items():
+        size = int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+        if not size:
+            out[name] = torch.empty(shape, dtype=dtype)
+            continue
+        raw = torch.frombuffer(bytearray(_derived(name, size)), dtype=torch.uint8)
+        if changed:
+            raw[::7] ^= 1
+        out[name] = raw.view(dtype).reshape(shape)
+    return out
+
+
+def test_delta_bytes_are_those_of_the_encoder_before_the_split(tmp_path: Path) -> None:
+    base, new = _pinned_tensors(False), _pinned_tensors(True)
+    safetensors.torch.save_file(base, str(tmp_path / "base.st"))
+    safetensors.torch.save_file(new, str(tmp_path / "new.st"))
+    for level, digest in PINNED.items():
+        options = DeltaOptions(level=level)
+        assert hashlib.sha256(encode_delta(base, new, options=options)).hexdigest() == digest
+        with (
+            _tensors(str(tmp_path / "base.st"), "b") as (names, old),
+            _tensors(str(tmp_path / "new.st"), "n") as (
+                _,
+                fresh,
+            ),
+        ):
+            streamed = encode_delta_by_tensor(names, Recording(old, fresh), options=options)
+        assert hashlib.sha256(streamed.payload).hexdigest() == digest
