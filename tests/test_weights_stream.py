@@ -14,12 +14,12 @@ import pytest
 import safetensors.torch
 import torch
 
-from ml8s.chain import ChainStore, LocalFile, PayloadKind, check_safetensors, hash_checkpoint
+from ml8s.chain import ChainStore, CommitMeta, LocalFile, PayloadKind, check_safetensors, hash_checkpoint
 from ml8s.cli.chain import _commit_external
 from ml8s.deltas import DeltaOptions, encode_delta, encode_delta_by_tensor, weights_hash
 from ml8s.errors import ChecksumError, ConfigError, DeltaShapeError
 from ml8s.store import LocalStore
-from ml8s.weights import rebuild_weights
+from ml8s.weights import commit_weights, rebuild_weights
 from ml8s.weights.stream import StreamingCheckpointBuilder, _tensors
 
 SHAPES = {  # three float dtypes, a scalar, an empty tensor, several tensors over a read chunk
@@ -219,3 +219,22 @@ def test_delta_bytes_are_those_of_the_encoder_before_the_split(tmp_path: Path) -
         ):
             streamed = encode_delta_by_tensor(names, Recording(old, fresh), options=options)
         assert hashlib.sha256(streamed.payload).hexdigest() == digest
+
+
+def test_a_delta_on_a_full_the_pipeline_wrote(chain: ChainStore, files: tuple[Path, Path, Path]) -> None:
+    """The parent FULL written by commit_weights (encode_full: safetensors with metadata), read lazily."""
+    base = safetensors.torch.load_file(str(files[0]))
+    meta = CommitMeta(
+        run_id="c" * 12,
+        full_config_hash="c" * 64,
+        artifact_root="/nowhere",
+        architecture="test",
+        parameter_count=sum(t.numel() for t in base.values()),
+        steps_since_parent=0,
+    )
+    full = commit_weights(chain, base, meta, interval=4)
+    assert full.header.payload_kind is PayloadKind.FULL
+    delta = _commit_external(chain, str(files[1]), 0, 4)
+    assert delta.header.payload_kind is PayloadKind.DELTA
+    child = safetensors.torch.load_file(str(files[1]))
+    assert _stored(chain, delta.version_dir, "weights.delta") == encode_delta(base, child)
