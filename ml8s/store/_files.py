@@ -26,15 +26,15 @@ def open_source(path: str, what: str) -> io.FileIO:
         raise StoreError(f"cannot read {what}: {exc.strerror or exc}") from exc
 
 
-def write_file(path: str, source: bytes | io.FileIO) -> tuple[str, int]:
-    """Write ``source`` (bytes, or an open file read to its end) to ``path`` (created fresh) and fsync it.
+def write_file(path: str, data: bytes) -> tuple[str, int]:
+    """Write ``data`` to ``path`` (created fresh) and fsync it.
 
     Returns (sha256, size) of the bytes written, hashed once, from the same buffers that were written.
     """
     with _writing(path):
         handle = in_fresh_dir(path, lambda: open(path, "wb"))
         with handle:
-            digest, size = _write_hashed(handle, source)
+            digest, size = _write_hashed(handle, data)
             handle.flush()
             os.fsync(handle.fileno())
     return digest, size
@@ -88,17 +88,10 @@ def _writing(path: str) -> Iterator[None]:
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def _write_hashed(out: BinaryIO, source: bytes | io.FileIO) -> tuple[str, int]:
+def _write_hashed(out: BinaryIO, data: bytes) -> tuple[str, int]:
     """Write and hash chunk by chunk: each chunk is still in the CPU cache when it is hashed."""
     digest = hashlib.sha256()
-    if isinstance(source, io.FileIO):
-        size, buffer = 0, memoryview(bytearray(_CHUNK))
-        while count := source.readinto(buffer):
-            out.write(buffer[:count])
-            digest.update(buffer[:count])
-            size += count
-        return digest.hexdigest(), size
-    view = memoryview(source)
+    view = memoryview(data)
     for start in range(0, len(view), _CHUNK):
         out.write(view[start : start + _CHUNK])
         digest.update(view[start : start + _CHUNK])

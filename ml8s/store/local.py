@@ -1,12 +1,12 @@
 """Local-filesystem backend: tmp file hashed while written + fsync + ``os.replace`` + directory fsync.
 
 Costs: a listing is a directory walk and one ``stat`` per file (no file is read); an atomic write reads
-its source once and hashes each byte once, from the buffer it writes (one pass). The tmp file is not read
+its source once and hashes each byte once, from the buffer it writes (one pass; a file's contents are
+hashed in a second thread while the next buffer is read and written, ``copy_hashed``). The tmp file is not read
 back: a re-read after fsync comes from the page cache, not the disk, so it would only prove that our own
 write loop wrote what it hashed, which hashing those very buffers proves too; its size is checked (a
-``stat``) before the rename. ``put_file_expecting`` (a file its caller hashed) hashes its copy the same
-way, in a second thread while the next buffer is written, and checks that hash against the caller's (the
-source may have changed since).
+``stat``) before the rename. ``put_file_expecting`` (a file its caller hashed) copies it the same way
+and checks that hash against the caller's (the source may have changed since).
 Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
 would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
@@ -56,7 +56,7 @@ class LocalStore(Store):
     def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
         tmp = self._path(tmp_key)
         with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
-            digest, size = write_file(tmp, source)
+            digest, size = copy_hashed(tmp, source)
         return self._move(key, tmp, tmp_key, digest, size)
 
     def put_file_expecting(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
@@ -147,7 +147,7 @@ class LocalStore(Store):
         if not os.path.isfile(source):
             raise NotFoundError(f"{self.uri(key)} does not exist")
         with open_source(source, self.uri(key)) as handle:
-            digest, size = write_file(path, handle)
+            digest, size = copy_hashed(path, handle)
         return WriteResult(key=key, size=size, sha256=digest)
 
     def irregular(self, prefix: str) -> list[str]:
