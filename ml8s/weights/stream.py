@@ -1,9 +1,9 @@
 """A DELTA of a checkpoint file encoded one tensor at a time: memory bounded by a tensor pair, not the model.
 
 ``ml8s chain commit --payload`` hands a DELTA to ``checkpoint_builder`` (``ml8s.weights.commit``). The
-child's tensors are read from the checkpoint file lazily (safetensors ``safe_open``: one tensor read when
-asked for). A parent that is a FULL is downloaded to a scratch file, checked against the size and sha256
-its block records, and read lazily the same way; the encoder (``encode_delta_by_tensor``) hashes both sides
+child's tensors are read from the checkpoint file one at a time, when the encoder asks for them (at the
+offsets of its checked safetensors header, ``check_safetensors``). A parent that is a FULL is downloaded
+to a scratch file, checked against the size and sha256 its block records, and read the same way; the encoder (``encode_delta_by_tensor``) hashes both sides
 as it goes, and the base's hash must be the one the parent's block records. A parent that is itself a
 DELTA is rebuilt whole (``rebuild_weights``: every hop checked), so there memory holds the parent's
 weights, the child's still one tensor at a time.
