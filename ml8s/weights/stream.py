@@ -3,10 +3,10 @@
 ``ml8s chain commit --payload`` hands a DELTA to ``checkpoint_builder`` (``ml8s.weights.commit``). The
 child's tensors are read from the checkpoint file one at a time, when the encoder asks for them (at the
 offsets of its checked safetensors header, ``check_safetensors``). A parent that is a FULL is downloaded
-to a scratch file, checked against the size and sha256 its block records, and read the same way; the encoder (``encode_delta_by_tensor``) hashes both sides
-as it goes, and the base's hash must be the one the parent's block records. A parent that is itself a
-DELTA is rebuilt whole (``rebuild_weights``: every hop checked), so there memory holds the parent's
-weights, the child's still one tensor at a time.
+to a scratch file, checked against the size and sha256 its block records, and read the same way; the
+encoder (``encode_delta_by_tensor``) hashes both sides as it goes, and the base's hash must be the one the
+parent's block records. A parent that is itself a DELTA is rebuilt whole (``rebuild_weights``: every hop
+checked), so there memory holds the parent's weights, the child's still one tensor at a time.
 
 The checkpoint's weights hash was computed from the file before the commit (``hash_checkpoint``); the
 encoder's result hash must equal it, else the file changed meanwhile and nothing is committed from it.
