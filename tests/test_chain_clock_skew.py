@@ -105,14 +105,10 @@ def test_a_staging_file_deleted_under_a_writer_is_named(tmp_path: Path) -> None:
     says a cleanup deleted it, which commit_with_retry retries."""
 
     class Vanishing(LocalStore):
-        # put_file_atomic's check before the rename (one pass: a size check), put_file_expecting's re-read
+        # the check before the rename (a size check) that put_file_atomic and put_file_expecting both make
         def _move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
             os.unlink(tmp)
             return super()._move(key, tmp, tmp_key, digest, size)
-
-        def _validate_and_move(self, key: str, tmp: str, tmp_key: str, *args: object, **kw: object) -> WriteResult:
-            os.unlink(tmp)
-            return super()._validate_and_move(key, tmp, tmp_key, *args, **kw)  # type: ignore[arg-type]
 
     source = tmp_path / "f.bin"
     source.write_bytes(b"x" * 100)

@@ -1,6 +1,6 @@
-"""``Store.put_file_expecting`` (issue 12, commit speed): a file the caller hashed is stored by a kernel copy
-and one hash pass of what landed (local backend), or through put_file_atomic (the default); either way
-only bytes equal to the caller's sha256 and size reach the key."""
+"""``Store.put_file_expecting`` (issue 12, commit speed; issue 22, one pass): a file the caller hashed is
+stored by a copy hashed from the buffers it writes, never read back (local backend), or through
+put_file_atomic (the default); either way only bytes equal to the caller's sha256 and size reach the key."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_stores_exact_bytes_hashing_once(tmp_path: Path, size: int, monkeypatch:
     result = store.put_file_expecting("a/f.bin", str(src), tmp_key=".tmp/f", sha256=digest, size=size)
     assert (result.key, result.size, result.sha256) == ("a/f.bin", size, digest)
     assert store.get("a/f.bin") == src.read_bytes()
-    assert len(passes) == 1  # the validation of what landed; the copy itself is the kernel's
+    assert passes == []  # no read-back: the copy hashed what it wrote
     assert not list((tmp_path / "root" / ".tmp").iterdir())
 
 
@@ -63,39 +63,33 @@ def test_missing_source_is_a_store_error(tmp_path: Path) -> None:
         store.put_file_expecting("a", str(tmp_path / "nope"), tmp_key=".tmp/a", sha256="0" * 64, size=0)
 
 
-def _unsupported(*_: object) -> int:
-    raise OSError(errno.EXDEV, "cross-device")
-
-
-def test_falls_back_where_the_kernel_copy_is_unsupported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_short_writes_still_copy_every_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src, digest = _source(tmp_path, 3 * MiB + 1)
     store = LocalStore(str(tmp_path / "root"))
-    calls = {"copy_file_range": 0}
-    real = os.copy_file_range
+    real = os.write
+    sizes: list[int] = []
 
-    def half_then_unsupported(source: int, target: int, count: int) -> int:
-        calls["copy_file_range"] += 1
-        if calls["copy_file_range"] > 1:
-            raise OSError(errno.EXDEV, "cross-device")
-        return real(source, target, MiB + 17)  # part of it, then the next way goes on from there
+    def short(fd: int, data: memoryview) -> int:  # at most 1000 bytes per call, as a signal may cut a write
+        sizes.append(len(data))
+        return real(fd, data[:1000])
 
-    monkeypatch.setattr(os, "copy_file_range", half_then_unsupported)
+    monkeypatch.setattr(os, "write", short)
     store.put_file_expecting("k1", str(src), tmp_key=".tmp/1", sha256=digest, size=3 * MiB + 1)
-    monkeypatch.setattr(os, "sendfile", _unsupported)
-    store.put_file_expecting("k2", str(src), tmp_key=".tmp/2", sha256=digest, size=3 * MiB + 1)
-    assert store.get("k1") == store.get("k2") == src.read_bytes()
+    monkeypatch.undo()
+    assert store.get("k1") == src.read_bytes() and len(sizes) > 3 * MiB // 1000
 
 
-def test_a_real_copy_error_is_a_store_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    src, digest = _source(tmp_path, 1000)
+def test_a_write_error_is_a_store_error_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src, digest = _source(tmp_path, 2 * MiB)
 
     def broken(*_: object) -> int:
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(os, "copy_file_range", broken)
     store = LocalStore(str(tmp_path / "root"))
+    monkeypatch.setattr(os, "write", broken)
     with pytest.raises(StoreError, match="I/O error"):
-        store.put_file_expecting("k", str(src), tmp_key=".tmp/k", sha256=digest, size=1000)
+        store.put_file_expecting("k", str(src), tmp_key=".tmp/k", sha256=digest, size=2 * MiB)
+    monkeypatch.undo()
     assert not store.exists("k") and not (tmp_path / "root" / ".tmp" / "k").exists()
 
 

@@ -78,19 +78,23 @@ def test_tmp_file_changed_before_the_rename_is_caught(tmp_path: Path, monkeypatc
     store.put_atomic("k", b"old", tmp_key=".tmp/k")
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(9 * 1024 * 1024))
-    real = local.write_file
     damage: list[Callable[[str], None]] = [
         lambda path: os.truncate(path, 4096),
         _grow_by_one_byte,
         os.unlink,
     ]
 
-    def then_damage(path: str, source: Any) -> tuple[str, int]:
-        result = real(path, source)
-        damage[0](path)
-        return result
+    def then_damage(real: Callable[[str, Any], tuple[str, int]]) -> Callable[[str, Any], tuple[str, int]]:
+        def write(path: str, source: Any) -> tuple[str, int]:
+            result = real(path, source)
+            damage[0](path)
+            return result
 
-    monkeypatch.setattr(local, "write_file", then_damage)
+        return write
+
+    # bytes are written by write_file, a file's contents by copy_hashed: both are checked the same way
+    monkeypatch.setattr(local, "write_file", then_damage(local.write_file))
+    monkeypatch.setattr(local, "copy_hashed", then_damage(local.copy_hashed))
     with pytest.raises(IntegrityError, match=r"wrote 9437184 bytes sha256 [0-9a-f]{64}, found 4096 bytes"):
         store.put_file_atomic("k", str(src), tmp_key=".tmp/k")
     damage.pop(0)

@@ -17,8 +17,8 @@ once, one in a second thread (hashlib releases the GIL): on two cores the read c
 
 ``CheckpointBuilder``: the payload builder of ``commit_with_retry`` for such a file. A FULL stores the
 file as is (streamed); only when the parent makes a DELTA due (``delta_due``, the interval rule of
-``ml8s.weights.commit_weights``) does it call the DELTA builder it was given, which loads the tensors
-(torch): a FULL commit never imports torch.
+``ml8s.weights.commit_weights``) does it call the DELTA builder it was given, which reads the tensors
+one at a time (torch): a FULL commit never imports torch.
 """
 
 from __future__ import annotations

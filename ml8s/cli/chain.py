@@ -278,7 +278,7 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
 
     Everything is checked before anything is written (no run claim for a bad payload). The file is read once
     for both its sha256 and its weights hash (no torch); a FULL streams it as is; a DELTA (DELTA_BASE_INTERVAL,
-    the rule of ml8s.weights.commit_weights) loads its tensors and encodes them on the parent's weights.
+    the rule of ml8s.weights.commit_weights) encodes its tensors on the parent's one tensor at a time.
     """
     if not 0 <= steps <= MAX_STEPS:
         raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
@@ -298,7 +298,7 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
     def make_delta() -> PayloadBuilder:
         from ml8s.weights import checkpoint_builder  # torch: only when the parent makes a DELTA due
 
-        return checkpoint_builder(chain, path, source, interval=interval)
+        return checkpoint_builder(chain, path, source, weights_hash=weights_hash, interval=interval)
 
     builder = CheckpointBuilder(source, weights_hash, interval, make_delta)
     return commit_with_retry(chain, builder, meta, RetryPolicy(), notify=to_stderr)

@@ -10,12 +10,13 @@ bfloat16 and float16 CPU tensors are carried. Failures raise the ``ml8s.errors.D
 """
 
 from ml8s.deltas.apply import apply_delta, apply_delta_in_place
-from ml8s.deltas.codec import DeltaOptions, encode_delta, read_delta_header
+from ml8s.deltas.codec import DeltaEncoding, DeltaOptions, encode_delta, encode_delta_by_tensor, read_delta_header
 from ml8s.deltas.full import decode_full, encode_full, read_full_hash
 from ml8s.deltas.hashing import weights_hash
 from ml8s.deltas.header import DeltaHeader, DeltaTensorInfo
 
 __all__ = [
+    "DeltaEncoding",
     "DeltaHeader",
     "DeltaOptions",
     "DeltaTensorInfo",
@@ -23,6 +24,7 @@ __all__ = [
     "apply_delta_in_place",
     "decode_full",
     "encode_delta",
+    "encode_delta_by_tensor",
     "encode_full",
     "read_delta_header",
     "read_full_hash",

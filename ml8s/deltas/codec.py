@@ -28,7 +28,8 @@ base (names, dtypes, shapes, weights hash) and, after applying, the resulting we
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ml8s.deltas import container
 from ml8s.deltas.dtypes import raw_bits, tensor_kind
-from ml8s.deltas.hashing import check_hex_digest, weights_hash
+from ml8s.deltas.hashing import WeightsHasher, check_hex_digest
 from ml8s.deltas.header import FORMAT_VERSION, DeltaHeader, DeltaTensorInfo, decode_header, encode_header
 from ml8s.deltas.indices import encode_positions
 from ml8s.errors import DeltaShapeError
@@ -86,32 +87,74 @@ def encode_delta(
         DeltaDtypeError: a tensor of an unsupported dtype or not on the CPU.
         DeltaShapeError: the tensor names, a dtype or a shape differ: only a FULL payload can carry that.
     """
+    names = _same_layout(base, new)
+    pairs = encode_delta_by_tensor(names, lambda name: (base[name], new[name]), options=options, base_hash=base_hash)
+    return pairs.payload
+
+
+def encode_delta_by_tensor(
+    names: Sequence[str],
+    load: Callable[[str], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    options: DeltaOptions | None = None,
+    base_hash: str | None = None,
+) -> DeltaEncoding:
+    """``encode_delta`` one tensor pair at a time: ``load(name)`` gives the base's and the new tensor of
+    ``name``, called once per name of ``names`` (sorted, no duplicates), so only one pair need be in memory
+    (e.g. read lazily from safetensors files). The payload bytes are those ``encode_delta`` gives for the
+    same tensors; the result's hashes are computed on the way (the base's unless ``base_hash`` is given).
+
+    Raises:
+        DeltaDtypeError: a tensor of an unsupported dtype or not on the CPU.
+        DeltaShapeError: a pair differs in dtype or shape, or ``names`` is not sorted and unique.
+    """
+    if list(names) != sorted(set(names)):
+        raise DeltaShapeError(f"tensor names must be sorted and unique, got {list(names)[:8]}")
     settings = options if options is not None else DeltaOptions()
     known_base = check_hex_digest(base_hash, "base_hash") if base_hash is not None else None
-    names = _same_layout(base, new)
+    base_hasher, result_hasher = WeightsHasher(len(names)), WeightsHasher(len(names))
     infos: list[DeltaTensorInfo] = []
     index_parts: list[npt.NDArray[np.uint8]] = []
     value_parts: list[npt.NDArray[np.signedinteger]] = []
     for name in names:
-        kind = tensor_kind(base[name], name)
-        old_bits, new_bits = raw_bits(base[name], kind), raw_bits(new[name], kind)
+        old, fresh = load(name)
+        kind, fresh_kind = tensor_kind(old, name), tensor_kind(fresh, name)
+        if kind != fresh_kind or old.shape != fresh.shape:
+            raise DeltaShapeError(
+                f"tensor {name!r} changed from {old.dtype}{list(old.shape)} to {fresh.dtype}{list(fresh.shape)}:"
+                " send a FULL payload"
+            )
+        old_bits, new_bits = raw_bits(old, kind), raw_bits(fresh, kind)
+        shape = tuple(old.shape)
+        if known_base is None:
+            base_hasher.add_bits(name, kind.name, shape, old_bits)
+        result_hasher.add_bits(name, kind.name, shape, new_bits)
         changed = np.flatnonzero(old_bits != new_bits)
         width, planes = encode_positions(changed)
-        shape = tuple(base[name].shape)
         infos.append(DeltaTensorInfo(name=name, dtype=kind.name, shape=shape, count=changed.size, index_width=width))
         index_parts.append(planes)
         value_parts.append(new_bits[changed])
+        del old, fresh, old_bits, new_bits, changed  # before the next pair is loaded
     header = DeltaHeader(
         version=FORMAT_VERSION,
-        base_hash=known_base if known_base is not None else weights_hash(base),
-        result_hash=weights_hash(new),
+        base_hash=known_base if known_base is not None else base_hasher.hexdigest(),
+        result_hash=result_hasher.hexdigest(),
         tensors=tuple(infos),
     )
     index_frame = container.compress(_joined(index_parts), settings.level, settings.threads)
     values_frame = container.compress(_joined(value_parts), settings.level, settings.threads)
-    return container.pack(
+    payload = container.pack(
         FORMAT_VERSION, encode_header(header), index_frame, values_frame, settings.level, settings.threads
     )
+    return DeltaEncoding(payload=payload, base_hash=header.base_hash, result_hash=header.result_hash)
+
+
+class DeltaEncoding(NamedTuple):
+    """A DELTA payload and the weights hashes it records (base, result)."""
+
+    payload: bytes
+    base_hash: str
+    result_hash: str
 
 
 def _joined(parts: Sequence[npt.NDArray[np.integer]]) -> memoryview:

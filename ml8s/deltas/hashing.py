@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ml8s.deltas.dtypes import raw_bits, tensor_kind
+from ml8s.deltas.dtypes import RawBits, raw_bits, tensor_kind
 from ml8s.errors import DeltaFormatError
 
 _DOMAIN = b"ml8s.weights.v1\x00"
@@ -51,21 +51,35 @@ def weights_hash(tensors: Mapping[str, torch.Tensor]) -> str:
         DeltaDtypeError: a tensor of an unsupported dtype, or not on the CPU.
         DeltaFormatError: a name that is not encodable as UTF-8.
     """
-    hasher = hashlib.sha256(_DOMAIN)
     names = sorted(tensors)
-    hasher.update(_U64.pack(len(names)))
+    hasher = WeightsHasher(len(names))
     for name in names:
-        tensor = tensors[name]
+        hasher.add(name, tensors[name])
+    return hasher.hexdigest()
+
+
+class WeightsHasher:
+    """``weights_hash`` fed one tensor at a time, in name order, so no more than one tensor need be held."""
+
+    def __init__(self, count: int) -> None:
+        self.hasher = hashlib.sha256(_DOMAIN)
+        self.hasher.update(_U64.pack(count))
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        """The next tensor (the caller keeps name order: nothing here can tell a set from a sequence)."""
         kind = tensor_kind(tensor, name)
-        encoded = encode_name(name)
-        dtype_name = kind.name.encode("ascii")
-        shape = tuple(tensor.shape)
-        bits = raw_bits(tensor, kind)
-        hasher.update(_U32.pack(len(encoded)) + encoded + _U32.pack(len(dtype_name)) + dtype_name)
+        self.add_bits(name, kind.name, tuple(tensor.shape), raw_bits(tensor, kind))
+
+    def add_bits(self, name: str, dtype_name: str, shape: tuple[int, ...], bits: RawBits) -> None:
+        encoded, dtype = encode_name(name), dtype_name.encode("ascii")
+        hasher = self.hasher
+        hasher.update(_U32.pack(len(encoded)) + encoded + _U32.pack(len(dtype)) + dtype)
         hasher.update(_U32.pack(len(shape)) + struct.pack(f"<{len(shape)}Q", *shape))
         hasher.update(_U64.pack(bits.nbytes))
         hasher.update(bits.data)
-    return hasher.hexdigest()
+
+    def hexdigest(self) -> str:
+        return self.hasher.hexdigest()
 
 
 def check_hex_digest(value: str, what: str) -> str:

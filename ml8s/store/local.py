@@ -1,11 +1,12 @@
 """Local-filesystem backend: tmp file hashed while written + fsync + ``os.replace`` + directory fsync.
 
 Costs: a listing is a directory walk and one ``stat`` per file (no file is read); an atomic write reads
-its source once and hashes each byte once, from the buffer it writes (one pass). The tmp file is not read
+its source once and hashes each byte once, from the buffer it writes (one pass; a file's contents are
+hashed in a second thread while the next buffer is read and written, ``copy_hashed``). The tmp file is not read
 back: a re-read after fsync comes from the page cache, not the disk, so it would only prove that our own
 write loop wrote what it hashed, which hashing those very buffers proves too; its size is checked (a
-``stat``) before the rename. ``put_file_expecting`` (a file its caller hashed) copies in the kernel and
-hashes the copy once, the check against the caller's hash (the source may have changed since).
+``stat``) before the rename. ``put_file_expecting`` (a file its caller hashed) copies it the same way
+and checks that hash against the caller's (the source may have changed since).
 Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
 would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 
 from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
 from ml8s.store._files import (
-    copy_file,
+    copy_hashed,
     fsync_dir,
     into_dir,
     open_source,
@@ -55,22 +56,29 @@ class LocalStore(Store):
     def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
         tmp = self._path(tmp_key)
         with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
-            digest, size = write_file(tmp, source)
+            digest, size = copy_hashed(tmp, source)
         return self._move(key, tmp, tmp_key, digest, size)
 
     def put_file_expecting(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
-        """A kernel copy of ``path`` (no byte passes through Python), fsync, then one sha256 pass over the tmp
-        file compared with the caller's ``sha256`` and ``size``; only a match moves to ``key``.
+        """A copy of ``path`` hashed from the buffers written (``copy_hashed``: one pass, the hash in a second
+        thread), fsync; only bytes whose sha256 and size are the caller's move to ``key``.
 
-        The check is against the hash the caller took of the source (and will record, e.g. in a chain block):
-        what is hashed is the tmp file as read back after fsync, the bytes that then move to ``key``. A source
-        changed after it was hashed, or a short copy, gives other bytes, so IntegrityError and nothing at
-        ``key``. The copy never passes through Python, so this one pass is the only hash of the bytes stored.
+        The check is against the hash the caller took of the source (and will record, e.g. in a chain block).
+        A source changed after it was hashed, or a short read, gives other bytes, so IntegrityError and
+        nothing at ``key``. The tmp file is not read back (module docstring): that re-read would come from
+        the page cache and prove only what hashing the written buffers proves.
         """
         tmp = self._path(tmp_key)
         with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
-            copy_file(tmp, source)
-        return self._validate_and_move(key, tmp, tmp_key, sha256, size, source=path)
+            digest, copied = copy_hashed(tmp, source)
+        if (digest, copied) != (sha256, size):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise IntegrityError(
+                f"{self.uri(key)}: copied {copied} bytes sha256 {digest} from {path}, expected {size} bytes sha256 "
+                f"{sha256}: the file changed since it was hashed"
+            )
+        return self._move(key, tmp, tmp_key, digest, copied)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         final = self._path(key)
@@ -139,7 +147,7 @@ class LocalStore(Store):
         if not os.path.isfile(source):
             raise NotFoundError(f"{self.uri(key)} does not exist")
         with open_source(source, self.uri(key)) as handle:
-            digest, size = write_file(path, handle)
+            digest, size = copy_hashed(path, handle)
         return WriteResult(key=key, size=size, sha256=digest)
 
     def irregular(self, prefix: str) -> list[str]:
@@ -205,29 +213,6 @@ class LocalStore(Store):
             f"{self.uri(tmp_key)} vanished before it was checked: staged for {self.uri(key)}, then deleted by "
             "someone else (a tmp-cleanup or GC judging age by a clock ahead of the store's?); retrying is safe"
         )
-
-    def _validate_and_move(
-        self, key: str, tmp: str, tmp_key: str, digest: str, size: int, *, source: str | None = None
-    ) -> WriteResult:
-        """Re-read the fsynced tmp file; only bytes equal to those expected (sha256 and size) move to ``key``.
-        ``source``: the local file the bytes were copied from (named in the error: it changed since hashed)."""
-        on_disk = sha256_or_none(tmp)
-        found = size_or_none(tmp)
-        if found is None:  # nobody but a cleanup deletes a staged file: say so, not "the file changed"
-            raise self._vanished(key, tmp_key)
-        if (on_disk, found) != (digest, size):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            if source is not None:
-                raise IntegrityError(
-                    f"{self.uri(key)}: copied {found} bytes sha256 {on_disk} from {source} (read back after fsync), "
-                    f"expected {size} bytes sha256 {digest}: the file changed since it was hashed"
-                )
-            raise IntegrityError(
-                f"{self.uri(tmp_key)}: expected {size} bytes sha256 {digest}, read back {found} bytes sha256 "
-                f"{on_disk} after fsync"
-            )
-        return self._into_place(key, tmp, size, digest)
 
     def _into_place(self, key: str, tmp: str, size: int, digest: str) -> WriteResult:
         final = self._path(key)

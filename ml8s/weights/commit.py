@@ -41,6 +41,7 @@ from ml8s.weights.rebuild import (
     is_float_weights,
     rebuild_weights,
 )
+from ml8s.weights.stream import StreamingCheckpointBuilder
 
 
 class WeightsMode(enum.StrEnum):
@@ -152,16 +153,13 @@ def commit_weights(
     return commit_with_retry(chain, builder, meta, policy or RetryPolicy(), notify=to_stderr)
 
 
-def checkpoint_builder(chain: ChainVersions, path: str, source: LocalFile, *, interval: int) -> _Builder:
-    """The interval rule's builder for the tensors of the checkpoint file ``path`` (``source`` its hashes): what
-    ``ml8s.chain.CheckpointBuilder`` hands a DELTA to. The tensors are read from the file here (torch)."""
-    import safetensors.torch
-
-    try:
-        tensors = safetensors.torch.load_file(path)
-    except (OSError, ValueError, RuntimeError) as exc:  # the Rust reader's SafetensorError is a ValueError
-        raise ConfigError(f"--payload {path}: cannot read its tensors ({exc}); expected it unchanged") from None
-    return _Builder(chain, tensors, source, interval, WeightsMode.AUTO, None, {})
+def checkpoint_builder(
+    chain: ChainVersions, path: str, source: LocalFile, *, weights_hash: str, interval: int
+) -> StreamingCheckpointBuilder:
+    """The interval rule's builder for the checkpoint file ``path`` (``source`` and ``weights_hash`` its hashes):
+    what ``ml8s.chain.CheckpointBuilder`` hands a DELTA to. It reads the file one tensor at a time
+    (``ml8s.weights.stream``)."""
+    return StreamingCheckpointBuilder(chain, path, source, weights_hash, interval)
 
 
 def _plain_safetensors(tensors: Mapping[str, torch.Tensor]) -> bytes:
