@@ -93,7 +93,7 @@ def test_several_chains_are_listed_and_a_run_is_checked_against_the_chain_asked(
     (chain,) = [c for c in json.loads(wrong.stdout)["checks"] if c["name"] == "chain"]
     assert wrong.returncode == 1 and "is not in chain 'other-chain'" in chain["reason"] + " ".join(chain["details"])
     bad = _ml8s(trained.env, "verify", trained.run_id, "--chain", "../up")
-    assert bad.returncode == 1 and bad.stderr.startswith("ml8s: CONFIG_ERROR") and "Traceback" not in bad.stderr
+    assert bad.returncode == 1 and bad.stderr.startswith("ml8s: CONFIG_ERROR: --chain '../up' is invalid")
 
 
 def _free_port() -> int:
@@ -144,3 +144,14 @@ def test_tensorboard_serve_answers_on_loopback_and_stops_with_the_command(traine
     with pytest.raises(ProcessLookupError):
         os.kill(started["pid"], 0)  # TensorBoard stopped with the command
     assert _answers(f"http://127.0.0.1:{port}/") is None
+
+
+def test_tensorboard_serve_on_a_taken_port_is_one_named_error(trained: Trained) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        done = _ml8s(trained.env, "chain", "tensorboard", "--serve", "--port", port, "--json")
+    assert done.returncode == 1 and done.stdout == "", done.stdout  # no URL of a server that never started
+    assert done.stderr.startswith(f"ml8s: CONFIG_ERROR: --host 127.0.0.1 --port {port}: cannot listen there")
+    for bad in ("0", "70000"):
+        refused = _ml8s(trained.env, "chain", "tensorboard", "--serve", "--port", bad)
+        assert refused.returncode == 1 and f"--port {bad}: expected a port number" in refused.stderr

@@ -14,6 +14,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -106,6 +107,7 @@ def _serve(args: argparse.Namespace, chain: ChainStore, versions: list[ChainVers
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: expected a port number in 1..65535")
+    _check_free(args.host, args.port)
     with owned_tempdir("ml8s-tensorboard-") as local:
         spec = []
         for v in versions:
@@ -129,7 +131,7 @@ def _serve(args: argparse.Namespace, chain: ChainStore, versions: list[ChainVers
                 print(url)
             sys.stdout.flush()
             print(
-                f"ml8s: TensorBoard on chain {chain.name!r} ({len(versions)} versions) at {url}; Ctrl-C stops it",
+                f"ml8s: TensorBoard on chain {chain.name!r} ({len(versions)} version(s)) at {url}; Ctrl-C stops it",
                 file=sys.stderr,
             )
             code = server.wait()
@@ -140,6 +142,16 @@ def _serve(args: argparse.Namespace, chain: ChainStore, versions: list[ChainVers
             f"TensorBoard exited with status {code} (port {args.port} in use?); expected it to serve until stopped"
         )
     return 0
+
+
+def _check_free(host: str, port: int) -> None:
+    """A named error before anything is printed when the address is taken (TensorBoard would only log it)."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({why}); expected a free port") from exc
 
 
 def _stop(server: subprocess.Popen[bytes]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from ml8s.chain.listing import chains_holding
 from ml8s.contract import Manifest, layout, load
 from ml8s.errors import ConfigError, Ml8sError
-from ml8s.identity.names import chain_name_from_model, check_chain_name
+from ml8s.identity.names import CHAIN_NAME_PATTERN, CHAIN_NAME_RULE, chain_name_from_model
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import Store
@@ -38,7 +38,9 @@ def run_names(store: Store, run_id: str, flag: str, env: Mapping[str, str]) -> d
     if model:
         names["MLFLOW_MODEL_NAME"] = model
     if flag:
-        names["CHAIN_NAME"] = check_chain_name(flag)
+        if not CHAIN_NAME_PATTERN.fullmatch(flag):
+            raise ConfigError(f"--chain {flag!r} is invalid; expected {CHAIN_NAME_RULE}")
+        names["CHAIN_NAME"] = flag
         return names
     from_env = PlatformSettings.load(env).chain_name if named_in(env) else ""
     holding = chains_holding(store, manifest.full_config_hash) if manifest is not None else []
