@@ -365,6 +365,11 @@ def test_every_documented_command_runs_without_a_traceback(trained: Trained) -> 
             problems.append(f"{where}: exit {done.returncode}: {said[-500:]}")
         elif done.returncode == 1 and not done.stderr.strip().splitlines()[-1].startswith(("ml8s: ", "FAIL")):
             problems.append(f"{where}: exit 1 without a named error line: {done.stderr[-300:]}")
+        elif "--json" in done.args and done.stdout:  # --json means JSON, whatever the verdict
+            try:
+                json.loads(done.stdout)
+            except ValueError:
+                problems.append(f"{where}: --json printed no JSON: {done.stdout[:300]}")
     assert problems == [], "\n".join(problems)
     assert len(runs) >= 25, f"only {len(runs)} documented commands ran"
 
