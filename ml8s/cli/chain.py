@@ -27,6 +27,7 @@ from ml8s.chain import (
     RetryPolicy,
     SigningKey,
     adopt_policy,
+    chain_names,
     check_safetensors,
     collect_garbage,
     commit_with_retry,
@@ -37,7 +38,6 @@ from ml8s.chain import (
     to_stderr,
     verify_chain,
 )
-from ml8s.chain.listing import chain_names
 from ml8s.cli.args import add_require_signed, guarded
 from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_versions, tensorboard
 from ml8s.cli.names import named_in

@@ -18,8 +18,7 @@ import socket
 import subprocess
 import sys
 
-from ml8s.chain import ChainStore, ChainVersion, PromotionLog
-from ml8s.chain.listing import chain_entries
+from ml8s.chain import ChainStore, ChainVersion, PromotionLog, chain_entries
 from ml8s.errors import ConfigError
 from ml8s.store import Store
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ml8s.chain.listing import chains_holding
+from ml8s.chain import chains_holding
 from ml8s.contract import Manifest, layout, load
 from ml8s.errors import ConfigError, Ml8sError
 from ml8s.identity.names import CHAIN_NAME_PATTERN, CHAIN_NAME_RULE, chain_name_from_model
