@@ -37,6 +37,7 @@ class TrainingResult:
     metrics: dict[str, float]  # the held-out metrics of metrics.json (not its row counts)
     model: FlyteFile  # the exported model (MODEL_FORMAT)
     manifest: FlyteFile  # manifest.json
+    sha256: dict[str, str]  # every artifact's sha256 by its path in the run, as manifest.json records them
 
 
 def training_result(run: RunContext, store: Store, manifest_text: str, commit: ChainCommit) -> TrainingResult:
@@ -54,6 +55,7 @@ def training_result(run: RunContext, store: Store, manifest_text: str, commit: C
         metrics={name: value for name, value in sorted(metrics.scalars().items()) if isinstance(value, float)},
         model=_file(run.uri(layout.model_export(fmt))),
         manifest=_file(run.uri(layout.MANIFEST)),
+        sha256={rel: artifact.sha256 for rel, artifact in sorted(manifest.artifacts.items())},
     )
 
 
@@ -76,6 +78,7 @@ def result_json(result: TrainingResult) -> str:
         "metrics": dict(sorted(result.metrics.items())),
         "model": _where(result.model),
         "manifest": _where(result.manifest),
+        "sha256": dict(sorted(result.sha256.items())),
     }
     return json.dumps(fields, indent=2, sort_keys=True)
 

@@ -128,7 +128,8 @@ def test_pyflyte_run_completes_the_run_and_returns_a_typed_result(first_run: Fir
     manifest = _manifest(result)
     assert out["model"] == str(run_dir / "model" / "model.onnx") and out["manifest"] == str(run_dir / layout.MANIFEST)
     model_sha = hashlib.sha256(Path(out["model"]).read_bytes()).hexdigest()
-    assert model_sha == manifest["artifacts"]["model/model.onnx"]["sha256"]
+    assert model_sha == manifest["artifacts"]["model/model.onnx"]["sha256"] == out["sha256"]["model/model.onnx"]
+    assert out["sha256"] == {rel: a["sha256"] for rel, a in manifest["artifacts"].items()}
 
 
 def test_other_root_reuses_the_computation_and_publishes_the_same_bytes(first_run: FirstRun, tmp_path: Path) -> None:
