@@ -205,6 +205,7 @@ def test_the_page_draws_the_per_epoch_curves_without_times(ctx: RunContext) -> N
     held = [y for _, y in curves["held-out log-loss"]]
     assert held[1] > held[2]  # the overfit shows: held-out loss rises at epoch 3
     assert [x for x, _ in curves["train loss"]] == [x for x, _ in curves["held-out log-loss"]]
+    assert pages[0].count("<circle") == 9  # a dot per epoch and series: a one-epoch run still shows its figures
 
 
 def test_a_run_without_epochs_or_with_an_unreadable_log_has_no_curves(ctx: RunContext) -> None:

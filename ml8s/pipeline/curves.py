@@ -56,6 +56,8 @@ def curves_svg(records: Sequence[EpochRecord]) -> str:
             f"<polyline fill='none' stroke='{colour}' stroke-width='2' points='{path}'>"
             f"<title>{label}</title></polyline>"
         )
+        # a dot per epoch: a one-epoch run's line has no length, and the dots mark where the epochs are
+        parts += [f"<circle cx='{x(e):.1f}' cy='{y(v, high):.1f}' r='2.5' fill='{colour}'/>" for e, v in points]
         parts.append(
             f"<text x='{_PAD + 8 + n * 160}' y='{_PAD - 10}' fill='{colour}'>{html.escape(label)} "
             f"(last {points[-1][1]:.4f})</text>"
