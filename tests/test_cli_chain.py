@@ -90,4 +90,6 @@ def test_verify_and_gc_on_a_root_without_the_chain_say_so_in_one_line(tmp_path: 
     gc = chain(tmp_path / "root", "gc")
     assert gc.returncode != 0 and gc.stdout == "" and "Traceback" not in gc.stderr, gc.stderr
     (line,) = gc.stderr.strip().splitlines()
-    assert line.startswith("ml8s: CHAIN_") and "chain.json does not exist" in line, line
+    assert line.startswith("ml8s: CHAIN_VERSION_NOT_FOUND") and "is not initialized (no chain.json)" in line, line
+    reproduce = chain(tmp_path / "root", "reproduce", "--from", "0")
+    assert reproduce.returncode == 1 and "is not initialized (no chain.json)" in reproduce.stderr, reproduce.stderr

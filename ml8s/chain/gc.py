@@ -97,6 +97,7 @@ def collect_garbage(
     ``local_now``: this host's, only reported (``clock_skew_s``); ``trust``: the pinned root and
     CHAIN_REQUIRE_SIGNED, checked as every reader checks them (a chain they refuse is not collected)."""
     refuse_irregular(chain)
+    chain.require_head()  # a chain never initialized is named as such, not reported as corrupted
     trust = trust or ReadTrust()
     before = verify_chain(
         chain, payloads=verify_payloads, anchor=anchor, root=trust.root, require_signed=trust.require_signed

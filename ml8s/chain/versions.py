@@ -95,12 +95,17 @@ class ChainVersions:
 
     def head(self) -> ChainVersion:
         """The head version, its block verified against the head pointer."""
+        return self.at(self.require_head()[0])
+
+    def require_head(self) -> tuple[ChainHead, str]:
+        """:meth:`read_head`, or the error saying why there is none: ChainHeadMissingError for a chain whose
+        head was lost (it has history), VersionNotFoundError for one never initialized (a mistyped name)."""
         pointer = self.read_head()
         if pointer is None:
             if (missing := self.missing_head()) is not None:
                 raise missing
             raise VersionNotFoundError(f"chain {self.name!r} at {self.uri()} is not initialized (no chain.json)")
-        return self.at(pointer[0])
+        return pointer
 
     def missing_head(self) -> ChainHeadMissingError | None:
         """Without a head: the error to raise when the chain has history (so a head existed and was lost),

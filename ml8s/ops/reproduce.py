@@ -67,6 +67,7 @@ def reproduce_chain(
     and "reproduced" must be said of the versions the chain really holds."""
     trust = trust or ReadTrust()
     chain = ChainStore(open_store(root_uri), chain_name, trust_root=trust.root)
+    chain.require_head()  # a chain never initialized is named as such, not reported as corrupted
     checked = verify_chain(chain, payloads=False, root=trust.root, require_signed=trust.require_signed)
     checked.raise_for_findings()
     on_chain = set(checked.chain)
