@@ -75,7 +75,8 @@ def test_chain_commands_take_the_one_chain_under_the_root(trained: Trained) -> N
 def test_several_chains_are_listed_and_a_run_is_checked_against_the_chain_asked(
     trained: Trained, tmp_path: Path
 ) -> None:
-    other = _ml8s(trained.env, "chain", "init", "--chain", "other-chain")  # a second chain under the root
+    # a second chain under the root (tests run in file order: the one-chain test above has run)
+    other = _ml8s(trained.env, "chain", "init", "--chain", "other-chain")
     assert other.returncode == 0, other.stderr
     listed = json.loads(_ml8s(trained.env, "chain", "log", "--json").stdout)
     assert [c["chain"] for c in listed] == ["churn-named", "other-chain"]
@@ -149,9 +150,9 @@ def test_tensorboard_serve_answers_on_loopback_and_stops_with_the_command(traine
 def test_tensorboard_serve_on_a_taken_port_is_one_named_error(trained: Trained) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = str(taken.getsockname()[1])
-        done = _ml8s(trained.env, "chain", "tensorboard", "--serve", "--port", port, "--json")
+        done = _ml8s(trained.env, "chain", "tensorboard", "--chain", MODEL, "--serve", "--port", port, "--json")
     assert done.returncode == 1 and done.stdout == "", done.stdout  # no URL of a server that never started
     assert done.stderr.startswith(f"ml8s: CONFIG_ERROR: --host 127.0.0.1 --port {port}: cannot listen there")
     for bad in ("0", "70000"):
-        refused = _ml8s(trained.env, "chain", "tensorboard", "--serve", "--port", bad)
+        refused = _ml8s(trained.env, "chain", "tensorboard", "--chain", MODEL, "--serve", "--port", bad)
         assert refused.returncode == 1 and f"--port {bad}: expected a port number" in refused.stderr
