@@ -220,7 +220,10 @@ class Campaign:
                     tally.duplicates += n - 1
                     tally.notes.append(f"{root.name}: {n} MLflow versions for full_config_hash {key[:12]}")
         log = subprocess.run(
-            [ML8S, "chain", "log", "--json", "--root", str(root)], env=env, text=True, capture_output=True
+            [ML8S, "chain", "log", "--json", "--root", str(root), "--chain", "ml8s-model"],
+            env=env,
+            text=True,
+            capture_output=True,
         )
         if log.returncode == 0:
             blocks: dict[str, int] = {}

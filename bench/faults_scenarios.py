@@ -209,7 +209,7 @@ def _lineage(c: Campaign, name: str) -> tuple[Path, Path]:
 
 def _versions(root: Path, env: dict[str, str]) -> list[dict[str, object]]:
     """The chain's versions that hold a run (not genesis, not a bare payload commit)."""
-    log = _ml8s(env, "chain", "log", "--json", "--root", str(root))
+    log = _ml8s(env, "chain", "log", "--json", "--root", str(root), "--chain", "ml8s-model")
     return [v for v in json.loads(log.stdout) if v.get("run_id")] if log.returncode == 0 else []
 
 

@@ -100,7 +100,7 @@ else
     echo "Execution launched; find it at $(executions_url)"
 fi
 cat <<EOF
-Run it again: the second execution stops at the idempotence gate and returns the same manifest.
+Run it again: the second execution stops at the idempotence gate and returns the same result.
 Force a re-run (deletes the marker and artifacts, runs Steps 2-7, records whether the bytes matched;
 the launch plan also overwrites Flyte's cache of the compute tasks):
   bash deploy/run.sh --launch-plan training_force_rerun_lp

@@ -10,6 +10,7 @@ from flytekit import Deck, task
 from ml8s import log
 from ml8s.context.run import RunContext
 from ml8s.pipeline.gate import GateDecision
+from tasks.result import TrainingResult, training_result
 
 
 # Never cached: it swaps the chain head (a side effect), and on a re-run it must still check that the
@@ -17,14 +18,14 @@ from ml8s.pipeline.gate import GateDecision
 # deck_fields=(): only our "run" Deck. flytekit's default Decks add the source code and the Python
 # dependencies (every installed distribution, rendered on each run: ~1 s), which a gate hit pays too.
 @task(cache=False, enable_deck=True, deck_fields=())
-def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> str:
+def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> TrainingResult:
     """Commit the run's weights and manifest as the next chain version (idempotent per run).
 
     The Deck "run" renders ``ml8s.pipeline.run_overview``: identity, whether the gate hit (and a forced
     re-run's audit), held-out metrics, the feature schema in brief, the chain position and MLflow.
 
     Returns:
-        The manifest, unchanged, so the workflow's output stays the run manifest.
+        The workflow's typed result (``tasks.result``): run id, model version, metrics, the model and manifest files.
     """
     log.configure()
     from ml8s.pipeline.chain_commit import chain_commit
@@ -41,4 +42,4 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> s
         move_head_alias(run, manifest)
     Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
     print(summary_line(manifest), file=sys.stderr)  # the run's last line: what it scored, which version, where
-    return manifest
+    return training_result(run, store, manifest, commit)

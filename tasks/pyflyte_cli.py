@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -42,9 +44,13 @@ import yaml
 from flytekit.clis.sdk_in_container import run as pyflyte_run
 from flytekit.clis.sdk_in_container import utils as pyflyte_utils
 from flytekit.clis.sdk_in_container.run import YamlFileReadingCommand
+from flytekit.core.context_manager import ExecutionState, FlyteContextManager
+from flytekit.deck import deck as flytekit_deck
 from flytekit.interaction.click_types import UnionParamType
+from flytekit.loggers import logger as flytekit_logger
 
 from ml8s.errors import Ml8sError
+from tasks.result import TrainingResult, result_json
 
 _original: Callable[[YamlFileReadingCommand, click.Context, list[str]], list[str]] = YamlFileReadingCommand.parse_args
 _TYPED = (click.INT, click.FLOAT, click.BOOL)
@@ -149,6 +155,8 @@ class _StdoutForOutputOnly(types.ModuleType):
         click.secho(message, file=file if file is not None else sys.stderr, **kwargs)
 
     def echo(self, message: Any = None, file: Any = None, **kwargs: Any) -> None:
+        if isinstance(message, TrainingResult):  # the workflow's output: JSON, not the dataclass's repr
+            message = result_json(message)
         click.echo(message, file=file if file is not None else self._stdout, **kwargs)
 
 
@@ -160,7 +168,36 @@ def _invoke(self: YamlFileReadingCommand, ctx: click.Context) -> Any:
         return _original_invoke(self, ctx)
 
 
+_original_output_deck = flytekit_deck._output_deck
+
+
+def _output_deck(task_name: str, new_user_params: Any) -> None:
+    """flytekit's Deck writer, saying where the page is (flytekit logs it at INFO, which pyflyte hides)."""
+    seen: list[str] = []
+
+    class _Where(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            found = re.search(r"(file://\S+deck\.html)", record.getMessage())
+            if found:
+                seen.append(found.group(1))
+            return record.levelno >= level  # only what would have been shown anyway
+
+    logger, where = flytekit_logger, _Where()
+    level = logger.getEffectiveLevel()
+    logger.addFilter(where)
+    logger.setLevel(min(level, logging.INFO))
+    try:
+        _original_output_deck(task_name, new_user_params)
+    finally:
+        logger.setLevel(level)
+        logger.removeFilter(where)
+    mode = FlyteContextManager.current_context().execution_state.mode
+    if seen and mode != ExecutionState.Mode.TASK_EXECUTION:  # a cluster's console shows the Deck itself
+        print(f"ml8s: the {task_name} Deck: {seen[0]}", file=sys.stderr)
+
+
 YamlFileReadingCommand.parse_args = _parse_args  # type: ignore[method-assign]
 YamlFileReadingCommand.invoke = _invoke  # type: ignore[method-assign]
 pyflyte_run.click = _StdoutForOutputOnly(sys.stdout)  # type: ignore[attr-defined]
 pyflyte_utils.pretty_print_traceback = _print_one_line
+flytekit_deck._output_deck = _output_deck

@@ -178,3 +178,27 @@ def test_the_run_is_in_mlflow_as_mlflow_users_expect(served: Served) -> None:
     assert {t.key: t.value for t in dataset.tags} == {"mlflow.data.context": "training"}
     head = client.get_model_version_by_alias(served.mlflow["model_name"], "head")
     assert head.version == served.mlflow["model_version"]
+
+
+def test_pyflyte_run_against_a_server_prints_its_result_alone(served: Served, tmp_path: Path) -> None:
+    """`pyflyte run` with an HTTP tracking URI: MLflow's "View run" lines never reach stdout, which is the
+    workflow's typed result as one JSON document; its model version is the one the server registered (a model
+    of its own, so the versions and aliases of the other tests stay as they are)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ML8S_", "FLYTE")) and k not in _RUN_VARS
+    }
+    (tmp_path / "tmp").mkdir()
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path / "tmp"), MLFLOW_TRACKING_URI=served.uri)
+    env.update(MLFLOW_MODEL_NAME="flyte-model", MLFLOW_EXPERIMENT_NAME=EXPERIMENT)
+    args = ["--data_root", str(served.data), "--target_column", "churned", "--epochs", "2"]
+    args += ["--pipeline_root_uri", str(tmp_path / "root")]
+    cmd = [str(Path(sys.executable).parent / "pyflyte"), "run", "workflows/training.py", "training_pipeline", *args]
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)  # the whole of stdout
+    assert (result["run_id"], result["model_name"], result["model_version"]) == (served.run_id, "flyte-model", 1)
+    assert "View run" not in done.stdout and "Traceback" not in done.stderr
+    client = MlflowClient(tracking_uri=served.uri)
+    (version,) = client.search_model_versions("name = 'flyte-model'")
+    assert version.version == client.get_model_version_by_alias("flyte-model", "head").version == "1"

@@ -145,6 +145,10 @@ def test_cli_promote_reject_and_what_follow_and_log_show(
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "PROMOTE" in lines[0] and "checked by hand" in lines[0] and "REJECT" in lines[1]
     assert main(["chain", "promote", "4"]) == 0
+    capsys.readouterr()
+    assert main(["chain", "promote", "4"]) == 0  # already promoted: stdout is still the decision in force
+    again = capsys.readouterr()
+    assert json.loads(again.out)["decision"]["counter"] == 4 and "already the promoted version" in again.err
     assert main(["follow", "--out", str(out), "--once"]) == 0
     assert json.loads((out / "current" / "ml8s_version.json").read_text())["counter"] == 4
     assert main(["chain", "verify"]) == 0

@@ -162,3 +162,56 @@ def test_missing_or_tampered_records_are_named_errors(ctx: RunContext) -> None:
     path.write_bytes(path.read_bytes().replace(b"0.875", b'"high"'))
     with pytest.raises(IntegrityError, match=r"metrics\.json"):
         collect_overview(ctx, ctx.open_store(), GateDecision(completed=True), COMMIT)
+
+
+def _svg_points(page: str) -> dict[str, list[tuple[float, float]]]:
+    """Each curve of the page's SVG (by its title) as (x, y) points; the SVG must parse as XML."""
+    import xml.etree.ElementTree as ET
+
+    (svg,) = re.findall(r"<svg.*?</svg>", page, re.S)
+    root = ET.fromstring(svg)
+    curves = {}
+    for line in root.iter("{http://www.w3.org/2000/svg}polyline"):
+        title = line.find("{http://www.w3.org/2000/svg}title")
+        assert title is not None and title.text
+        curves[title.text] = [(float(x), float(y)) for x, y in (p.split(",") for p in line.attrib["points"].split())]
+    return curves
+
+
+def test_the_page_draws_the_per_epoch_curves_without_times(ctx: RunContext) -> None:
+    """logs/epochs.json becomes one curve per series, a point per epoch, lower loss drawn lower; its end times
+    (a log) never reach the page, so the same epochs at other times give the same bytes."""
+    from ml8s.contract.epochs import EpochRecord, epochs_bytes
+
+    _store_run(ctx, forced=False)
+    store = ctx.open_store()
+    records = [
+        EpochRecord(epoch=1, train_loss=0.9, held_out_log_loss=0.8, held_out_accuracy=0.6, time_ms=1_000),
+        EpochRecord(epoch=2, train_loss=0.5, held_out_log_loss=0.6, held_out_accuracy=0.7, time_ms=2_000),
+        EpochRecord(epoch=3, train_loss=0.3, held_out_log_loss=0.7, held_out_accuracy=0.75, time_ms=3_000),
+    ]
+    decision = GateDecision(completed=False)
+    pages = []
+    for shift in (0, 86_400_000):
+        timed = [r.model_copy(update={"time_ms": (r.time_ms or 0) + shift}) for r in records]
+        store.put_atomic(ctx.key(layout.EPOCH_LOG), epochs_bytes(shift, timed), tmp_key=f"tmp/epochs-{shift}")
+        pages.append(render_overview_html(collect_overview(ctx, store, decision, COMMIT)))
+    assert pages[0] == pages[1] and "Training curves (per epoch)" in pages[0]
+    curves = _svg_points(pages[0])
+    assert sorted(curves) == ["held-out accuracy", "held-out log-loss", "train loss"]
+    assert all(len(points) == 3 for points in curves.values())
+    train = [y for _, y in curves["train loss"]]
+    assert train[0] < train[1] < train[2]  # SVG y grows downwards: the loss falls
+    held = [y for _, y in curves["held-out log-loss"]]
+    assert held[1] > held[2]  # the overfit shows: held-out loss rises at epoch 3
+    assert [x for x, _ in curves["train loss"]] == [x for x, _ in curves["held-out log-loss"]]
+    assert pages[0].count("<circle") == 9  # a dot per epoch and series: a one-epoch run still shows its figures
+
+
+def test_a_run_without_epochs_or_with_an_unreadable_log_has_no_curves(ctx: RunContext) -> None:
+    _store_run(ctx, forced=False)
+    store = ctx.open_store()
+    decision = GateDecision(completed=False)
+    assert "<svg" not in render_overview_html(collect_overview(ctx, store, decision, COMMIT))
+    store.put_atomic(ctx.key(layout.EPOCH_LOG), b"{not json", tmp_key="tmp/epochs")
+    assert "<svg" not in render_overview_html(collect_overview(ctx, store, decision, COMMIT))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 from conftest import SEED_LAYOUT, write_small_churn
@@ -43,7 +44,7 @@ def _env(home: Path, **variables: str) -> dict[str, str]:
 
 
 def _pyflyte_run(env: dict[str, str], *args: str) -> tuple[str, str]:
-    """Run the training workflow locally; return the manifest text it prints, and its stderr."""
+    """Run the training workflow locally; return the result it prints (JSON), and its stderr."""
     cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", *args]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"pyflyte run failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
@@ -61,6 +62,12 @@ def _listing(root: Path) -> dict[str, tuple[int, int, int]]:
     return listing
 
 
+def _manifest(result: str) -> dict[str, Any]:
+    """The run's manifest, read from the file the workflow's result names."""
+    manifest: dict[str, Any] = json.loads(Path(json.loads(result)["manifest"]).read_text())
+    return manifest
+
+
 def _deck(home: Path) -> str:
     """The one Flyte Deck a local run under ``home`` wrote (flytekit keeps it under TMPDIR)."""
     (page,) = (home / "tmp").rglob("deck.html")
@@ -72,7 +79,7 @@ class FirstRun(NamedTuple):
     root: Path
     home: Path  # its Flyte local cache holds the compute tasks' results
     run_id: str
-    manifest: str
+    result: str  # the workflow's output, as pyflyte run prints it
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +92,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
     run_id = bootstrap({"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "EPOCHS": "2"}).run_id
     del env["EPOCHS"]  # given as a typed input below, as the other typed inputs at their default values
     typed = ("--epochs", "2", "--test_size", "0.2", "--standardize", "true", "--model_type", "mlp")
-    manifest, log = _pyflyte_run(
+    result, log = _pyflyte_run(
         env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root), *typed
     )
     assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}
@@ -94,20 +101,42 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
     assert ours and max(map(len, ours)) <= 160
     deck = _deck(base / "home1")  # the chain commit task's overview of the run
     assert f"ml8s run {run_id}" in deck and "miss: Steps 2-7 ran" in deck and "v1 (1.0.0)" in deck
-    return FirstRun(data, root, base / "home1", run_id, manifest)
+    # the local run says where its Deck is; the page draws the two epochs' train loss and held-out curves
+    (where,) = re.findall(r"^ml8s: the commit_to_chain Deck: file://(\S+deck\.html)$", log, re.MULTILINE)
+    assert Path(where).read_text() == deck
+    (svg,) = re.findall(r"<svg.*?</svg>", deck, re.S)
+    assert "Training curves (per epoch)" in deck and svg.count("<polyline") == 3
+    assert all(len(p.split()) == 2 for p in re.findall(r"points='([^']*)'", svg))  # one point per epoch
+    return FirstRun(data, root, base / "home1", run_id, result)
 
 
-def test_pyflyte_run_completes_the_run(first_run: FirstRun) -> None:
-    _, root, _, run_id, manifest = first_run
-    assert (root / layout.run_prefix(run_id) / layout.SUCCESS_MARKER).is_file()
-    assert json.loads(manifest)["run_id"] == run_id
+def test_pyflyte_run_completes_the_run_and_returns_a_typed_result(first_run: FirstRun) -> None:
+    _, root, _, run_id, result = first_run
+    run_dir = root / layout.run_prefix(run_id)
+    assert (run_dir / layout.SUCCESS_MARKER).is_file()
+    out = json.loads(result)
+    assert (out["run_id"], out["model_name"], out["model_version"], out["chain"], out["chain_version"]) == (
+        run_id,
+        "ml8s-model",
+        1,
+        "ml8s-model",
+        1,
+    )
+    metrics = json.loads((run_dir / layout.METRICS).read_text())
+    assert out["metrics"] == {k: v for k, v in metrics.items() if isinstance(v, float)} and "train_rows" in metrics
+    # the files are the run's own, referenced where they lie (no copy in Flyte's sandbox)
+    manifest = _manifest(result)
+    assert out["model"] == str(run_dir / "model" / "model.onnx") and out["manifest"] == str(run_dir / layout.MANIFEST)
+    model_sha = hashlib.sha256(Path(out["model"]).read_bytes()).hexdigest()
+    assert model_sha == manifest["artifacts"]["model/model.onnx"]["sha256"] == out["sha256"]["model/model.onnx"]
+    assert out["sha256"] == {rel: a["sha256"] for rel, a in manifest["artifacts"].items()}
 
 
 def test_other_root_reuses_the_computation_and_publishes_the_same_bytes(first_run: FirstRun, tmp_path: Path) -> None:
     """The compute tasks are cached on the RunSpec (no pipeline root in it): a run of the same configuration
     under another root is not stopped by the gate, hits the cache for features, training and export, and
     its publish tasks still write every artifact, byte for byte."""
-    data, first_root, home, run_id, manifest = first_run
+    data, first_root, home, run_id, result = first_run
     root = tmp_path / "root"
     env = _env(home, DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
     again, log = _pyflyte_run(env)
@@ -116,17 +145,17 @@ def test_other_root_reuses_the_computation_and_publishes_the_same_bytes(first_ru
     first, second = (r / layout.run_prefix(run_id) for r in (first_root, root))
     for rel in SEED_LAYOUT:
         assert (second / rel).read_bytes() == (first / rel).read_bytes(), rel
-    sha = {rel: a["sha256"] for rel, a in json.loads(manifest)["artifacts"].items()}
-    assert {rel: a["sha256"] for rel, a in json.loads(again)["artifacts"].items()} == sha
+    sha = {rel: a["sha256"] for rel, a in _manifest(result)["artifacts"].items()}
+    assert {rel: a["sha256"] for rel, a in _manifest(again)["artifacts"].items()} == sha
 
 
 def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_path: Path) -> None:
-    data, root, _, run_id, manifest = first_run
+    data, root, _, run_id, result = first_run
     before = _listing(root)
     env = _env(tmp_path / "home2", DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
     env["PYTHONPROFILEIMPORTTIME"] = "1"  # every import, on stderr: the early exit must load no heavy step
     again, imports = _pyflyte_run(env)
-    assert again == manifest
+    assert again == result  # the same result, read from the first run's records
     assert json.loads(again)["run_id"] == run_id
     assert _listing(root) == before, "the early exit rewrote something under PIPELINE_ROOT_URI"
     # nor the data readers (pyarrow) nor an S3 client for a local root: the gate hit costs about a no-op run
@@ -147,12 +176,15 @@ def test_force_rerun_recomputes_on_every_flyte_path_and_verifies(first_run: Firs
     """The input, the variable and the launch plan: each forced run computes features, training and export
     again although the Flyte cache holds them (no overwrite setting anywhere), reproduces the bytes, says so
     in its manifest, and leaves a run that verifies against its chain."""
-    data, _, home, run_id, manifest = first_run
+    data, _, home, run_id, result = first_run
     root = tmp_path / "root"
     env = _env(home, DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
     _, log = _pyflyte_run(env)  # a completed run under this root, from the cache
     assert _COMPUTED.findall(log) == []
-    probe = "from workflows.launch_plans import training_force_rerun_lp as lp; print(lp())"
+    probe = (
+        "from workflows.launch_plans import training_force_rerun_lp as lp; from tasks.result import result_json; "
+        "print(result_json(lp()))"
+    )
     forced = {
         "input": _pyflyte_run(env, "--force_rerun", "true"),
         "variable": _pyflyte_run(env | {"FORCE_RERUN": "true"}),
@@ -160,10 +192,10 @@ def test_force_rerun_recomputes_on_every_flyte_path_and_verifies(first_run: Firs
         # to a fixed input. On a cluster the plan's fixed input reaches bootstrap (tests/test_package.py).
         "launch plan": _python(env, probe),
     }
-    sha = {rel: a["sha256"] for rel, a in json.loads(manifest)["artifacts"].items()}
+    sha = {rel: a["sha256"] for rel, a in _manifest(result)["artifacts"].items()}
     for path, (text, log) in forced.items():
         assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}, path
-        rerun = json.loads(text)
+        rerun = _manifest(text)
         assert rerun["run_id"] == run_id, path
         assert rerun["force_rerun"]["reproduced"] is True and rerun["force_rerun"]["changed"] == [], path
         assert rerun["force_rerun"]["recomputed"] == ["snapshot", "features", "train", "export"], path
@@ -173,7 +205,7 @@ def test_force_rerun_recomputes_on_every_flyte_path_and_verifies(first_run: Firs
 
 
 def _python(env: dict[str, str], code: str) -> tuple[str, str]:
-    """Run Python code in the repository; return the manifest text it prints, and its stderr."""
+    """Run Python code in the repository; return the result JSON it prints, and its stderr."""
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     start = done.stdout.index("{")

@@ -1,7 +1,8 @@
 """The training pipeline of SPEC §4: bootstrap → gate → (reuse | snapshot … finalize) → chain commit.
 
 The chain commit task, last on both branches, carries the workflow's Flyte Deck ("run"): the run's
-identity, whether the gate hit, its held-out metrics, its feature schema in brief and its chain position.
+identity, whether the gate hit, its held-out metrics and per-epoch curves, its feature schema in brief and its
+chain position; its result (``tasks.result.TrainingResult``) is the workflow's output.
 
 Every input mirrors a user-level variable (lower-case name) or a platform setting, typed (see
 ``tasks.inputs``); an input left at its default (None, or ``env`` for a choice) takes the environment, so a
@@ -11,8 +12,8 @@ RUN_ID (tests/test_flyte_inputs.py).
 Tasks exchange typed values: the run (``RunContext``), its spec (``RunSpec``), the gate's decision, the
 train summary and the MLflow reference are pydantic models, which flytekit sends as MessagePack of their
 JSON in field order (the same bytes in every process, so a stable cache key: tests/test_flyte_interfaces.py),
-and the Flyte console shows their fields. The manifest stays a string: it is the exact text of
-``manifest.json``, which an early exit returns byte for byte.
+and the Flyte console shows their fields. Between tasks the manifest stays a string: it is the exact text of
+``manifest.json``, which an early exit returns byte for byte; the workflow returns a typed result.
 
 The compute tasks (features, train, export) are cached on the RunSpec; the publish tasks copy their
 output into ARTIFACT_ROOT on every run. A run of the same configuration under another pipeline root
@@ -36,6 +37,7 @@ from tasks.finalize import finalize_run
 from tasks.gate import check_gate, reuse_manifest
 from tasks.inputs import ModelFormat, TrainDevice
 from tasks.register import register_model
+from tasks.result import TrainingResult
 from tasks.snapshot import snapshot_data
 from tasks.train import train_model
 
@@ -78,8 +80,10 @@ def training_pipeline(
     train_world_size: int | None = None,
     pipeline_root_uri: str | None = None,
     force_rerun: bool | None = None,
-) -> str:
-    """Train one model idempotently and return its manifest (the first run's, if it already ran).
+) -> TrainingResult:
+    """Train one model idempotently and return its result: run id, model version, metrics, the model file.
+
+    A run that already completed returns the same result, from the first run's records.
 
     An input left unset (None; env for a choice) takes the environment variable named in its description, then
     its default.

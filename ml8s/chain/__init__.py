@@ -15,6 +15,7 @@ from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
 from ml8s.chain.integrity import WeightsCheck, find_corruption, verify_chain
+from ml8s.chain.listing import ChainEntry, chain_entries, chain_names, chains_holding
 from ml8s.chain.models import (
     Block,
     BlockHeader,
@@ -50,6 +51,7 @@ __all__ = [
     "Anchor",
     "Block",
     "BlockHeader",
+    "ChainEntry",
     "ChainHead",
     "ChainStore",
     "ChainVersion",
@@ -83,6 +85,9 @@ __all__ = [
     "WeightsFields",
     "adopt_policy",
     "block_hash_of",
+    "chain_entries",
+    "chain_names",
+    "chains_holding",
     "check_safetensors",
     "collect_garbage",
     "commit_with_retry",

@@ -25,6 +25,7 @@ def register(commands: Subcommands) -> None:
     _add_tracking_uri(verify)
     verify.add_argument("--anchor", default=None, help="check the chain against an anchor: FILE or mlflow:[MODEL[/N]]")
     add_require_signed(verify)
+    _add_chain(verify)
     verify.set_defaults(handler=guarded(_verify))
 
     audit = commands.add_parser("audit", help="audit bundles: write one for a run, or verify one offline")
@@ -41,11 +42,21 @@ def register(commands: Subcommands) -> None:
         default=None,
         help="anchor to embed and check: FILE or mlflow:[MODEL[/N]] (default: the latest published)",
     )
+    _add_chain(bundle)
     bundle.set_defaults(handler=guarded(_bundle))
     check = sub.add_parser("verify", help="verify an audit bundle offline (no store, no MLflow)")
     check.add_argument("file", metavar="FILE")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=guarded(_audit_verify))
+
+
+def _add_chain(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chain",
+        default="",
+        metavar="NAME",
+        help="the chain to check the run against (default: the chain whose run index holds the run)",
+    )
 
 
 def _add_tracking_uri(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +72,7 @@ def _add_tracking_uri(parser: argparse.ArgumentParser) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from ml8s.audit import render_text, verify_run
 
-    env = _environment(args.require_signed)
+    env = _named(args, _environment(args.require_signed))
     report = verify_run(
         args.root,
         args.run_id,
@@ -77,14 +88,15 @@ def _verify(args: argparse.Namespace) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     from ml8s.audit import build_bundle, render_text, write_bundle
 
+    env = _named(args, os.environ)
     data, report = build_bundle(
         args.root,
         args.run_id,
-        os.environ,
+        env,
         include_model=not args.no_model,
         allow_failed=args.allow_failed,
         tracking_uri=args.mlflow_tracking_uri,
-        anchor=_anchor(args, os.environ),
+        anchor=_anchor(args, env),
     )
     write_bundle(args.output, data)
     sys.stderr.write(render_text(report))
@@ -105,6 +117,14 @@ def _environment(require_signed: bool | None) -> Mapping[str, str]:
     if require_signed is None:
         return os.environ
     return {**os.environ, "CHAIN_REQUIRE_SIGNED": "true" if require_signed else "false"}
+
+
+def _named(args: argparse.Namespace, env: Mapping[str, str]) -> Mapping[str, str]:
+    """The environment with CHAIN_NAME and MLFLOW_MODEL_NAME of the run (``ml8s.cli.names``)."""
+    from ml8s.cli.names import run_names
+    from ml8s.store import open_store
+
+    return {**env, **run_names(open_store(args.root), args.run_id, args.chain, env)}
 
 
 def _anchor(args: argparse.Namespace, env: Mapping[str, str]) -> Anchor | None:

@@ -1,8 +1,8 @@
 """``ml8s chain init|commit|log|show|verify|gc|tensorboard|anchor|keygen|root|trust``: a model chain from a shell.
 
 Every subcommand takes ``--root URI`` (default PIPELINE_ROOT_URI) and ``--chain NAME`` (default
-CHAIN_NAME, else MLFLOW_MODEL_NAME's default). ``verify`` exits 0 when the chain is intact and 1
-naming the first bad version.
+CHAIN_NAME, else MLFLOW_MODEL_NAME's chain; with neither, the one chain under the root, else the
+default). ``verify`` exits 0 when the chain is intact and 1 naming the first bad version.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from ml8s.chain import (
     CheckpointBuilder,
     CommitMeta,
     PayloadBuilder,
-    PromotionLog,
     ReadTrust,
     RetryPolicy,
     SigningKey,
     adopt_policy,
+    chain_names,
     check_safetensors,
     collect_garbage,
     commit_with_retry,
@@ -39,11 +39,14 @@ from ml8s.chain import (
     verify_chain,
 )
 from ml8s.cli.args import add_require_signed, guarded
+from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_versions, tensorboard
+from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import open_store
 
 MAX_STEPS = 2**63 - 1
+_CREATING = ("init", "commit", "trust", "root")  # verbs that may start a chain: they keep the default name
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,7 +73,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ):
         verb = verbs.add_parser(name, help=text, description=text)
         verb.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
-        verb.add_argument("--chain", default="", help="chain name (default: CHAIN_NAME)")
+        verb.add_argument(
+            "--chain", default="", help="chain name (default: CHAIN_NAME, else the one chain under the root)"
+        )
         verb.add_argument("--json", action="store_true", help="machine-readable output")
     verbs.choices["commit"].add_argument("--payload", required=True, help="a .safetensors checkpoint file")
     verbs.choices["commit"].add_argument("--steps", type=int, default=0, help="training steps since the parent")
@@ -103,6 +108,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--key", action="append", default=[], help="another private key file that signs the policy (repeat)"
     )
     verbs.choices["tensorboard"].add_argument("counters", nargs="*", type=int, help="versions (default: all)")
+    add_tensorboard_flags(verbs.choices["tensorboard"])
     for name in ("promote", "reject"):
         verbs.choices[name].add_argument("counter", type=int, help="the version's counter")
         verbs.choices[name].add_argument("--reason", default="", help="recorded with the decision")
@@ -121,6 +127,15 @@ def run(args: argparse.Namespace) -> int:
     verb: str = args.verb
     if verb == "keygen":
         return _keygen(args.out)
+    if not args.chain and not named_in(os.environ) and verb not in _CREATING:
+        # Nobody named a chain: the one under the root; with none or several, log lists them.
+        names = chain_names(open_store(settings.pipeline_root_uri))
+        if len(names) == 1:
+            settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": names[0]})
+        elif verb == "log":
+            return list_chains(open_store(settings.pipeline_root_uri), as_json=args.json)
+        elif names and settings.chain_name not in names:
+            raise ConfigError(f"the root holds chains {', '.join(names)}; expected --chain NAME (or CHAIN_NAME)")
     if verb == "reproduce":
         from ml8s.audit.anchor_tags import load_anchor
         from ml8s.cli.reproduce import reproduce
@@ -165,31 +180,7 @@ def run(args: argparse.Namespace) -> int:
     elif verb == "commit":
         _print(_summary(_commit_external(chain, args.payload, args.steps, settings.delta_base_interval)))
     elif verb == "log":
-        from ml8s.cli.promote import decision_of
-        from ml8s.lineage.drift import drift_lines  # pyarrow and numpy: only where a report is read
-
-        versions = sorted(chain.list(), key=lambda v: v.counter, reverse=True)
-        decisions = PromotionLog(chain).decisions()
-        if args.json:
-            _print(
-                [
-                    {
-                        **_summary(v),
-                        "drift": drift_lines(chain, v),
-                        "promotion": decision_of(decisions, v.block_hash) if v.counter else "",
-                    }
-                    for v in versions
-                ]
-            )
-        for v in [] if args.json else versions:
-            h = v.header
-            print(
-                f"v{v.counter:<6} {v.semver:<10} {v.block_hash[:12]}  {h.payload_kind.upper():<7} "
-                f"{sum(f.size for f in h.files):>12} B  run {h.run_id or '-':<12}  {h.created_at}  "
-                f"{decision_of(decisions, v.block_hash) if v.counter else ''}".rstrip()
-            )
-            for line in drift_lines(chain, v) or []:
-                print(f"         drift: {line}")
+        return log_versions(chain, as_json=args.json, summary={v.counter: _summary(v) for v in chain.list()})
     elif verb == "show":
         version = chain.head() if args.counter is None else chain.get(args.counter)
         _print({**_summary(version), "header": version.header.model_dump(mode="json")})
@@ -232,10 +223,7 @@ def run(args: argparse.Namespace) -> int:
         )
         _print(gc.model_dump(mode="json"))
     else:
-        wanted = set(args.counters)
-        for v in sorted(chain.list(), key=lambda v: v.counter):
-            if v.counter and (not wanted or v.counter in wanted):
-                print(f"v{v.counter:010d}:{chain.store.uri(chain.key(v.header.tensorboard_logdir))}")
+        return tensorboard(args, chain)
     return 0
 
 

@@ -39,6 +39,8 @@ def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: 
     rotated = latest is not None and latest.decision.trust_policy_version < len(policies)
     if args.verb == "promote" and served == version.counter and not rotated:  # after a rotation: re-signed
         print(f"ml8s: chain {chain.name!r} v{version.counter} is already the promoted version", file=sys.stderr)
+        if latest is not None:  # stdout still carries the decision in force, as after a promotion
+            _print(latest.model_dump(mode="json"))
         return 0
     rule = f"manual: ml8s chain {args.verb}" + (f" ({args.reason})" if args.reason else "")
     decided = log.decide(args.verb, version, rule, chain.signer)

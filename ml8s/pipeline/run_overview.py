@@ -15,8 +15,10 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.context.run import RunContext
 from ml8s.contract import FeatureSchema, Manifest, Metrics, layout, load
+from ml8s.contract.epochs import EpochRecord, read_epochs
 from ml8s.identity.variables import JsonValue
 from ml8s.pipeline.chain_commit import ChainCommit
+from ml8s.pipeline.curves import curves_svg
 from ml8s.pipeline.gate import GateDecision
 from ml8s.store import Store
 
@@ -57,6 +59,7 @@ class RunOverview(BaseModel):
     chain: ChainCommit
     mlflow: dict[str, str]
     drift: tuple[str, ...] | None = None  # a warm start's drift report, one line a finding (None: a cold start)
+    epochs: tuple[EpochRecord, ...] = ()  # logs/epochs.json: the curves (its times are not shown)
 
 
 def collect_overview(ctx: RunContext, store: Store, decision: GateDecision, commit: ChainCommit) -> RunOverview:
@@ -95,7 +98,19 @@ def collect_overview(ctx: RunContext, store: Store, decision: GateDecision, comm
         chain=commit,
         mlflow=dict(sorted(manifest.mlflow.items())),
         drift=(tuple(drift.lines()) if drift.drifted else ("none found",)) if drift is not None else None,
+        epochs=_epochs(ctx, store),
     )
+
+
+def _epochs(ctx: RunContext, store: Store) -> tuple[EpochRecord, ...]:
+    """The run's per-epoch log; none when it is missing or unreadable (a log: the page is an overview)."""
+    key = ctx.key(layout.EPOCH_LOG)
+    if not store.exists(key):
+        return ()
+    try:
+        return tuple(read_epochs(store.get(key))[1])
+    except ValueError:
+        return ()
 
 
 def render_overview_html(overview: RunOverview) -> str:
@@ -112,6 +127,7 @@ def render_overview_html(overview: RunOverview) -> str:
         _table("Configuration (canonical)", o.canonical_config),
         _table("Idempotence gate", {"gate": o.gate, **({"FORCE_RERUN": o.forced} if o.forced else {})}),
         _table("Held-out metrics", {k: _number(v) for k, v in o.metrics.items()}),
+        *([f"<h3>Training curves (per epoch)</h3>{curves_svg(o.epochs)}"] if o.epochs else []),
         _table(
             "Features",
             {
@@ -137,7 +153,10 @@ def render_overview_html(overview: RunOverview) -> str:
         _table("MLflow", o.mlflow),
     ]
     if o.drift is not None:
-        sections.insert(5, _table("Drift of the new generations", {str(n + 1): line for n, line in enumerate(o.drift)}))
+        sections.insert(
+            6 if o.epochs else 5,
+            _table("Drift of the new generations", {str(n + 1): line for n, line in enumerate(o.drift)}),
+        )
     return "\n".join(sections)
 
 
