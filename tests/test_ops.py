@@ -86,6 +86,16 @@ def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:
     assert remaining(planted) == set(KEPT) - {f"ml8s_training_runs/{RUN}/.tmp/export-w2.onnx"}
 
 
+def test_zero_days_removes_an_entry_written_in_the_same_second(tmp_path: Path) -> None:
+    """An object store's clock has whole seconds: an entry written just now is 0.0 days old, and 0 takes it."""
+    store = LocalStore(str(tmp_path))
+    store.put_atomic(f"ml8s_training_runs/{RUN}/manifest.json", b"{}", tmp_key=".tmp/w")
+    store.put_atomic(f"ml8s_training_runs/{RUN}/.tmp/x.bin", b"x", tmp_key=".tmp/w2")
+    (entry,) = [i for i in store.list(f"ml8s_training_runs/{RUN}/.tmp") if i.key.endswith("x.bin")]
+    assert [e.age_days for e in cleanup_tmp(store, 0, dry_run=True, now=entry.mtime).removed] == [0.0]
+    assert cleanup_tmp(store, 1, dry_run=True, now=entry.mtime).removed == ()
+
+
 _MAINTENANCE_PROBE = """
 import json, sys
 import workflows.maintenance as m

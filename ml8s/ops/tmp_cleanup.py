@@ -77,7 +77,7 @@ def tmp_entries(store: Store) -> list[ObjectInfo]:
 def cleanup_tmp(
     store: Store, older_than_days: float, *, dry_run: bool = False, now: float | None = None
 ) -> CleanupReport:
-    """Delete the tmp entries older than ``older_than_days`` (strictly), unless ``dry_run``. ``now``: the
+    """Delete the tmp entries older than ``older_than_days`` (strictly; 0: every one), unless ``dry_run``. ``now``: the
     store's current time (default: Store.clock, measured with a probe object under the root's ``.tmp/``)."""
     if older_than_days < 0:
         raise ConfigError(f"--older-than-days {older_than_days}: expected a number of days >= 0")
@@ -86,7 +86,8 @@ def cleanup_tmp(
     kept = 0
     for info in tmp_entries(store):
         age = (current - info.mtime) / _DAY_S
-        if age <= older_than_days:
+        # 0 means every entry (docs/audits.md): a just-written one is 0 days old on a clock of whole seconds
+        if older_than_days > 0 and age <= older_than_days:
             kept += 1
             continue
         if not is_tmp_key(info.key):  # belt and braces: never anything but a tmp entry
