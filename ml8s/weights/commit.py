@@ -41,7 +41,7 @@ from ml8s.weights.rebuild import (
     is_float_weights,
     rebuild_weights,
 )
-from ml8s.weights.stream import StreamingCheckpointBuilder
+from ml8s.weights.stream import StreamingCheckpointBuilder, delta_fields
 
 
 class WeightsMode(enum.StrEnum):
@@ -84,14 +84,7 @@ class _Builder:
                 if self.mode is WeightsMode.DELTA:
                     raise
             else:
-                fields = WeightsFields(
-                    payload_kind=PayloadKind.DELTA,
-                    weights_hash=self.hash,
-                    weights_full_counter=parent.header.weights_full_counter,
-                    delta_base_counter=parent.counter,
-                    delta_base_block_hash=parent.block_hash,
-                )
-                return {**self.extra, WEIGHTS_DELTA: delta}, fields
+                return {**self.extra, WEIGHTS_DELTA: delta}, delta_fields(parent, self.hash)
         full = WeightsFields(weights_hash=self.hash, weights_full_counter=counter if self.float else 0)
         return {**self.extra, WEIGHTS_FULL: self._full()}, full
 

@@ -40,6 +40,17 @@ from ml8s.weights.rebuild import rebuild_weights, weights_file
 Load = Callable[[str], torch.Tensor]
 
 
+def delta_fields(parent: ChainVersion, weights_hash: str) -> WeightsFields:
+    """The header fields of a DELTA on ``parent`` whose rebuilt weights hash to ``weights_hash``."""
+    return WeightsFields(
+        payload_kind=PayloadKind.DELTA,
+        weights_hash=weights_hash,
+        weights_full_counter=parent.header.weights_full_counter,
+        delta_base_counter=parent.counter,
+        delta_base_block_hash=parent.block_hash,
+    )
+
+
 class StreamingCheckpointBuilder:
     """The interval rule's payload builder for a checkpoint file (module docstring)."""
 
@@ -54,14 +65,7 @@ class StreamingCheckpointBuilder:
             except DeltaShapeError:
                 pass  # another tensor set, dtype or shape: the interval rule makes it a FULL
             else:
-                fields = WeightsFields(
-                    payload_kind=PayloadKind.DELTA,
-                    weights_hash=self.weights_hash,
-                    weights_full_counter=parent.header.weights_full_counter,
-                    delta_base_counter=parent.counter,
-                    delta_base_block_hash=parent.block_hash,
-                )
-                return {WEIGHTS_DELTA: delta}, fields
+                return {WEIGHTS_DELTA: delta}, delta_fields(parent, self.weights_hash)
         counter = parent.counter + 1 if self.weights_hash else 0
         return {WEIGHTS_FULL: self.source}, WeightsFields(weights_hash=self.weights_hash, weights_full_counter=counter)
 
