@@ -6,13 +6,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ml8s.lineage.parent import ParentRef, parent_version
 from ml8s.lineage.plan import (
     CONTINUED,
     LineagePlan,
-    ParentRef,
     check_not_stale,
     history_prefix,
-    parent_version,
     plan_summary,
     resolve_warm_start,
 )

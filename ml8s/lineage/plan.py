@@ -8,33 +8,29 @@ parent trained on is a one-line named error, and nothing is written.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion, Follower, ReadTrust, committed
+from ml8s.chain import ChainStore, ChainVersion, ReadTrust, committed
 from ml8s.contract import ConfigSnapshot, FingerprintRecord, layout, parse
 from ml8s.contract._parse import Invalid
 from ml8s.contract.drift import DriftReport
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.errors import (
-    ConfigError,
     LineageDataError,
     LineageError,
     StaleParentError,
-    VersionNotFoundError,
-    WarmStartNotFoundError,
 )
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.identity.settings import PlatformSettings
-from ml8s.identity.variables import CanonicalConfig, JsonValue
+from ml8s.identity.variables import CanonicalConfig
+from ml8s.lineage.parent import ParentRef, find_parent, text_of
 from ml8s.lineage.rerun import rerun_of_head
 from ml8s.lineage.state import read_training_state
 from ml8s.store import open_store
 
-_HEX = re.compile(r"[0-9a-fA-F]{12,64}")
 # What a warm start must share with its parent: the model (architecture, code) and what its features mean.
 CONTINUED = (
     "exclude_columns",
@@ -48,18 +44,6 @@ CONTINUED = (
     "train_device",
 )
 _NEEDED = (layout.PAYLOAD_TRAINING_STATE, layout.PAYLOAD_FEATURE_SCHEMA, layout.PAYLOAD_CONFIG_SNAPSHOT)
-
-
-class ParentRef(BaseModel):
-    """The version a warm start trains from, and where it was read."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    root_uri: str
-    chain_name: str
-    counter: int
-    block_hash: str
-    content_hash: str
 
 
 class LineagePlan(BaseModel):
@@ -99,7 +83,7 @@ def resolve_warm_start(
     if request is None:
         return config, None
     chain = ChainStore(open_store(settings.parent_root_uri), settings.chain_name)
-    parent, checked_head = _find(chain, request, ReadTrust.from_settings(settings))
+    parent, checked_head = find_parent(chain, request, ReadTrust.from_settings(settings))
     if parent is None:
         return {**config, "warm_start": None}, None
     listed = {f.name for f in parent.header.files}
@@ -107,8 +91,9 @@ def resolve_warm_start(
     where = f"chain {chain.name!r} v{parent.counter}"
     if missing:
         raise LineageError(
-            f"WARM_START={_text(request)!r} names {where}, whose payload has no {', '.join(missing)}: it was committed "
-            "before versions carried their training state; expected a version to continue from (or WARM_START='')"
+            f"WARM_START={text_of(request)!r} names {where}, whose payload has no {', '.join(missing)}: it was "
+            "committed before versions carried their training state; expected a version to continue from "
+            "(or WARM_START='')"
         )
     state = read_training_state(chain.fetch_payload(parent, layout.PAYLOAD_TRAINING_STATE), f"{where} training state")
     stale = None
@@ -118,7 +103,7 @@ def resolve_warm_start(
     if any(not g.files for g in state.generations):
         state = _with_cold_files(state, chain, parent, where)
     generations, new = _generations(state, list(fingerprint.entries), where)
-    if new == 0 and _text(request) == "head":  # the head trained on all of it: its run again, or nothing
+    if new == 0 and text_of(request) == "head":  # the head trained on all of it: its run again, or nothing
         rerun = rerun_of_head(config, settings, fingerprint, chain, parent, state, resolve_warm_start, retrain)
         if rerun is not None:
             return rerun
@@ -142,7 +127,7 @@ def resolve_warm_start(
             block_hash=parent.block_hash,
             content_hash=parent.content_hash,
         ),
-        request=_text(request),
+        request=text_of(request),
         lineage_id=state.lineage_id or parent.header.full_config_hash,  # a cold parent's lineage is its own
         generations=tuple(generations),
         new=new,
@@ -182,63 +167,6 @@ def history_prefix(plan: LineagePlan, schema_bytes: bytes, random_seed: int, tes
     return f"ml8s_lineages/{plan.lineage_id}/history-{key}"
 
 
-def parent_version(parent: ParentRef) -> tuple[ChainStore, ChainVersion]:
-    """The parent version again (a later step, maybe another process), checked as at bootstrap (trusted.py)
-    and to be the one resolved."""
-    chain = ChainStore(open_store(parent.root_uri), parent.chain_name)
-    try:
-        version = _reader(chain, ReadTrust.from_settings(PlatformSettings.load())).version(parent.counter)
-    except VersionNotFoundError as exc:
-        raise WarmStartNotFoundError(f"the parent {parent.chain_name!r} v{parent.counter} is gone: {exc}") from exc
-    if version.block_hash != parent.block_hash:
-        raise LineageError(
-            f"chain {parent.chain_name!r} v{parent.counter} is now block {version.block_hash[:12]}; the run resolved "
-            f"block {parent.block_hash[:12]} at bootstrap (the chain was rewritten)"
-        )
-    return chain, version
-
-
-def _reader(chain: ChainStore, trust: ReadTrust) -> Follower:
-    """A follower that polled once: the warm start reads its parent as every reader does (trusted.py)."""
-    follower = Follower(chain, trust=trust)
-    follower.poll()
-    return follower
-
-
-def _find(chain: ChainStore, request: JsonValue, trust: ReadTrust) -> tuple[ChainVersion | None, ChainVersion | None]:
-    """The version WARM_START names and the checked head it was found from (None, None: no chain yet)."""
-    text = _text(request)
-    if text == "head" and chain.read_head() is None:
-        missing = chain.missing_head()
-        if missing is not None:
-            raise missing
-        return None, None  # no chain yet: the lineage's cold start
-    follower = _reader(chain, trust)
-    head = follower.current
-    if text == "head":
-        return (head if head is not None and head.counter > 0 else None), head
-    if isinstance(request, int) and not isinstance(request, bool) and 0 < request < 10**12:
-        try:
-            return follower.version(request), head
-        except VersionNotFoundError as exc:
-            raise WarmStartNotFoundError(f"WARM_START={request}: {exc}") from exc
-    if not _HEX.fullmatch(text):
-        raise ConfigError(
-            f"WARM_START={text!r} is invalid; expected empty (cold start), head, a version number >= 1, or a block "
-            "or content hash (12 to 64 hex digits)"
-        )
-    wanted = text.lower()
-    found = [
-        v
-        for v in chain.walk(head)
-        if v.counter > 0 and (v.block_hash.startswith(wanted) or (len(wanted) == 64 and v.content_hash == wanted))
-    ]
-    if len(found) != 1:
-        what = "matches no version" if not found else f"matches {len(found)} versions"
-        raise WarmStartNotFoundError(f"WARM_START={text!r} {what} of chain {chain.name!r}; expected exactly one")
-    return found[0], head
-
-
 def _check_continues(config: CanonicalConfig, chain: ChainStore, parent: ChainVersion, where: str) -> None:
     try:
         snapshot = parse(
@@ -249,7 +177,9 @@ def _check_continues(config: CanonicalConfig, chain: ChainStore, parent: ChainVe
     theirs = snapshot.canonical_config
     differ = [key for key in CONTINUED if config.get(key) != theirs.get(key)]
     if differ:
-        shown = ", ".join(f"{k.upper()}={_text(config.get(k))!r} (parent: {_text(theirs.get(k))!r})" for k in differ)
+        shown = ", ".join(
+            f"{k.upper()}={text_of(config.get(k))!r} (parent: {text_of(theirs.get(k))!r})" for k in differ
+        )
         raise LineageError(
             f"a warm start continues its parent's model and features; {shown} differ from {where}: expected the "
             "parent's values, or a cold start (WARM_START='')"
@@ -303,12 +233,6 @@ def _generations(state: TrainingState, entries: list[FileEntry], where: str) -> 
 
 def _partition(path: str) -> str:
     return path.split("/", 1)[0]
-
-
-def _text(value: JsonValue) -> str:
-    if isinstance(value, list):
-        return ",".join(value)
-    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def plan_summary(plan: LineagePlan | None) -> Mapping[str, str]:
