@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ml8s.errors import DataError
+from ml8s.store import fsync_dir
 
 _PART_RE = re.compile(r"^part-\d{5}\.csv$")
 # Temporary files this module creates (mkstemp adds random characters between prefix and suffix).
@@ -75,7 +76,7 @@ def write_dataset(out_dir: str, demo_files: Sequence[DemoFile]) -> list[str]:
     for name in written:
         _atomic_write(out_dir, name, expected[name].content)
     if written or stale:
-        _fsync_dir(out_dir)
+        fsync_dir(out_dir)
     return written
 
 
@@ -100,11 +101,3 @@ def _atomic_write(directory: str, name: str, content: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

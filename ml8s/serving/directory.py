@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from ml8s.deltas import encode_full
 from ml8s.errors import ConfigError
 from ml8s.serving.served import Served, ServedVersion
+from ml8s.store import fsync_dir
 from ml8s.weights import WEIGHTS_FULL
 
 CURRENT = "current"
@@ -124,7 +125,7 @@ class ModelDirectory:
             link = os.path.join(self.root, f".{CURRENT}-{uuid.uuid4().hex}")
             os.symlink(os.path.join(VERSIONS, dest), link)
             os.replace(link, os.path.join(self.root, CURRENT))  # the swap: one rename
-            _sync_directory(self.root)
+            fsync_dir(self.root)
         self._prune(dest, previous)
         return os.path.join(self.versions, dest)
 
@@ -160,9 +161,9 @@ class ModelDirectory:
                     handle.write(files[name])
                     handle.flush()
                     os.fsync(handle.fileno())
-            _sync_directory(tmp)
+            fsync_dir(tmp)
             os.rename(tmp, final)
-            _sync_directory(self.versions)
+            fsync_dir(self.versions)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -194,12 +195,3 @@ class ModelDirectory:
             elif name.startswith(STATE_FILE) and name.endswith(".tmp") and not os.path.islink(path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-
-
-def _sync_directory(path: str) -> None:
-    """Make the renames in ``path`` durable (a power loss after the swap keeps it)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

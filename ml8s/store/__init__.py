@@ -6,13 +6,14 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ml8s.errors import ConfigError
+from ml8s.store._files import fsync_dir
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 from ml8s.store.local import LocalStore
 
 if TYPE_CHECKING:
     from ml8s.store.s3 import S3Store
 
-__all__ = ["LocalStore", "ObjectInfo", "S3Store", "Store", "Versioned", "WriteResult", "open_store"]
+__all__ = ["LocalStore", "ObjectInfo", "S3Store", "Store", "Versioned", "WriteResult", "fsync_dir", "open_store"]
 
 
 def __getattr__(name: str) -> object:
