@@ -137,6 +137,7 @@ def test_a_restarted_follower_rewrites_a_damaged_version_directory(
     assert "differ from chain version 4's payload; rewriting them" in err, err
     assert not version.exists()  # replaced by a fresh copy, current swapped to it, never renamed in place
     fresh = out / "current"
+    assert os.readlink(fresh) == os.path.join("versions", f"{version.name}-r1")  # named in order, not at random
     assert {p.name: p.read_bytes() for p in sorted(fresh.iterdir())} == good
     assert (
         weights_hash(safetensors.torch.load_file(str(out / "current" / "model_native.safetensors")))

@@ -29,6 +29,7 @@ follower does not hash its model on every poll.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import uuid
@@ -49,7 +50,7 @@ STATE_FILE = ".follower-state.json"
 KEEP = 2  # the current version and the one before it
 
 
-NAME_LENGTH = len("v0000000042_3ebfd8f7f7f3")  # a version's name; a fresh copy of it adds "-<8 hex>"
+NAME_LENGTH = len("v0000000042_3ebfd8f7f7f3")  # a version's name; a fresh copy of it adds "-r<n>"
 
 
 def version_name(info: ServedVersion) -> str:
@@ -118,7 +119,7 @@ class ModelDirectory:
             if copies:
                 where = os.path.join(self.versions, copies[0])
                 warn(f"ml8s: {where}: its files differ from chain version {info.counter}'s payload; rewriting them")
-            dest = name if not os.path.lexists(os.path.join(self.versions, name)) else f"{name}-{uuid.uuid4().hex[:8]}"
+            dest = self._free_name(name)
             self._write(os.path.join(self.versions, dest), files)
         previous = self.target()
         if previous != dest:
@@ -128,6 +129,12 @@ class ModelDirectory:
             fsync_dir(self.root)
         self._prune(dest, previous)
         return os.path.join(self.versions, dest)
+
+    def _free_name(self, name: str) -> str:
+        """``name``, or its first free repair name ``name-r1``, ``name-r2`` ... (a damaged copy is never renamed
+        under ``current``; the name says which copy it is, the same on every machine that repairs alike)."""
+        candidates = itertools.chain([name], (f"{name}-r{n}" for n in itertools.count(1)))
+        return next(c for c in candidates if not os.path.lexists(os.path.join(self.versions, c)))
 
     def _copies(self, name: str) -> list[str]:
         """The directories holding (or meant to hold) version ``name``, the one ``current`` names first."""
