@@ -18,17 +18,14 @@ from pathlib import Path
 
 from tasks.bootstrap import bootstrap_run
 from tasks.features import compute_features
-from tasks.inputs import FromEnv
 
 
 def unset(kind: object) -> object:
     """The value that means "take it from the environment" for an input of type ``kind``."""
-    if kind is str:
-        return ""
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return kind["ENV"]
-    if FromEnv in typing.get_args(kind):
-        return FromEnv.ENV
+    if type(None) in typing.get_args(kind):
+        return None
     raise TypeError(f"no unset value for a bootstrap input of type {kind!r}")
 
 

@@ -443,3 +443,16 @@ def test_make_images_passes_settings_as_secrets_only() -> None:
     assert "--build-arg TORCH_CUDA= " in builds[1] and "--build-arg PYTHON=/usr/bin/python3.11" in builds[1]
     # podman 4.3 cannot mount a cached stage (the torch requirement): the train build must not use the cache.
     assert "--layers=false" in builds[1] and "--layers" not in builds[0]
+
+
+def test_the_fe_smoke_script_leaves_every_bootstrap_input_unset() -> None:
+    # images/smoke_fe.py runs only inside the fe image (make images-smoke): an input type it cannot
+    # leave unset would first show there, after a 2-minute image build.
+    from tasks.bootstrap import bootstrap_run
+    from tasks.inputs import input_text
+
+    smoke = _load("smoke_fe")
+    inputs = bootstrap_run.python_interface.inputs
+    assert inputs
+    for name, kind in inputs.items():
+        assert input_text(smoke.unset(kind)) == "", name
