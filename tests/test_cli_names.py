@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from cli_support import ml8s_many
 from conftest import write_small_churn
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
@@ -48,52 +49,75 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
 
 
 def test_verify_and_bundle_find_the_runs_chain_and_model(trained: Trained, tmp_path: Path) -> None:
-    report = json.loads(_ml8s(trained.env, "verify", trained.run_id, "--json").stdout)
+    bundle_path = str(tmp_path / "b.tar.gz")
+    verified, bundle, checked = ml8s_many(
+        [
+            ("verify", trained.run_id, "--json"),
+            ("audit", "bundle", trained.run_id, "-o", bundle_path),
+            ("audit", "verify", bundle_path, "--json"),
+        ],
+        trained.env,
+    )
+    report = json.loads(verified.stdout)
     assert report["status"] == "PASS", [c for c in report["checks"] if c["status"] != "PASS"]
     (chain,) = [c for c in report["checks"] if c["name"] == "chain"]
     assert f"of chain '{MODEL}'" in chain["reason"] + " ".join(chain["details"])
-    bundle = _ml8s(trained.env, "audit", "bundle", trained.run_id, "-o", str(tmp_path / "b.tar.gz"))
     assert bundle.returncode == 0, bundle.stderr
-    checked = _ml8s(trained.env, "audit", "verify", str(tmp_path / "b.tar.gz"), "--json")
     assert json.loads(checked.stdout)["status"] == "PASS"
 
 
 def test_chain_commands_take_the_one_chain_under_the_root(trained: Trained) -> None:
-    log = json.loads(_ml8s(trained.env, "chain", "log", "--json").stdout)
-    assert [v["counter"] for v in log] == [1, 0] and log[0]["run_id"] == trained.run_id
-    shown = _ml8s(trained.env, "chain", "verify")
+    log, shown, listed, text, missing = ml8s_many(
+        [
+            ("chain", "log", "--json"),
+            ("chain", "verify"),
+            ("chain", "tensorboard", "--json"),
+            ("chain", "tensorboard"),
+            ("chain", "tensorboard", "7"),
+        ],
+        trained.env,
+    )
+    versions = json.loads(log.stdout)
+    assert [v["counter"] for v in versions] == [1, 0] and versions[0]["run_id"] == trained.run_id
     assert shown.returncode == 0 and shown.stdout.startswith(f"PASS chain '{MODEL}'"), shown.stderr
-    dirs = json.loads(_ml8s(trained.env, "chain", "tensorboard", "--json").stdout)
+    dirs = json.loads(listed.stdout)
     assert [(d["counter"], d["name"]) for d in dirs] == [(1, "v0000000001")]
     assert list(Path(dirs[0]["logdir"].removeprefix("file://")).rglob("events.out.tfevents.*"))
-    text = _ml8s(trained.env, "chain", "tensorboard").stdout
-    assert text == f"v0000000001:{dirs[0]['logdir']}\n"
-    missing = _ml8s(trained.env, "chain", "tensorboard", "7")
+    assert text.stdout == f"v0000000001:{dirs[0]['logdir']}\n"
     assert missing.returncode == 1 and "has no version 7" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_several_chains_are_listed_and_a_run_is_checked_against_the_chain_asked(
     trained: Trained, tmp_path: Path
 ) -> None:
-    # a second chain under the root (tests run in file order: the one-chain test above has run)
-    other = _ml8s(trained.env, "chain", "init", "--chain", "other-chain")
+    # a second chain under the root (tests run in file order: the one-chain test above has run); the commands
+    # run in order, in one process
+    other, logged, table, ambiguous, versions, verified, wrong, bad = ml8s_many(
+        [
+            ("chain", "init", "--chain", "other-chain"),
+            ("chain", "log", "--json"),
+            ("chain", "log"),
+            ("chain", "show"),
+            ("chain", "log", "--chain", MODEL, "--json"),
+            ("verify", trained.run_id, "--json"),
+            ("verify", trained.run_id, "--chain", "other-chain", "--json"),
+            ("verify", trained.run_id, "--chain", "../up"),
+        ],
+        trained.env,
+    )
     assert other.returncode == 0, other.stderr
-    listed = json.loads(_ml8s(trained.env, "chain", "log", "--json").stdout)
+    listed = json.loads(logged.stdout)
     assert [c["chain"] for c in listed] == ["churn-named", "other-chain"]
     assert [c["head_counter"] for c in listed] == [1, 0]
     assert set(listed[0]) == {"chain", "head_counter", "head_semver", "head_block_hash", "uri"}
-    table = _ml8s(trained.env, "chain", "log").stdout.splitlines()
-    assert table[0].split() == ["CHAIN", "HEAD", "SEMVER", "BLOCK"] and len(table) == 3
-    ambiguous = _ml8s(trained.env, "chain", "show")
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["CHAIN", "HEAD", "SEMVER", "BLOCK"] and len(lines) == 3
     assert ambiguous.returncode == 1 and "churn-named, other-chain; expected --chain NAME" in ambiguous.stderr
-    versions = json.loads(_ml8s(trained.env, "chain", "log", "--chain", MODEL, "--json").stdout)
-    assert versions[0]["run_id"] == trained.run_id
+    assert json.loads(versions.stdout)[0]["run_id"] == trained.run_id
     # the run is still found in its own chain; --chain names another, which does not hold it
-    assert json.loads(_ml8s(trained.env, "verify", trained.run_id, "--json").stdout)["status"] == "PASS"
-    wrong = _ml8s(trained.env, "verify", trained.run_id, "--chain", "other-chain", "--json")
+    assert json.loads(verified.stdout)["status"] == "PASS"
     (chain,) = [c for c in json.loads(wrong.stdout)["checks"] if c["name"] == "chain"]
     assert wrong.returncode == 1 and "is not in chain 'other-chain'" in chain["reason"] + " ".join(chain["details"])
-    bad = _ml8s(trained.env, "verify", trained.run_id, "--chain", "../up")
     assert bad.returncode == 1 and bad.stderr.startswith("ml8s: CONFIG_ERROR: --chain '../up' is invalid")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from cli_support import ml8s_many
 
 from ml8s.cli import build_parser
 
@@ -293,37 +294,8 @@ def _ml8s_run(words: list[str], t: Trained) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(_ML8S), *words[1:]], cwd=t.base, env=t.env, capture_output=True, text=True, timeout=300)
 
 
-# Many commands in one interpreter (ml8s is imported once, not once per command): each runs as ``ml8s`` runs it,
-# its stdout and stderr captured apart (stdout with a byte buffer: predict writes bytes).
-_RUNNER = """
-import contextlib, io, json, sys
-from ml8s.cli import main
-results = []
-for argv in json.load(sys.stdin):
-    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-    out.flush()
-    results.append([argv, code, out.buffer.getvalue().decode("utf-8", "replace"), err.getvalue()])
-print(json.dumps(results))
-"""
-
-
 def _ml8s_many(commands: list[list[str]], t: Trained) -> list[subprocess.CompletedProcess[str]]:
-    done = subprocess.run(
-        [sys.executable, "-c", _RUNNER],
-        input=json.dumps([words[1:] for words in commands]),
-        cwd=t.base,
-        env=t.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [subprocess.CompletedProcess(["ml8s", *a], code, out, err) for a, code, out, err in json.loads(done.stdout)]
+    return ml8s_many([words[1:] for words in commands], t.env, cwd=t.base)
 
 
 def _structure(text: str) -> object:

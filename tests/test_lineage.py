@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_support import ml8s_many
 from conftest import write_small_churn
 
 from ml8s.chain import ChainStore, verify_chain
@@ -114,11 +115,13 @@ def test_a_lineage_continues_its_parent_and_reproduces_five_of_five(lineage: Lin
     history = list((lineage.root / "ml8s_lineages").glob("*/history-*/gen-*.f32"))
     assert len(history) == 5  # generation 0 encoded once by the first warm start, then one per version
 
-    proc = _ml8s(_env(lineage.data, lineage.root), "chain", "reproduce", "--from", "0")
+    # one process for both commands: they only read the root (ml8s, torch and MLflow imported once)
+    commands = [("chain", "reproduce", "--from", "0"), ("verify", lineage.run_ids[-1])]
+    proc, last = ml8s_many(commands, _env(lineage.data, lineage.root))
+    assert (proc.returncode, last.returncode) == (0, 0), proc.stderr[-3000:] + last.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert len(lines) == 5 and all(line.endswith("MATCH") for line in lines), proc.stdout
     assert "5/5 versions reproduced byte for byte" in proc.stderr
-    last = _ml8s(_env(lineage.data, lineage.root), "verify", lineage.run_ids[-1])
     assert "RESULT: PASS" in last.stdout
 
 
