@@ -81,8 +81,9 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy ml8s
 
+# --dist loadgroup: the tests that share a module's run go to one worker, so it is made once (tests/conftest.py).
 test: setup lint typecheck
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 bench: setup
 	$(BIN)/python bench/run_all.py

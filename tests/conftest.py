@@ -52,6 +52,28 @@ def mlflow_schema_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         os.environ[TEMPLATE_ENV] = previous
 
 
+_SHARED_SCOPES = ("package", "module", "class")
+# Session-scoped fixtures that make a run for a few modules (not the servers every worker needs anyway).
+_SHARED_SESSION_RUNS = ("verified_run",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (``make test``), the tests that share a module- (or class-)scoped fixture run
+    on one xdist worker, so its run is made once, not once per worker (the load scheduler deals a module's
+    tests to the workers in turn); so do those of a session run in ``_SHARED_SESSION_RUNS``. The other tests
+    are dealt one by one, and balance the end."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or any(item.iter_markers("xdist_group")):
+            continue
+        session_runs = sorted(set(_SHARED_SESSION_RUNS) & set(info.name2fixturedefs))
+        if session_runs:
+            item.add_marker(pytest.mark.xdist_group(session_runs[0]))
+        elif any(defs and defs[-1].scope in _SHARED_SCOPES for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 def write_small_churn(directory: Path, rows: int = 600, files: int = 2) -> Path:
     """A tiny churn-like CSV dataset (numeric, categorical, boolean, missing values), deterministic."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_verify import Run, clean_env, completed_run, ml8s, restore
+from test_verify import Run, clean_env, ml8s, restore, verified_run  # noqa: F401  (a fixture)
 
 from ml8s.audit import Status, build_bundle, verify_bundle, write_bundle
 from ml8s.audit.bundle import CHECKSUMS, BundleEntry, write_archive
@@ -41,10 +41,9 @@ SEMANTIC = {
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    shared = completed_run(tmp_path_factory)
-    restore(shared)
-    yield shared
+def run(verified_run: Run) -> Iterator[Run]:  # noqa: F811  (the imported fixture, requested)
+    restore(verified_run)
+    yield verified_run
 
 
 @pytest.fixture(scope="module")
