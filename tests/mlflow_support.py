@@ -108,6 +108,9 @@ def mlflow_server(directory: Path, *, wait: bool = True) -> Iterator[str]:
     trains first) lets the MLflow client's own retries bridge the boot.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    template = os.environ.get("ML8S_MLFLOW_SCHEMA_TEMPLATE", "")
+    if template:  # the session's empty database at this MLflow's head revision: the server runs no migration
+        shutil.copyfile(template, directory / "server.db")
     port, log = free_port(), directory / "server.log"
     command = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{directory}/server.db"]
     command += ["--artifacts-destination", str(directory / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
