@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,26 +54,47 @@ def mlflow_schema_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         os.environ[TEMPLATE_ENV] = previous
 
 
-_SHARED_SCOPES = ("package", "module", "class")
-# Session-scoped fixtures that make a run for a few modules (not the servers every worker needs anyway).
-_SHARED_SESSION_RUNS = ("verified_run",)
+# What makes a module's tests share a run: a fixture scoped wider than one test (made once per worker), or the
+# session run of test_verify.py that test_audit_bundle.py uses too.
+_SHARED_FIXTURE = re.compile(r"""scope=["'](?:module|class|package)["']""")
+SHARED_SESSION_RUN = "verified_run"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (``make test``), the tests that share a module- (or class-)scoped fixture run
-    on one xdist worker, so its run is made once, not once per worker (the load scheduler deals a module's
-    tests to the workers in turn); so do those of a session run in ``_SHARED_SESSION_RUNS``. The other tests
-    are dealt one by one, and balance the end."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None or any(item.iter_markers("xdist_group")):
-            continue
-        session_runs = sorted(set(_SHARED_SESSION_RUNS) & set(info.name2fixturedefs))
-        if session_runs:
-            item.add_marker(pytest.mark.xdist_group(session_runs[0]))
-        elif any(defs and defs[-1].scope in _SHARED_SCOPES for defs in info.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+@functools.cache
+def _shares_runs(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if re.search(rf"\b{SHARED_SESSION_RUN}\b", text):
+        return SHARED_SESSION_RUN
+    return "module" if _SHARED_FIXTURE.search(text) else None
+
+
+def shared_run_scope(rootpath: Path, nodeid: str) -> str:
+    """The unit ``make test`` schedules ``nodeid`` with: its module when the module's tests share a run, the
+    session run's name for the tests of that run, else the test alone."""
+    module = nodeid.split("::", 1)[0]
+    shared = _shares_runs(rootpath / module)
+    if shared is None:
+        return nodeid
+    return module if shared == "module" else shared
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup`` (``make test``): the tests that share a run go to one worker as one unit, so the run is
+    made once, not once per worker (the load scheduler deals a module's tests to the workers in turn); the other
+    tests are dealt one by one, after the units, and balance the end. Done here, by module, because xdist 3.8's own
+    loadgroup groups nothing under pytest 9.2 (it renames node ids, which pytest 9.2 no longer reads back)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_run_scope(config.rootpath, nodeid)
+
+    return SharedRunScheduling(config, log)  # type: ignore[arg-type]
 
 
 def write_small_churn(directory: Path, rows: int = 600, files: int = 2) -> Path:
