@@ -9,10 +9,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from ml8s.chain import Anchor, ChainStore, ReadTrust, read_anchor
-from ml8s.cli.args import add_require_signed, guarded
+from ml8s.cli.args import add_require_signed, guarded, open_root
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.store import open_store
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -45,7 +44,7 @@ def _follow(args: argparse.Namespace) -> int:
     if not 0 < args.poll_seconds < 86400:
         raise ConfigError(f"--poll-seconds {args.poll_seconds}: expected a number of seconds in (0, 86400)")
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
+    chain = ChainStore(open_root(settings.pipeline_root_uri), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
     for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
