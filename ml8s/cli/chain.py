@@ -17,6 +17,7 @@ import time
 from ml8s.chain import (
     ENV_KEY,
     ENV_KEY_FILE,
+    KEY_MAX_BYTES,
     Anchor,
     ChainStore,
     ChainVersion,
@@ -43,6 +44,7 @@ from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_version
 from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.store.operator_files import read_operator_file
 
 MAX_STEPS = 2**63 - 1
 _CREATING = ("init", "commit", "trust", "root")  # verbs that may start a chain: they keep the default name
@@ -246,11 +248,8 @@ def _publish(settings: PlatformSettings, anchor: Anchor, chain: ChainStore) -> d
 
 
 def _key_file(path: str) -> SigningKey:
-    try:
-        with open(path, "rb") as handle:
-            return SigningKey.from_text(handle.read(64 * 1024), where=f"--key {path}")
-    except OSError as exc:
-        raise ConfigError(f"--key {path}: {exc.strerror or exc}; expected a private key file") from exc
+    data = read_operator_file(path, setting="--key", expected="a private key file", max_bytes=KEY_MAX_BYTES)
+    return SigningKey.from_text(data, where=f"--key {path}")
 
 
 def _keygen(out: str) -> int:
