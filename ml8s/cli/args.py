@@ -97,8 +97,8 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
     def run(args: argparse.Namespace) -> int:
         from ml8s import log
 
-        log.configure(log_level)
         try:
+            log.configure(log_level)
             with stopping_on_signals():
                 return handler(args)
         except Ml8sError as exc:
