@@ -236,7 +236,9 @@ def _csv_batches(entry: FileEntry, data: bytes, root: str) -> tuple[list[str], I
 
 def _csv_header(data: bytes, where: str) -> list[str]:
     end = data.find(b"\n")
-    line = (data if end < 0 else data[:end]).decode("utf-8")  # not split(): that copies the whole file
+    # not split(): that copies the whole file. utf-8-sig: Arrow's reader skips a byte order mark (Excel writes
+    # one), so the names typed as text here must be the names Arrow reports, without it.
+    line = (data if end < 0 else data[:end]).decode("utf-8-sig")
     header = next(csv.reader(io.StringIO(line)), [])
     if not header or any(not name.strip() for name in header):
         raise DataError(f"{where} has an empty or blank column name in its header; expected named columns")

@@ -1,0 +1,48 @@
+"""CSV files as spreadsheets and Windows tools write them train like plain ones.
+
+A UTF-8 byte order mark (Excel's "CSV UTF-8") made the first column's name differ between the header read
+for typing (which kept the mark) and Arrow's parse (which skips it): the run died with an INTERNAL_ERROR
+from inside Arrow. CRLF line ends are covered too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import make_context, write_small_churn
+
+from ml8s.context.publish import local_path
+from ml8s.contract import layout
+from ml8s.pipeline.features import compute_features
+
+
+def _rewrite(source: Path, target: Path, *, bom: bool, crlf: bool) -> Path:
+    """``source`` with its first column moved last (so a numeric column comes first, the one the mark hid)."""
+    target.mkdir(parents=True)
+    for path in sorted(source.iterdir()):
+        lines = path.read_text().splitlines()
+        text = "".join(",".join([*cells[1:], cells[0]]) + "\n" for cells in (line.split(",") for line in lines))
+        data = text.replace("\n", "\r\n").encode() if crlf else text.encode()
+        (target / path.name).write_bytes((b"\xef\xbb\xbf" if bom else b"") + data)
+    return target
+
+
+def _features(data: Path, root: Path, out: Path) -> tuple[bytes, list[str]]:
+    ctx = make_context(data, root, EPOCHS="1")
+    compute_features(ctx.spec, str(out))
+    schema = json.loads((out / local_path("", layout.FEATURE_SCHEMA)).read_bytes())
+    return (out / local_path("", layout.FEATURE_MATRIX)).read_bytes(), [f["name"] for f in schema["features"]]
+
+
+def test_a_byte_order_mark_and_crlf_give_the_features_of_plain_files(tmp_path: Path) -> None:
+    plain = _rewrite(
+        write_small_churn(tmp_path / "source", rows=120, files=2), tmp_path / "plain", bom=False, crlf=False
+    )
+    assert (plain / sorted(p.name for p in plain.iterdir())[0]).read_text().startswith("tenure,")
+    matrix, names = _features(plain, tmp_path / "r0", tmp_path / "f0")
+    for index, (bom, crlf) in enumerate([(True, False), (False, True), (True, True)], start=1):
+        other = _rewrite(tmp_path / "source", tmp_path / f"d{index}", bom=bom, crlf=crlf)
+        other_matrix, other_names = _features(other, tmp_path / f"r{index}", tmp_path / f"f{index}")
+        assert other_names == names, (bom, crlf)
+        assert other_matrix == matrix, (bom, crlf)
