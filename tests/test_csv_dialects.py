@@ -46,3 +46,18 @@ def test_a_byte_order_mark_and_crlf_give_the_features_of_plain_files(tmp_path: P
         other_matrix, other_names = _features(other, tmp_path / f"r{index}", tmp_path / f"f{index}")
         assert other_names == names, (bom, crlf)
         assert other_matrix == matrix, (bom, crlf)
+
+
+def test_a_quoted_newline_in_a_header_name_is_one_column(tmp_path: Path) -> None:
+    # The header was cut at the first newline, inside the quotes: the column Arrow named "monthly\ncharges"
+    # was not typed as text and the run died inside Arrow (INTERNAL_ERROR).
+    source = write_small_churn(tmp_path / "source", rows=120, files=2)
+    data = tmp_path / "data"
+    data.mkdir()
+    for path in sorted(source.iterdir()):
+        text = path.read_text().replace("monthly_charges", '"monthly\ncharges"', 1)
+        (data / path.name).write_text(text)
+    _, plain_names = _features(source, tmp_path / "r0", tmp_path / "f0")
+    _, names = _features(data, tmp_path / "r1", tmp_path / "f1")
+    assert "monthly\ncharges" in names
+    assert names == [name.replace("monthly_charges", "monthly\ncharges") for name in plain_names]
