@@ -61,3 +61,26 @@ def test_a_quoted_newline_in_a_header_name_is_one_column(tmp_path: Path) -> None
     _, names = _features(data, tmp_path / "r1", tmp_path / "f1")
     assert "monthly\ncharges" in names
     assert names == [name.replace("monthly_charges", "monthly\ncharges") for name in plain_names]
+
+
+def test_parquet_integers_beyond_2_53_read_as_their_csv_text_does(tmp_path: Path) -> None:
+    # A uint64 column over 2^53 (a hashed ID) was an ArrowInvalid from the typing, an INTERNAL_ERROR; it is
+    # now the nearest double, exactly what the same numbers written as CSV text give.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    big = [2**64 - 1, 2**53 + 1, 3, 2**63 + 12345] * 30
+    labels = ["yes", "no", "no", "yes"] * 30
+    tenure = list(range(120))
+    (tmp_path / "pq").mkdir()
+    (tmp_path / "csv").mkdir()
+    pq.write_table(
+        pa.table({"big": pa.array(big, pa.uint64()), "tenure": tenure, "churned": labels}),
+        tmp_path / "pq" / "a.parquet",
+    )
+    rows = "".join(f"{b},{t},{c}\n" for b, t, c in zip(big, tenure, labels, strict=True))
+    (tmp_path / "csv" / "a.csv").write_text("big,tenure,churned\n" + rows)
+    from_parquet = _features(tmp_path / "pq", tmp_path / "r0", tmp_path / "f0")
+    from_csv = _features(tmp_path / "csv", tmp_path / "r1", tmp_path / "f1")
+    assert "big" in from_parquet[1]
+    assert from_parquet == from_csv
