@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
 from ml8s.store._files import (
+    StagedWriter,
     copy_hashed,
     fsync_dir,
     into_dir,
@@ -79,6 +80,44 @@ class LocalStore(Store):
                 f"{sha256}: the file changed since it was hashed"
             )
         return self._move(key, tmp, tmp_key, digest, copied)
+
+    @contextlib.contextmanager
+    def stage(self, tmp_key: str) -> Iterator[StagedWriter]:
+        """A fresh file at ``tmp_key`` for a caller to write and hash buffer by buffer (``StagedWriter``), then
+        hand to :meth:`put_staged`; removed if the block raises, kept otherwise (its owner deletes it)."""
+        writer = StagedWriter(self._path(tmp_key))
+        try:
+            yield writer
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(writer.path)
+            raise
+        finally:
+            os.close(writer.fd)
+
+    def put_staged(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
+        """A file :meth:`stage` wrote (hashed from the buffers written) into place without a copy: fsync, a
+        hard link at ``tmp_key`` renamed over ``key``, then the directory fsynced (a crash leaves the old
+        ``key`` or the whole new file). The staged file stays, for a retry or a restore to link
+        again. Its size is checked first (truncated since: IntegrityError); a path outside the root is copied."""
+        if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
+            return self.put_file_expecting(key, path, tmp_key=tmp_key, sha256=sha256, size=size)
+        found = size_or_none(path)
+        if found is None:
+            raise StoreError(f"{path} vanished: staged for {self.uri(key)}, then deleted by someone else (a cleanup?)")
+        if found != size:
+            raise IntegrityError(f"{path}: staged {size} bytes sha256 {sha256} for {self.uri(key)}, found {found}")
+        try:  # the staged bytes are durable before any name of them is (an fsync on any descriptor does)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot fsync {path} (staged for {self.uri(key)}): {exc.strerror or exc}") from exc
+        tmp = self._path(tmp_key)
+        into_dir(path, tmp, os.link)
+        return self._into_place(key, tmp, size, sha256)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         final = self._path(key)
