@@ -53,7 +53,7 @@ def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
     digest = hashlib.sha256()
     buffers = [memoryview(bytearray(_CHUNK)) for _ in range(2)]
     hashed: list[Future[None] | None] = [None, None]
-    size = turn = 0
+    size = turn = started = 0
     with _writing(path):
         handle = in_fresh_dir(path, lambda: open(path, "wb", buffering=0))
         with handle, ThreadPoolExecutor(1, thread_name_prefix="ml8s-hash") as pool:
@@ -69,6 +69,9 @@ def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
                 while done < count:  # a write may be short (a signal, a full pipe): go on from there
                     done += os.write(handle.fileno(), chunk[done:])
                 size += count
+                if size - started >= _WRITEBACK:  # the disk works while we go on; the fsync has less to wait for
+                    start_writeback(handle.fileno(), started, size - started)
+                    started = size
                 turn ^= 1
             for future in hashed:
                 if future is not None:
