@@ -2,7 +2,8 @@
 
 The whole command, as an operator runs it (interpreter start-up, imports, header check, hashing, the copy,
 the chain's own files), then ``sync``; the baseline is ``cp`` of the same file then ``sync``. Both run as
-child processes, alternating, p50 of ``--repeat``; peak RSS is the child's ``ru_maxrss`` (``os.wait4``).
+child processes, alternating, p50 of ``--repeat``; peak RSS is the child's ``ru_maxrss`` (``os.wait4`` in a
+small launcher, so that this process's own peak does not leak into it).
 
 - FULL: every commit is a FULL (DELTA_BASE_INTERVAL=1). Goals: at most 1.5x ``cp`` + ``sync``, and peak
   RSS at most 256 MiB above a small (1 MiB) commit's.
@@ -59,17 +60,38 @@ def _seeded(seed: int, size: int) -> bytes:
     return np.random.default_rng(seed).uniform(-1, 1, size // 4).astype("<f4").tobytes()
 
 
+# A small launcher between this process and the command: a child started from here (vfork + exec) would
+# inherit this process's peak RSS (numpy, the checkpoint writer) into its ru_maxrss, hiding the command's.
+# Started from the launcher's few MiB instead, the command's peak is its own. Both sides go through it.
+_LAUNCH = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def timed_child(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(seconds of the command plus a ``sync``, peak RSS of the command in MiB)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode != 0:
-        raise SystemExit(f"bench_commit_cli: {' '.join(argv)} failed ({proc.returncode}): {err[-2000:]}")
-    os.sync()
-    return time.perf_counter() - start, usage.ru_maxrss / 1024
+    with tempfile.NamedTemporaryFile("r", prefix="ml8s-bench-rss-") as rss:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-S", "-c", _LAUNCH, rss.name, *argv],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+        if proc.returncode != 0:
+            err = proc.stderr.decode()[-2000:]
+            raise SystemExit(f"bench_commit_cli: {' '.join(argv)} failed ({proc.returncode}): {err}")
+        os.sync()
+        took = time.perf_counter() - start
+        return took, int(rss.read() or 0) / 1024
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from ml8s.chain.models import ChainVersion, LocalFile, PayloadBuilder, PayloadKind, PayloadSource, WeightsFields
 from ml8s.chain.safetensors_check import SafetensorsSummary, TensorSpan
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ConfigError, StoreError
+from ml8s.errors import ConfigError
 from ml8s.store import LocalStore, StagedWriter
 
 WEIGHTS_FULL = "model_native.safetensors"
@@ -116,9 +116,9 @@ def hashed_checkpoint(
         source, weights_hash = hash_checkpoint(path, summary, stage)
     try:
         yield LocalFile(path=stage.path, sha256=source.sha256, size=source.size, staged=True), weights_hash
-    finally:
-        with contextlib.suppress(StoreError):
-            store.delete(tmp_key)
+    finally:  # a name of ours under .tmp/ (a random one): no pruning or fsync, a lost unlink is a stale tmp
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stage.path)
 
 
 def _delta_likely(chain: ChainVersions, summary: SafetensorsSummary, interval: int) -> bool:

@@ -16,7 +16,7 @@ from ml8s.errors import NotFoundError, StoreError
 from ml8s.store._safe import open_regular
 
 _CHUNK = 1024 * 1024  # fits the L2 cache: read, write and hash touch it there (4 MiB measured slower)
-_WRITEBACK = 32 * 1024 * 1024  # a staged file's dirty bytes between two starts of their writeback
+_WRITEBACK = 32 * 1024 * 1024  # bytes written between two starts of their writeback (start_writeback)
 _DIR_ATTEMPTS = 20  # a directory removed under a writer by concurrent deletes is recreated this often
 _T = TypeVar("_T")
 
