@@ -38,7 +38,7 @@ def write_file(path: str, data: bytes) -> tuple[str, int]:
         with handle:
             digest, size = _write_hashed(handle, data)
             handle.flush()
-            os.fsync(handle.fileno())
+            os.fsync(handle.fileno())  # durable before a link or rename names it: no named, empty file after a crash
     return digest, size
 
 
@@ -76,7 +76,7 @@ def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
             for future in hashed:
                 if future is not None:
                     future.result()
-            os.fsync(handle.fileno())
+            os.fsync(handle.fileno())  # durable before a rename names it (as in write_file)
     return digest.hexdigest(), size
 
 

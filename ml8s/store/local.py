@@ -130,7 +130,7 @@ class LocalStore(Store):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        fsync_dir(os.path.dirname(final))
+        fsync_dir(os.path.dirname(final))  # the new name survives a crash before the caller goes on
         return True
 
     def put_if_match(self, key: str, data: bytes, token: str | None) -> str:
@@ -144,7 +144,7 @@ class LocalStore(Store):
             tmp = self._scratch(final)
             digest, _ = write_file(tmp, data)
             into_dir(tmp, final, os.replace)
-            fsync_dir(os.path.dirname(final))
+            fsync_dir(os.path.dirname(final))  # the swap is durable before the caller reports it
         return digest
 
     def delete(self, key: str) -> None:
@@ -256,7 +256,7 @@ class LocalStore(Store):
     def _into_place(self, key: str, tmp: str, size: int, digest: str) -> WriteResult:
         final = self._path(key)
         into_dir(tmp, final, os.replace)
-        fsync_dir(os.path.dirname(final))
+        fsync_dir(os.path.dirname(final))  # the rename survives a crash before anything names it
         return WriteResult(key=key, size=size, sha256=digest)
 
     @contextlib.contextmanager
