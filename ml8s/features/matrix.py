@@ -18,6 +18,7 @@ from ml8s.data.columns import Column
 from ml8s.data.dataset import FloatArray
 from ml8s.features.column_names import SPLIT, TARGET
 from ml8s.inference.rules import FeatureRule, encode_each
+from ml8s.memory import return_freed_memory
 
 IntArray = npt.NDArray[np.int64]
 Float32Array = npt.NDArray[np.float32]
@@ -102,22 +103,25 @@ def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str
     return features, target, split, names
 
 
-def map_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str]]:
-    """:func:`read_matrix32`, the features memory-mapped from a scratch file instead of held in the heap.
+def map_matrix32(path: str) -> tuple[Float32Array, npt.NDArray[np.int32], npt.NDArray[np.int8], list[str]]:
+    """:func:`read_matrix32`, the features memory-mapped from a scratch file instead of held in the heap, the
+    class indices and split in the file's own types (int32, int8: at 20M rows, 300 MiB less than int64 beside a
+    matrix the training touches whole).
 
     The float32 rows are written a row group at a time into an unnamed temporary file (``O_TMPFILE``: nothing
     is left behind, however the process ends) and mapped copy-on-write, so torch tensors can share them. The
     pages are the file's: the kernel can drop and re-read them under memory pressure, and writing them never
     dirties the process's own memory beyond one row group.
     """
+    return_freed_memory()
     file = pq.ParquetFile(path)
     names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
     rows = file.metadata.num_rows
-    target = np.empty(rows, dtype=np.int64)
-    split = np.empty(rows, dtype=np.int64)
     if rows * len(names) == 0:  # nothing to map (mmap refuses an empty length)
-        features, target, split, names = read_matrix32(path)
-        return features, target, split, names
+        features, wide_target, wide_split, names = read_matrix32(path)
+        return features, wide_target.astype(np.int32), wide_split.astype(np.int8), names
+    target = np.empty(rows, dtype=np.int32)
+    split = np.empty(rows, dtype=np.int8)
     with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
         start = 0
         for group in range(file.num_row_groups):
