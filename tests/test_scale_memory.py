@@ -18,6 +18,11 @@ import torch
 
 from ml8s.data.dataset import load_dataset
 from ml8s.data.fingerprint import fingerprint_local
+from ml8s.features import matrix
+from ml8s.features.rules import Prepared, fit_rules, prepare
+from ml8s.identity.params import validate_params
+from ml8s.identity.variables import canonical_config
+from ml8s.inference.rules import FeatureRule
 from ml8s.memory import return_freed_memory
 from ml8s.modeling.registry import cross_entropy_step
 from ml8s.training.loop import Graphed, epoch_stepper
@@ -107,3 +112,49 @@ def test_narrow_labels_and_order_train_the_same_bits(graphed: bool) -> None:
         sums, params = run(labels, torch.int32)
         assert sums == wide_sums
         assert all(torch.equal(a, b) for a, b in zip(wide, params, strict=True))
+
+
+def _prepared(data: Path, **overrides: str) -> tuple[Prepared, list[FeatureRule], dict[str, list[str]]]:
+    params = validate_params(canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "churned", **overrides}))
+    prepared = prepare(load_dataset(fingerprint_local(str(data))), params)
+    rules, kept = fit_rules(prepared, params)
+    return prepared, rules, kept
+
+
+def _write(path: Path, prepared: Prepared, rules: list[FeatureRule], kept: dict[str, list[str]], hand: bool) -> None:
+    columns = {c.name: c for c in prepared.columns}
+    matrix.write_encoded(str(path), rules, columns, kept, prepared.target, prepared.split, hand_over=hand)
+
+
+def test_handed_over_rows_are_the_decoded_rows(
+    small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ml8s run`` trains on the rows its features step left, not on the file decoded again: the same arrays."""
+    monkeypatch.setattr(matrix, "ROW_GROUP", 97)  # several row groups, and row slices across them
+    monkeypatch.setattr(matrix, "_ROWS_PER_WRITE", 40)
+    prepared, rules, kept = _prepared(small_data)
+    path = tmp_path / "feature_matrix.parquet"
+    _write(path, prepared, rules, kept, hand=True)
+    handed = matrix.map_matrix32(str(path))
+    assert not matrix._handed  # taken: a second map decodes the file
+    decoded = matrix.map_matrix32(str(path))
+    assert handed[3] == decoded[3] == [rule.name for rule in rules]
+    for got, want in zip(handed[:3], decoded[:3], strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert handed[0].flags.c_contiguous and len(handed[0]) == len(prepared.target) > 3 * 97
+    plain = tmp_path / "plain.parquet"
+    _write(plain, prepared, rules, kept, hand=False)
+    assert plain.read_bytes() == path.read_bytes()  # handing over changes no byte of the file
+
+
+def test_rows_handed_over_for_a_file_rewritten_since_are_not_used(small_data: Path, tmp_path: Path) -> None:
+    prepared, rules, kept = _prepared(small_data)
+    other, other_rules, other_kept = _prepared(small_data, SAMPLE_ROWS="50", MAX_FEATURES="3")
+    path = tmp_path / "feature_matrix.parquet"
+    _write(path, prepared, rules, kept, hand=True)
+    _write(path, other, other_rules, other_kept, hand=False)  # the file now holds other rows
+    features, target, _, names = matrix.map_matrix32(str(path))
+    assert names == [rule.name for rule in other_rules] and len(target) == 50
+    np.testing.assert_array_equal(target, other.target)
+    assert features.shape == (50, 3) and not matrix._handed
