@@ -311,8 +311,8 @@ from ml8s.pipeline.run import run_pipeline
 real = features.compute_features
 seen = []
 
-def compute_features(spec, out_dir):  # ml8s run up to the end of its features step, then stop
-    real(spec, out_dir)
+def compute_features(spec, out_dir, **options):  # ml8s run up to the end of its features step, then stop
+    real(spec, out_dir, **options)
     seen.extend(sorted(m for m in ("mlflow", "onnx", "onnxruntime", "torch") if m in sys.modules))
     raise SystemExit(json.dumps(seen))
 
