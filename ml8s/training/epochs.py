@@ -70,15 +70,17 @@ def eval_logits(model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor) -> 
     """The eval-mode logits of ``x[rows]`` as float64 on the CPU, a pass of :func:`passes` at a time."""
     was_training = model.training
     model.eval()
-    parts: list[npt.NDArray[np.float64]] = []
+    out: npt.NDArray[np.float64] | None = None  # filled a pass at a time: no list of parts to concatenate
     try:
         with torch.no_grad():
             for first, done in passes(len(rows)):
-                logits = model(x[rows[first : first + EVAL_ROWS]])
-                parts.append(logits[done:].to("cpu").numpy().astype(np.float64))
+                logits = model(x[rows[first : first + EVAL_ROWS]])[done:].to("cpu").numpy()
+                if out is None:
+                    out = np.empty((len(rows), logits.shape[1]), dtype=np.float64)
+                out[first + done : first + done + len(logits)] = logits
     finally:
         model.train(was_training)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out if out is not None else np.empty((0, 0), dtype=np.float64)
 
 
 def held_out_figures(

@@ -206,11 +206,14 @@ def predict_proba(
     model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor
 ) -> np.ndarray[tuple[int, int], np.dtype[np.float64]]:
     """Softmax of ``x[rows]`` in float64 on the CPU, so metrics do not depend on the device's float32 softmax."""
-    logits = eval_logits(model, x, rows)
+    probs = eval_logits(model, x, rows)
     model.eval()  # as it always left the model: export and the shards take it from here
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return np.asarray(exp / exp.sum(axis=1, keepdims=True), dtype=np.float64)
+    # In place, the same operations as new arrays would take: at 4M held-out rows each copy is 64 MiB more
+    # beside a matrix that training has made resident whole.
+    probs -= probs.max(axis=1, keepdims=True)
+    np.exp(probs, out=probs)
+    probs /= probs.sum(axis=1, keepdims=True)
+    return probs
 
 
 def cold_state(model: torch.nn.Module, steps: int, device: torch.device) -> TrainingState:
