@@ -158,3 +158,22 @@ def test_rows_handed_over_for_a_file_rewritten_since_are_not_used(small_data: Pa
     assert names == [rule.name for rule in other_rules] and len(target) == 50
     np.testing.assert_array_equal(target, other.target)
     assert features.shape == (50, 3) and not matrix._handed
+
+
+@pytest.mark.parametrize("classes", [2, 3, 9])
+def test_held_out_figures_are_the_whole_log_softmax_figures(classes: int) -> None:
+    """The per-epoch held-out figures, computed in place, are the floats of the full log-softmax (epochs.json)."""
+    from ml8s.training.epochs import held_out_figures
+
+    torch.manual_seed(classes)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Linear(32, classes))
+    x = torch.randn(5000, 6, generator=torch.Generator().manual_seed(1)) * 4
+    rows = torch.arange(0, 5000, 2, dtype=torch.int32)
+    labels = np.random.default_rng(classes).integers(0, classes, len(rows))
+    with torch.no_grad():
+        logits = model(x[rows]).numpy().astype(np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    picked = np.maximum(log_probs[np.arange(len(labels)), labels], np.log(1e-15))
+    want = (float(-picked.mean()), float((logits.argmax(axis=1) == labels).mean()))
+    assert held_out_figures(model, x, rows, labels) == want
