@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TextIO, TypeVar
 
-from ml8s.errors import Ml8sError
+from ml8s.errors import ConfigError, Ml8sError
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MAX_LINE = 160
 """The longest line of ours at INFO (a terminal's width, twice)."""
 
@@ -51,8 +52,16 @@ class HumanFormatter(logging.Formatter):
 
 
 def configure(level: str | None = None) -> None:
-    """Send the ``ml8s`` logger to stderr once (idempotent); ML8S_LOG_LEVEL overrides the level."""
-    _logger.setLevel((level or os.environ.get("ML8S_LOG_LEVEL", "INFO")).upper())
+    """Send the ``ml8s`` logger to stderr once (idempotent); ML8S_LOG_LEVEL overrides the level.
+
+    A misspelt ML8S_LOG_LEVEL is a ConfigError naming it, even where ``level`` overrides it: a user who set
+    it expects it to mean something (and a CLI error prints its traceback only for DEBUG)."""
+    setting = os.environ.get("ML8S_LOG_LEVEL", "").strip().upper()
+    if setting and setting not in LEVELS:
+        raise ConfigError(
+            f"ML8S_LOG_LEVEL={os.environ['ML8S_LOG_LEVEL']!r} is invalid; expected one of {', '.join(LEVELS)}"
+        )
+    _logger.setLevel((level or setting or "INFO").upper())
     if not any(isinstance(h, _Ml8sHandler) for h in _logger.handlers):
         handler = _Ml8sHandler(sys.stderr)
         handler.setFormatter(HumanFormatter())

@@ -394,6 +394,22 @@ def test_cli_identity_bad_test_size_one_line(tmp_path: Path) -> None:
     assert written_files(tmp_path / "root") == []
 
 
+@pytest.mark.parametrize("command", [["run"], ["identity"], ["chain", "log"]])
+def test_a_misspelt_log_level_is_one_line_before_any_write(tmp_path: Path, command: list[str]) -> None:
+    # It was a ValueError traceback from logging for `ml8s run`, and silently ignored by the other commands.
+    data = write_small_churn(tmp_path / "data", rows=60, files=2)
+    env = _clean_environ(
+        DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(tmp_path / "root"), ML8S_LOG_LEVEL="verbose"
+    )
+    result = subprocess.run([_cli(), *command], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "ml8s: CONFIG_ERROR: ML8S_LOG_LEVEL='verbose' is invalid; expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    ]
+    assert written_files(tmp_path / "root") == []
+
+
 def test_cli_identity_good_config_prints_json(tmp_path: Path) -> None:
     data = write_small_churn(tmp_path / "data", rows=60, files=2)
     root = tmp_path / "root"

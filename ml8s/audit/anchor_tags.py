@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import Anchor, read_anchor
+from ml8s.chain import RECORD_MAX_BYTES, Anchor, read_anchor
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.registry.query import versions_of_hash
+from ml8s.store.operator_files import read_operator_file
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -106,13 +107,13 @@ def load_anchor(reference: str | None, settings: PlatformSettings) -> Anchor | N
         match = _VERSION.fullmatch(name)
         model, version = (match.group(1), match.group(2)) if match else (name, None)
         return read_published(settings.mlflow_tracking_uri_for_registry(), model, version)
-    try:
-        with open(reference, "rb") as handle:
-            return read_anchor(handle.read(), where=f"--anchor {reference}")
-    except OSError as exc:
-        raise ConfigError(
-            f"--anchor {reference}: {exc.strerror or exc}; expected an anchor file or mlflow:[MODEL[/VERSION]]"
-        ) from exc
+    data = read_operator_file(
+        reference,
+        setting="--anchor",
+        expected="an anchor file or mlflow:[MODEL[/VERSION]]",
+        max_bytes=RECORD_MAX_BYTES,
+    )
+    return read_anchor(data, where=f"--anchor {reference}")
 
 
 def _newer(current: Anchor, candidate: Anchor) -> bool:

@@ -15,6 +15,7 @@ from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingM
 from ml8s.errors import NotFoundError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import ObjectInfo, Store, open_store
+from ml8s.store.root_shape import check_local_root
 from ml8s.tempdirs import owned_tempdir
 
 _SMALL = 16 * 1024 * 1024  # files up to this size are read whole (and kept); larger ones are streamed
@@ -33,7 +34,11 @@ class RunState:
         store: Store | None = None,
         tracking_uri: str = "",
     ) -> None:
-        self.store = store or open_store(parse_root_uri(root_uri, variable="PIPELINE_ROOT_URI").uri)
+        if store is None:
+            uri = parse_root_uri(root_uri, variable="PIPELINE_ROOT_URI").uri
+            check_local_root(uri)
+            store = open_store(uri)
+        self.store = store
         self.tracking_uri = tracking_uri
         self.root_uri = self.store.root_uri
         self.run_id = run_id

@@ -15,6 +15,7 @@ from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
 from ml8s.chain.integrity import WeightsCheck, find_corruption, verify_chain
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.listing import ChainEntry, chain_entries, chain_names, chains_holding
 from ml8s.chain.models import (
     Block,
@@ -36,7 +37,7 @@ from ml8s.chain.retry import RetryPolicy, commit_with_retry, to_stderr
 from ml8s.chain.root import ENV_TRUST_ROOT, TrustRoot, load_root, make_root, root_json
 from ml8s.chain.runindex import committed
 from ml8s.chain.safetensors_check import SafetensorsSummary, check_safetensors
-from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, SigningKey
+from ml8s.chain.signing import ENV_KEY, ENV_KEY_FILE, KEY_MAX_BYTES, SigningKey
 from ml8s.chain.trust import TrustPolicy, adopt_policy, load_policies
 from ml8s.chain.trusted import ReadTrust, TrustedReader
 from ml8s.chain.versions import ChainVersions
@@ -46,6 +47,8 @@ __all__ = [
     "ENV_KEY",
     "ENV_KEY_FILE",
     "ENV_TRUST_ROOT",
+    "KEY_MAX_BYTES",
+    "RECORD_MAX_BYTES",
     "WEIGHTS_DELTA",
     "WEIGHTS_FULL",
     "Anchor",

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from ml8s.chain.signing import key_id, signature_valid
 from ml8s.errors import ConfigError
 from ml8s.identity.hashing import canonical_bytes
+from ml8s.store.operator_files import read_operator_file
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -115,13 +116,7 @@ def load_root(setting: str, *, where: str = ENV_TRUST_ROOT) -> TrustRoot | None:
     if text.startswith("{"):
         data = text.encode("utf-8")
     else:
-        try:
-            with open(text, "rb") as handle:
-                data = handle.read(MAX_ROOT_BYTES + 1)
-        except OSError as exc:
-            raise ConfigError(f"{where}={text}: {exc.strerror or exc}; expected a trust root file") from exc
-        if len(data) > MAX_ROOT_BYTES:
-            raise ConfigError(f"{where}={text}: over {MAX_ROOT_BYTES} bytes; expected a trust root file")
+        data = read_operator_file(text, setting=where, expected="a trust root file", max_bytes=MAX_ROOT_BYTES)
         where = f"{where}={text}"
     try:
         return TrustRoot.model_validate_json(data)

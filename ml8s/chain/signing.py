@@ -21,9 +21,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ml8s.errors import ConfigError
+from ml8s.store.operator_files import read_operator_file
 
 ENV_KEY = "ML8S_SIGNING_KEY"
 ENV_KEY_FILE = "ML8S_SIGNING_KEY_FILE"
+KEY_MAX_BYTES = 64 * 1024  # a PEM ed25519 key is about 120 bytes
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 
 
@@ -69,13 +71,10 @@ class SigningKey:
         if text := env.get(ENV_KEY, ""):
             return cls.from_text(text.encode("utf-8"), where=ENV_KEY)
         if path := env.get(ENV_KEY_FILE, ""):
-            try:
-                with open(path, "rb") as handle:
-                    return cls.from_text(handle.read(), where=f"{ENV_KEY_FILE}={path}")
-            except OSError as exc:
-                raise ConfigError(
-                    f"{ENV_KEY_FILE}={path}: {exc.strerror or exc}; expected a readable key file"
-                ) from exc
+            data = read_operator_file(
+                path, setting=ENV_KEY_FILE, expected="a readable key file", max_bytes=KEY_MAX_BYTES
+            )
+            return cls.from_text(data, where=f"{ENV_KEY_FILE}={path}")
         return None
 
     def private_pem(self) -> bytes:

@@ -20,6 +20,8 @@ from ml8s.identity.uri import parse_root_uri
 from ml8s.interrupts import Interrupted, stopping_on_signals
 
 if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
+    from ml8s.store import Store
+
     Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 Handler = Callable[[argparse.Namespace], int]
 
@@ -39,6 +41,16 @@ def root_arg(text: str) -> str:
         return parse_root_uri(text, variable="--root").uri
     except RootUriError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: expected {exc.expected}") from exc
+
+
+def open_root(uri: str) -> Store:
+    """The store at a command's root; a local root that is a file, a FIFO or a symlink loop is a ConfigError
+    naming it (not an empty listing, nor an OS error from deep inside a read)."""
+    from ml8s.store import open_store
+    from ml8s.store.root_shape import check_local_root
+
+    check_local_root(uri)
+    return open_store(uri)
 
 
 def add_root(parser: argparse.ArgumentParser) -> None:
@@ -85,8 +97,8 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
     def run(args: argparse.Namespace) -> int:
         from ml8s import log
 
-        log.configure(log_level)
         try:
+            log.configure(log_level)
             with stopping_on_signals():
                 return handler(args)
         except Ml8sError as exc:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_require_signed, add_root, guarded, run_id_arg
+from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg
 
 if TYPE_CHECKING:
     from ml8s.chain import Anchor
@@ -122,9 +122,8 @@ def _environment(require_signed: bool | None) -> Mapping[str, str]:
 def _named(args: argparse.Namespace, env: Mapping[str, str]) -> Mapping[str, str]:
     """The environment with CHAIN_NAME and MLFLOW_MODEL_NAME of the run (``ml8s.cli.names``)."""
     from ml8s.cli.names import run_names
-    from ml8s.store import open_store
 
-    return {**env, **run_names(open_store(args.root), args.run_id, args.chain, env)}
+    return {**env, **run_names(open_root(args.root), args.run_id, args.chain, env)}
 
 
 def _anchor(args: argparse.Namespace, env: Mapping[str, str]) -> Anchor | None:

@@ -17,6 +17,7 @@ import time
 from ml8s.chain import (
     ENV_KEY,
     ENV_KEY_FILE,
+    KEY_MAX_BYTES,
     Anchor,
     ChainStore,
     ChainVersion,
@@ -38,12 +39,12 @@ from ml8s.chain import (
     to_stderr,
     verify_chain,
 )
-from ml8s.cli.args import add_require_signed, guarded
+from ml8s.cli.args import add_require_signed, guarded, open_root
 from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_versions, tensorboard
 from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.store import open_store
+from ml8s.store.operator_files import read_operator_file
 
 MAX_STEPS = 2**63 - 1
 _CREATING = ("init", "commit", "trust", "root")  # verbs that may start a chain: they keep the default name
@@ -129,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
         return _keygen(args.out)
     if not args.chain and not named_in(os.environ) and verb not in _CREATING:
         # Nobody named a chain: the one under the root; with none or several, log lists them.
-        names = chain_names(open_store(settings.pipeline_root_uri))
+        names = chain_names(open_root(settings.pipeline_root_uri))
         if len(names) == 1:
             settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": names[0]})
         elif verb == "log":
-            return list_chains(open_store(settings.pipeline_root_uri), as_json=args.json)
+            return list_chains(open_root(settings.pipeline_root_uri), as_json=args.json)
         elif names and settings.chain_name not in names:
             raise ConfigError(f"the root holds chains {', '.join(names)}; expected --chain NAME (or CHAIN_NAME)")
     if verb == "reproduce":
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     signer = SigningKey.from_env(os.environ)
     trust = ReadTrust.from_settings(settings, getattr(args, "require_signed", None))
-    store = open_store(settings.pipeline_root_uri)
+    store = open_root(settings.pipeline_root_uri)
     chain = ChainStore(store, settings.chain_name, signer=signer, trust_root=trust.root)
     if verb in ("promote", "reject", "promotions"):
         from ml8s.cli.promote import promotion_verb
@@ -247,11 +248,8 @@ def _publish(settings: PlatformSettings, anchor: Anchor, chain: ChainStore) -> d
 
 
 def _key_file(path: str) -> SigningKey:
-    try:
-        with open(path, "rb") as handle:
-            return SigningKey.from_text(handle.read(64 * 1024), where=f"--key {path}")
-    except OSError as exc:
-        raise ConfigError(f"--key {path}: {exc.strerror or exc}; expected a private key file") from exc
+    data = read_operator_file(path, setting="--key", expected="a private key file", max_bytes=KEY_MAX_BYTES)
+    return SigningKey.from_text(data, where=f"--key {path}")
 
 
 def _keygen(out: str) -> int:

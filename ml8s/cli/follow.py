@@ -8,11 +8,11 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ml8s.chain import Anchor, ChainStore, ReadTrust, read_anchor
-from ml8s.cli.args import add_require_signed, guarded
+from ml8s.chain import RECORD_MAX_BYTES, Anchor, ChainStore, ReadTrust, read_anchor
+from ml8s.cli.args import add_require_signed, guarded, open_root
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.store import open_store
+from ml8s.store.operator_files import read_operator_file
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -45,7 +45,7 @@ def _follow(args: argparse.Namespace) -> int:
     if not 0 < args.poll_seconds < 86400:
         raise ConfigError(f"--poll-seconds {args.poll_seconds}: expected a number of seconds in (0, 86400)")
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
+    chain = ChainStore(open_root(settings.pipeline_root_uri), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
     for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
@@ -62,11 +62,8 @@ def anchor_file(path: str | None) -> Anchor | None:
     """The anchor in file ``path`` (an ``--anchor`` option); None when not given."""
     if path is None:
         return None
-    try:
-        with open(path, "rb") as handle:
-            return read_anchor(handle.read(1024 * 1024), where=f"--anchor {path}")
-    except OSError as exc:
-        raise ConfigError(f"--anchor {path}: {exc.strerror or exc}; expected an anchor file") from exc
+    data = read_operator_file(path, setting="--anchor", expected="an anchor file", max_bytes=RECORD_MAX_BYTES)
+    return read_anchor(data, where=f"--anchor {path}")
 
 
 def _report(info: ServedVersion) -> None:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_root, guarded, run_id_arg
+from ml8s.cli.args import add_root, guarded, open_root, run_id_arg
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -57,10 +57,9 @@ def register(commands: Subcommands) -> None:
 def _tmp_cleanup(args: argparse.Namespace) -> int:
     from ml8s.ops.tmp_cleanup import cleanup_tmp, retention_days
     from ml8s.ops.tmp_local import cleanup_local_tmp
-    from ml8s.store import open_store
 
     days: float = retention_days(os.environ) if args.older_than_days is None else args.older_than_days
-    report = cleanup_tmp(open_store(args.root), days, dry_run=args.dry_run)
+    report = cleanup_tmp(open_root(args.root), days, dry_run=args.dry_run)
     local = cleanup_local_tmp(dry_run=args.dry_run)  # $TMPDIR directories of ml8s processes that ended
     if args.json:
         print(json.dumps({**json.loads(report.model_dump_json()), "local_temp_dirs": local}, indent=2))
@@ -76,12 +75,11 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace) -> int:
     from ml8s.ops.collision import resolve_collision
-    from ml8s.store import open_store
 
     if not args.quarantine:
         parser: argparse.ArgumentParser = args.parser
         parser.error("the only resolution is --quarantine (move the colliding run aside); pass it to proceed")
-    outcome = resolve_collision(open_store(args.root), args.run_id, reason=args.reason)
+    outcome = resolve_collision(open_root(args.root), args.run_id, reason=args.reason)
     print(outcome.model_dump_json(indent=2))
     done = "was already resolved" if outcome.already_resolved else "quarantined"
     print(f"run {args.run_id} {done}: {outcome.resolution.quarantine_uri} ({outcome.record_uri})", file=sys.stderr)
@@ -90,9 +88,8 @@ def _resolve(args: argparse.Namespace) -> int:
 
 def _runs_list(args: argparse.Namespace) -> int:
     from ml8s.ops.runs import list_runs, render_runs
-    from ml8s.store import open_store
 
-    entries = list_runs(open_store(args.root), os.environ)  # registrations checked in MLflow
+    entries = list_runs(open_root(args.root), os.environ)  # registrations checked in MLflow
     if args.json:
         print(json.dumps([e.model_dump() for e in entries], indent=2))
     else:

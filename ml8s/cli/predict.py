@@ -9,7 +9,7 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_require_signed, add_root, guarded, run_id_arg
+from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 
 # Here, not from ml8s.inference.output: parsing the command line imports no pyarrow.
@@ -118,10 +118,9 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     from ml8s.cli.follow import anchor_file
     from ml8s.identity.settings import PlatformSettings
     from ml8s.inference import read_chain_files
-    from ml8s.store import open_store
 
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_store(settings.pipeline_root_uri), settings.chain_name)
+    chain = ChainStore(open_root(settings.pipeline_root_uri), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
     for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)

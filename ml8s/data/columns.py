@@ -136,5 +136,10 @@ def _ints(array: pa.ChunkedArray | pa.Array) -> CodeArray:
 
 
 def convert(array: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
-    """Arrow's safe type conversion (overflow, truncation or unparsable text raise ArrowInvalid)."""
+    """Arrow's safe type conversion (overflow, truncation or unparsable text raise ArrowInvalid).
+
+    An integer beyond 2^53 becomes the nearest double, as the same number written as CSV text does (a Parquet
+    uint64 ID column was an ArrowInvalid from deep inside the typing, an INTERNAL_ERROR)."""
+    if pa.types.is_integer(array.type) and pa.types.is_floating(to):
+        return pc.call_function("cast", [array], pc.CastOptions.unsafe(to))
     return pc.call_function("cast", [array], pc.CastOptions.safe(to))

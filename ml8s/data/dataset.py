@@ -207,6 +207,7 @@ def _parse(entry: FileEntry, data: bytes, root: str) -> pa.Table:
         raise DataError(f"{where} cannot be parsed as {fmt}: {exc}") from exc
 
 
+_HEADER_MAX = 1024 * 1024  # bytes a header row may span (quoted newlines included)
 _BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held besides the typed chunks
 
 
@@ -237,9 +238,23 @@ def _csv_batches(entry: FileEntry, data: bytes, root: str) -> tuple[list[str], I
 
 
 def _csv_header(data: bytes, where: str) -> list[str]:
-    end = data.find(b"\n")
-    line = (data if end < 0 else data[:end]).decode("utf-8")  # not split(): that copies the whole file
-    header = next(csv.reader(io.StringIO(line)), [])
+    # The header ends at the first newline outside quotes (a quoted name may hold one, as Arrow reads it); an
+    # escaped quote ("") keeps the parity. Only the header's bytes are scanned and decoded, never the file.
+    start, quotes = 0, 0
+    while True:
+        end = data.find(b"\n", start)
+        quotes += data.count(b'"', start, len(data) if end < 0 else end)
+        if end < 0 or quotes % 2 == 0:
+            break
+        start = end + 1
+        if start > _HEADER_MAX:
+            raise DataError(
+                f"{where} has a header over {_HEADER_MAX} bytes (an unclosed quote?); expected a header line"
+            )
+    # utf-8-sig: Arrow's reader skips a byte order mark (Excel writes one), so the names typed as text here
+    # must be the names Arrow reports, without it.
+    line = (data if end < 0 else data[:end]).decode("utf-8-sig")
+    header = next(csv.reader(io.StringIO(line, newline="")), [])
     if not header or any(not name.strip() for name in header):
         raise DataError(f"{where} has an empty or blank column name in its header; expected named columns")
     duplicates = sorted({n for n in header if header.count(n) > 1})

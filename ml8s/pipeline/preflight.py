@@ -8,13 +8,13 @@ not probed: a write there needs credentials the first write will exercise anyway
 
 from __future__ import annotations
 
-import errno
 import os
 
 from ml8s.contract import layout
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import sqlite_path  # not ml8s.registry's: that package imports MLflow's model logging
+from ml8s.store.root_shape import check_local_root, kind_of
 
 
 def check_root_shape(settings: PlatformSettings) -> str | None:
@@ -22,18 +22,7 @@ def check_root_shape(settings: PlatformSettings) -> str | None:
     created there (a file, a symlink loop); the nearest existing directory, or None for an S3 root.
 
     Every run needs this, a read-only one too (a gate hit reads the root): it is checked at bootstrap."""
-    uri = settings.pipeline_root_uri
-    if not uri.startswith("file://"):
-        return None
-    existing = uri[len("file://") :]
-    while not os.path.lexists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ConfigError(
-            f"PIPELINE_ROOT_URI={uri!r}: {existing} is {_kind(existing)}, expected a directory "
-            "(or a path one can be created at)"
-        )
-    return existing
+    return check_local_root(settings.pipeline_root_uri)
 
 
 def check_writable_root(settings: PlatformSettings) -> None:
@@ -53,21 +42,11 @@ def check_writable_root(settings: PlatformSettings) -> None:
         )
 
 
-def _kind(path: str) -> str:
-    """What stands at ``path`` instead of a directory, in the words of the error."""
-    if os.path.islink(path) and not os.path.exists(path):
-        try:
-            os.stat(path)
-        except OSError as exc:
-            return "a symlink loop" if exc.errno == errno.ELOOP else "a broken symlink"
-    return "a file" if os.path.isfile(path) else "not a directory"
-
-
 def _writable_dir(variable: str, uri: str, path: str) -> None:
     if not os.path.lexists(path):
         return
     if not os.path.isdir(path):
-        raise ConfigError(f"{variable}={uri!r}: {path} is {_kind(path)}, expected a directory")
+        raise ConfigError(f"{variable}={uri!r}: {path} is {kind_of(path)}, expected a directory")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(
             f"{variable}={uri!r}: {path} is not writable by this process (uid {os.geteuid()}) or is on a read-only "

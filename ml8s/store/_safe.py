@@ -135,7 +135,7 @@ def irregular(root: str, parts: list[str]) -> list[str]:
         path = os.path.join(path, part)
         try:
             mode = os.lstat(path).st_mode
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: the root itself is no directory
             return []
         if stat.S_ISREG(mode) and index == len(parts) - 1:
             return []

@@ -1,0 +1,67 @@
+"""Every command that reads a pipeline root names a root that is no directory, in one line, and writes nothing.
+
+A clumsy operator points --root at a file, a FIFO, a symlink loop or a path below a file. Before, `chain verify`
+and `chain gc` printed INTERNAL_ERROR (an ENOTDIR from deep inside a listing), `runs list` said "no runs" and
+`chain log` "no chain", as if the root were merely empty.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ml8s.cli.main import main
+
+RUN_ID = "abcdefabcdef"
+COMMANDS = [
+    ["runs", "list"],
+    ["chain", "log"],
+    ["chain", "verify"],
+    ["chain", "gc", "--execute"],
+    ["chain", "init"],
+    ["verify", RUN_ID],
+    ["tmp-cleanup", "--older-than-days", "0"],
+    ["resolve-collision", RUN_ID, "--quarantine", "--reason", "test"],
+    ["follow", "--once", "--out", "OUT"],
+    ["audit", "bundle", RUN_ID, "--out", "OUT/bundle.tar.gz"],
+]
+
+
+def _roots(base: Path) -> dict[str, tuple[Path, Path, str]]:
+    """name -> (root given, path named in the error, what stands there)."""
+    plain = base / "plain"
+    plain.write_text("not a root\n")
+    os.mkfifo(base / "fifo")
+    (base / "loop1").symlink_to("loop2")
+    (base / "loop2").symlink_to("loop1")
+    return {
+        "file": (plain, plain, "a file"),
+        "below_a_file": (plain / "below", plain, "a file"),
+        "fifo": (base / "fifo", base / "fifo", "a FIFO"),
+        "loop": (base / "loop1", base / "loop1", "a symlink loop"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["file", "below_a_file", "fifo", "loop"])
+def test_a_root_that_is_no_directory_is_one_config_error_for_every_command(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, culprit, words = _roots(tmp_path)[kind]
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("PIPELINE_ROOT_URI", raising=False)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for command in COMMANDS:
+        argv = [arg.replace("OUT", str(out)) for arg in command] + ["--root", str(root)]
+        code = main(argv)
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert code == 1, (argv, captured.out, captured.err)
+        assert len(lines) == 1, (argv, captured.err)
+        assert lines[0].startswith("ml8s: CONFIG_ERROR: PIPELINE_ROOT_URI="), (argv, lines[0])
+        assert f"{culprit} is {words}, expected a directory" in lines[0], (argv, lines[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert not any(out.iterdir())
