@@ -90,3 +90,16 @@ def test_the_cli_with_a_fifo_trust_root_is_one_line_not_a_hang(tmp_path: Path) -
     assert done.stderr.strip().splitlines() == [
         f"ml8s: CONFIG_ERROR: CHAIN_TRUST_ROOT={tmp_path / 'fifo'}: a FIFO, not read; expected a trust root file"
     ]
+
+
+def test_a_payload_that_is_no_regular_file_is_refused_before_any_read(bad: dict[str, tuple[str, str]]) -> None:
+    # `ml8s chain commit --payload FIFO` waited for a writer forever.
+    from ml8s.chain.safetensors_check import check_safetensors
+
+    for name, (path, words) in sorted(bad.items()):
+        if name == "big":
+            words = "does not fit"  # a regular file: its header length is checked instead
+        with pytest.raises(ConfigError) as caught:
+            check_safetensors(path)
+        message = str(caught.value)
+        assert f"--payload {path}" in message and words in message and "safetensors" in message, (name, message)

@@ -181,6 +181,7 @@ def test_matrix_file_bytes_are_unchanged_by_row_groups(small_data: Path, tmp_pat
     np.testing.assert_array_equal(mapped, features32)
     np.testing.assert_array_equal(mapped_target, target)
     np.testing.assert_array_equal(mapped_split, split)
+    assert (mapped_target.dtype, mapped_split.dtype) == (np.int32, np.int8)  # the file's own types: not int64
     assert torch.from_numpy(mapped).data_ptr() == mapped.ctypes.data  # training's tensor is the mapping itself
     assert not list(scratch.iterdir())  # an unnamed file: nothing to leave behind
 
@@ -310,8 +311,8 @@ from ml8s.pipeline.run import run_pipeline
 real = features.compute_features
 seen = []
 
-def compute_features(spec, out_dir):  # ml8s run up to the end of its features step, then stop
-    real(spec, out_dir)
+def compute_features(spec, out_dir, **options):  # ml8s run up to the end of its features step, then stop
+    real(spec, out_dir, **options)
     seen.extend(sorted(m for m in ("mlflow", "onnx", "onnxruntime", "torch") if m in sys.modules))
     raise SystemExit(json.dumps(seen))
 

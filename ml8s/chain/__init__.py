@@ -9,7 +9,14 @@ the run index, the commit protocol and retries on top of it, then the ``ChainSto
 from ml8s.chain._util import content_hash, sha256_hex
 from ml8s.chain.anchor import Anchor, Checkpoint, make_anchor, proof_anchor_problems, read_anchor
 from ml8s.chain.chain_store import ChainStore
-from ml8s.chain.checkpoint import WEIGHTS_DELTA, WEIGHTS_FULL, CheckpointBuilder, delta_due, hash_checkpoint
+from ml8s.chain.checkpoint import (
+    WEIGHTS_DELTA,
+    WEIGHTS_FULL,
+    CheckpointBuilder,
+    delta_due,
+    hash_checkpoint,
+    hashed_checkpoint,
+)
 from ml8s.chain.evidence import named_versions
 from ml8s.chain.findings import Finding, VerifyReport
 from ml8s.chain.follower import Follower
@@ -99,6 +106,7 @@ __all__ = [
     "delta_due",
     "find_corruption",
     "hash_checkpoint",
+    "hashed_checkpoint",
     "load_policies",
     "load_root",
     "local_file",

@@ -10,10 +10,20 @@ for its sha256; each tensor's bytes feed the weights hash from the same buffer w
 in name order, which is every tensor of a file saved by ``safetensors`` with one dtype (it sorts by
 alignment, then name). A tensor out of name order is read again afterwards, once, from the page cache.
 
-Every byte the weights hash reads is read at or after the file hash read it, so a file changed meanwhile
-gives a copy whose sha256 differs from the recorded one, which ``Store.put_file_expecting`` refuses.
-Memory holds one chunk, whatever the checkpoint's size. A chunk feeding both hashes is hashed by both at
-once, one in a second thread (hashlib releases the GIL): on two cores the read costs one sha256 pass.
+Memory holds two chunks, whatever the checkpoint's size: while one is read, the other is hashed by the
+file hash and the weights hash, each in its own thread (hashlib releases the GIL), so on two cores the
+read costs about one sha256 pass.
+
+``hashed_checkpoint``: on a local store, the same read also writes each chunk, from the buffer hashed,
+to a staged file in the chain's store (``LocalStore.stage``), unless the head makes a DELTA due (which
+stores no copy). A FULL then links that copy into place (``LocalStore.put_staged``: fsync, link, rename,
+directory fsync) instead of reading, hashing and writing the file a second time. Both hashes are of
+the bytes written, never of the source read again later (a tensor out of name order is read again from
+the staged copy); a source written to while it is read (its size or times change: ``fstat`` before and
+after) is ConfigError, nothing committed. Elsewhere (S3, or
+a DELTA due) every byte the weights hash reads is read at or after the file hash read it, so a file
+changed meanwhile gives an upload whose sha256 differs from the recorded one, which
+``Store.put_file_expecting`` refuses.
 
 ``CheckpointBuilder``: the payload builder of ``commit_with_retry`` for such a file. A FULL stores the
 file as is (streamed); only when the parent makes a DELTA due (``delta_due``, the interval rule of
@@ -23,15 +33,19 @@ one at a time (torch): a FULL commit never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import os
 import struct
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ml8s.chain.models import ChainVersion, LocalFile, PayloadBuilder, PayloadKind, PayloadSource, WeightsFields
 from ml8s.chain.safetensors_check import SafetensorsSummary, TensorSpan
+from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ConfigError
+from ml8s.store import LocalStore, StagedWriter
 
 WEIGHTS_FULL = "model_native.safetensors"
 WEIGHTS_DELTA = "weights.delta"
@@ -41,13 +55,18 @@ _DOMAIN = b"ml8s.weights.v1\x00"
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _CHUNK = 1024 * 1024
+_Update = Callable[[memoryview], None]
 
 
-def hash_checkpoint(path: str, summary: SafetensorsSummary) -> tuple[LocalFile, str]:
+def hash_checkpoint(path: str, summary: SafetensorsSummary, stage: StagedWriter | None = None) -> tuple[LocalFile, str]:
     """The file as a payload entry (sha256, size) and its weights hash ("" unless every tensor is float).
+
+    With ``stage``, every buffer read is also written there, so the copy holds exactly the bytes hashed,
+    and a tensor out of name order is read again from that copy, not from ``path``.
 
     Raises:
         ConfigError: the file cannot be read, or its size changed since ``summary`` was taken.
+        StoreError: ``stage`` cannot be written.
     """
     hashed = all(span.dtype in FLOAT_DTYPES for span in summary.spans)
     by_name = sorted(summary.spans, key=lambda span: span.name) if hashed else []
@@ -55,26 +74,59 @@ def hash_checkpoint(path: str, summary: SafetensorsSummary) -> tuple[LocalFile, 
     whole = hashlib.sha256()
     done = 0  # tensors (in name order) already in the weights hash
     try:
-        with ThreadPoolExecutor(1, thread_name_prefix="ml8s-hash") as pool, open(path, "rb", buffering=0) as handle:
-            feed = _Feeder(path, handle, pool)
-            feed(summary.data_start, (whole.update,))
-            for span in summary.spans:
-                inline = done < len(by_name) and by_name[done] == span
-                if inline:
-                    weights.update(_frame(path, span))
-                    done += 1
-                feed(span.end - span.begin, (whole.update, weights.update)[: 1 + inline])
-            size = handle.tell()
-            if handle.read(1):
-                raise ConfigError(f"--payload {path}: the file grew while it was read; expected it unchanged")
-            for span in by_name[done:]:
-                handle.seek(span.begin)
-                weights.update(_frame(path, span))
-                feed(span.end - span.begin, (weights.update,))
+        with open(path, "rb", buffering=0) as handle:
+            before = _version_of(os.fstat(handle.fileno()))
+            with _Feeder(path, handle, stage) as feed:
+                feed(summary.data_start, whole.update, None)
+                for span in summary.spans:
+                    inline = done < len(by_name) and by_name[done] == span
+                    if inline:
+                        feed.also(weights.update, _frame(path, span))
+                        done += 1
+                    feed(span.end - span.begin, whole.update, weights.update if inline else None)
+                size = handle.tell()
+                if handle.read(1):
+                    raise ConfigError(f"--payload {path}: the file grew while it was read; expected it unchanged")
+            if _version_of(os.fstat(handle.fileno())) != before:  # written to meanwhile: the bytes may be torn
+                raise ConfigError(f"--payload {path}: the file was modified while it was read; expected it unchanged")
+            if by_name[done:]:  # after the feeder's threads are done with the weights hash
+                _hash_again(path, handle if stage is None else None, stage, by_name[done:], weights.update)
     except OSError as exc:
         raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
     source = LocalFile(path=path, sha256=whole.hexdigest(), size=size)
     return source, weights.hexdigest() if hashed else ""
+
+
+@contextlib.contextmanager
+def hashed_checkpoint(
+    chain: ChainVersions, path: str, summary: SafetensorsSummary, interval: int
+) -> Iterator[tuple[LocalFile, str]]:
+    """``hash_checkpoint`` of ``path``, staged in the chain's store while it is read when that store is local
+    and the head makes a FULL due (module docstring): the payload entry then names the staged copy.
+
+    The staged file is deleted when the block ends; a crash leaves it under the chain's ``.tmp/``, for
+    ``ml8s chain gc`` or ``ml8s tmp-cleanup``.
+    """
+    store = chain.store
+    if not isinstance(store, LocalStore) or _delta_likely(chain, summary, interval):
+        yield hash_checkpoint(path, summary)
+        return
+    tmp_key = chain.tmp_key()
+    with store.stage(tmp_key) as stage:
+        source, weights_hash = hash_checkpoint(path, summary, stage)
+    try:
+        yield LocalFile(path=stage.path, sha256=source.sha256, size=source.size, staged=True), weights_hash
+    finally:  # a name of ours under .tmp/ (a random one): no pruning or fsync, a lost unlink is a stale tmp
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stage.path)
+
+
+def _delta_likely(chain: ChainVersions, summary: SafetensorsSummary, interval: int) -> bool:
+    """Whether the head makes a DELTA due now (it may move before the commit, whose builder decides again)."""
+    if not all(span.dtype in FLOAT_DTYPES for span in summary.spans):
+        return False
+    pointer = chain.read_head()
+    return pointer is not None and delta_due(chain.at(pointer[0]), interval)
 
 
 def delta_due(parent: ChainVersion, interval: int) -> bool:
@@ -106,6 +158,30 @@ class CheckpointBuilder:
         return {WEIGHTS_FULL: self.source}, WeightsFields(weights_hash=self.weights_hash, weights_full_counter=counter)
 
 
+def _hash_again(
+    path: str, handle: io.FileIO | None, stage: StagedWriter | None, spans: list[TensorSpan], update: _Update
+) -> None:
+    """The weights hash of tensors out of name order, read again: from the staged copy if there is one."""
+    buffer = memoryview(bytearray(_CHUNK))
+    with contextlib.ExitStack() as stack:
+        again = handle or stack.enter_context(open(stage.path if stage else path, "rb", buffering=0))
+        for span in spans:
+            update(memoryview(_frame(path, span)))
+            again.seek(span.begin)
+            left = span.end - span.begin
+            while left > 0:
+                got = again.readinto(buffer[: min(left, _CHUNK)])
+                if not got:
+                    raise ConfigError(f"--payload {path}: the file shrank while it was read; expected it unchanged")
+                update(buffer[:got])
+                left -= got
+
+
+def _version_of(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What a write to the file changes: its size, modification and status-change times (and its inode)."""
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
 def _frame(path: str, span: TensorSpan) -> bytes:
     """The weights-hash framing before a tensor's bits: name, dtype name, shape, byte length."""
     try:
@@ -118,20 +194,42 @@ def _frame(path: str, span: TensorSpan) -> bytes:
 
 
 class _Feeder:
-    """Reads ``handle`` on from where it is, a chunk at a time, into hashes (the first here, any other in ``pool``)."""
+    """Reads ``handle`` on from where it is into two buffers in turn; each buffer read is written to the
+    stage (if any) in this thread while the file hash and the weights hash take it in two others, each in
+    its own thread (so each sees its buffers in order); a buffer is read into again once both are done."""
 
-    def __init__(self, path: str, handle: io.FileIO, pool: ThreadPoolExecutor) -> None:
-        self.path, self.handle, self.pool = path, handle, pool
-        self.buffer = memoryview(bytearray(_CHUNK))
+    def __init__(self, path: str, handle: io.FileIO, stage: StagedWriter | None) -> None:
+        self.path, self.handle, self.stage = path, handle, stage
+        self.buffers = [memoryview(bytearray(_CHUNK)) for _ in range(2)]
+        self.pending: list[list[Future[None]]] = [[], []]
+        self.turn = 0
+        self.pools = [ThreadPoolExecutor(1, thread_name_prefix=f"ml8s-hash{n}") for n in range(2)]
 
-    def __call__(self, count: int, updates: tuple[Callable[[memoryview], None], ...]) -> None:
+    def __enter__(self) -> _Feeder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pool in self.pools:  # waits for the hashes still queued: the buffers outlive them
+            pool.shutdown()
+
+    def also(self, weights: Callable[[bytes], None], data: bytes) -> None:
+        """``data`` into the weights hash, in order with the buffers queued for it."""
+        self.pools[1].submit(weights, data)
+
+    def __call__(self, count: int, whole: _Update, weights: _Update | None) -> None:
         while count > 0:
-            got = self.handle.readinto(self.buffer[: min(count, len(self.buffer))])
+            for future in self.pending[self.turn]:
+                future.result()
+            buffer = self.buffers[self.turn]
+            got = self.handle.readinto(buffer[: min(count, len(buffer))])
             if not got:
                 raise ConfigError(f"--payload {self.path}: the file shrank while it was read; expected it unchanged")
-            chunk = self.buffer[:got]
-            others = [self.pool.submit(update, chunk) for update in updates[1:]]
-            updates[0](chunk)
-            for other in others:  # before the buffer is read into again
-                other.result()
+            chunk = buffer[:got]
+            pending = [self.pools[0].submit(whole, chunk)]
+            if weights is not None:
+                pending.append(self.pools[1].submit(weights, chunk))
+            self.pending[self.turn] = pending
+            if self.stage is not None:
+                self.stage.write(chunk)
+            self.turn ^= 1
             count -= got

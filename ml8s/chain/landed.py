@@ -90,9 +90,8 @@ def _restore(
         source = sources[key]
         try:
             if isinstance(source, LocalFile):
-                chain.store.put_file_expecting(
-                    key, source.path, tmp_key=chain.tmp_key(), sha256=source.sha256, size=source.size
-                )
+                put = chain.store.put_staged if source.staged else chain.store.put_file_expecting
+                put(key, source.path, tmp_key=chain.tmp_key(), sha256=source.sha256, size=source.size)
             else:
                 chain.store.put_if_absent(key, source)
         except (StoreError, OSError) as exc:

@@ -51,6 +51,9 @@ class LocalFile(BaseModel):
     path: str
     sha256: Hex64
     size: int = Field(ge=0)
+    # ``path`` is a private copy staged in the chain's own store, hashed from the buffers written and
+    # fsynced (``LocalStore.stage``): the store may link it into place instead of copying it again
+    staged: bool = False
 
 
 # A payload file's bytes, or a local file to stream.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 from typing import NoReturn
 
@@ -67,6 +68,15 @@ class SafetensorsSummary(BaseModel):
     spans: tuple[TensorSpan, ...]
 
 
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
 def check_safetensors(path: str) -> SafetensorsSummary:
     """The checkpoint's summary; ConfigError naming the first structural problem (module docstring).
 
@@ -74,8 +84,16 @@ def check_safetensors(path: str) -> SafetensorsSummary:
     minor bump (more parameters), a new or removed tensor a major one.
     """
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise ConfigError(
+                f"--payload {path}: {_KINDS.get(stat.S_IFMT(mode), 'no regular file')}, not read; "
+                "expected a .safetensors file"
+            )
+        with os.fdopen(fd, "rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
                 _fail(path, f"{size} bytes: too short for the 8-byte header length")

@@ -214,7 +214,8 @@ class ChainVersions:
         """Upload a version's files, ``block.pb`` last; ``written`` collects the keys as they land.
 
         Local files are streamed (put_file_expecting) and what landed is checked against the block's
-        sha256 and size: a file changed since it was hashed fails the commit, never the chain."""
+        sha256 and size: a file changed since it was hashed fails the commit, never the chain. A file
+        staged in the store (``LocalFile.staged``: hashed as it was written) is linked into place."""
         at = self.version_key
         files: list[tuple[str, PayloadSource]] = [
             (at(version.version_dir, paths.PAYLOAD, f.name), payload[f.name]) for f in version.header.files
@@ -228,9 +229,8 @@ class ChainVersions:
             if isinstance(data, LocalFile):
                 written.append(key)  # before the upload: a half-done one is deleted too
                 try:
-                    self.store.put_file_expecting(
-                        key, data.path, tmp_key=self.tmp_key(), sha256=data.sha256, size=data.size
-                    )
+                    put = self.store.put_staged if data.staged else self.store.put_file_expecting
+                    put(key, data.path, tmp_key=self.tmp_key(), sha256=data.sha256, size=data.size)
                 except IntegrityError as exc:
                     raise ChecksumError(
                         f"{data.path} changed while committing: {exc.message}", check="payload_hash"

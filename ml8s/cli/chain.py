@@ -32,7 +32,7 @@ from ml8s.chain import (
     check_safetensors,
     collect_garbage,
     commit_with_retry,
-    hash_checkpoint,
+    hashed_checkpoint,
     make_anchor,
     make_root,
     root_json,
@@ -263,31 +263,32 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
     """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file).
 
     Everything is checked before anything is written (no run claim for a bad payload). The file is read once
-    for both its sha256 and its weights hash (no torch); a FULL streams it as is; a DELTA (DELTA_BASE_INTERVAL,
-    the rule of ml8s.weights.commit_weights) encodes its tensors on the parent's one tensor at a time.
+    for both its sha256 and its weights hash (no torch); on a local store that read also stages the copy a
+    FULL links into place (``hashed_checkpoint``); a DELTA (DELTA_BASE_INTERVAL, the rule of
+    ml8s.weights.commit_weights) encodes its tensors on the parent's one tensor at a time.
     """
     if not 0 <= steps <= MAX_STEPS:
         raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
     if interval < 1:
         raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
     summary = check_safetensors(path)
-    source, weights_hash = hash_checkpoint(path, summary)
-    meta = CommitMeta(
-        run_id=source.sha256[:12],
-        full_config_hash=source.sha256,
-        artifact_root=os.path.abspath(path),
-        architecture=summary.architecture,
-        parameter_count=summary.parameter_count,
-        steps_since_parent=steps,
-    )
+    with hashed_checkpoint(chain, path, summary, interval) as (source, weights_hash):
+        meta = CommitMeta(
+            run_id=source.sha256[:12],
+            full_config_hash=source.sha256,
+            artifact_root=os.path.abspath(path),
+            architecture=summary.architecture,
+            parameter_count=summary.parameter_count,
+            steps_since_parent=steps,
+        )
 
-    def make_delta() -> PayloadBuilder:
-        from ml8s.weights import checkpoint_builder  # torch: only when the parent makes a DELTA due
+        def make_delta() -> PayloadBuilder:
+            from ml8s.weights import checkpoint_builder  # torch: only when the parent makes a DELTA due
 
-        return checkpoint_builder(chain, path, source, weights_hash=weights_hash, interval=interval)
+            return checkpoint_builder(chain, path, source, weights_hash=weights_hash, interval=interval)
 
-    builder = CheckpointBuilder(source, weights_hash, interval, make_delta)
-    return commit_with_retry(chain, builder, meta, RetryPolicy(), notify=to_stderr)
+        builder = CheckpointBuilder(source, weights_hash, interval, make_delta)
+        return commit_with_retry(chain, builder, meta, RetryPolicy(), notify=to_stderr)
 
 
 def _summary(version: ChainVersion) -> dict[str, object]:

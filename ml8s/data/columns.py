@@ -38,7 +38,7 @@ class Column(BaseModel):
     def missing(self) -> npt.NDArray[np.bool_]:
         if self.kind == "categorical":
             return np.asarray(self.values < 0)
-        return np.isnan(self.values.astype(np.float64))
+        return np.isnan(self.values)  # no float64 copy of the column: 160 MiB at 20M rows
 
     def take(self, rows: npt.NDArray[np.intp] | npt.NDArray[np.int64]) -> Column:
         """The column restricted to ``rows`` (categories that no longer occur stay listed, with a count of 0)."""

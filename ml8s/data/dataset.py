@@ -31,6 +31,7 @@ from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.data.sources import read_verified, restrict
 from ml8s.errors import DataError
+from ml8s.memory import return_freed_memory
 
 log = logging.getLogger(__name__)
 __all__ = ["Column", "Dataset", "FloatArray", "ObjectArray", "load_dataset", "parse_file", "text_column"]
@@ -68,6 +69,7 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
         DataChangedError: a file's bytes differ from its fingerprint entry.
         DataError: unsupported, unreadable or inconsistent files, or no rows at all.
     """
+    return_freed_memory()
     if all(_FORMATS.get(os.path.splitext(e.relative_path)[1].lower()) == "csv" for e in fingerprint.entries):
         return _load_csv(fingerprint)
     tables: list[pa.Table] = []

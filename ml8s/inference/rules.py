@@ -97,7 +97,7 @@ def feature_values(rule: FeatureRule, column: Column, categories: Buckets | None
         return missing.astype(np.float64)
     if rule.impute is None:
         raise InferenceError(f"feature {rule.name!r} is a {rule.kind} value; expected its impute value")
-    values = np.where(missing, rule.impute, column.values.astype(np.float64))
+    values = np.where(missing, rule.impute, column.values.astype(np.float64, copy=False))
     if rule.scale_mean is not None and rule.scale_std is not None:
         values = (values - rule.scale_mean) / rule.scale_std
     return np.asarray(values, dtype=np.float64)

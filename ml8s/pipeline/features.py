@@ -33,8 +33,11 @@ _FEATURE: TypeAdapter[Feature] = TypeAdapter(Feature)
 
 
 @log.timed("features")
-def compute_features(spec: RunSpec, out_dir: str) -> None:
+def compute_features(spec: RunSpec, out_dir: str, *, hand_over: bool = False) -> None:
     """Load the data (re-verified), engineer features and write both feature files into ``out_dir``.
+
+    ``hand_over``: this process trains next (``ml8s run``, one rank): the float32 rows are left for its training
+    to map, which then does not decode the matrix file again (:func:`~ml8s.features.matrix.write_encoded`).
 
     Pure: nothing is written to the store (``publish`` does that), so the step can be cached. A warm start
     encodes its lineage's generations instead (:mod:`ml8s.features.warm`).
@@ -51,7 +54,7 @@ def compute_features(spec: RunSpec, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     columns = {column.name: column for column in prepared.columns}
     path = local_path(out_dir, layout.FEATURE_MATRIX)
-    write_encoded(path, rules, columns, kept, prepared.target, prepared.split)
+    write_encoded(path, rules, columns, kept, prepared.target, prepared.split, hand_over=hand_over)
     with open(local_path(out_dir, layout.FEATURE_SCHEMA), "wb") as handle:
         handle.write(feature_schema(prepared, features).to_bytes())
     for warning in prepared.warnings:

@@ -83,7 +83,7 @@ def _run(ctx: RunContext) -> str:
     snapshot(ctx, store)
     with owned_tempdir(f"ml8s-{ctx.run_id}-") as tmp:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
-        compute_features(spec, features)
+        compute_features(spec, features, hand_over=spec.params.train_world_size == 1)  # ranks are processes
         publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
         # Torch is loaded once the typed columns are gone, and MLflow and onnx once the model is trained: the
         # data steps' memory and time never include them.

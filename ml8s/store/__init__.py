@@ -6,14 +6,24 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ml8s.errors import ConfigError
-from ml8s.store._files import fsync_dir
+from ml8s.store._files import StagedWriter, fsync_dir
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 from ml8s.store.local import LocalStore
 
 if TYPE_CHECKING:
     from ml8s.store.s3 import S3Store
 
-__all__ = ["LocalStore", "ObjectInfo", "S3Store", "Store", "Versioned", "WriteResult", "fsync_dir", "open_store"]
+__all__ = [
+    "LocalStore",
+    "ObjectInfo",
+    "S3Store",
+    "StagedWriter",
+    "Store",
+    "Versioned",
+    "WriteResult",
+    "fsync_dir",
+    "open_store",
+]
 
 
 def __getattr__(name: str) -> object:

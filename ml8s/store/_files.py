@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import io
 import os
@@ -15,6 +16,7 @@ from ml8s.errors import NotFoundError, StoreError
 from ml8s.store._safe import open_regular
 
 _CHUNK = 1024 * 1024  # fits the L2 cache: read, write and hash touch it there (4 MiB measured slower)
+_WRITEBACK = 32 * 1024 * 1024  # bytes written between two starts of their writeback (start_writeback)
 _DIR_ATTEMPTS = 20  # a directory removed under a writer by concurrent deletes is recreated this often
 _T = TypeVar("_T")
 
@@ -36,7 +38,7 @@ def write_file(path: str, data: bytes) -> tuple[str, int]:
         with handle:
             digest, size = _write_hashed(handle, data)
             handle.flush()
-            os.fsync(handle.fileno())
+            os.fsync(handle.fileno())  # durable before a link or rename names it: no named, empty file after a crash
     return digest, size
 
 
@@ -51,7 +53,7 @@ def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
     digest = hashlib.sha256()
     buffers = [memoryview(bytearray(_CHUNK)) for _ in range(2)]
     hashed: list[Future[None] | None] = [None, None]
-    size = turn = 0
+    size = turn = started = 0
     with _writing(path):
         handle = in_fresh_dir(path, lambda: open(path, "wb", buffering=0))
         with handle, ThreadPoolExecutor(1, thread_name_prefix="ml8s-hash") as pool:
@@ -67,22 +69,78 @@ def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
                 while done < count:  # a write may be short (a signal, a full pipe): go on from there
                     done += os.write(handle.fileno(), chunk[done:])
                 size += count
+                if size - started >= _WRITEBACK:  # the disk works while we go on; the fsync has less to wait for
+                    start_writeback(handle.fileno(), started, size - started)
+                    started = size
                 turn ^= 1
             for future in hashed:
                 if future is not None:
                     future.result()
-            os.fsync(handle.fileno())
+            os.fsync(handle.fileno())  # durable before a rename names it (as in write_file)
     return digest.hexdigest(), size
 
 
+class StagedWriter:
+    """A fresh file written buffer by buffer by a caller that hashes those same buffers (so its digests are
+    of the bytes written, never of a source re-read later); ``LocalStore.put_staged`` fsyncs it before it
+    links it into place (a caller that finds nothing to commit spares the disk that wait).
+
+    Every ``_WRITEBACK`` bytes it asks the kernel to start writing the new range to disk (``sync_file_range``
+    where the C library has it; without waiting): the disk works while the caller hashes, so that fsync has
+    little left to wait for. An OSError is a StoreError (ENOSPC named), never taken for a problem of the
+    caller's source.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with _writing(path):
+            self.fd = in_fresh_dir(path, lambda: os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+        self.size = self._started = 0
+
+    def write(self, chunk: memoryview) -> None:
+        with _writing(self.path, remove=False):
+            done = 0
+            while done < len(chunk):  # a write may be short (a signal): go on from there
+                done += os.write(self.fd, chunk[done:])
+        self.size += done
+        if self.size - self._started >= _WRITEBACK:
+            start_writeback(self.fd, self._started, self.size - self._started)
+            self._started = self.size
+
+
+def start_writeback(fd: int, offset: int, count: int) -> None:
+    """Start writing ``count`` dirty bytes of ``fd`` at ``offset`` to disk, without waiting (a hint: where
+    the C library has no ``sync_file_range`` there is none, and durability still comes from fsync)."""
+    if (func := _sync_file_range()) is not None:
+        func(fd, offset, count, _SYNC_FILE_RANGE_WRITE)
+
+
+@functools.cache
+def _sync_file_range() -> Callable[[int, int, int, int], object] | None:
+    import ctypes  # here: a command that stages nothing does not pay for it
+
+    try:
+        func = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # not Linux, or a C library without it: no hint
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h> SYNC_FILE_RANGE_WRITE: start writeback of the range's dirty pages
+
+
 @contextlib.contextmanager
-def _writing(path: str) -> Iterator[None]:
-    """An OSError while writing ``path`` removes the partial file and becomes a StoreError (ENOSPC named)."""
+def _writing(path: str, *, remove: bool = True) -> Iterator[None]:
+    """An OSError while writing ``path`` removes the partial file (unless its owner does) and becomes a
+    StoreError (ENOSPC named)."""
     try:
         yield
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        if remove:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         if exc.errno == errno.ENOSPC:
             raise StoreError(f"no space left writing {path}") from exc
         raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -90,6 +90,11 @@ class Store(abc.ABC):
             )
         return landed
 
+    def put_staged(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
+        """:meth:`put_file_expecting` of a private copy the caller staged in this store (the local backend's
+        ``stage``): a backend that can moves it into place without copying it again (the local one does)."""
+        return self.put_file_expecting(key, path, tmp_key=tmp_key, sha256=sha256, size=size)
+
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create ``key`` only if it does not exist; False when it already did."""

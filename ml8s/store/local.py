@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
 from ml8s.store._files import (
+    StagedWriter,
     copy_hashed,
     fsync_dir,
     into_dir,
@@ -80,6 +81,44 @@ class LocalStore(Store):
             )
         return self._move(key, tmp, tmp_key, digest, copied)
 
+    @contextlib.contextmanager
+    def stage(self, tmp_key: str) -> Iterator[StagedWriter]:
+        """A fresh file at ``tmp_key`` for a caller to write and hash buffer by buffer (``StagedWriter``), then
+        hand to :meth:`put_staged`; removed if the block raises, kept otherwise (its owner deletes it)."""
+        writer = StagedWriter(self._path(tmp_key))
+        try:
+            yield writer
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(writer.path)
+            raise
+        finally:
+            os.close(writer.fd)
+
+    def put_staged(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
+        """A file :meth:`stage` wrote (hashed from the buffers written) into place without a copy: fsync, a
+        hard link at ``tmp_key`` renamed over ``key``, then the directory fsynced (a crash leaves the old
+        ``key`` or the whole new file). The staged file stays, for a retry or a restore to link
+        again. Its size is checked first (truncated since: IntegrityError); a path outside the root is copied."""
+        if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
+            return self.put_file_expecting(key, path, tmp_key=tmp_key, sha256=sha256, size=size)
+        found = size_or_none(path)
+        if found is None:
+            raise StoreError(f"{path} vanished: staged for {self.uri(key)}, then deleted by someone else (a cleanup?)")
+        if found != size:
+            raise IntegrityError(f"{path}: staged {size} bytes sha256 {sha256} for {self.uri(key)}, found {found}")
+        try:  # the staged bytes are durable before any name of them is (an fsync on any descriptor does)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot fsync {path} (staged for {self.uri(key)}): {exc.strerror or exc}") from exc
+        tmp = self._path(tmp_key)
+        into_dir(path, tmp, os.link)
+        return self._into_place(key, tmp, size, sha256)
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         final = self._path(key)
         tmp = self._scratch(final)
@@ -91,7 +130,7 @@ class LocalStore(Store):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        fsync_dir(os.path.dirname(final))
+        fsync_dir(os.path.dirname(final))  # the new name survives a crash before the caller goes on
         return True
 
     def put_if_match(self, key: str, data: bytes, token: str | None) -> str:
@@ -105,7 +144,7 @@ class LocalStore(Store):
             tmp = self._scratch(final)
             digest, _ = write_file(tmp, data)
             into_dir(tmp, final, os.replace)
-            fsync_dir(os.path.dirname(final))
+            fsync_dir(os.path.dirname(final))  # the swap is durable before the caller reports it
         return digest
 
     def delete(self, key: str) -> None:
@@ -217,7 +256,7 @@ class LocalStore(Store):
     def _into_place(self, key: str, tmp: str, size: int, digest: str) -> WriteResult:
         final = self._path(key)
         into_dir(tmp, final, os.replace)
-        fsync_dir(os.path.dirname(final))
+        fsync_dir(os.path.dirname(final))  # the rename survives a crash before anything names it
         return WriteResult(key=key, size=size, sha256=digest)
 
     @contextlib.contextmanager

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ml8s.context.run import RunSpec
 from ml8s.errors import RankError, TrainingError
+from ml8s.training.loop import labels_of
 
 # A rank that waits longer than this on the others (a dead peer the launcher has not noticed yet) fails.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
@@ -108,7 +109,7 @@ def ddp_fit(
             batch = order[start : start + params.batch_size]
             mine = micro_batch(batch, world.rank, world.world_size)
             optimizer.zero_grad(set_to_none=True)
-            loss_sum = torch.nn.functional.cross_entropy(ddp(x[mine]), y[mine], reduction="sum")
+            loss_sum = torch.nn.functional.cross_entropy(ddp(x[mine]), labels_of(y, mine), reduction="sum")
             torch.autograd.backward(loss_sum * (world.world_size / len(batch)))
             optimizer.step()
             sizes.append(len(batch))

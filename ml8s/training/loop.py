@@ -46,7 +46,7 @@ def epoch_stepper(
         batches = 0
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
-            add_loss(total, step(model, optimizer, x[batch], y[batch]))
+            add_loss(total, step(model, optimizer, x[batch], labels_of(y, batch)))
             batches += 1
         return total, batches
 
@@ -56,6 +56,11 @@ def epoch_stepper(
 def capturable(optimizer: torch.optim.Optimizer) -> bool:
     """True when every parameter group keeps its step count on the device (``capturable=True``)."""
     return all(bool(group.get("capturable", False)) for group in optimizer.param_groups)
+
+
+def labels_of(y: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+    """A batch's class indices as int64 (what cross-entropy and a plug-in's step take) from labels kept narrower."""
+    return y[batch].long()
 
 
 def add_loss(total: torch.Tensor, loss: torch.Tensor) -> None:
@@ -87,7 +92,10 @@ class Graphed:
         self.warm = 0
 
     def _step(self) -> None:
-        add_loss(self.total, cross_entropy_step(self.model, self.optimizer, self.x[self.index], self.y[self.index]))
+        add_loss(
+            self.total,
+            cross_entropy_step(self.model, self.optimizer, self.x[self.index], labels_of(self.y, self.index)),
+        )
 
     def _full_batch(self) -> None:
         if self.graph is None and (self.warm < WARMUP or not self.capture):
@@ -112,5 +120,7 @@ class Graphed:
             self._full_batch()
         if len(order) > full * self.size:
             batch = order[full * self.size :]
-            add_loss(self.total, cross_entropy_step(self.model, self.optimizer, self.x[batch], self.y[batch]))
+            add_loss(
+                self.total, cross_entropy_step(self.model, self.optimizer, self.x[batch], labels_of(self.y, batch))
+            )
         return self.total, full + (1 if len(order) > full * self.size else 0)
