@@ -18,7 +18,7 @@ from test_verify import Run, clean_env, ml8s, restore, verified_run  # noqa: F40
 
 from ml8s.audit import Status, build_bundle, verify_bundle, write_bundle
 from ml8s.audit.bundle import CHECKSUMS, BundleEntry, write_archive
-from ml8s.audit.bundle_verify import open_bundle
+from ml8s.audit.bundle_open import open_bundle
 from ml8s.contract import checksum_lines, layout
 
 # The check that FAILs when a member is changed *and* checksums.sha256 is recomputed to match.

@@ -21,7 +21,7 @@ from test_verify import clean_env, ml8s
 
 from ml8s.audit import build_bundle, verify_bundle, verify_run, write_bundle
 from ml8s.audit.anchor_tags import ANCHOR_TAG, load_anchor, publish_anchor, read_published
-from ml8s.audit.bundle_verify import open_bundle
+from ml8s.audit.bundle_open import open_bundle
 from ml8s.audit.chain_proof import ANCHOR
 from ml8s.chain import Anchor, ChainStore, make_anchor, paths
 from ml8s.errors import ConfigError, RegistryError, VerificationFailedError

@@ -7,7 +7,8 @@ explains each check.
 from __future__ import annotations
 
 from ml8s.audit.bundle import ENTRY_BUILDERS, BundleEntry, BundleSource, build_bundle, write_bundle
-from ml8s.audit.bundle_verify import BUNDLE_CHECKS, OpenedBundle, verify_bundle
+from ml8s.audit.bundle_open import OpenedBundle
+from ml8s.audit.bundle_verify import BUNDLE_CHECKS, verify_bundle
 from ml8s.audit.report import Check, CheckResult, Report, Status, render_html, render_text
 from ml8s.audit.state import RunState
 from ml8s.audit.verify import RUN_CHECKS, STORE_CHECKS, verify_run

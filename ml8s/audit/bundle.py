@@ -50,6 +50,7 @@ RECORDS = (
 # the shards themselves are model files of the verified run, their sha256 in artifacts.sha256.
 SHARD_RECORDS = (layout.MODEL_SHARD_METADATA,)
 MODEL_BYTES_LIMIT = 256 * 1024 * 1024
+BUNDLE_MAX_BYTES = MODEL_BYTES_LIMIT + 64 * 1024 * 1024  # what `audit verify` reads, packed or unpacked
 
 
 class BundleIndex(BaseModel):

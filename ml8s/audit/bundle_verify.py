@@ -10,18 +10,11 @@ run passed verification when bundled). The chain integration adds a ``chain`` ch
 
 from __future__ import annotations
 
-import dataclasses
-import gzip
 import hashlib
-import io
-import tarfile
-import zlib
-from typing import TypeVar
-
-from pydantic import BaseModel
 
 from ml8s.audit import bundle as b
 from ml8s.audit import mlflow_refs, offline
+from ml8s.audit.bundle_open import OpenedBundle, open_bundle
 from ml8s.audit.chain_proof import ANCHOR, CHAIN_PROOF, anchor_problems, proof_problems
 from ml8s.audit.consistency import cross_problems
 from ml8s.audit.report import (
@@ -37,18 +30,10 @@ from ml8s.audit.report import (
 from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.verify_md import verify_md
 from ml8s.contract import (
-    ConfigSnapshot,
-    FingerprintRecord,
     Invalid,
-    Manifest,
-    TrainingMetadata,
-    Unavailable,
     layout,
-    parse,
-    parse_checksum_lines,
 )
 
-M = TypeVar("M", bound=BaseModel)
 REQUIRED = (
     b.INDEX,
     b.CHECKSUMS,
@@ -59,72 +44,6 @@ REQUIRED = (
     CHAIN_PROOF,
     *(f"{b.RUN_DIR}/{rel}" for rel in b.RECORDS),
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class OpenedBundle:
-    """An archive's members (path below the top directory -> bytes) and what was wrong reading it."""
-
-    path: str
-    top: str
-    members: dict[str, bytes]
-    problems: tuple[str, ...]
-
-    def read(self, rel: str) -> bytes:
-        if rel not in self.members:
-            raise Unavailable(f"{rel} is not in the bundle (see check archive)")
-        return self.members[rel]
-
-    def parse(self, rel: str, model: type[M]) -> M:
-        return parse(rel, self.read(rel), model)
-
-    def index(self) -> b.BundleIndex:
-        return use(lambda: self.parse(b.INDEX, b.BundleIndex), "archive")
-
-    def snapshot(self) -> ConfigSnapshot:
-        return self.parse(f"{b.RUN_DIR}/{layout.CONFIG_SNAPSHOT}", ConfigSnapshot)
-
-    def manifest(self) -> Manifest:
-        return self.parse(f"{b.RUN_DIR}/{layout.MANIFEST}", Manifest)
-
-    def metadata(self) -> TrainingMetadata:
-        return self.parse(f"{b.RUN_DIR}/{layout.TRAINING_METADATA}", TrainingMetadata)
-
-    def fingerprint_record(self) -> FingerprintRecord:
-        return self.parse(f"{b.RUN_DIR}/{layout.DATA_FINGERPRINT}", FingerprintRecord)
-
-    def checksum_list(self, rel: str) -> dict[str, str]:
-        return parse_checksum_lines(rel, self.read(rel))
-
-
-def open_bundle(path: str) -> OpenedBundle:
-    """Read every member of the tar.gz at ``path``; problems instead of exceptions for a bad archive."""
-    try:
-        with open(path, "rb") as handle:
-            raw = gzip.decompress(handle.read())
-        archive = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
-    except FileNotFoundError:
-        return OpenedBundle(path, "", {}, (f"{path} does not exist",))
-    except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
-        return OpenedBundle(path, "", {}, (f"{path} is not a readable tar.gz: {exc}",))
-    members: dict[str, bytes] = {}
-    problems: list[str] = []
-    tops: set[str] = set()
-    with archive:
-        for info in archive:
-            top, _, rel = info.name.partition("/")
-            parts = rel.split("/")
-            if not info.isreg() or not top or not rel or "" in parts or ".." in parts or "." in parts:
-                problems.append(f"unsafe or unexpected member {info.name!r} (type {info.type!r})")
-                continue
-            if rel in members:
-                problems.append(f"member {info.name!r} appears twice")
-            extracted = archive.extractfile(info)
-            members[rel] = extracted.read() if extracted else b""
-            tops.add(top)
-    if len(tops) > 1:
-        problems.append(f"members under several top directories: {sorted(tops)}")
-    return OpenedBundle(path, min(tops, default=""), members, tuple(problems))
 
 
 def check_archive(bundle: OpenedBundle) -> CheckResult:

@@ -1,0 +1,62 @@
+"""A hostile bundle handed to an auditor: `ml8s audit verify` reads it bounded and never waits on it.
+
+Before, the whole file was gunzipped in memory: a 2 MB gzip of zeros made the verifier hold 4 GiB, and a FIFO
+blocked it forever. Each is now a FAIL of the `archive` check, naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import ml8s.audit.bundle_open as bundle_open
+from ml8s.audit.bundle import BUNDLE_MAX_BYTES, MODEL_BYTES_LIMIT
+from ml8s.audit.bundle_open import open_bundle
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in sorted(members.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(raw.getvalue())
+
+
+def test_a_bundle_holding_the_largest_model_is_within_the_bound() -> None:
+    assert BUNDLE_MAX_BYTES >= MODEL_BYTES_LIMIT + 32 * 1024 * 1024
+
+
+def test_a_bundle_expanding_past_the_bound_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bundle_open, "BUNDLE_MAX_BYTES", 1024 * 1024)
+    bomb = tmp_path / "bomb.tar.gz"
+    bomb.write_bytes(_tar_gz({"b/bundle.json": bytes(4 * 1024 * 1024)}))
+    assert bomb.stat().st_size < 64 * 1024
+    opened = open_bundle(str(bomb))
+    assert opened.members == {}
+    assert opened.problems == (f"{bomb} expands to over {1024 * 1024} bytes; expected a bundle",)
+    small = tmp_path / "small.tar.gz"
+    small.write_bytes(_tar_gz({"b/bundle.json": b"{}"}))
+    assert open_bundle(str(small)).members == {"bundle.json": b"{}"}
+
+
+def test_a_packed_file_past_the_bound_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bundle_open, "BUNDLE_MAX_BYTES", 1024)
+    big = tmp_path / "big.tar.gz"
+    big.write_bytes(os.urandom(4096))
+    (problem,) = open_bundle(str(big)).problems
+    assert problem == f"{big}: over 1024 bytes; expected an audit bundle"
+
+
+def test_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    for path, words in ((str(tmp_path / "fifo"), "a FIFO"), ("/dev/zero", "a character device")):
+        (problem,) = open_bundle(path).problems
+        assert problem == f"{path}: {words}, not read; expected an audit bundle"
+    assert open_bundle(str(tmp_path / "missing")).problems == (f"{tmp_path / 'missing'} does not exist",)
