@@ -434,3 +434,23 @@ def test_cli_identity_good_config_prints_json(tmp_path: Path) -> None:
     in_process = bootstrap({"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(root)})
     assert report["full_config_hash"] == in_process.identity.full_config_hash
     assert written_files(root) == []
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("DRIFT_POLICY", "ignore", "expected 'warn' or 'fail'"),
+        ("STALE_PARENT_POLICY", "x", "expected 'retrain' or 'fail'"),
+        ("PROMOTE_MIN_DELTA", "nan", "expected a number from -1 to 1"),
+        ("PROMOTE_MIN_DELTA", "2", "expected a number from -1 to 1"),
+        ("PROMOTE_MIN_DELTA", "abc", "expected a number from -1 to 1"),
+        ("TMP_RETENTION_DAYS", "-3", "expected a whole number of days"),
+    ],
+)
+def test_every_platform_setting_is_a_named_config_error(variable: str, value: str, expected: str) -> None:
+    # DRIFT_POLICY and PROMOTE_MIN_DELTA escaped as a pydantic ValidationError: INTERNAL_ERROR at the CLI.
+    from ml8s.identity.settings import PlatformSettings
+
+    with pytest.raises(ConfigError) as caught:
+        PlatformSettings.load({variable: value})
+    assert str(caught.value) == f"CONFIG_ERROR: {variable}={value!r} is invalid; {expected}"

@@ -16,6 +16,7 @@ when it was written.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -140,6 +141,11 @@ class PlatformSettings(BaseSettings):
         token = _LOADING.set((os.environ if env is None else env, overrides or {}))
         try:
             return cls()
+        except ValidationError as exc:  # a field's own constraint (a choice, a range): named like the others
+            error = exc.errors()[0]
+            variable = str(error["loc"][0]).upper() if error["loc"] else "a platform setting"
+            expected = str(error["msg"]).removeprefix("Input should be ").removeprefix("input should be ")
+            raise ConfigError(f"{variable}={error.get('input')!r} is invalid; expected {expected}") from exc
         finally:
             _LOADING.reset(token)
 
@@ -233,6 +239,18 @@ class PlatformSettings(BaseSettings):
         if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
             raise ConfigError(f"DELTA_BASE_INTERVAL={text!r} is invalid; expected a whole number >= 1")
         return int(text)
+
+    @field_validator("promote_min_delta", mode="before")
+    @classmethod
+    def _min_delta(cls, value: object) -> float:
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if isinstance(value, bool) or not -1.0 <= number <= 1.0:  # NaN fails both comparisons
+            raise ConfigError(f"PROMOTE_MIN_DELTA={text!r} is invalid; expected a number from -1 to 1")
+        return number
 
 
 def _described(info: FieldInfo) -> str:
