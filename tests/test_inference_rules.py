@@ -170,6 +170,9 @@ def test_schema_version_and_categories_must_agree(data: Path) -> None:
         ({"amount": True}, "column 'amount' has 'true' in row 2"),
         ({"colour": ["red"]}, "row 2 column 'colour' holds a list"),
         ({"amount": float("inf")}, "column 'amount' has 'inf' in row 2"),
+        # It overflows to infinity: NaN probabilities came out, without an error.
+        ({"amount": "1e999"}, "column 'amount' has '1e999' in row 2 (of 2), which is not a finite number"),
+        ({"amount": "-2e400"}, "column 'amount' has '-2e400' in row 2 (of 2), which is not a finite number"),
     ],
 )
 def test_bad_cells_are_named_errors(data: Path, change: dict[str, object], message: str) -> None:
