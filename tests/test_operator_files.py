@@ -103,3 +103,19 @@ def test_a_payload_that_is_no_regular_file_is_refused_before_any_read(bad: dict[
             check_safetensors(path)
         message = str(caught.value)
         assert f"--payload {path}" in message and words in message and "safetensors" in message, (name, message)
+
+
+def test_a_followers_state_files_that_are_fifos_are_refused_not_waited_on(tmp_path: Path) -> None:
+    # `ml8s follow --out DIR` with a FIFO at DIR/.follower-state.json hung before its first poll.
+    from ml8s.chain import ChainStore, Follower, PromotionReader
+    from ml8s.store import LocalStore
+
+    chain = ChainStore(LocalStore(str(tmp_path / "root")), "c")
+    state = tmp_path / "state.json"
+    os.mkfifo(state)
+    with pytest.raises(ConfigError, match="a FIFO, not read; expected a saved head"):
+        Follower(chain, state_path=str(state))
+    os.unlink(state)
+    os.mkfifo(f"{state}.promotion.json")
+    with pytest.raises(ConfigError, match="is no promotion state of a follower"):
+        PromotionReader(chain, state_path=str(state))

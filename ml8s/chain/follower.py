@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.chain import evidence
 from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, expired, issued_in_future, signature_problems
+from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.trusted import ReadTrust, TrustedReader
 from ml8s.chain.versions import ChainVersions
@@ -52,6 +53,7 @@ from ml8s.errors import (
     UntrustedVersionError,
     VersionNotFoundError,
 )
+from ml8s.store.operator_files import read_operator_file
 
 
 class SeenHead(BaseModel):
@@ -86,12 +88,15 @@ class Follower:
         self.current: ChainVersion | None = None  # the version the last poll checked (module docstring)
         self.last: SeenHead | None = None
         self.anchor: Anchor | None = None
-        if state_path and os.path.exists(state_path):
-            with open(state_path, "rb") as handle:
-                try:
-                    self.last = SeenHead.model_validate_json(handle.read())
-                except ValidationError as exc:
-                    raise ConfigError(f"{state_path} is no follower state; expected a saved head") from exc
+        if state_path and os.path.lexists(state_path):
+            # Bounded and non-blocking: a FIFO here hung the follower before its first poll.
+            data = read_operator_file(
+                state_path, setting="follower state", expected="a saved head", max_bytes=RECORD_MAX_BYTES
+            )
+            try:
+                self.last = SeenHead.model_validate_json(data)
+            except ValidationError as exc:
+                raise ConfigError(f"{state_path} is no follower state; expected a saved head") from exc
         if anchor is not None:
             self.renew(anchor)
         if self.last is not None and self.last.chain_name != chain.name:

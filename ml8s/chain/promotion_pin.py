@@ -22,6 +22,7 @@ from ml8s.chain.models import ChainVersion, OptionalHex64
 from ml8s.chain.promotion import PromotionLog, read_record
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
+from ml8s.store.operator_files import read_operator_file
 
 Problems = list[tuple[str, str]]
 
@@ -132,12 +133,12 @@ class PromotionReader:
         return self.log.served()
 
     def _load(self) -> PromotionPin:
-        if self._state is None or not os.path.exists(self._state):
+        if self._state is None or not os.path.lexists(self._state):
             return PromotionPin()
         try:
-            with open(self._state, "rb") as handle:
-                seen = SeenPromotion.model_validate_json(handle.read(64 * 1024))
-        except (OSError, ValidationError) as exc:
+            data = read_operator_file(self._state, setting="promotion state", expected="", max_bytes=64 * 1024)
+            seen = SeenPromotion.model_validate_json(data)
+        except (ConfigError, ValidationError) as exc:
             # Never a silent reset to "saw nothing": that would let a cut log through after any damage here.
             raise ConfigError(
                 f"{self._state} is no promotion state of a follower; expected the newest decision it saw "
