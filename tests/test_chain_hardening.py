@@ -17,6 +17,7 @@ import pytest
 from test_chain_support import (  # noqa: F401  (fixtures)
     CHAIN,
     StoreSpec,
+    local_or_radosgw_spec,
     local_root_fixture,
     meta,
     open_spec,
@@ -34,14 +35,6 @@ from ml8s.errors import (
     StoreError,
 )
 from ml8s.store import LocalStore
-
-
-@pytest.fixture(name="spec", params=["local", "radosgw"])
-def spec_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
-    if request.param == "local":
-        return ("local", str(tmp_path / "root"))
-    spec: StoreSpec = request.getfixturevalue("rgw_spec")
-    return spec
 
 
 def _roll_back_one(chain: ChainStore) -> None:

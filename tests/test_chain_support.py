@@ -81,6 +81,16 @@ def rgw_spec_fixture(radosgw_server: RadosGW) -> StoreSpec:
     return ("s3", f"s3://{bucket}/pipeline", radosgw_server.env())
 
 
+@pytest.fixture(name="spec", params=["local", "radosgw"])
+def local_or_radosgw_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
+    """The store-writer attacks on both backends: every check goes through the store's API, never a file path.
+    Import it (and rgw_spec_fixture) into a module to parametrize its ``spec`` tests."""
+    if request.param == "local":
+        return ("local", str(tmp_path / "root"))
+    spec: StoreSpec = request.getfixturevalue("rgw_spec")
+    return spec
+
+
 @pytest.fixture(name="moto_spec")
 def moto_spec_fixture(moto_server: S3Endpoint) -> StoreSpec:
     bucket = moto_server.make_bucket()

@@ -16,6 +16,7 @@ from test_chain_signing import KEY_A, KEY_B, KEY_C, ROOT, ROOT_KEY, intruder
 from test_chain_support import (  # noqa: F401  (fixtures)
     CHAIN,
     StoreSpec,
+    local_or_radosgw_spec,
     meta,
     open_spec,
     payload,
@@ -353,14 +354,6 @@ def test_cli_without_a_root_says_trust_on_first_use(pinned_env: Path, capsys: py
 
 
 # -- the store-writer attacks on radosgw too: every check is the store's API, never a file path ----------------
-
-
-@pytest.fixture(name="spec", params=["local", "radosgw"])
-def spec_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
-    if request.param == "local":
-        return ("local", str(tmp_path / "root"))
-    spec: StoreSpec = request.getfixturevalue("rgw_spec")
-    return spec
 
 
 def test_store_writer_attacks_on_every_backend(spec: StoreSpec, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from test_chain_support import (  # noqa: F401  (fixtures)
     CHAIN,
     StoreSpec,
     build,
+    local_or_radosgw_spec,
     meta,
     open_spec,
     payload,
@@ -31,6 +32,7 @@ from test_chain_unsafe_reads import SPARSE, answers, ml8s_cli
 from ml8s.chain import (
     Anchor,
     ChainStore,
+    ChainVersion,
     PromotionLog,
     ReadTrust,
     SigningKey,
@@ -59,16 +61,26 @@ def _fresh(chain: ChainStore) -> ChainStore:
     return ChainStore(chain.store, chain.name)
 
 
+def _plant_promotion_by_a(chain: ChainStore, sequence: int, version: ChainVersion, *, previous: str) -> None:
+    """A store writer holding the retired key A puts decision ``sequence`` promoting ``version`` under policy 1."""
+    forged = Decision(
+        chain_name=CHAIN,
+        sequence=sequence,
+        action="promote",
+        counter=version.counter,
+        block_hash=version.block_hash,
+        served_counter=version.counter,
+        served_block_hash=version.block_hash,
+        rule="manual",
+        previous_sha256=previous,
+        trust_policy_version=1,
+    )
+    signed = SignedDecision(decision=forged, signer_key_id=KEY_A.key_id, signature=KEY_A.sign(decision_bytes(forged)))
+    assert chain.store.put_if_absent(record_key(chain, sequence), signed.model_dump_json().encode())
+
+
 def _checks(chain: ChainStore, anchor: Anchor | None) -> set[str]:
     return verify_chain(_fresh(chain), anchor=anchor, now=NOW).checks
-
-
-@pytest.fixture(name="spec", params=["local", "radosgw"])
-def spec_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
-    if request.param == "local":
-        return ("local", str(tmp_path / "root"))
-    spec: StoreSpec = request.getfixturevalue("rgw_spec")
-    return spec
 
 
 def test_verify_refuses_a_cut_promotion_log_against_the_anchor(spec: StoreSpec) -> None:
@@ -301,20 +313,8 @@ def test_a_retired_key_decides_nothing_on_versions_committed_after_the_rotation(
     first = chain.store.get(record_key(chain, 1))
     v3 = chain.get(3)
     assert v3.header.trust_policy_version == 2
-    forged = Decision(
-        chain_name=CHAIN,
-        sequence=2,
-        action="promote",
-        counter=3,
-        block_hash=v3.block_hash,
-        served_counter=3,
-        served_block_hash=v3.block_hash,
-        rule="manual",
-        previous_sha256=hashlib.sha256(first).hexdigest(),
-        trust_policy_version=1,  # what A may still sign under: its predecessor named policy 1 too
-    )
-    signed = SignedDecision(decision=forged, signer_key_id=KEY_A.key_id, signature=KEY_A.sign(decision_bytes(forged)))
-    assert chain.store.put_if_absent(record_key(chain, 2), signed.model_dump_json().encode())
+    # Policy 1: what A may still sign under (its predecessor named policy 1 too).
+    _plant_promotion_by_a(chain, 2, v3, previous=hashlib.sha256(first).hexdigest())
     fresh = ChainStore(chain.store, CHAIN, trust_root=ROOT)
     with pytest.raises(ChainCorruptionError, match="retired key decides nothing") as refused:
         PromotionReader(fresh).gated()
@@ -358,20 +358,7 @@ def test_re_promoting_after_a_rotation_retires_the_old_key_for_decisions(
     assert [d.decision.trust_policy_version for d in log.decisions()] == [1, 2]
     previous = hashlib.sha256(chain.store.get(record_key(chain, 2))).hexdigest()
     v1 = chain.get(1)  # committed under policy 1: A's forged promotion of it names policy 1
-    forged = Decision(
-        chain_name=CHAIN,
-        sequence=3,
-        action="promote",
-        counter=1,
-        block_hash=v1.block_hash,
-        served_counter=1,
-        served_block_hash=v1.block_hash,
-        rule="manual",
-        previous_sha256=previous,
-        trust_policy_version=1,
-    )
-    signed = SignedDecision(decision=forged, signer_key_id=KEY_A.key_id, signature=KEY_A.sign(decision_bytes(forged)))
-    assert chain.store.put_if_absent(record_key(chain, 3), signed.model_dump_json().encode())
+    _plant_promotion_by_a(chain, 3, v1, previous=previous)
     with pytest.raises(ChainCorruptionError, match="older than its predecessor"):
         PromotionReader(ChainStore(chain.store, CHAIN, trust_root=ROOT)).gated()
 

@@ -117,9 +117,7 @@ class PlatformSettings(BaseSettings):
         "train and record the report (warn) or stop with LINEAGE_DRIFT before anything is written (fail)",
     )
     promote_min_delta: float = Field(
-        0.0,
-        ge=-1.0,
-        le=1.0,
+        0.0,  # from -1 to 1 (_min_delta)
         description="promotion rule: a candidate is not served when its held-out accuracy minus the served "
         "version's, on the same rows, falls below this by more than chance (docs/chain.md, promotion)",
     )
