@@ -265,7 +265,10 @@ def test_a_malformed_then_recreated_mlflow_database_is_named_and_runs_list_says_
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except FileNotFoundError:  # a thread that ended between the listing and the read
+            continue
     return found
 
 
