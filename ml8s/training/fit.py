@@ -36,6 +36,7 @@ from ml8s.modeling.registry import cross_entropy_step, family_for
 from ml8s.training.epochs import EpochRecorder, HeldOut, eval_logits, write_epoch_log
 from ml8s.training.loop import epoch_stepper
 from ml8s.training.metrics import classification_metrics
+from ml8s.training.optim import adam
 from ml8s.training.state import capture_rng, state_bytes
 from ml8s.training.summary import TrainSummary as TrainSummary  # re-exported: export names it here
 from ml8s.training.tensorboard import write_training_events
@@ -94,8 +95,8 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     recorder = EpochRecorder(data.held_out())
     if plan is None:
         # capturable (the step count on the device) lets the CUDA loop replay its step as a graph (training.loop)
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(
-            model.parameters(), lr=params.learning_rate, capturable=device.type == "cuda"
+        optimizer: torch.optim.Optimizer = adam(
+            model.parameters(), params.learning_rate, capturable=device.type == "cuda"
         )
         losses, steps = _fit(spec, family, model, optimizer, data.x, data.y, data.train_index, recorder)
         state = cold_state(model, steps, device)

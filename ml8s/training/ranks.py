@@ -34,6 +34,7 @@ from ml8s.shards import ShardReceipt, WriterConfig, pieces_for_rank, write_metad
 from ml8s.store import open_store
 from ml8s.training.ddp import RankEnv, close_group, ddp_fit, open_group
 from ml8s.training.fit import cold_state, model_family, native_bytes, read_training_data, write_trained
+from ml8s.training.optim import adam
 from ml8s.training.summary import TrainSummary
 
 SHARD_PREFIX = layout.MODEL_SHARD_PREFIX.rsplit("/", 1)[-1]
@@ -101,7 +102,7 @@ def train_rank(spec: RunSpec, features_dir: str, out_dir: str, world: RankEnv | 
                 "row per rank"
             )
         model = family.build(data.model_spec).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+        optimizer = adam(model.parameters(), params.learning_rate)
         losses, steps = ddp_fit(spec, model, optimizer, data.x, data.y, train_idx, world)
         receipts = _gather(_write_shard(spec, model, world, out_dir), world)
         summary = None

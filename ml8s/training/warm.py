@@ -23,6 +23,7 @@ from ml8s.modeling.family import ModelFamily
 from ml8s.modeling.registry import cross_entropy_step
 from ml8s.records import RecencySampler, SamplerConfig, gather
 from ml8s.tempdirs import owned_tempdir
+from ml8s.training.optim import adam
 from ml8s.training.state import capture_rng, load_optimizer, read_state, restore_rng
 
 
@@ -48,7 +49,7 @@ def warm_fit(
     names = [name for name, _ in model.named_parameters()]
     if state.parameter_names != names:
         raise LineageError(f"{where} trained parameters {state.parameter_names}; this network has {names}")
-    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
+    optimizer = adam(model.parameters(), params.learning_rate)
     load_optimizer(model, optimizer, tensors, where)
     restore_rng(state.rng, device)
     generations = read_generations(features_dir)
