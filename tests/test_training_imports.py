@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 _WHOLE_RUN = """
 import json, sys
 from ml8s.pipeline.run import run_pipeline
-manifest = json.loads(run_pipeline({"DATA_ROOT": sys.argv[1], "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": sys.argv[2],
-                         "EPOCHS": "2"}))
+env = {"DATA_ROOT": sys.argv[1], "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": sys.argv[2], "EPOCHS": "2"}
+manifest = json.loads(run_pipeline(env))
 import torch
 loaded = sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules)
 print(json.dumps([loaded, torch.are_deterministic_algorithms_enabled(), manifest["run_id"]]))
@@ -66,8 +66,8 @@ def _trained(optimizer_class: type[torch.optim.Adam], **options: object) -> tupl
     losses = []
     for step in range(25):
 
-        def closure() -> float:
-            optimizer.zero_grad(set_to_none=step % 2 == 0)  # both ways of clearing gradients
+        def closure(to_none: bool = step % 2 == 0) -> float:
+            optimizer.zero_grad(set_to_none=to_none)  # both ways of clearing gradients
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             return float(loss)
