@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +148,32 @@ def test_handed_over_rows_are_the_decoded_rows(
     plain = tmp_path / "plain.parquet"
     _write(plain, prepared, rules, kept, hand=False)
     assert plain.read_bytes() == path.read_bytes()  # handing over changes no byte of the file
+
+
+def test_one_row_group_of_features_is_alive_at_a_time(
+    small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group's float32 columns are freed before the next group is encoded (at 2M rows, 116 MiB of peak)."""
+    monkeypatch.setattr(matrix, "ROW_GROUP", 97)
+    prepared, rules, kept = _prepared(small_data)
+    alive: list[weakref.ref[np.ndarray]] = []
+    groups = 0
+    real = matrix.encode_each
+
+    def encode_each(*args: object) -> Iterator[np.ndarray]:
+        nonlocal groups
+        assert not [ref for ref in alive if ref() is not None], f"group {groups - 1}'s columns outlive it"
+        groups += 1
+        for values in real(*args):
+            out = np.asarray(values, dtype=np.float32)
+            alive.append(weakref.ref(out))
+            yield out
+
+    monkeypatch.setattr(matrix, "encode_each", encode_each)
+    for hand in (True, False):
+        _write(tmp_path / f"{hand}.parquet", prepared, rules, kept, hand=hand)
+    matrix._handed.clear()
+    assert groups == 2 * -(-len(prepared.target) // 97) > 4
 
 
 def test_rows_handed_over_for_a_file_rewritten_since_are_not_used(small_data: Path, tmp_path: Path) -> None:
