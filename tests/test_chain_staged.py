@@ -1,12 +1,10 @@
 """``ml8s chain commit --payload`` on a local store stages the file while it hashes it (issue 22): one read of the
-source (the kernel's copy into the staged file, hashed from there), a FULL linked into place from the staged
-copy (no second copy, no second hash), the digests of the bytes written (a source written to meanwhile
-refused), the staged copy gone afterwards; and the store primitives under it (``LocalStore.stage``/
-``put_staged``, ``StagedWriter.copy_from``, writeback hints) with their failure paths."""
+source, a FULL linked into place from the staged copy (no second copy, no second hash), the digests of the
+bytes written (a source written to meanwhile refused), the staged copy gone afterwards; and the store
+primitives under it (``LocalStore.stage``/``put_staged``, writeback hints) with their failure paths."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import os
@@ -18,7 +16,6 @@ import safetensors.torch
 from test_chain_checkpoint import MIXED, raw_file
 
 import ml8s.chain.checkpoint as checkpoint
-import ml8s.chain.checkpoint_read as checkpoint_read
 import ml8s.store._files as files
 from ml8s.chain import (
     ChainStore,
@@ -72,38 +69,19 @@ class _Reads(io.FileIO):
         return got
 
 
-def _copies(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """(offset, bytes copied) of every ``StagedWriter.copy_from``, in call order."""
-    copied: list[tuple[int, int]] = []
-    copy_from = files.StagedWriter.copy_from
-
-    def counting(self: files.StagedWriter, source: int, offset: int, count: int) -> int:
-        got = copy_from(self, source, offset, count)
-        copied.append((offset, got))
-        return got
-
-    monkeypatch.setattr(files.StagedWriter, "copy_from", counting)
-    return copied
-
-
 def test_full_commit_reads_the_source_once_and_links_the_staged_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The source: copied once, in order, never read into the process; tensors out of name order: their weights
-    hash comes from a second read of the staged copy, not the source."""
+    """Tensors out of name order: their weights hash comes from a second read of the staged copy, not the source."""
     path = raw_file(tmp_path / "w.safetensors", MIXED)
     seen: dict[str, int] = {}
     monkeypatch.setattr(_Reads, "seen", seen, raising=False)
     monkeypatch.setattr(checkpoint, "open", lambda p, mode, buffering: _Reads(p, "r"), raising=False)
-    monkeypatch.setattr(checkpoint_read, "_WINDOW", 64 * 1024)  # many windows, tensors across their edges
-    copied = _copies(monkeypatch)
     chain = ChainStore(LocalStore(str(tmp_path / "root")), "st")
     version, source, staged = _commit(chain, path)
     data = path.read_bytes()
     assert staged and source.sha256 == hashlib.sha256(data).hexdigest()
-    assert str(path) not in seen  # the source: never read into this process, only copied, once and in order
-    assert [offset for offset, _ in copied] == list(range(0, len(data), 64 * 1024))
-    assert sum(count for _, count in copied) == len(data)
+    assert seen.pop(str(path)) == len(data)  # the source: once
     (copy,) = seen  # the staged copy: only the tensors after the out-of-order one
     assert seen[copy] == 300_000 * 4 + 2 and copy.startswith(str(tmp_path / "root/ml8s_chain/st/.tmp/"))
     stored = Path(chain.store.root) / chain.version_key(version.version_dir, "payload", "model_native.safetensors")
@@ -155,16 +133,15 @@ def test_a_source_written_to_while_read_is_refused(tmp_path: Path, monkeypatch: 
     path = raw_file(tmp_path / "w.safetensors", sorted(MIXED))
     os.utime(path, ns=(10**18, 10**18))  # a write now moves the modification time, however coarse the clock
     summary = check_safetensors(str(path))
-    copy_from = files.StagedWriter.copy_from
+    write = files.StagedWriter.write
 
-    def tamper(self: files.StagedWriter, source: int, offset: int, count: int) -> int:
-        got = copy_from(self, source, offset, count)
+    def tamper(self: files.StagedWriter, chunk: memoryview) -> None:
+        write(self, chunk)
         with open(path, "r+b") as handle:
             handle.seek(-4, os.SEEK_END)
             handle.write(b"\x01\x02\x03\x04")
-        return got
 
-    monkeypatch.setattr(files.StagedWriter, "copy_from", tamper)
+    monkeypatch.setattr(files.StagedWriter, "write", tamper)
     with pytest.raises(ConfigError, match="modified while it was read"):
         with hashed_checkpoint(chain, str(path), summary, 1):
             pytest.fail("hashed a torn read")
@@ -212,44 +189,6 @@ def test_a_full_disk_while_staging_is_a_store_error_and_leaves_nothing(
     assert _tmp_files(chain) == []
 
 
-def _fails(code: int) -> Any:
-    def unavailable(*args: object, **kwargs: object) -> Any:
-        raise OSError(code, os.strerror(code))
-
-    return unavailable
-
-
-@pytest.mark.parametrize("missing", ["nothing", "sendfile", "mmap"])
-def test_a_full_commit_without_kernel_copy_or_mapping_stores_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
-) -> None:
-    """Where the kernel cannot copy between the files (EINVAL) or the store's file system cannot map them
-    (ENODEV), the same hashes, content and stored bytes; at most two windows of the staged copy held at once."""
-    path = raw_file(tmp_path / "w.safetensors", MIXED)
-    expected, _, _ = _commit(ChainStore(LocalStore(str(tmp_path / "reference")), "fb"), path)
-    if missing == "sendfile":
-        monkeypatch.setattr(files.os, "sendfile", _fails(errno.EINVAL))
-    elif missing == "mmap":
-        monkeypatch.setattr(checkpoint_read.mmap, "mmap", _fails(errno.ENODEV))
-    monkeypatch.setattr(checkpoint_read, "_WINDOW", 64 * 1024)
-    held: list[int] = []
-    next_window = checkpoint_read.StagedFeeder._next_window
-
-    def counting(self: checkpoint_read.StagedFeeder) -> Any:
-        window = next_window(self)
-        held.append(len(self.windows))
-        return window
-
-    monkeypatch.setattr(checkpoint_read.StagedFeeder, "_next_window", counting)
-    chain = ChainStore(LocalStore(str(tmp_path / "root")), "fb")
-    version, _, staged = _commit(chain, path)
-    assert staged and version.content_hash == expected.content_hash  # the same payload hashes and weights hash
-    assert (version.header.files, version.header.weights_hash) == (expected.header.files, expected.header.weights_hash)
-    stored = Path(chain.store.root) / chain.version_key(version.version_dir, "payload", "model_native.safetensors")
-    assert stored.read_bytes() == path.read_bytes() and _tmp_files(chain) == []
-    assert len(held) == -(-path.stat().st_size // (64 * 1024)) and max(held) == 2
-
-
 # -- the store primitives ----------------------------------------------------------------------------
 @pytest.fixture
 def staged(tmp_path: Path) -> tuple[LocalStore, str, bytes]:
@@ -259,41 +198,6 @@ def staged(tmp_path: Path) -> tuple[LocalStore, str, bytes]:
         for start in range(0, len(data), MiB):
             writer.write(memoryview(data[start : start + MiB]))
     return store, writer.path, data
-
-
-@pytest.mark.parametrize("copy", ["kernel", "buffer"])
-def test_copy_from_appends_the_range_and_stops_where_the_source_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy: str
-) -> None:
-    if copy == "buffer":  # sendfile refusing these files: the bytes go through a buffer, the same ones
-        monkeypatch.setattr(files.os, "sendfile", _fails(errno.EINVAL))
-    data = os.urandom(3 * MiB + 5)
-    (tmp_path / "src").write_bytes(data)
-    store = LocalStore(str(tmp_path / "root"))
-    fd = os.open(tmp_path / "src", os.O_RDONLY)
-    try:
-        with store.stage("c/.tmp/s") as writer:
-            assert writer.copy_from(fd, 0, MiB) == MiB
-            assert writer.copy_from(fd, MiB, 4 * MiB) == 2 * MiB + 5  # the source ends first
-            assert writer.copy_from(fd, len(data), MiB) == 0
-    finally:
-        os.close(fd)
-    assert Path(writer.path).read_bytes() == data and writer.size == len(data)
-
-
-def test_copy_from_a_full_disk_is_a_store_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """ENOSPC from the kernel's copy is no reason to copy through a buffer: a StoreError naming the staged file."""
-    monkeypatch.setattr(files.os, "sendfile", _fails(errno.ENOSPC))
-    monkeypatch.setattr(files.os, "pread", lambda *a: pytest.fail("fell back to a buffer on ENOSPC"))
-    (tmp_path / "src").write_bytes(b"x" * 100)
-    fd = os.open(tmp_path / "src", os.O_RDONLY)
-    try:
-        with pytest.raises(StoreError, match=r"no space left writing .*/c/\.tmp/s"):
-            with LocalStore(str(tmp_path / "root")).stage("c/.tmp/s") as writer:
-                writer.copy_from(fd, 0, 100)
-    finally:
-        os.close(fd)
-    assert not os.path.exists(writer.path)
 
 
 def test_put_staged_links_and_keeps_the_staged_file(staged: tuple[LocalStore, str, bytes]) -> None:

@@ -6,24 +6,24 @@ The weights hash is ``ml8s.deltas.weights_hash`` of the file's tensors (the fram
 chain must not import torch; tests/test_chain_checkpoint_hash.py holds the two equal): a safetensors file
 stores each tensor's elements row-major and little-endian, exactly the raw bits that framing hashes, so
 the file's bytes are hashed as they are, never turned into tensors. The file is read once, in file order,
-for its sha256; each tensor's bytes feed the weights hash from the same bytes when the tensor comes next
+for its sha256; each tensor's bytes feed the weights hash from the same buffer when the tensor comes next
 in name order, which is every tensor of a file saved by ``safetensors`` with one dtype (it sorts by
 alignment, then name). A tensor out of name order is read again afterwards, once, from the page cache.
-The two hashes run in two threads (hashlib releases the GIL), so on two cores the read costs about one
-sha256 pass; memory holds two chunks or two mapped windows, whatever the checkpoint's size
-(ml8s.chain.checkpoint_read).
 
-``hashed_checkpoint``: on a local store, unless the head makes a DELTA due (which stores no copy), that
-read is a copy: the kernel copies the file into a staged file in the chain's store (``LocalStore.stage``),
-a window at a time, and both hashes are taken from the staged copy's pages (mapped), as with ``cp`` then
-hashing, without a pass of the bytes through a buffer of ours. A FULL then links that copy into place
-(``LocalStore.put_staged``: fsync, link, rename, directory fsync) instead of reading, hashing and writing
-the file a second time. Both hashes are of the bytes stored, never of the source read again later (a
-tensor out of name order is read again from the staged copy); a source written to while it is read (its
-size or times change: ``fstat`` before and after) is ConfigError, nothing committed. Elsewhere (S3, or a
-DELTA due) the file is read into buffers that both hashes take, every byte the weights hash reads read at
-or after the file hash read it, so a file changed meanwhile gives an upload whose sha256 differs from the
-recorded one, which ``Store.put_file_expecting`` refuses.
+Memory holds two chunks, whatever the checkpoint's size: while one is read, the other is hashed by the
+file hash and the weights hash, each in its own thread (hashlib releases the GIL), so on two cores the
+read costs about one sha256 pass.
+
+``hashed_checkpoint``: on a local store, the same read also writes each chunk, from the buffer hashed,
+to a staged file in the chain's store (``LocalStore.stage``), unless the head makes a DELTA due (which
+stores no copy). A FULL then links that copy into place (``LocalStore.put_staged``: fsync, link, rename,
+directory fsync) instead of reading, hashing and writing the file a second time. Both hashes are of
+the bytes written, never of the source read again later (a tensor out of name order is read again from
+the staged copy); a source written to while it is read (its size or times change: ``fstat`` before and
+after) is ConfigError, nothing committed. Elsewhere (S3, or
+a DELTA due) every byte the weights hash reads is read at or after the file hash read it, so a file
+changed meanwhile gives an upload whose sha256 differs from the recorded one, which
+``Store.put_file_expecting`` refuses.
 
 ``CheckpointBuilder``: the payload builder of ``commit_with_retry`` for such a file. A FULL stores the
 file as is (streamed); only when the parent makes a DELTA due (``delta_due``, the interval rule of
@@ -39,8 +39,8 @@ import io
 import os
 import struct
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
-from ml8s.chain.checkpoint_read import CHUNK, BufferFeeder, StagedFeeder, Update
 from ml8s.chain.models import ChainVersion, LocalFile, PayloadBuilder, PayloadKind, PayloadSource, WeightsFields
 from ml8s.chain.safetensors_check import SafetensorsSummary, TensorSpan
 from ml8s.chain.versions import ChainVersions
@@ -54,13 +54,15 @@ FLOAT_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 _DOMAIN = b"ml8s.weights.v1\x00"
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_CHUNK = 1024 * 1024
+_Update = Callable[[memoryview], None]
 
 
 def hash_checkpoint(path: str, summary: SafetensorsSummary, stage: StagedWriter | None = None) -> tuple[LocalFile, str]:
     """The file as a payload entry (sha256, size) and its weights hash ("" unless every tensor is float).
 
-    With ``stage``, the file is copied there and both hashes are taken from that copy, so it holds exactly
-    the bytes hashed, and a tensor out of name order is read again from it, not from ``path``.
+    With ``stage``, every buffer read is also written there, so the copy holds exactly the bytes hashed,
+    and a tensor out of name order is read again from that copy, not from ``path``.
 
     Raises:
         ConfigError: the file cannot be read, or its size changed since ``summary`` was taken.
@@ -71,12 +73,10 @@ def hash_checkpoint(path: str, summary: SafetensorsSummary, stage: StagedWriter 
     weights = hashlib.sha256(_DOMAIN + _U64.pack(len(by_name)))
     whole = hashlib.sha256()
     done = 0  # tensors (in name order) already in the weights hash
-    size = max((span.end for span in summary.spans), default=summary.data_start)
     try:
         with open(path, "rb", buffering=0) as handle:
             before = _version_of(os.fstat(handle.fileno()))
-            feeder = BufferFeeder(path, handle) if stage is None else StagedFeeder(path, handle.fileno(), stage, size)
-            with feeder as feed:
+            with _Feeder(path, handle, stage) as feed:
                 feed(summary.data_start, whole.update, None)
                 for span in summary.spans:
                     inline = done < len(by_name) and by_name[done] == span
@@ -84,7 +84,8 @@ def hash_checkpoint(path: str, summary: SafetensorsSummary, stage: StagedWriter 
                         feed.also(weights.update, _frame(path, span))
                         done += 1
                     feed(span.end - span.begin, whole.update, weights.update if inline else None)
-                if os.pread(handle.fileno(), 1, size):
+                size = handle.tell()
+                if handle.read(1):
                     raise ConfigError(f"--payload {path}: the file grew while it was read; expected it unchanged")
             if _version_of(os.fstat(handle.fileno())) != before:  # written to meanwhile: the bytes may be torn
                 raise ConfigError(f"--payload {path}: the file was modified while it was read; expected it unchanged")
@@ -158,10 +159,10 @@ class CheckpointBuilder:
 
 
 def _hash_again(
-    path: str, handle: io.FileIO | None, stage: StagedWriter | None, spans: list[TensorSpan], update: Update
+    path: str, handle: io.FileIO | None, stage: StagedWriter | None, spans: list[TensorSpan], update: _Update
 ) -> None:
     """The weights hash of tensors out of name order, read again: from the staged copy if there is one."""
-    buffer = memoryview(bytearray(CHUNK))
+    buffer = memoryview(bytearray(_CHUNK))
     with contextlib.ExitStack() as stack:
         again = handle or stack.enter_context(open(stage.path if stage else path, "rb", buffering=0))
         for span in spans:
@@ -169,7 +170,7 @@ def _hash_again(
             again.seek(span.begin)
             left = span.end - span.begin
             while left > 0:
-                got = again.readinto(buffer[: min(left, CHUNK)])
+                got = again.readinto(buffer[: min(left, _CHUNK)])
                 if not got:
                     raise ConfigError(f"--payload {path}: the file shrank while it was read; expected it unchanged")
                 update(buffer[:got])
@@ -190,3 +191,45 @@ def _frame(path: str, span: TensorSpan) -> bytes:
     dtype = FLOAT_DTYPES[span.dtype].encode("ascii")
     shape = _U32.pack(len(span.shape)) + struct.pack(f"<{len(span.shape)}Q", *span.shape)
     return _U32.pack(len(name)) + name + _U32.pack(len(dtype)) + dtype + shape + _U64.pack(span.end - span.begin)
+
+
+class _Feeder:
+    """Reads ``handle`` on from where it is into two buffers in turn; each buffer read is written to the
+    stage (if any) in this thread while the file hash and the weights hash take it in two others, each in
+    its own thread (so each sees its buffers in order); a buffer is read into again once both are done."""
+
+    def __init__(self, path: str, handle: io.FileIO, stage: StagedWriter | None) -> None:
+        self.path, self.handle, self.stage = path, handle, stage
+        self.buffers = [memoryview(bytearray(_CHUNK)) for _ in range(2)]
+        self.pending: list[list[Future[None]]] = [[], []]
+        self.turn = 0
+        self.pools = [ThreadPoolExecutor(1, thread_name_prefix=f"ml8s-hash{n}") for n in range(2)]
+
+    def __enter__(self) -> _Feeder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pool in self.pools:  # waits for the hashes still queued: the buffers outlive them
+            pool.shutdown()
+
+    def also(self, weights: Callable[[bytes], None], data: bytes) -> None:
+        """``data`` into the weights hash, in order with the buffers queued for it."""
+        self.pools[1].submit(weights, data)
+
+    def __call__(self, count: int, whole: _Update, weights: _Update | None) -> None:
+        while count > 0:
+            for future in self.pending[self.turn]:
+                future.result()
+            buffer = self.buffers[self.turn]
+            got = self.handle.readinto(buffer[: min(count, len(buffer))])
+            if not got:
+                raise ConfigError(f"--payload {self.path}: the file shrank while it was read; expected it unchanged")
+            chunk = buffer[:got]
+            pending = [self.pools[0].submit(whole, chunk)]
+            if weights is not None:
+                pending.append(self.pools[1].submit(weights, chunk))
+            self.pending[self.turn] = pending
+            if self.stage is not None:
+                self.stage.write(chunk)
+            self.turn ^= 1
+            count -= got

@@ -81,10 +81,9 @@ def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
 
 
 class StagedWriter:
-    """A fresh file, written in order (``write`` of buffers, or ``copy_from`` another file, by the kernel) by a
-    caller that hashes the bytes written (those buffers, or the staged file itself), so that its digests are
-    never of a source re-read later; ``LocalStore.put_staged`` fsyncs it before it links it into place (a
-    caller that finds nothing to commit spares the disk that wait).
+    """A fresh file written buffer by buffer by a caller that hashes those same buffers (so its digests are
+    of the bytes written, never of a source re-read later); ``LocalStore.put_staged`` fsyncs it before it
+    links it into place (a caller that finds nothing to commit spares the disk that wait).
 
     Every ``_WRITEBACK`` bytes it asks the kernel to start writing the new range to disk (``sync_file_range``
     where the C library has it; without waiting): the disk works while the caller hashes, so that fsync has
@@ -97,46 +96,13 @@ class StagedWriter:
         with _writing(path):
             self.fd = in_fresh_dir(path, lambda: os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
         self.size = self._started = 0
-        self._kernel_copy = True
 
     def write(self, chunk: memoryview) -> None:
         with _writing(self.path, remove=False):
-            self._append(chunk)
-
-    def copy_from(self, source: int, offset: int, count: int) -> int:
-        """Append up to ``count`` bytes of the open file ``source`` from ``offset`` on; the bytes copied, fewer
-        only where ``source`` ends first. The kernel copies them (``sendfile``, as ``cp`` does): they never
-        pass through this process's memory. Where it cannot copy between these two files (not Linux, an
-        unusual file system) they go through a buffer instead."""
-        done = 0
-        with _writing(self.path, remove=False):
-            while done < count:
-                if self._kernel_copy:
-                    try:
-                        got = os.sendfile(self.fd, source, offset + done, count - done)
-                    except OSError as exc:  # only ever before a byte of this call was copied
-                        if exc.errno not in _NO_KERNEL_COPY:
-                            raise
-                        self._kernel_copy = False
-                        continue
-                    self._written(got)
-                else:
-                    data = os.pread(source, min(count - done, _CHUNK), offset + done)
-                    got = len(data)
-                    self._append(memoryview(data))
-                if not got:
-                    break
-                done += got
-        return done
-
-    def _append(self, chunk: memoryview) -> None:
-        done = 0
-        while done < len(chunk):  # a write may be short (a signal): go on from there
-            done += os.write(self.fd, chunk[done:])
-        self._written(done)
-
-    def _written(self, count: int) -> None:
-        self.size += count
+            done = 0
+            while done < len(chunk):  # a write may be short (a signal): go on from there
+                done += os.write(self.fd, chunk[done:])
+        self.size += done
         if self.size - self._started >= _WRITEBACK:
             start_writeback(self.fd, self._started, self.size - self._started)
             self._started = self.size
@@ -163,8 +129,6 @@ def _sync_file_range() -> Callable[[int, int, int, int], object] | None:
 
 
 _SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h> SYNC_FILE_RANGE_WRITE: start writeback of the range's dirty pages
-# sendfile cannot copy between these files (a socket-only sendfile, a file system without splice): use a buffer
-_NO_KERNEL_COPY = frozenset({errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, errno.EXDEV})
 
 
 @contextlib.contextmanager
