@@ -7,6 +7,10 @@ small launcher, so that this process's own peak does not leak into it).
 
 - FULL: every commit is a FULL (DELTA_BASE_INTERVAL=1). Goals: at most 1.5x ``cp`` + ``sync``, and peak
   RSS at most 256 MiB above a small (1 MiB) commit's.
+- The floor, where ``openssl`` is on PATH: the work no FULL commit can skip, done by C tools at once on
+  every core, then ``sync``: ``cp`` of the file and two ``openssl dgst -sha256`` of it (the block records
+  two hashes of the bytes: the file's sha256 and the weights hash). The commit's ratio to it is what the
+  command adds to that work (start-up, imports, threads, the chain's files), whatever the cores' load.
 - DELTA: a FULL, then the same checkpoint with 1% of its elements changed committed as a DELTA on it
   (DELTA_BASE_INTERVAL=2). Goal: peak RSS at most 512 MiB above a small commit's; its time is printed
   against ``cp`` + ``sync`` for information.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -34,6 +39,8 @@ from pathlib import Path
 MiB = 1024 * 1024
 TENSOR_MIB = 64
 ML8S = str(Path(sys.executable).with_name("ml8s"))
+# cp and the two sha256 passes of a FULL commit, at once, each a C program: the floor of that work
+_FLOOR = 'cp "$1" "$2" & openssl dgst -sha256 "$1" >/dev/null & openssl dgst -sha256 "$1" >/dev/null & wait'
 
 
 def write_checkpoint(path: str, size_mib: int, seed: int, changed: float = 0.0) -> None:
@@ -138,24 +145,36 @@ def main(argv: list[str] | None = None) -> int:
             f"CPU {statistics.median(small_cpu):.2f} s (p50)",
             flush=True,
         )
-        copies, commits, rss, cpus = [], [], [], []
+        copies, commits, rss, cpus, floors = [], [], [], [], []
+        sides = ["cp", "commit", "floor"] if shutil.which("openssl") else ["cp", "commit"]
+        copy = os.path.join(work, "copy")
         for i in range(args.repeat):
             with open(big, "r+b") as handle:  # a new checkpoint each time: the run index must not short-cut
                 handle.seek(-4, os.SEEK_END)
                 handle.write(struct.pack("<f", float(i)))
-            for side in (0, 1) if i % 2 == 0 else (1, 0):
-                if side == 0:
-                    copies.append(timed_child(["cp", big, os.path.join(work, f"copy-{i}")], env)[0])
+            for side in sides[i % len(sides) :] + sides[: i % len(sides)]:  # each side first in turn
+                if side == "cp":
+                    copies.append(timed_child(["cp", big, copy], env)[0])
+                elif side == "floor":
+                    floors.append(timed_child(["sh", "-c", _FLOOR, "floor", big, copy], env)[0])
                 else:
                     took, peak, cpu = timed_child([*commit, big], env)
                     commits.append(took)
                     rss.append(peak)
                     cpus.append(cpu)
+                if os.path.exists(copy):
+                    os.unlink(copy)
         b, c = statistics.median(copies), statistics.median(commits)
         print(f"[FULL] ({', '.join(f'{s:.2f}' for s in commits)} s; cp+sync {', '.join(f'{s:.2f}' for s in copies)} s)")
         print(f"  cp + sync                 {b:8.2f} s")
         print(f"  ml8s chain commit + sync  {c:8.2f} s   ratio {c / b:5.2f}  (goal <= 1.5)")
         print(f"  commit CPU (user + sys)   {statistics.median(cpus):8.2f} s   ({', '.join(f'{s:.2f}' for s in cpus)})")
+        if floors:
+            f = statistics.median(floors)
+            print(
+                f"  floor: cp & 2 sha256      {f:8.2f} s   ratio {f / b:5.2f} to cp + sync; "
+                f"the commit {c / f:5.2f}x it ({', '.join(f'{s:.2f}' for s in floors)})"
+            )
         best = min(commits) / min(copies)
         print(f"  best of each              {min(commits):8.2f} s / {min(copies):.2f} s   ratio {best:5.2f}")
         print(
