@@ -39,8 +39,12 @@ from pathlib import Path
 MiB = 1024 * 1024
 TENSOR_MIB = 64
 ML8S = str(Path(sys.executable).with_name("ml8s"))
-# cp and the two sha256 passes of a FULL commit, at once, each a C program: the floor of that work
-_FLOOR = 'cp "$1" "$2" & openssl dgst -sha256 "$1" >/dev/null & openssl dgst -sha256 "$1" >/dev/null & wait'
+# cp and the two sha256 passes of a FULL commit, at once, each a C program: the floor of that work (any of
+# the three failing fails the run: a bare `wait` would hide it)
+_FLOOR = (
+    'cp "$1" "$2" & c=$!; openssl dgst -sha256 "$1" >/dev/null & a=$!; openssl dgst -sha256 "$1" >/dev/null & '
+    "b=$!; wait $c && wait $a && wait $b"
+)
 
 
 def write_checkpoint(path: str, size_mib: int, seed: int, changed: float = 0.0) -> None:
