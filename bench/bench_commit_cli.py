@@ -7,11 +7,18 @@ small launcher, so that this process's own peak does not leak into it).
 
 - FULL: every commit is a FULL (DELTA_BASE_INTERVAL=1). Goals: at most 1.5x ``cp`` + ``sync``, and peak
   RSS at most 256 MiB above a small (1 MiB) commit's.
+- The floor, where ``openssl`` is on PATH: the work no FULL commit can skip, done by C tools at once on
+  every core, then ``sync``: ``cp`` of the file and two ``openssl dgst -sha256`` of it (the block records
+  two hashes of the bytes: the file's sha256 and the weights hash). The commit's ratio to it is what the
+  command adds to that work (start-up, imports, threads, the chain's files), whatever the cores' load.
 - DELTA: a FULL, then the same checkpoint with 1% of its elements changed committed as a DELTA on it
   (DELTA_BASE_INTERVAL=2). Goal: peak RSS at most 512 MiB above a small commit's; its time is printed
   against ``cp`` + ``sync`` for information.
 
 The checkpoint is ``--size-mib`` of float32 tensors of 64 MiB each, written in chunks (never in memory).
+The command runs with its bytecode cached (``PYTHONPYCACHEPREFIX`` under the bench's directory, written by
+the first, unmeasured commit), as an installed ``ml8s`` has it: an editable checkout under
+``PYTHONDONTWRITEBYTECODE`` compiles ml8s's own modules at every start (about 0.06 CPU-seconds here).
 Nothing is asserted: the script prints times, ratios and the load average.
 """
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -31,6 +39,12 @@ from pathlib import Path
 MiB = 1024 * 1024
 TENSOR_MIB = 64
 ML8S = str(Path(sys.executable).with_name("ml8s"))
+# cp and the two sha256 passes of a FULL commit, at once, each a C program: the floor of that work (any of
+# the three failing fails the run: a bare `wait` would hide it)
+_FLOOR = (
+    'cp "$1" "$2" & c=$!; openssl dgst -sha256 "$1" >/dev/null & a=$!; openssl dgst -sha256 "$1" >/dev/null & '
+    "b=$!; wait $c && wait $a && wait $b"
+)
 
 
 def write_checkpoint(path: str, size_mib: int, seed: int, changed: float = 0.0) -> None:
@@ -70,13 +84,13 @@ if pid == 0:
     os.execvp(sys.argv[2], sys.argv[2:])
 _, status, usage = os.wait4(pid, 0)
 with open(sys.argv[1], "w") as out:
-    out.write(str(usage.ru_maxrss))
+    out.write(f"{usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def timed_child(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(seconds of the command plus a ``sync``, peak RSS of the command in MiB)."""
+def timed_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(seconds of the command plus a ``sync``, peak RSS of the command in MiB, its CPU-seconds: user + system)."""
     with tempfile.NamedTemporaryFile("r", prefix="ml8s-bench-rss-") as rss:
         start = time.perf_counter()
         proc = subprocess.run(
@@ -91,7 +105,8 @@ def timed_child(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
             raise SystemExit(f"bench_commit_cli: {' '.join(argv)} failed ({proc.returncode}): {err}")
         os.sync()
         took = time.perf_counter() - start
-        return took, int(rss.read() or 0) / 1024
+        peak, cpu = rss.read().split()
+        return took, int(peak) / 1024, float(cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,36 +128,57 @@ def main(argv: list[str] | None = None) -> int:
         write_checkpoint(small, 1, seed=1)
         write_checkpoint(big, size, seed=2)
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+            "PYTHONPYCACHEPREFIX": os.path.join(work, "pycache"),
             "PIPELINE_ROOT_URI": f"file://{work}/root",
             "CHAIN_NAME": "full",
             "DELTA_BASE_INTERVAL": "1",
         }
         commit = [ML8S, "chain", "commit", "--payload"]
-        _, small_rss = timed_child([*commit, small], env)
-        fixed = []
+        timed_child([*commit, small], env)  # unmeasured: writes the bytecode cache
+        fixed, small_rss, small_cpu = [], 0.0, []
         for i in range(args.repeat):  # the fixed cost: start-up, imports, the chain's small files and fsyncs
             with open(small, "r+b") as handle:
                 handle.seek(-4, os.SEEK_END)
                 handle.write(struct.pack("<f", float(i)))
-            fixed.append(timed_child([*commit, small], env)[0])
-        print(f"[1 MiB] commit + sync {', '.join(f'{s:.2f}' for s in fixed)} s, best {min(fixed):.2f} s", flush=True)
-        copies, commits, rss = [], [], []
+            took, peak, cpu = timed_child([*commit, small], env)
+            fixed.append(took)
+            small_rss, small_cpu = max(small_rss, peak), [*small_cpu, cpu]
+        print(
+            f"[1 MiB] commit + sync {', '.join(f'{s:.2f}' for s in fixed)} s, best {min(fixed):.2f} s; "
+            f"CPU {statistics.median(small_cpu):.2f} s (p50)",
+            flush=True,
+        )
+        copies, commits, rss, cpus, floors = [], [], [], [], []
+        sides = ["cp", "commit", "floor"] if shutil.which("openssl") else ["cp", "commit"]
+        copy = os.path.join(work, "copy")
         for i in range(args.repeat):
             with open(big, "r+b") as handle:  # a new checkpoint each time: the run index must not short-cut
                 handle.seek(-4, os.SEEK_END)
                 handle.write(struct.pack("<f", float(i)))
-            for side in (0, 1) if i % 2 == 0 else (1, 0):
-                if side == 0:
-                    copies.append(timed_child(["cp", big, os.path.join(work, f"copy-{i}")], env)[0])
+            for side in sides[i % len(sides) :] + sides[: i % len(sides)]:  # each side first in turn
+                if side == "cp":
+                    copies.append(timed_child(["cp", big, copy], env)[0])
+                elif side == "floor":
+                    floors.append(timed_child(["sh", "-c", _FLOOR, "floor", big, copy], env)[0])
                 else:
-                    took, peak = timed_child([*commit, big], env)
+                    took, peak, cpu = timed_child([*commit, big], env)
                     commits.append(took)
                     rss.append(peak)
+                    cpus.append(cpu)
+                if os.path.exists(copy):
+                    os.unlink(copy)
         b, c = statistics.median(copies), statistics.median(commits)
         print(f"[FULL] ({', '.join(f'{s:.2f}' for s in commits)} s; cp+sync {', '.join(f'{s:.2f}' for s in copies)} s)")
         print(f"  cp + sync                 {b:8.2f} s")
         print(f"  ml8s chain commit + sync  {c:8.2f} s   ratio {c / b:5.2f}  (goal <= 1.5)")
+        print(f"  commit CPU (user + sys)   {statistics.median(cpus):8.2f} s   ({', '.join(f'{s:.2f}' for s in cpus)})")
+        if floors:
+            f = statistics.median(floors)
+            print(
+                f"  floor: cp & 2 sha256      {f:8.2f} s   ratio {f / b:5.2f} to cp + sync; "
+                f"the commit {c / f:5.2f}x it ({', '.join(f'{s:.2f}' for s in floors)})"
+            )
         best = min(commits) / min(copies)
         print(f"  best of each              {min(commits):8.2f} s / {min(copies):.2f} s   ratio {best:5.2f}")
         print(
@@ -154,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             delta_env = {**env, "CHAIN_NAME": "delta", "DELTA_BASE_INTERVAL": "2"}
             timed_child([*commit, big], delta_env)
             write_checkpoint(big, size, seed=2, changed=0.01)
-            took, peak = timed_child([*commit, big], delta_env)
+            took, peak, _ = timed_child([*commit, big], delta_env)
             log = subprocess.run([ML8S, "chain", "log", "--json"], env=delta_env, capture_output=True, text=True)
             kind = json.loads(log.stdout)[0]["payload_kind"]
             print(
