@@ -23,13 +23,16 @@ from test_chain_support import (  # noqa: F401  (fixtures)
 from ml8s.chain import ChainStore, collect_garbage, verify_chain
 
 PROCESSES, COMMITS = 16, 5
+# radosgw: 16 processes x 3 commits still race for every counter (each process retries against 15 others), at
+# about half the time of 5 (53 s against 96 s alone on two cores: every attempt is several S3 requests).
+RADOSGW_COMMITS = 3
 
 
-def contend(spec: StoreSpec, *, verify_while_committing: bool = False) -> ChainStore:
+def contend(spec: StoreSpec, *, verify_while_committing: bool = False, commits: int = COMMITS) -> ChainStore:
     chain = ChainStore(open_spec(spec), CHAIN)
     chain.init()
     results = {}
-    for worker, done in spawn_all(commit_worker, [(spec, w, COMMITS) for w in range(PROCESSES)], timeout=180):
+    for worker, done in spawn_all(commit_worker, [(spec, w, commits) for w in range(PROCESSES)], timeout=180):
         results[worker] = done
         if verify_while_committing:  # readers see a consistent chain while commits land and losers roll back
             during = verify_chain(chain, payloads=False)
@@ -39,14 +42,14 @@ def contend(spec: StoreSpec, *, verify_while_committing: bool = False) -> ChainS
     failed = {w: r for w, r in results.items() if isinstance(r, str)}
     assert not failed, failed
     counters = sorted(c for done in results.values() for c, _ in done)
-    assert counters == list(range(1, PROCESSES * COMMITS + 1))  # every commit got its own counter
+    assert counters == list(range(1, PROCESSES * commits + 1))  # every commit got its own counter
     report = verify_chain(chain, payloads=False)
     assert report.ok, report.findings
-    assert len(report.chain) == PROCESSES * COMMITS + 1 and report.incomplete == ()
+    assert len(report.chain) == PROCESSES * commits + 1 and report.incomplete == ()
     gc = collect_garbage(chain, grace_s=0, dry_run=False)
     assert verify_chain(chain, strict_orphans=True).ok, gc
     events = [e.event for e in chain.audit.events()]
-    assert events.count("committed") == PROCESSES * COMMITS
+    assert events.count("committed") == PROCESSES * commits
     assert all(e.rolled_back for e in chain.audit.events() if e.event == "conflict")
     return chain
 
@@ -72,7 +75,7 @@ def test_exactly_one_winner_local(local_root: Path) -> None:
 
 
 def test_sixteen_processes_radosgw(rgw_spec: StoreSpec) -> None:
-    contend(rgw_spec)
+    contend(rgw_spec, commits=RADOSGW_COMMITS)
 
 
 def test_exactly_one_winner_radosgw(rgw_spec: StoreSpec) -> None:
