@@ -18,13 +18,18 @@ def classification_metrics(probs: Probabilities, labels: Labels, n_classes: int)
         fp = float(((predicted == c) & (labels != c)).sum())
         fn = float(((predicted != c) & (labels == c)).sum())
         f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
-    eps = 1e-15
-    picked = np.clip(probs[np.arange(len(labels)), labels], eps, 1.0)
+    accuracy = float((predicted == labels).mean())
+    # One held-out-sized array at a time beside ``probs`` (8 bytes a row each: 32 MiB at 4M held-out rows, when
+    # training has made the whole matrix resident); the label's probability clipped and logged in place.
+    del predicted
+    picked = np.take_along_axis(probs, labels[:, None], axis=1)[:, 0]
+    log_loss = float(-np.log(np.clip(picked, 1e-15, 1.0, out=picked), out=picked).mean())
+    del picked
     counts = np.bincount(labels, minlength=n_classes)
     metrics = {
-        "accuracy": float((predicted == labels).mean()),
+        "accuracy": accuracy,
         "macro_f1": float(np.mean(f1s)),
-        "log_loss": float(-np.log(picked).mean()),
+        "log_loss": log_loss,
         "majority_class_accuracy": float(counts.max() / len(labels)),
     }
     if n_classes == 2:
