@@ -14,8 +14,6 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 
-from torch.utils.tensorboard import SummaryWriter
-
 from ml8s.contract.epochs import EpochRecord
 from ml8s.tempdirs import owned_tempdir
 
@@ -26,6 +24,10 @@ def write_training_events(path: str, epochs: Sequence[EpochRecord], metrics: Map
     """Per epoch ``train/loss`` and, where evaluated, ``heldout_epoch/log_loss`` and ``heldout_epoch/accuracy``,
     at the time each epoch ended (now, where training recorded none); the final held-out metrics
     (``heldout/*``) at the last epoch."""
+    # Imported here, once training has let go of its held-out temporaries: TensorBoard (and boto3, which its
+    # file layer loads) is 12 MiB that training's peak, the float32 matrix resident, need not carry.
+    from torch.utils.tensorboard import SummaryWriter
+
     now = time.time()
     with owned_tempdir("ml8s-tb-") as tmp:
         writer = SummaryWriter(log_dir=tmp)
