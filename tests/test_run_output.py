@@ -87,12 +87,13 @@ def test_per_epoch_held_out_evaluation_changes_no_weight(tmp_path: Path) -> None
     holds every epoch with its held-out figures and end time, the TensorBoard events the same points."""
     from ml8s.pipeline.features import compute_features
     from ml8s.training import fit
+    from ml8s.training.epochs import EpochRecorder
 
     ctx = make_context(write_small_churn(tmp_path / "data", rows=200), tmp_path / "root", epochs="3")
     compute_features(ctx.spec, str(tmp_path / "features"))
     fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "with"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fit.TrainingData, "held_out", lambda self: (self.x, self.train_index()[:0], self.target[:0]))
+        patch.setattr(fit, "EpochRecorder", lambda held_out: EpochRecorder(None))  # no per-epoch evaluation
         fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "without"))
     for name in ("model_native.safetensors", "training_state.safetensors", "metrics.json"):
         assert (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes(), name
