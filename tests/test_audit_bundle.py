@@ -5,8 +5,8 @@ Uses the completed run of test_verify.py (one per session).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
-import io
 import json
 import os
 import tarfile
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tar_support import tar_bytes
 from test_verify import Run, clean_env, ml8s, restore, verified_run  # noqa: F401  (a fixture)
 
 from ml8s.audit import Status, build_bundle, verify_bundle, write_bundle
@@ -135,12 +136,8 @@ def test_flipped_member_with_recomputed_checksums_fails_its_check(bundle: Path, 
 
 
 def test_unsafe_or_foreign_archives_fail(tmp_path: Path) -> None:
-    evil = io.BytesIO()
-    with tarfile.open(fileobj=evil, mode="w:gz") as archive:
-        info = tarfile.TarInfo("ml8s-audit-x/../../etc/passwd")
-        info.size = 1
-        archive.addfile(info, io.BytesIO(b"x"))
-    (tmp_path / "evil.tar.gz").write_bytes(evil.getvalue())
+    evil = gzip.compress(tar_bytes({"ml8s-audit-x/../../etc/passwd": b"x"}))
+    (tmp_path / "evil.tar.gz").write_bytes(evil)
     report = verify_bundle(str(tmp_path / "evil.tar.gz"))
     assert report.check("archive").status is Status.FAIL and "unsafe" in report.check("archive").reason
     assert verify_bundle(str(tmp_path / "absent.tar.gz")).failed()[0] == "archive"

@@ -7,12 +7,11 @@ blocked it forever. Each is now a FAIL of the `archive` check, naming the file.
 from __future__ import annotations
 
 import gzip
-import io
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
+from tar_support import tar_bytes
 
 import ml8s.audit.bundle_open as bundle_open
 from ml8s.audit.bundle import BUNDLE_MAX_BYTES, MODEL_BYTES_LIMIT
@@ -20,13 +19,7 @@ from ml8s.audit.bundle_open import open_bundle
 
 
 def _tar_gz(members: dict[str, bytes]) -> bytes:
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, data in sorted(members.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return gzip.compress(raw.getvalue())
+    return gzip.compress(tar_bytes(members))
 
 
 def test_a_bundle_holding_the_largest_model_is_within_the_bound() -> None:

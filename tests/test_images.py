@@ -11,14 +11,12 @@ from __future__ import annotations
 import base64
 import datetime
 import importlib.util
-import io
 import json
 import os
 import re
 import stat
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from types import ModuleType
 
@@ -27,6 +25,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from tar_support import tar_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES = ROOT / "images"
@@ -78,16 +77,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return {"public": public, "proxy": proxy, "roots": roots, "bundle": bundle}
 
 
-def _layer(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 CLEAN_CONFIG = {
     "config": {"Env": ["PATH=/opt/venv/bin:/usr/bin", "IMAGE_VERSION=dev"], "Labels": {"title": "ml8s-fe"}},
     "history": [
@@ -103,9 +92,9 @@ def _archive(path: Path, layers: list[dict[str, bytes]], config: dict[str, objec
     names = []
     for i, files in enumerate(layers):
         names.append(f"{i}/layer.tar")
-        members[names[-1]] = _layer(files)
+        members[names[-1]] = tar_bytes(files)
     members["manifest.json"] = json.dumps([{"Config": "config.json", "RepoTags": ["x"], "Layers": names}]).encode()
-    path.write_bytes(_layer(members))
+    path.write_bytes(tar_bytes(members))
     return path
 
 
@@ -380,7 +369,7 @@ def test_defaults_are_the_cluster_images() -> None:
 
 
 @pytest.mark.parametrize("name", ["Dockerfile.fe", "Dockerfile.train"])
-def test_build_settings_reach_no_layer(name: str) -> None:
+def test_build_settings_reach_notar_bytes(name: str) -> None:
     instructions = _instructions(name)
     final = max(i for i, (kind, _) in enumerate(instructions) if kind == "FROM")
     froms = [a for kind, a in instructions if kind == "FROM"]
