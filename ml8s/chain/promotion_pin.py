@@ -136,7 +136,9 @@ class PromotionReader:
         if self._state is None or not os.path.lexists(self._state):
             return PromotionPin()
         try:
-            data = read_operator_file(self._state, setting="promotion state", expected="", max_bytes=64 * 1024)
+            data = read_operator_file(
+                self._state, setting="promotion state", expected="a saved decision", max_bytes=64 * 1024
+            )
             seen = SeenPromotion.model_validate_json(data)
         except (ConfigError, ValidationError) as exc:
             # Never a silent reset to "saw nothing": that would let a cut log through after any damage here.

@@ -82,7 +82,8 @@ def categorical(name: str, values: pa.Array | pa.ChunkedArray) -> Column:
 
 
 def text_column(name: str, kind: str, cells: pa.Array) -> Column:
-    """Type text cells (null = missing) as a column of a known ``kind``, as :func:`load_dataset` types CSV text.
+    """Type text cells (null = missing) as a column of a known ``kind``, as :func:`load_dataset` types CSV text
+    (a number that overflows float64 is refused, as the loader refuses it).
 
     Surrounding whitespace is ignored and a blank cell is missing; a ``boolean`` cell reads ``true`` or
     ``false`` in any case, a ``numeric`` cell a decimal number; ``categorical`` keeps the trimmed text.
@@ -107,7 +108,15 @@ def text_column(name: str, kind: str, cells: pa.Array) -> Column:
                 f"column {name!r} has {values[int(bad[0])].as_py()!r} in row {int(bad[0]) + 1} (of {len(values)}), "
                 f"which is not {kind}; expected {expected} or an empty cell"
             )
-    return typed_text(name, kind, values)
+    column = typed_text(name, kind, values)
+    infinite = np.flatnonzero(np.isinf(column.values))  # booleans are 0/1, codes finite: numbers alone can be
+    if len(infinite):  # as the loader refuses them: 1e999 overflows to infinity, and NaN probabilities follow
+        row = int(infinite[0])
+        raise DataError(
+            f"column {name!r} has {values[row].as_py()!r} in row {row + 1} (of {len(values)}), which is not a finite "
+            "number; expected a decimal number within float64's range or an empty cell"
+        )
+    return column
 
 
 def present_text(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
