@@ -4,8 +4,9 @@ Per size it prints: wall time and peak RSS of `ml8s run`, peak RSS / CSV bytes; 
 before training (bootstrap to features, parse and fingerprint included) against `pyarrow.csv.read_csv` of the
 same files (in its own process, default options: every core, type inference); and µs per training step
 against a minimal torch loop (the same network, Adam, batch size, tensor shapes and thread count, gathering
-its batches from a tensor as the run does) run in this process right after. Goals (docs/sizing.md): steps
-before training >= 1/3 of read_csv's rate; µs per step <= 1.3x the minimal loop's.
+its batches from a tensor as the run does) run in this process right after; with ``--device cuda`` also
+against that step captured once as a CUDA graph and replayed. Goals (docs/sizing.md): steps before training
+>= 1/3 of read_csv's rate; µs per step <= 1.3x the minimal loop's on a CPU, <= 2x the graphed step's on CUDA.
 
 The data is generated once under ``.scale/`` (git-ignored; 20M rows are ~1.7 GB) and reused; each run gets
 a fresh PIPELINE_ROOT. ``--quick`` runs one small size (a CI smoke test of this script). Nothing is
@@ -170,6 +171,53 @@ def minimal_step_us(rows: int, features: int, device: str, steps: int) -> tuple[
     return (time.perf_counter() - started) / steps * 1e6, (time.process_time() - cpu) / steps * 1e6
 
 
+def graphed_step_us(rows: int, features: int, steps: int) -> float:
+    """Wall µs per step of the same step captured once as a CUDA graph and replayed (the CUDA goal's floor):
+    static index buffer, ``Adam(capturable=True)``, warm-up on a side stream as torch's CUDA-graph guide does."""
+    import torch
+
+    from ml8s.contract import ModelSpec
+    from ml8s.modeling.networks import build_model
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    model = build_model(
+        ModelSpec(model_type="mlp", n_features=features, n_classes=2, hidden_units=64, hidden_layers=2)
+    ).to(dev)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
+    x = torch.randn(rows, features, device=dev)
+    y = torch.randint(0, 2, (rows,), device=dev)
+    order = torch.randperm(rows, device=dev)
+    batches = [order[(i * 256) % (rows - 256) :][:256] for i in range(steps)]
+    index = batches[0].clone()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x[index]), y[index]).backward()
+        optimizer.step()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    optimizer.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for batch in batches[:20]:
+        index.copy_(batch)
+        graph.replay()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for batch in batches:
+        index.copy_(batch)
+        graph.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / steps * 1e6
+
+
 def bench(rows: int, scale: Path, device: str) -> None:
     print(f"== {rows:,} rows ({device})", flush=True)
     data, csv_bytes = _data(scale, rows)
@@ -208,6 +256,13 @@ def bench(rows: int, scale: Path, device: str) -> None:
         f"{cpu_us / minimal_cpu:.2f} (goal <= 1.3; the run's figure includes its per-epoch held-out evaluation)",
         flush=True,
     )
+    if device == "cuda":
+        graphed = graphed_step_us(min(train_rows, 2_000_000), features, min(MINIMAL_STEPS, int(marks["steps"])))
+        print(
+            f"  CUDA: wall {step_us:.0f} µs/step vs the same step captured as a CUDA graph {graphed:.0f}: "
+            f"run/graphed {step_us / graphed:.2f} (goal <= 2; the run's figure includes its held-out evaluation)",
+            flush=True,
+        )
     print(
         f"  sizing: {rows / (rss / 2**30):,.0f} rows per GiB of peak RSS, "
         f"{marks['wall_s'] / rows * 1e6:.1f} s per million rows (EPOCHS=1)",

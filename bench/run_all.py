@@ -12,8 +12,11 @@ exits non-zero if any of them failed to run. ``--quick`` is passed on to every b
   reservoir buffer of equal sample budget: held-out accuracy on the earliest and the latest generation;
 - bench_early_exit.py: re-running a completed run against a no-op `pyflyte run`;
 - bench_fingerprint.py: DATA_FINGERPRINT against ``sha256sum``;
+- bench_gpu.py: on a GPU node, the demo configuration trained on CUDA against the same machine's CPU, and the
+  CUDA runs byte-compared (prints that there is nothing to compare where no GPU is visible);
 - bench_scale.py: ``ml8s run`` (EPOCHS=1) at 0.5M, 2M and 20M demo rows: wall time, peak RSS, the steps before
-  training against ``pyarrow.csv.read_csv`` and µs per training step against a minimal torch loop;
+  training against ``pyarrow.csv.read_csv`` and µs per training step against a minimal torch loop (with
+  ``--device cuda``, also against the step captured as a CUDA graph);
 - bench_store.py: operator listings (``runs list``, ``tmp-cleanup``) against ``find``, and the atomic
   write against a plain write+fsync(+sha256).
 """

@@ -8,11 +8,11 @@ rows (``x[batch]``), never through the host.
 On CUDA, the built-in step (:func:`~ml8s.modeling.registry.cross_entropy_step`) with an optimizer made
 ``capturable`` is captured once as a CUDA graph over static buffers (the batch's row indices, the loss sum)
 and replayed for every full batch: one launch per step instead of dozens of small kernels. The first
-:data:`WARMUP` full batches run eagerly (CUDA graphs need the optimizer's state and the libraries' workspaces
-to exist before capture); the last, smaller batch of an epoch runs eagerly (a second
-shape would need a second graph; padding would change the loss's arithmetic). The eager and the captured step
-run the same kernels on the same shapes. A plug-in's step, the CPU, and a non-capturable optimizer take the
-eager loop, which is the same code minus the graph.
+:data:`WARMUP` full batches run eagerly, on the side stream the capture then uses (CUDA graphs need the
+optimizer's state and the libraries' per-stream workspaces to exist before capture); the last, smaller batch
+of an epoch runs eagerly (a second shape would need a second graph; padding would change the loss's
+arithmetic). The eager and the captured step run the same kernels on the same shapes. A plug-in's step, the
+CPU, and a non-capturable optimizer take the eager loop, which is the same code minus the graph.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from ml8s.modeling.registry import cross_entropy_step
 
 EpochStepper = Callable[[torch.Tensor], tuple[torch.Tensor, int]]
 WARMUP = 3
+# torch.cuda.Stream's constructor is untyped; this names the one signature used.
+_new_stream: Callable[[torch.device], torch.cuda.Stream] = torch.cuda.Stream
 
 
 def epoch_stepper(
@@ -90,6 +92,9 @@ class Graphed:
         self.total = torch.zeros((), dtype=torch.float64, device=x.device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.warm = 0
+        # Warm-up and capture share one side stream (torch's recipe for capturing a whole step): the libraries'
+        # per-stream handles and workspaces (cuBLAS) are made while warming up, never in the middle of a capture.
+        self.stream = _new_stream(x.device) if capture else None
 
     def _step(self) -> None:
         add_loss(
@@ -98,19 +103,31 @@ class Graphed:
         )
 
     def _full_batch(self) -> None:
-        if self.graph is None and (self.warm < WARMUP or not self.capture):
-            self._step()
+        if self.graph is None and (self.warm < WARMUP or self.stream is None):
+            if self.stream is None:
+                self._step()
+            else:
+                self._on_side_stream(self.stream, self._step)
             self.warm += 1
             return
-        if self.graph is None:
+        if self.graph is None and self.stream is not None:
             torch.cuda.synchronize()  # once per run: the warm-up steps are done before capture begins
             # Gradients set to None here are made by the captured backward, in the graph's own memory.
             self.optimizer.zero_grad(set_to_none=True)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):  # records on its own capture stream, runs nothing
+            with torch.cuda.graph(graph, stream=self.stream):  # records, runs nothing
                 self._step()
             self.graph = graph
-        self.graph.replay()
+        if self.graph is not None:
+            self.graph.replay()
+
+    @staticmethod
+    def _on_side_stream(stream: torch.cuda.Stream, work: Callable[[], None]) -> None:
+        """``work`` on ``stream``, ordered after everything queued before it and before everything after it."""
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            work()
+        torch.cuda.current_stream().wait_stream(stream)
 
     def run_epoch(self, order: torch.Tensor) -> tuple[torch.Tensor, int]:
         self.total.zero_()
