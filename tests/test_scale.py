@@ -5,7 +5,9 @@ The sizes here are small enough for the suite; bench/bench_scale.py measures the
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import mmap
 import tempfile
 from pathlib import Path
 
@@ -147,6 +149,10 @@ def _matrix_bytes_before(
     )
 
 
+def _address(region: mmap.mmap) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(region))
+
+
 @pytest.mark.parametrize("rows", [1000, ROW_GROUP + 17])
 def test_matrix_file_bytes_are_unchanged_by_row_groups(small_data: Path, tmp_path: Path, rows: int) -> None:
     params = _params(MAX_FEATURES="5")
@@ -176,13 +182,15 @@ def test_matrix_file_bytes_are_unchanged_by_row_groups(small_data: Path, tmp_pat
     scratch.mkdir()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tempfile, "tempdir", str(scratch))
-        mapped, mapped_target, mapped_split, mapped_names = map_matrix32(str(now))
-    assert isinstance(mapped, np.memmap) and mapped_names == names and mapped.flags.c_contiguous
-    np.testing.assert_array_equal(mapped, features32)
-    np.testing.assert_array_equal(mapped_target, target)
-    np.testing.assert_array_equal(mapped_split, split)
-    assert (mapped_target.dtype, mapped_split.dtype) == (np.int32, np.int8)  # the file's own types: not int64
-    assert torch.from_numpy(mapped).data_ptr() == mapped.ctypes.data  # training's tensor is the mapping itself
+        mapped = map_matrix32(str(now))
+    assert mapped.region is not None and mapped.names == names and mapped.features.flags.c_contiguous
+    grouped = np.argsort(split, kind="stable")  # training rows first, then held-out rows, each in file order
+    np.testing.assert_array_equal(mapped.features, features32[grouped])
+    np.testing.assert_array_equal(mapped.target, target[grouped])
+    np.testing.assert_array_equal(mapped.split, split[grouped])
+    assert (mapped.target.dtype, mapped.split.dtype) == (np.int32, np.int8)  # the file's own types: not int64
+    # training's tensor is the mapping itself
+    assert torch.from_numpy(mapped.features).data_ptr() == mapped.features.ctypes.data == _address(mapped.region)
     assert not list(scratch.iterdir())  # an unnamed file: nothing to leave behind
 
 

@@ -140,11 +140,12 @@ def test_handed_over_rows_are_the_decoded_rows(
     handed = matrix.map_matrix32(str(path))
     assert not matrix._handed  # taken: a second map decodes the file
     decoded = matrix.map_matrix32(str(path))
-    assert handed[3] == decoded[3] == [rule.name for rule in rules]
-    for got, want in zip(handed[:3], decoded[:3], strict=True):
+    assert handed.names == decoded.names == [rule.name for rule in rules]
+    for field in ("features", "target", "split"):
+        got, want = getattr(handed, field), getattr(decoded, field)
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
-    assert handed[0].flags.c_contiguous and len(handed[0]) == len(prepared.target) > 3 * 97
+    assert handed.features.flags.c_contiguous and len(handed.features) == len(prepared.target) > 3 * 97
     plain = tmp_path / "plain.parquet"
     _write(plain, prepared, rules, kept, hand=False)
     assert plain.read_bytes() == path.read_bytes()  # handing over changes no byte of the file
@@ -182,10 +183,10 @@ def test_rows_handed_over_for_a_file_rewritten_since_are_not_used(small_data: Pa
     path = tmp_path / "feature_matrix.parquet"
     _write(path, prepared, rules, kept, hand=True)
     _write(path, other, other_rules, other_kept, hand=False)  # the file now holds other rows
-    features, target, _, names = matrix.map_matrix32(str(path))
-    assert names == [rule.name for rule in other_rules] and len(target) == 50
-    np.testing.assert_array_equal(target, other.target)
-    assert features.shape == (50, 3) and not matrix._handed
+    mapped = matrix.map_matrix32(str(path))
+    assert mapped.names == [rule.name for rule in other_rules] and len(mapped.target) == 50
+    np.testing.assert_array_equal(mapped.target, other.target[np.argsort(other.split, kind="stable")])
+    assert mapped.features.shape == (50, 3) and not matrix._handed
 
 
 @pytest.mark.parametrize("classes", [2, 3, 9])
@@ -205,3 +206,67 @@ def test_held_out_figures_are_the_whole_log_softmax_figures(classes: int) -> Non
     picked = np.maximum(log_probs[np.arange(len(labels)), labels], np.log(1e-15))
     want = (float(-picked.mean()), float((logits.argmax(axis=1) == labels).mean()))
     assert held_out_figures(model, x, rows, labels) == want
+
+
+def _resident_kib(address: int) -> int:
+    """Rss of the mapping that starts at ``address``, from /proc/self/smaps."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.split("-", 1)[0] == f"{address:x}":
+            return next(int(rss.split()[1]) for rss in lines[i + 1 :] if rss.startswith("Rss:"))
+    raise AssertionError(f"no mapping at {address:#x}")
+
+
+def test_release_drops_one_split_of_the_mapped_rows_from_the_process(small_data: Path, tmp_path: Path) -> None:
+    """Training touches the training rows, evaluation the held-out rows: each can drop the other's pages, so the
+    matrix is never resident whole (at 2M rows, 195 of its 244 MiB while training)."""
+    prepared, rules, kept = _prepared(small_data)
+    pick = np.arange(40_000) % len(prepared.target)  # 40,000 rows: pages enough to count
+    big = prepared.model_copy(
+        update={
+            "columns": tuple(c.take(pick) for c in prepared.columns),
+            "target": prepared.target[pick],
+            "split": prepared.split[pick],
+        }
+    )
+    path = tmp_path / "feature_matrix.parquet"
+    _write(path, big, rules, kept, hand=False)
+    mapped = matrix.map_matrix32(str(path))
+    assert mapped.region is not None
+    address = mapped.features.ctypes.data
+    row_kib = mapped.features.shape[1] * 4 / 1024
+    held_out = int(np.count_nonzero(mapped.split == 1))
+    assert 0 < held_out < len(mapped.split) and list(mapped.split) == sorted(mapped.split)
+    total = float(mapped.features.sum(dtype=np.float64))  # touches every page
+    assert _resident_kib(address) >= len(mapped.split) * row_kib - 4
+    mapped.release(0)
+    assert abs(_resident_kib(address) - held_out * row_kib) <= 8  # the held-out rows, and at most a shared page
+    mapped.release(1)
+    assert _resident_kib(address) <= 8
+    assert float(mapped.features.sum(dtype=np.float64)) == total  # the rows come back from the file unchanged
+
+
+def test_training_on_rows_grouped_by_split_gives_the_bits_of_the_file_order(tmp_path: Path) -> None:
+    """The mapping groups training rows before held-out rows; gathering by the split's indices picks the same
+    rows in the same order, so weights and metrics are those of the file's own order, pages released or not."""
+    from conftest import make_context, write_small_churn
+
+    from ml8s.pipeline.features import compute_features
+    from ml8s.training import fit
+
+    ctx = make_context(write_small_churn(tmp_path / "data", rows=3000), tmp_path / "root", epochs="3")
+    features = str(tmp_path / "features")
+    compute_features(ctx.spec, features)
+    fit.train(ctx.spec, features, str(tmp_path / "grouped"))
+
+    def file_order(path: str) -> matrix.MappedMatrix:
+        rows, target, split, names = matrix.read_matrix32(path)
+        return matrix.MappedMatrix(rows, target.astype(np.int32), split.astype(np.int8), names)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fit, "map_matrix32", file_order)
+        fit.train(ctx.spec, features, str(tmp_path / "file_order"))
+    grouped = matrix.map_matrix32(str(Path(features) / "feature_matrix.parquet"))
+    assert list(grouped.split) != list(file_order(str(Path(features) / "feature_matrix.parquet")).split)
+    for name in ("model_native.safetensors", "training_state.safetensors", "metrics.json"):
+        assert (tmp_path / "grouped" / name).read_bytes() == (tmp_path / "file_order" / name).read_bytes(), name

@@ -138,6 +138,22 @@ def test_checksum_is_the_version_token(store: Store) -> None:
         store.checksum("d/nope")
 
 
+def test_digest_is_the_size_and_sha256_of_the_bytes(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What finalization checks each artifact with: streamed, never the object whole in memory (no ``get``)."""
+    data = bytes(range(256)) * 9000  # 2.3 MB: several read chunks
+    store.put_atomic("d/big", data, tmp_key=".tmp/big")
+    monkeypatch.setattr(type(store), "get", _refuse_whole_read)
+    monkeypatch.setattr(type(store), "get_versioned", _refuse_whole_read)
+    found = store.digest("d/big")
+    assert (found.key, found.size, found.sha256) == ("d/big", len(data), hashlib.sha256(data).hexdigest())
+    with pytest.raises(NotFoundError):
+        store.digest("d/nope")
+
+
+def _refuse_whole_read(*args: object, **kwargs: object) -> bytes:
+    raise AssertionError("the object was read whole into memory")
+
+
 def test_listing_reads_no_object(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A listing costs names and sizes, never contents: no file is opened locally, no GET or HEAD on S3."""
     for key in ("a/1", "a/b/2", "c"):

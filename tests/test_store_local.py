@@ -155,6 +155,18 @@ def test_checksum_streams_the_file(tmp_path: Path) -> None:
         store.checksum("a/dir")
 
 
+def test_digest_reads_a_regular_file_only(tmp_path: Path) -> None:
+    """Finalization's streamed check never follows a link, nor waits on a FIFO."""
+    store = LocalStore(str(tmp_path))
+    store.put_atomic("a/k", b"bytes", tmp_key=".tmp/k")
+    os.symlink(tmp_path / "a" / "k", tmp_path / "a" / "alias")
+    os.mkfifo(tmp_path / "a" / "fifo")
+    for key, what in (("a/alias", "symbolic link"), ("a/fifo", "FIFO")):
+        with pytest.raises(StoreError, match=what):
+            store.digest(key)
+    assert store.digest("a/k").sha256 == hashlib.sha256(b"bytes").hexdigest()
+
+
 def test_listing_leaves_out_what_is_no_regular_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stray entries (a FIFO, dangling and directory links, the lock directory) are neither listed nor opened."""
     store = LocalStore(str(tmp_path))

@@ -8,6 +8,7 @@ file written beside the Parquet file, so training maps them without decoding the
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -72,13 +73,13 @@ def write_encoded(
         _write(path, names, groups())
         return
     _handed.clear()
-    with tempfile.TemporaryFile(prefix="ml8s-matrix-") as scratch:
+    with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
+        scratch = _SplitRows(handle, split, len(names))
         _write(path, names, groups(), scratch)
-        scratch.flush()
-        features = np.memmap(scratch, dtype=np.float32, mode="c", shape=(len(target), len(names)))
+        mapped = scratch.mapped(target, names)
     stat = os.stat(path)
     key = (os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    _handed.append(_Handed(key, features, target.astype(np.int32), split.astype(np.int8), names))
+    _handed.append(_Handed(key, mapped))
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,7 @@ class _Handed:
     """The rows of the matrix file this process wrote last (``key``: its path, inode, size and mtime)."""
 
     key: tuple[str, int, int, int]
-    features: Float32Array
-    target: npt.NDArray[np.int32]
-    split: npt.NDArray[np.int8]
-    names: list[str]
+    mapped: MappedMatrix
 
 
 _handed: list[_Handed] = []  # at most one: taken by the training of this process
@@ -106,11 +104,83 @@ def _take(path: str) -> _Handed | None:
     return handed if handed is not None and handed.key == key else None
 
 
+@dataclass(frozen=True)
+class MappedMatrix:
+    """The float32 rows of a feature matrix mapped from a scratch file, grouped by split: every training row
+    (split 0) first, then every held-out row (split 1), each group in the file's order. Training touches the
+    first group, evaluation the second, so that :meth:`release` can drop the one not in use from the process.
+
+    A dataclass, not a pydantic model: it holds a live mapping that never leaves the process.
+    """
+
+    features: Float32Array
+    target: npt.NDArray[np.int32]  # the class index of each row, in the same grouped order
+    split: npt.NDArray[np.int8]  # the split of each row: sorted, so its groups are contiguous
+    names: list[str]
+    region: mmap.mmap | None = None  # None where there was nothing to map (no rows or no features)
+
+    def release(self, split: int) -> None:
+        """Drop from this process the resident pages of ``split``'s rows (0 training, 1 held out).
+
+        The mapping stays valid: the pages stay in the page cache and come back on the next touch, at the cost
+        of a minor page fault each. Pages shared with the neighbouring group are kept.
+        """
+        if self.region is None:
+            return
+        row_bytes = self.features.shape[1] * self.features.itemsize
+        rows = np.searchsorted(self.split, [split, split + 1])  # the split is sorted: its rows are one range
+        first = -(-int(rows[0]) * row_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = int(rows[1]) * row_bytes // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > first:
+            self.region.madvise(mmap.MADV_DONTNEED, first, end - first)
+
+
+class _SplitRows:
+    """Writes float32 rows into a scratch file at their place in the split-grouped order of
+    :class:`MappedMatrix` (``split`` is every row's split, known before the first row is written)."""
+
+    def __init__(self, handle: IO[bytes], split: npt.NDArray[np.integer], features: int) -> None:
+        self.handle, self.features = handle, features
+        values, counts = np.unique(split, return_counts=True)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        self.next = {int(v): int(start) for v, start in zip(values.tolist(), starts.tolist(), strict=True)}
+        self.split = split
+
+    def write(self, arrays: list[Float32Array], split: npt.NDArray[np.integer]) -> None:
+        """Write the rows of ``arrays`` (one float32 array per feature column) whose splits are ``split``, a
+        slice of rows at a time: a row-major copy of a whole row group would be 128 MiB more at 32 features."""
+        for start in range(0, len(split), _ROWS_PER_WRITE):
+            part = split[start : start + _ROWS_PER_WRITE]
+            for value in np.unique(part).tolist():
+                chosen = np.flatnonzero(part == value)
+                if len(chosen) == len(part):  # one split in the slice: no gather
+                    block = np.stack([a[start : start + len(part)] for a in arrays], axis=1)
+                else:
+                    block = np.stack([a[start : start + len(part)][chosen] for a in arrays], axis=1)
+                self.handle.seek(self.next[value] * self.features * 4)
+                self.handle.write(np.ascontiguousarray(block, dtype=np.float32).data)
+                self.next[value] += len(chosen)
+
+    def mapped(self, target: npt.NDArray[np.integer], names: list[str]) -> MappedMatrix:
+        """The rows written, mapped copy-on-write (torch tensors can share them), with the class indices and
+        splits in the same order."""
+        self.handle.flush()
+        rows = len(self.split)
+        region = mmap.mmap(self.handle.fileno(), rows * self.features * 4, access=mmap.ACCESS_COPY)
+        features: Float32Array = np.frombuffer(region, dtype=np.float32).reshape(rows, self.features)
+        values = sorted(self.next)
+        narrow = target.astype(np.int32)
+        grouped = np.concatenate([narrow[self.split == v] for v in values]) if values else narrow
+        counts = [int(np.count_nonzero(self.split == v)) for v in values]
+        split = np.repeat(np.array(values, dtype=np.int8), counts)
+        return MappedMatrix(features, grouped, split, names, region)
+
+
 def _write(
     path: str,
     names: list[str],
     groups: Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]],
-    scratch: IO[bytes] | None = None,
+    scratch: _SplitRows | None = None,
 ) -> None:
     schema = pa.schema([*((name, pa.float32()) for name in names), (TARGET, pa.int32()), (SPLIT, pa.int8())])
     with pq.ParquetWriter(
@@ -127,24 +197,16 @@ def _write_group(
     features: Iterator[npt.NDArray[np.floating]],
     target: IntArray,
     split: npt.NDArray[np.integer],
-    scratch: IO[bytes] | None,
+    scratch: _SplitRows | None,
 ) -> None:
     """One row group. A function of its own so that its columns are freed before the next group's are made (in
     the loop's body they were still bound while the next were encoded: two groups, 244 MiB at 32 features)."""
     arrays = [np.asarray(values, dtype=np.float32) for values in features]
     if scratch is not None:
-        _write_rows(scratch, arrays)
+        scratch.write(arrays, split)
     columns = [pa.array(values) for values in arrays]
     columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
     writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=ROW_GROUP)
-
-
-def _write_rows(scratch: IO[bytes], arrays: list[Float32Array]) -> None:
-    """Append a row group's features to ``scratch`` row by row (C order), a slice of rows at a time: a row-major
-    copy of the whole group would be 128 MiB more at 32 features."""
-    rows = len(arrays[0]) if arrays else 0
-    for start in range(0, rows, _ROWS_PER_WRITE):
-        scratch.write(np.stack([a[start : start + _ROWS_PER_WRITE] for a in arrays], axis=1).data)
 
 
 _ROWS_PER_WRITE = 1 << 16
@@ -177,44 +239,45 @@ def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str
     return features, target, split, names
 
 
-def map_matrix32(path: str) -> tuple[Float32Array, npt.NDArray[np.int32], npt.NDArray[np.int8], list[str]]:
-    """:func:`read_matrix32`, the features memory-mapped from a scratch file instead of held in the heap, the
-    class indices and split in the file's own types (int32, int8: at 20M rows, 300 MiB less than int64 beside a
-    matrix the training touches whole).
+def map_matrix32(path: str) -> MappedMatrix:
+    """The matrix's float32 rows memory-mapped from a scratch file instead of held in the heap, grouped by split
+    (:class:`MappedMatrix`), with the class indices and splits in the file's own types (int32, int8: at 20M rows,
+    300 MiB less than int64 beside a matrix the training touches).
 
-    The float32 rows are written a row group at a time into an unnamed temporary file (``O_TMPFILE``: nothing
-    is left behind, however the process ends) and mapped copy-on-write, so torch tensors can share them. The
-    pages are the file's: the kernel can drop and re-read them under memory pressure, and writing them never
-    dirties the process's own memory beyond one row group.
+    The rows are written a row group at a time into an unnamed temporary file (``O_TMPFILE``: nothing is left
+    behind, however the process ends) and mapped copy-on-write, so torch tensors can share them. The pages are
+    the file's: the kernel can drop and re-read them under memory pressure, and writing them never dirties the
+    process's own memory beyond one row group.
     """
     return_freed_memory()
     handed = _take(path)
     if handed is not None:
-        return handed.features, handed.target, handed.split, handed.names
+        return handed.mapped
     file = pq.ParquetFile(path)
     names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
     rows = file.metadata.num_rows
     if rows * len(names) == 0:  # nothing to map (mmap refuses an empty length)
         features, wide_target, wide_split, names = read_matrix32(path)
-        return features, wide_target.astype(np.int32), wide_split.astype(np.int8), names
+        return MappedMatrix(features, wide_target.astype(np.int32), wide_split.astype(np.int8), names)
     target = np.empty(rows, dtype=np.int32)
     split = np.empty(rows, dtype=np.int8)
+    bounds = []
+    start = 0
+    for group in range(file.num_row_groups):  # the splits first: every row's place in the file depends on them
+        end = start + file.metadata.row_group(group).num_rows
+        split[start:end] = _column(file, group, SPLIT)
+        target[start:end] = _column(file, group, TARGET)
+        bounds.append((start, end))
+        start = end
     with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
-        start = 0
-        for group in range(file.num_row_groups):
-            end = start + file.metadata.row_group(group).num_rows
-            block = np.empty((end - start, len(names)), dtype=np.float32)
-            for i, name in enumerate(names):
-                block[:, i] = _column(file, group, name)
-            handle.write(block.data)
-            del block
-            target[start:end] = _column(file, group, TARGET)
-            split[start:end] = _column(file, group, SPLIT)
-            start = end
-        handle.flush()
-        features = np.memmap(handle, dtype=np.float32, mode="c", shape=(rows, len(names)))
+        scratch = _SplitRows(handle, split, len(names))
+        for group, (start, end) in enumerate(bounds):
+            arrays = [np.asarray(_column(file, group, name), dtype=np.float32) for name in names]
+            scratch.write(arrays, split[start:end])
+            del arrays
+        mapped = scratch.mapped(target, names)
     pa.default_memory_pool().release_unused()
-    return features, target, split, names
+    return mapped
 
 
 def _column(file: pq.ParquetFile, group: int, name: str) -> npt.NDArray[np.generic]:

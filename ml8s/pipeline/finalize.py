@@ -43,18 +43,17 @@ def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDec
     artifacts: dict[str, ArtifactRef] = {}
     for rel in sorted(recorded):
         try:
-            data = store.get(ctx.key(rel))
+            found = store.digest(ctx.key(rel))  # streamed: the feature matrix alone can be gigabytes
         except NotFoundError as exc:
             raise IntegrityError(
                 f"{ctx.uri(rel)} is missing at finalization; expected it written by Steps 2-5"
             ) from exc
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != recorded[rel].sha256 or len(data) != recorded[rel].size:
+        if found.sha256 != recorded[rel].sha256 or found.size != recorded[rel].size:
             raise IntegrityError(
-                f"{ctx.uri(rel)} has sha256 {digest} ({len(data)} bytes); expected {recorded[rel].sha256} "
+                f"{ctx.uri(rel)} has sha256 {found.sha256} ({found.size} bytes); expected {recorded[rel].sha256} "
                 f"({recorded[rel].size} bytes) as recorded in training_metadata.json"
             )
-        artifacts[rel] = ArtifactRef(uri=ctx.uri(rel), sha256=digest, size=len(data))
+        artifacts[rel] = ArtifactRef(uri=ctx.uri(rel), sha256=found.sha256, size=found.size)
     expected_identity = {
         layout.CONFIG_SNAPSHOT: ConfigSnapshot.of(ctx.identity).to_bytes(),
         layout.DATA_FINGERPRINT: FingerprintRecord.of(ctx.fingerprint).to_bytes(),

@@ -181,6 +181,16 @@ class LocalStore(Store):
         except OSError as exc:
             raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
 
+    def digest(self, key: str) -> WriteResult:
+        """The file's size and sha256, streamed; a regular file only, never through a symbolic link."""
+        fd = open_regular(self._path(key), self.uri(key), nofollow=True)
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+                return WriteResult(key=key, size=handle.tell(), sha256=digest)
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
+
     def download(self, key: str, path: str) -> WriteResult:
         source = self._path(key)
         if not os.path.isfile(source):
