@@ -3,7 +3,9 @@
 Both directions go a row group at a time, so neither holds the matrix twice: writing encodes each row group
 from the typed columns straight to float32, and training reads it into one float32 array (never float64). A
 process that writes the matrix and then trains on it (``ml8s run``) hands the float32 rows over in a scratch
-file written beside the Parquet file, so training maps them without decoding the file again.
+file written beside the Parquet file, so training maps them without decoding the file again. The mapped rows
+are grouped by split (:class:`MappedMatrix`), so that training and evaluation each keep only their own rows
+resident.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ class _SplitRows:
                     block = np.stack([a[start : start + len(part)] for a in arrays], axis=1)
                 else:
                     block = np.stack([a[start : start + len(part)][chosen] for a in arrays], axis=1)
-                self.handle.seek(self.next[value] * self.features * 4)
+                self.handle.seek(self.next[value] * self.features * _FLOAT32)
                 self.handle.write(np.ascontiguousarray(block, dtype=np.float32).data)
                 self.next[value] += len(chosen)
 
@@ -166,7 +168,7 @@ class _SplitRows:
         splits in the same order."""
         self.handle.flush()
         rows = len(self.split)
-        region = mmap.mmap(self.handle.fileno(), rows * self.features * 4, access=mmap.ACCESS_COPY)
+        region = mmap.mmap(self.handle.fileno(), rows * self.features * _FLOAT32, access=mmap.ACCESS_COPY)
         features: Float32Array = np.frombuffer(region, dtype=np.float32).reshape(rows, self.features)
         values = sorted(self.next)
         narrow = target.astype(np.int32)
@@ -210,6 +212,7 @@ def _write_group(
 
 
 _ROWS_PER_WRITE = 1 << 16
+_FLOAT32 = np.dtype(np.float32).itemsize
 
 
 def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
