@@ -28,18 +28,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# Every file of a completed run that is byte-identical wherever it was written (tests/conftest.py's list).
-SEED_LAYOUT = (
-    "config_snapshot.json",
-    "data_fingerprint.json",
-    "features/feature_matrix.parquet",
-    "features/feature_schema.json",
-    "metrics.json",
-    "model/model.onnx",
-    "model/model_native.safetensors",
-    "success.marker",
-    "training_metadata.json",
-)
 _RUN = "import sys; from ml8s.cli.main import main; sys.exit(main(['run']))"
 _TRAIN_DONE = re.compile(r"\[train\] done in ([0-9.]+)s")
 _EPOCH = re.compile(r"\[train\] epoch \d+/\d+ .*\((\d+) steps, ([0-9.]+) steps/s\)")
@@ -89,7 +77,10 @@ def _run(data: Path, root: Path, device: str) -> Run:
         epoch_s=sum(steps / rate for steps, rate in epochs),
         first_rate=epochs[0][1] if epochs else float("nan"),
         later_rate=sum(s for s, _ in later) / sum(s / r for s, r in later) if later else float("nan"),
-        digests={rel: hashlib.sha256((run_dir / rel).read_bytes()).hexdigest() for rel in SEED_LAYOUT},
+        # Every artifact the manifest lists (all but the manifest and the marker), hashed again from the files.
+        digests={
+            rel: hashlib.sha256((run_dir / rel).read_bytes()).hexdigest() for rel in sorted(manifest["artifacts"])
+        },
     )
 
 
@@ -134,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {what}: cpu {a:.2f} s, cuda {b:.2f} s: cpu/cuda {a / b:.2f} (above 1: the GPU is faster)")
     for device, same_device in sorted(runs.items()):
         same = all(run.digests == same_device[0].digests for run in same_device)
-        print(f"  {device} runs byte-identical ({len(SEED_LAYOUT)} artifacts, {len(same_device)} processes): {same}")
-        for rel in SEED_LAYOUT:
-            if len({run.digests[rel] for run in same_device}) > 1:
+        artifacts = len(same_device[0].digests)
+        print(f"  {device} runs byte-identical ({artifacts} artifacts, {len(same_device)} processes): {same}")
+        for rel in sorted(set().union(*(run.digests for run in same_device))):
+            if len({run.digests.get(rel) for run in same_device}) > 1:
                 print(f"    differs: {rel}")
     print(f"  model_native.safetensors sha256: cuda {cudas[0].digests['model/model_native.safetensors']}")
     print(f"  model_native.safetensors sha256: cpu  {cpu.digests['model/model_native.safetensors']}")
