@@ -270,3 +270,18 @@ def test_training_on_rows_grouped_by_split_gives_the_bits_of_the_file_order(tmp_
     assert list(grouped.split) != list(file_order(str(Path(features) / "feature_matrix.parquet")).split)
     for name in ("model_native.safetensors", "training_state.safetensors", "metrics.json"):
         assert (tmp_path / "grouped" / name).read_bytes() == (tmp_path / "file_order" / name).read_bytes(), name
+
+
+def test_a_refused_release_leaves_the_rows_resident_and_usable() -> None:
+    """Releasing is advice: where the kernel refuses it (locked pages), training goes on with the rows resident."""
+
+    class Refusing:
+        def madvise(self, *args: int) -> None:
+            raise OSError(22, "Invalid argument")
+
+    rows = np.arange(8192 * 4, dtype=np.float32).reshape(-1, 4)
+    split = np.repeat(np.array([0, 1], dtype=np.int8), [6144, 2048])
+    mapped = matrix.MappedMatrix(rows, np.zeros(len(rows), dtype=np.int32), split, ["a", "b", "c", "d"], Refusing())  # type: ignore[arg-type]
+    mapped.release(0)
+    mapped.release(1)
+    assert float(mapped.features.sum()) == float(rows.sum())

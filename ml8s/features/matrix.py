@@ -134,7 +134,10 @@ class MappedMatrix:
         first = -(-int(rows[0]) * row_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
         end = int(rows[1]) * row_bytes // mmap.PAGESIZE * mmap.PAGESIZE
         if end > first:
-            self.region.madvise(mmap.MADV_DONTNEED, first, end - first)
+            try:
+                self.region.madvise(mmap.MADV_DONTNEED, first, end - first)
+            except OSError:  # advice a kernel refuses (locked pages) leaves the pages resident; nothing else changes
+                return
 
 
 class _SplitRows:

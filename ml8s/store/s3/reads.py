@@ -9,7 +9,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ml8s.errors import NotFoundError, ObjectTooLargeError
 from ml8s.store.base import ObjectInfo, Versioned, WriteResult
@@ -17,6 +17,43 @@ from ml8s.store.s3.client import CUT_SHORT, MiB, S3Base, unquote
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import GetObjectRequestTypeDef
+
+
+class _Sink(Protocol):
+    """What a streamed GET writes into: a file, a buffer or a hash. A body cut short rewinds it (``seek(0)``,
+    ``truncate()``) and the GET starts again."""
+
+    def write(self, data: bytes, /) -> int: ...
+    def seek(self, offset: int, /) -> int: ...
+    def truncate(self) -> int: ...
+    def tell(self) -> int: ...
+
+
+class _HashSink:
+    """A :class:`_Sink` that keeps only the sha256 and the length of what it was given."""
+
+    def __init__(self) -> None:
+        self._hash, self._size = hashlib.sha256(), 0
+
+    def write(self, data: bytes, /) -> int:
+        self._hash.update(data)
+        self._size += len(data)
+        return len(data)
+
+    def seek(self, offset: int, /) -> int:
+        if offset != 0:
+            raise ValueError(f"a hash can only be rewound to its start, not to byte {offset}")
+        self._hash, self._size = hashlib.sha256(), 0
+        return 0
+
+    def truncate(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._size
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
 
 
 class S3Reads(S3Base):
@@ -45,7 +82,13 @@ class S3Reads(S3Base):
             raise
         return WriteResult(key=key, size=os.path.getsize(path), sha256=digest)
 
-    def _read(self, key: str, if_match: str | None, out: IO[bytes], max_bytes: int | None = None) -> str:
+    def digest(self, key: str) -> WriteResult:
+        """The object's size and sha256, hashed as its body streams in: nothing held, nothing written."""
+        sink = _HashSink()
+        self._read(key, None, sink)
+        return WriteResult(key=key, size=sink.tell(), sha256=sink.hexdigest())
+
+    def _read(self, key: str, if_match: str | None, out: _Sink, max_bytes: int | None = None) -> str:
         """Stream the object into ``out``; returns its ETag. A body cut short is fetched again (GET is idempotent).
         ``max_bytes``: an object whose Content-Length is larger is refused before its body is read, and the
         body is never read past it (a server sending more than it announced)."""
