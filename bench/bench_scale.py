@@ -134,38 +134,51 @@ def _run(data: Path, root: Path, device: str) -> tuple[dict[str, float], int, Pa
     return json.loads(marks.read_text()), rss, log
 
 
+class _Minimal:
+    """The plainest training step: the run's network, Adam, batch size and tensor shapes, batches gathered by
+    index from tensors on the device; ``index`` is where :meth:`step` reads its batch's rows."""
+
+    def __init__(self, rows: int, features: int, device: str, steps: int, *, capturable: bool = False) -> None:
+        import torch
+
+        from ml8s.contract import ModelSpec
+        from ml8s.modeling.networks import build_model
+
+        torch.manual_seed(0)
+        if device == "cpu":
+            torch.set_num_threads(1)  # the run's CPU training thread count (determinism_flags)
+        dev = torch.device(device)
+        spec = ModelSpec(model_type="mlp", n_features=features, n_classes=2, hidden_units=64, hidden_layers=2)
+        self.model = build_model(spec).to(dev)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3, capturable=capturable)
+        self.x = torch.randn(rows, features, device=dev)
+        self.y = torch.randint(0, 2, (rows,), device=dev)
+        order = torch.randperm(rows, device=dev)
+        self.batches = [order[(i * 256) % (rows - 256) :][:256] for i in range(steps)]
+        self.index = self.batches[0].clone()
+
+    def step(self) -> None:
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(self.model(self.x[self.index]), self.y[self.index]).backward()
+        self.optimizer.step()
+
+
 def minimal_step_us(rows: int, features: int, device: str, steps: int) -> tuple[float, float]:
-    """(wall, CPU) µs per step of the plainest loop: the run's network and optimizer, batches gathered by index."""
+    """(wall, CPU) µs per step of the plainest loop (:class:`_Minimal`), each batch's rows gathered eagerly."""
     import torch
 
-    from ml8s.contract import ModelSpec
-    from ml8s.modeling.networks import build_model
-
-    torch.manual_seed(0)
-    if device == "cpu":
-        torch.set_num_threads(1)  # the run's CPU training thread count (determinism_flags)
-    dev = torch.device(device)
-    model = build_model(
-        ModelSpec(model_type="mlp", n_features=features, n_classes=2, hidden_units=64, hidden_layers=2)
-    ).to(dev)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x = torch.randn(rows, features, device=dev)
-    y = torch.randint(0, 2, (rows,), device=dev)
-    order = torch.randperm(rows, device=dev)
-    batches = [order[(i * 256) % (rows - 256) :][:256] for i in range(steps)]
-
-    def step(batch: torch.Tensor) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
-        optimizer.step()
-
-    for batch in batches[:20]:
-        step(batch)
+    loop = _Minimal(rows, features, device, steps)
+    for batch in loop.batches[:20]:
+        loop.index = batch
+        loop.step()
     if device == "cuda":
         torch.cuda.synchronize()
     started, cpu = time.perf_counter(), time.process_time()
-    for batch in batches:
-        step(batch)
+    for batch in loop.batches:
+        loop.index = batch
+        loop.step()
     if device == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - started) / steps * 1e6, (time.process_time() - cpu) / steps * 1e6
@@ -173,46 +186,27 @@ def minimal_step_us(rows: int, features: int, device: str, steps: int) -> tuple[
 
 def graphed_step_us(rows: int, features: int, steps: int) -> float:
     """Wall µs per step of the same step captured once as a CUDA graph and replayed (the CUDA goal's floor):
-    static index buffer, ``Adam(capturable=True)``, warm-up on a side stream as torch's CUDA-graph guide does."""
+    a static index buffer, ``Adam(capturable=True)``, warm-up and capture on one side stream."""
     import torch
 
-    from ml8s.contract import ModelSpec
-    from ml8s.modeling.networks import build_model
-
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    model = build_model(
-        ModelSpec(model_type="mlp", n_features=features, n_classes=2, hidden_units=64, hidden_layers=2)
-    ).to(dev)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
-    x = torch.randn(rows, features, device=dev)
-    y = torch.randint(0, 2, (rows,), device=dev)
-    order = torch.randperm(rows, device=dev)
-    batches = [order[(i * 256) % (rows - 256) :][:256] for i in range(steps)]
-    index = batches[0].clone()
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x[index]), y[index]).backward()
-        optimizer.step()
-
+    loop = _Minimal(rows, features, "cuda", steps, capturable=True)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            step()
+            loop.step()
     torch.cuda.current_stream().wait_stream(side)
-    optimizer.zero_grad(set_to_none=True)
+    loop.optimizer.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for batch in batches[:20]:
-        index.copy_(batch)
+    with torch.cuda.graph(graph, stream=side):
+        loop.step()
+    for batch in loop.batches[:20]:
+        loop.index.copy_(batch)
         graph.replay()
     torch.cuda.synchronize()
     started = time.perf_counter()
-    for batch in batches:
-        index.copy_(batch)
+    for batch in loop.batches:
+        loop.index.copy_(batch)
         graph.replay()
     torch.cuda.synchronize()
     return (time.perf_counter() - started) / steps * 1e6

@@ -175,6 +175,9 @@ class HookStore(Store):
     def download(self, key: str, path: str) -> WriteResult:
         return self.inner.download(key, path)
 
+    def digest(self, key: str) -> WriteResult:
+        return self.inner.digest(key)
+
     def exists(self, key: str) -> bool:
         return self.inner.exists(key)
 

@@ -145,11 +145,11 @@ class _SplitRows:
     :class:`MappedMatrix` (``split`` is every row's split, known before the first row is written)."""
 
     def __init__(self, handle: IO[bytes], split: npt.NDArray[np.integer], features: int) -> None:
-        self.handle, self.features = handle, features
+        self.handle, self.features, self.split = handle, features, split
         values, counts = np.unique(split, return_counts=True)
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        self.next = {int(v): int(start) for v, start in zip(values.tolist(), starts.tolist(), strict=True)}
-        self.split = split
+        self.counts = dict(zip(values.tolist(), counts.tolist(), strict=True))  # split value -> rows, sorted
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).tolist()
+        self.next = dict(zip(values.tolist(), starts, strict=True))  # split value -> the next row to write
 
     def write(self, arrays: list[Float32Array], split: npt.NDArray[np.integer]) -> None:
         """Write the rows of ``arrays`` (one float32 array per feature column) whose splits are ``split``, a
@@ -173,11 +173,9 @@ class _SplitRows:
         rows = len(self.split)
         region = mmap.mmap(self.handle.fileno(), rows * self.features * _FLOAT32, access=mmap.ACCESS_COPY)
         features: Float32Array = np.frombuffer(region, dtype=np.float32).reshape(rows, self.features)
-        values = sorted(self.next)
         narrow = target.astype(np.int32)
-        grouped = np.concatenate([narrow[self.split == v] for v in values]) if values else narrow
-        counts = [int(np.count_nonzero(self.split == v)) for v in values]
-        split = np.repeat(np.array(values, dtype=np.int8), counts)
+        grouped = np.concatenate([narrow[self.split == v] for v in self.counts]) if self.counts else narrow
+        split = np.repeat(np.array(list(self.counts), dtype=np.int8), list(self.counts.values()))
         return MappedMatrix(features, grouped, split, names, region)
 
 

@@ -13,12 +13,10 @@ Keys are ``/``-separated paths relative to the store's root URI. Every backend g
 from __future__ import annotations
 
 import abc
-import os
 
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import IntegrityError
-from ml8s.tempdirs import owned_tempdir
 
 
 class ObjectInfo(BaseModel):
@@ -148,12 +146,10 @@ class Store(abc.ABC):
     def download(self, key: str, path: str) -> WriteResult:
         """Copy the object to a local file, returning its size and sha256."""
 
+    @abc.abstractmethod
     def digest(self, key: str) -> WriteResult:
-        """The object's size and sha256, without holding it in memory (a feature matrix can be gigabytes);
-        :class:`ml8s.errors.NotFoundError` when absent. This default copies it into a temporary file that is
-        removed after; the local store hashes the file where it is."""
-        with owned_tempdir("ml8s-digest-") as scratch:
-            return self.download(key, os.path.join(scratch, "object"))
+        """The object's size and sha256, streamed, never held in memory whole (a feature matrix can be gigabytes);
+        :class:`ml8s.errors.NotFoundError` when absent."""
 
     @abc.abstractmethod
     def exists(self, key: str) -> bool: ...

@@ -91,7 +91,7 @@ def held_out_figures(
     accuracy = float((logits.argmax(axis=1) == labels).mean())
     # The log-probabilities of the labels alone, the logits shifted and exponentiated in place (the label's
     # column taken first): the same floats as the whole log-softmax gave, without four copies of the logits
-    # (64 MiB each at 4M held-out rows, at the end of an epoch, when training has made the whole matrix resident).
+    # (64 MiB each at 4M held-out rows, at the end of every epoch).
     shifted = logits
     shifted -= shifted.max(axis=1, keepdims=True)
     at_label = np.take_along_axis(shifted, labels[:, None], axis=1)[:, 0]

@@ -164,7 +164,7 @@ def write_trained(
     _, rows, labels = data.held_out
     data.only(1)
     probs = predict_proba(model, data.x, rows)
-    data.only(0)  # the held-out rows are not touched again
+    data.only(0)  # drops the held-out rows' pages: nothing reads them again
     held_out = classification_metrics(probs, labels, len(data.classes))
     del probs
     test_rows = len(labels)
@@ -226,8 +226,7 @@ def predict_proba(
     """Softmax of ``x[rows]`` in float64 on the CPU, so metrics do not depend on the device's float32 softmax."""
     probs = eval_logits(model, x, rows)
     model.eval()  # as it always left the model: export and the shards take it from here
-    # In place, the same operations as new arrays would take: at 4M held-out rows each copy is 64 MiB more
-    # beside a matrix that training has made resident whole.
+    # In place, the same operations as new arrays would take: at 4M held-out rows each copy is 64 MiB more.
     probs -= probs.max(axis=1, keepdims=True)
     np.exp(probs, out=probs)
     probs /= probs.sum(axis=1, keepdims=True)
@@ -279,7 +278,7 @@ def _fit(
     for epoch in range(params.epochs):
         began = time.perf_counter()
         # The order alone is kept through the epoch (the indices are made again from the split for the next),
-        # int32 where the rows allow: at 20M rows, 200 MiB less beside a matrix the epoch touches whole.
+        # int32 where the rows allow: at 20M rows, 200 MiB less beside the training rows the epoch touches.
         # torch's CPU randperm draws the same permutation in either dtype.
         train_idx = train_index()
         perm = torch.randperm(rows, generator=generator, dtype=torch.int32 if rows < 2**31 else torch.int64)

@@ -87,7 +87,7 @@ class Graphed:
         *,
         capture: bool,
     ) -> None:
-        self.model, self.optimizer, self.x, self.y, self.size, self.capture = model, optimizer, x, y, size, capture
+        self.model, self.optimizer, self.x, self.y, self.size = model, optimizer, x, y, size
         self.index = torch.zeros(size, dtype=torch.int64, device=x.device)
         self.total = torch.zeros((), dtype=torch.float64, device=x.device)
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -103,22 +103,20 @@ class Graphed:
         )
 
     def _full_batch(self) -> None:
-        if self.graph is None and (self.warm < WARMUP or self.stream is None):
-            if self.stream is None:
-                self._step()
-            else:
-                self._on_side_stream(self.stream, self._step)
+        if self.stream is None:  # no capture: the eager step over the same buffers
+            self._step()
+        elif self.graph is not None:
+            self.graph.replay()
+        elif self.warm < WARMUP:
+            self._on_side_stream(self.stream, self._step)
             self.warm += 1
-            return
-        if self.graph is None and self.stream is not None:
+        else:
             torch.cuda.synchronize()  # once per run: the warm-up steps are done before capture begins
             # Gradients set to None here are made by the captured backward, in the graph's own memory.
             self.optimizer.zero_grad(set_to_none=True)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=self.stream):  # records, runs nothing
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, stream=self.stream):  # records, runs nothing
                 self._step()
-            self.graph = graph
-        if self.graph is not None:
             self.graph.replay()
 
     @staticmethod

@@ -19,8 +19,8 @@ def classification_metrics(probs: Probabilities, labels: Labels, n_classes: int)
         fn = float(((predicted != c) & (labels == c)).sum())
         f1s.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
     accuracy = float((predicted == labels).mean())
-    # One held-out-sized array at a time beside ``probs`` (8 bytes a row each: 32 MiB at 4M held-out rows, when
-    # training has made the whole matrix resident); the label's probability clipped and logged in place.
+    # One held-out-sized array at a time beside ``probs`` (8 bytes a row each: 32 MiB at 4M held-out rows); the
+    # label's probability clipped and logged in place.
     del predicted
     picked = np.take_along_axis(probs, labels[:, None], axis=1)[:, 0]
     log_loss = float(-np.log(np.clip(picked, 1e-15, 1.0, out=picked), out=picked).mean())

@@ -25,7 +25,7 @@ def write_training_events(path: str, epochs: Sequence[EpochRecord], metrics: Map
     at the time each epoch ended (now, where training recorded none); the final held-out metrics
     (``heldout/*``) at the last epoch."""
     # Imported here, once training has let go of its held-out temporaries: TensorBoard (and boto3, which its
-    # file layer loads) is 12 MiB that training's peak, the float32 matrix resident, need not carry.
+    # file layer loads) is 12 MiB that training's peak, its rows resident, need not carry.
     from torch.utils.tensorboard import SummaryWriter
 
     now = time.time()
