@@ -445,3 +445,28 @@ def test_the_fe_smoke_script_leaves_every_bootstrap_input_unset() -> None:
     assert inputs
     for name, kind in inputs.items():
         assert input_text(smoke.unset(kind)) == "", name
+
+
+@pytest.mark.parametrize(
+    ("target", "titles"), [("images", ["ml8s-fe", "ml8s-train"]), ("images-train-cuda", ["ml8s-train"])]
+)
+def test_every_build_drops_the_untagged_images_it_replaced_and_only_ours(target: str, titles: list[str]) -> None:
+    # A rebuild moves the tag and leaves the old image untagged; on a CI host that builds every run the
+    # leftovers filled the disk (2.3 GB a train image). Pruned before and after each build, by our title only.
+    dry = subprocess.run(
+        ["make", "-n", "--no-print-directory", target, "CONTAINER=podman", "TORCH_WHEELS=/nonexistent"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout.replace("\\\n", " ")
+    steps = [" ".join(line.split()) for line in dry.splitlines() if " build " in line or " prune" in line]
+    expected: list[str] = []
+    for title in titles:
+        prune = f"podman image prune -f --filter label=org.opencontainers.image.title={title} >/dev/null"
+        expected += [prune, "build", prune]
+    assert ["build" if " build " in s else re.sub(r"^CONTAINERS_CONF=\S+ ", "", s) for s in steps] == expected, dry
+    assert not re.search(r"system prune|prune -a|prune --all", dry), dry
+    for title in titles:
+        recipe = (ROOT / "images" / ("Dockerfile.fe" if title == "ml8s-fe" else "Dockerfile.train")).read_text()
+        assert f'org.opencontainers.image.title="{title}"' in recipe
