@@ -7,11 +7,13 @@ verdict, 2 usage.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 from ml8s import __version__
 from ml8s.cli import audit, chain, follow, ops, pipeline, predict
 from ml8s.identity.variables import CANONICALIZATION_VERSION
+from ml8s.process_exit import end_process
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,5 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     return handler(args)
 
 
+def console() -> None:
+    """The ``ml8s`` console script: :func:`main`, then :func:`ml8s.process_exit.end_process` with its code
+    (a native thread pool torn down at exit must not turn a finished command into SIGABRT)."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's usage errors, --help and --version: it has printed what it had to
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    end_process(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console()

@@ -30,6 +30,7 @@ from ml8s.errors import LineageError, Ml8sError, RankError
 from ml8s.interrupts import die_with_parent
 from ml8s.modeling.determinism import seed_everything
 from ml8s.modeling.registry import cross_entropy_step
+from ml8s.process_exit import end_process
 from ml8s.shards import ShardReceipt, WriterConfig, pieces_for_rank, write_metadata, write_shard
 from ml8s.store import open_store
 from ml8s.training.ddp import RankEnv, close_group, ddp_fit, open_group
@@ -198,4 +199,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())
