@@ -327,7 +327,9 @@ def test_prefix_isolation_and_pagination(s3_server: S3Endpoint) -> None:
     assert len(calls) == 4  # 7 keys, 2 per page
 
 
-def test_body_cut_short_is_fetched_again(s3_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_body_cut_short_is_fetched_again(
+    s3_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     store = s3_store(s3_server)
     store.put_atomic("k", b"x" * 100_000, tmp_key=".tmp/k")
     real, calls = store._client.get_object, []
@@ -345,6 +347,11 @@ def test_body_cut_short_is_fetched_again(s3_server: S3Endpoint, monkeypatch: pyt
     calls.clear()  # the streamed digest starts its hash again too: the cut bytes are not counted twice
     found = store.digest("k")
     assert (found.size, found.sha256) == (100_000, hashlib.sha256(b"x" * 100_000).hexdigest())
+    assert len(calls) == 2
+    calls.clear()  # a download hashes as it writes: the file and its hash both start again, nothing read back
+    done = store.download("k", str(tmp_path / "k"))
+    assert (tmp_path / "k").read_bytes() == b"x" * 100_000
+    assert (done.size, done.sha256) == (100_000, hashlib.sha256(b"x" * 100_000).hexdigest())
     assert len(calls) == 2
 
 

@@ -174,12 +174,7 @@ class LocalStore(Store):
 
     def checksum(self, key: str) -> str:
         """The file's sha256, streamed (the token :meth:`get_versioned` returns)."""
-        fd = open_regular(self._path(key), self.uri(key), nofollow=True)
-        try:
-            with os.fdopen(fd, "rb") as handle:
-                return hashlib.file_digest(handle, "sha256").hexdigest()
-        except OSError as exc:
-            raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
+        return self.digest(key).sha256
 
     def digest(self, key: str) -> WriteResult:
         """The file's size and sha256, streamed; a regular file only, never through a symbolic link."""

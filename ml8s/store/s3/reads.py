@@ -9,7 +9,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 from ml8s.errors import NotFoundError, ObjectTooLargeError
 from ml8s.store.base import ObjectInfo, Versioned, WriteResult
@@ -30,12 +30,15 @@ class _Sink(Protocol):
 
 
 class _HashSink:
-    """A :class:`_Sink` that keeps only the sha256 and the length of what it was given."""
+    """A :class:`_Sink` that keeps the sha256 and the length of what it was given, and passes it on to ``copy``
+    when there is one (a download hashes what it writes, never reading the file back)."""
 
-    def __init__(self) -> None:
-        self._hash, self._size = hashlib.sha256(), 0
+    def __init__(self, copy: IO[bytes] | None = None) -> None:
+        self._copy, self._hash, self._size = copy, hashlib.sha256(), 0
 
     def write(self, data: bytes, /) -> int:
+        if self._copy is not None:
+            self._copy.write(data)
         self._hash.update(data)
         self._size += len(data)
         return len(data)
@@ -43,6 +46,9 @@ class _HashSink:
     def seek(self, offset: int, /) -> int:
         if offset != 0:
             raise ValueError(f"a hash can only be rewound to its start, not to byte {offset}")
+        if self._copy is not None:
+            self._copy.seek(0)
+            self._copy.truncate()
         self._hash, self._size = hashlib.sha256(), 0
         return 0
 
@@ -71,16 +77,15 @@ class S3Reads(S3Base):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         try:
             with open(path, "wb") as handle:
-                self._read(key, None, handle)
+                sink = _HashSink(handle)
+                self._read(key, None, sink)
                 handle.flush()
                 os.fsync(handle.fileno())
-            with open(path, "rb") as handle:
-                digest = hashlib.file_digest(handle, "sha256").hexdigest()
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             raise
-        return WriteResult(key=key, size=os.path.getsize(path), sha256=digest)
+        return WriteResult(key=key, size=sink.tell(), sha256=sink.hexdigest())
 
     def digest(self, key: str) -> WriteResult:
         """The object's size and sha256, hashed as its body streams in: nothing held, nothing written."""
