@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-_RUN = "import sys; from ml8s.cli.main import main; sys.exit(main(['run']))"
+# Ends as the ml8s command does (ml8s.process_exit): a native pool's teardown must not fail a finished run.
+_RUN = "from ml8s.cli.main import main; from ml8s.process_exit import end_process; end_process(main(['run']))"
 _TRAIN_DONE = re.compile(r"\[train\] done in ([0-9.]+)s")
 _EPOCH = re.compile(r"\[train\] epoch \d+/\d+ .*\((\d+) steps, ([0-9.]+) steps/s\)")
 

@@ -57,11 +57,12 @@ class Marks(logging.Handler):
             marks["epoch_cpu_s"] = time.process_time() - marks["train_cpu"]
 logging.getLogger("ml8s").addHandler(Marks())
 from ml8s.cli.main import main
+from ml8s.process_exit import end_process
 code = main(["run"])
 marks["wall_s"] = time.perf_counter() - t0
 with open(sys.argv[1], "w") as handle:
     json.dump(marks, handle)
-sys.exit(code)
+end_process(code)  # as the ml8s command ends: a native pool's teardown must not fail a finished run
 """
 
 _READ_CSV = r"""
