@@ -3,9 +3,12 @@
 A command stopped by SIGTERM (a scheduler, ``kill``) or SIGINT (Ctrl-C) unwinds like an exception: every
 ``with`` block closes, so the ranks it started are terminated and reaped and its temp directories are
 removed; the CLI then prints one line and exits 128 + the signal number (143, 130). A second signal while
-unwinding is ignored, so that cleanup is never cut short. SIGKILL cannot be caught: what it leaves in
-``$TMPDIR`` is removed by ``ml8s tmp-cleanup`` (:mod:`ml8s.tempdirs`), and the ranks die with their parent
-(:func:`die_with_parent`).
+unwinding is ignored, so that cleanup is never cut short. Where something is created and then recorded for
+cleanup (a child process started, a temp directory made), :func:`signals_deferred` holds the signal until
+both are done: a signal between the two would leave the thing with nobody to clean it up.
+
+SIGKILL cannot be caught: what it leaves in ``$TMPDIR`` is removed by ``ml8s tmp-cleanup``
+(:mod:`ml8s.tempdirs`), and the ranks die with their parent (:func:`die_with_parent`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ class Interrupted(KeyboardInterrupt):
         return signal.Signals(self.signum).name
 
 
+class _Deferral:
+    """The main thread's deferral state: how deep in :func:`signals_deferred`, and the signal held."""
+
+    depth = 0
+    held: int | None = None
+
+
 @contextlib.contextmanager
 def stopping_on_signals() -> Iterator[None]:
     """While inside, SIGTERM and SIGINT raise :class:`Interrupted` (main thread only: Python delivers
@@ -52,6 +62,9 @@ def stopping_on_signals() -> Iterator[None]:
         if fired:
             return
         fired.append(signum)
+        if _Deferral.depth:
+            _Deferral.held = signum
+            return
         raise Interrupted(signum)
 
     previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
@@ -60,6 +73,27 @@ def stopping_on_signals() -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Inside, a SIGTERM or SIGINT that :func:`stopping_on_signals` would raise is held, and raised on leaving.
+
+    For the few lines that create something and record it for cleanup (``procs.append(Popen(...))``), so
+    that a signal cannot fall between the two: the caller's ``finally`` then always knows what to clean.
+    Only the main thread defers (signals are delivered there); elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Deferral.depth += 1
+    try:
+        yield
+    finally:
+        _Deferral.depth -= 1
+        held, _Deferral.held = (_Deferral.held, None) if _Deferral.depth == 0 else (None, _Deferral.held)
+        if held is not None:
+            raise Interrupted(held)
 
 
 def die_with_parent() -> None:

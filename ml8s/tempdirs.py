@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+from ml8s.interrupts import signals_deferred
+
 OWNER_FILE = ".ml8s-owner"
 PREFIX = "ml8s-"
 
@@ -24,18 +26,22 @@ PREFIX = "ml8s-"
 @contextlib.contextmanager
 def owned_tempdir(prefix: str) -> Iterator[str]:
     """Like ``tempfile.TemporaryDirectory(prefix=prefix)``, with the owner lock held while inside."""
-    path = tempfile.mkdtemp(prefix=prefix)
-    # locked under another name first: tmp-cleanup must never find the owner file unlocked while we live
-    staged = os.path.join(path, OWNER_FILE + ".new")
-    fd = os.open(staged, os.O_RDWR | os.O_CREAT, 0o600)
+    path, fd = "", -1
     try:
+        with signals_deferred():  # a directory made is a directory the finally removes
+            path = tempfile.mkdtemp(prefix=prefix)
+            # locked under another name first: tmp-cleanup must never find the owner file unlocked while we live
+            staged = os.path.join(path, OWNER_FILE + ".new")
+            fd = os.open(staged, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, f"{os.getpid()}\n".encode())
         os.rename(staged, os.path.join(path, OWNER_FILE))
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
-        os.close(fd)
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+        if fd >= 0:
+            os.close(fd)
 
 
 def owner_gone(path: str) -> bool:

@@ -14,9 +14,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -25,10 +27,14 @@ from test_lineage import add_generation
 
 from ml8s.chain import ChainStore
 from ml8s.errors import RecordsAppendError
+from ml8s.interrupts import Interrupted, signals_deferred, stopping_on_signals
 from ml8s.store import LocalStore
+from ml8s.tempdirs import owned_tempdir
+from ml8s.training.launch import _run_ranks
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 CHAIN = "ml8s-model"
+T = TypeVar("T")
 DROP = ("FORCE_RERUN", "CHAIN_NAME", "WARM_START", "MLFLOW_TRACKING_URI", "WARM_START_ROOT_URI", "TMPDIR")
 DROP += ("STALE_PARENT_POLICY", "RANDOM_SEED", "TEST_SIZE", "TRAIN_WORLD_SIZE", "PIPELINE_ROOT_URI", "DATA_ROOT")
 
@@ -312,6 +318,62 @@ def test_a_signal_stops_a_run_cleanly(tmp_path: Path, signum: int, code: int) ->
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("ml8s: INTERRUPTED: "), err[-3000:]
     assert not any(_alive(rank) for rank in ranks)
     assert _ml8s_temp(tmp) == []
+
+
+def _signal_self_after(make: Callable[..., T]) -> Callable[..., T]:
+    """``make``, then a SIGINT to this process before it returns: the signal lands in the gap between
+    creating something and the caller recording it, the gap a loaded machine stretches."""
+
+    def made(*args: object, **kwargs: object) -> T:
+        thing = make(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return thing
+
+    return made
+
+
+def test_a_signal_while_ranks_start_stops_every_rank_started(tmp_path: Path) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(rank: int) -> subprocess.Popen[bytes]:
+        started.append(subprocess.Popen(["sleep", "600"]))
+        return started[-1]
+
+    def start_then_signal(rank: int) -> subprocess.Popen[bytes]:
+        return (_signal_self_after(start) if rank == 1 else start)(rank)
+
+    with pytest.raises(Interrupted), stopping_on_signals():
+        _run_ranks(2, start_then_signal, str(tmp_path))
+    assert len(started) == 2  # rank 1 was started before the signal was raised ...
+    assert [proc.poll() for proc in started] == [-signal.SIGTERM] * 2  # ... and both were stopped and reaped
+
+
+def test_a_signal_while_a_temp_directory_is_made_removes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "mkdtemp", _signal_self_after(tempfile.mkdtemp))
+    with pytest.raises(Interrupted), stopping_on_signals(), owned_tempdir("ml8s-probe-"):
+        pytest.fail("the body ran: the signal was not raised where the directory was made")
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_signals_deferred_raises_the_held_signal_once_on_leaving() -> None:
+    with stopping_on_signals():
+        with signals_deferred():
+            pass  # no signal: nothing raised
+        with pytest.raises(Interrupted) as raised:
+            with signals_deferred():
+                with signals_deferred():
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.01)  # the handler has run by now; held, not raised, at both depths
+                reached = True
+        assert reached and raised.value.exit_code == 143
+    with pytest.raises(Interrupted) as replaced, stopping_on_signals(), signals_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        raise ValueError("the body failed after the signal")
+    assert replaced.value.exit_code == 130 and isinstance(replaced.value.__context__, ValueError)
 
 
 def test_ranks_die_with_their_parent_and_tmp_cleanup_removes_what_it_left(tmp_path: Path) -> None:

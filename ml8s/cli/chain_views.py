@@ -10,6 +10,7 @@ otherwise; it stops with the command (Ctrl-C, SIGTERM) and takes its directory w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -20,6 +21,7 @@ import sys
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionLog, chain_entries
 from ml8s.errors import ConfigError
+from ml8s.interrupts import signals_deferred
 from ml8s.store import Store
 
 
@@ -122,8 +124,10 @@ def _serve(args: argparse.Namespace, chain: ChainStore, versions: list[ChainVers
         command += ["--host", args.host, "--port", str(args.port)]
         url = f"http://{args.host}:{args.port}/"
         # TensorBoard's own start-up chatter goes to stderr; stdout keeps the one result.
-        server = subprocess.Popen(command, stdout=sys.stderr, stderr=sys.stderr, preexec_fn=_die_with_parent)
-        try:
+        with contextlib.ExitStack() as stopping:
+            with signals_deferred():  # a server started is a server the stack stops
+                server = subprocess.Popen(command, stdout=sys.stderr, stderr=sys.stderr, preexec_fn=_die_with_parent)
+                stopping.callback(_stop, server)
             if args.json:
                 _print({"chain": chain.name, "url": url, "versions": [v.counter for v in versions], "pid": server.pid})
             else:
@@ -134,8 +138,6 @@ def _serve(args: argparse.Namespace, chain: ChainStore, versions: list[ChainVers
                 file=sys.stderr,
             )
             code = server.wait()
-        finally:
-            _stop(server)
     if code != 0:
         raise ConfigError(
             f"TensorBoard exited with status {code} (port {args.port} in use?); expected it to serve until stopped"

@@ -19,12 +19,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import IO
 
 import ml8s
 from ml8s.context.run import RunSpec
 from ml8s.errors import RankError
-from ml8s.interrupts import PARENT_PID_VARIABLE
+from ml8s.interrupts import PARENT_PID_VARIABLE, signals_deferred
 from ml8s.tempdirs import owned_tempdir
 from ml8s.training.ranks import RankRequest, error_path
 from ml8s.training.summary import TrainSummary
@@ -60,15 +61,7 @@ def launch_ranks(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary
             handle.write(request.model_dump_json())
         port = free_loopback_port()
         spec.log("train", f"starting {world} ranks (rendezvous {LOOPBACK}:{port})")
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "ml8s.training.ranks", path],
-                env=_rank_env(rank, world, port),
-                stdout=_stderr(),
-            )
-            for rank in range(world)
-        ]
-        _wait(procs, scratch)
+        _run_ranks(world, lambda rank: _start_rank(path, rank, world, port), scratch)
         try:
             with open(request.summary_path, "rb") as handle:
                 return TrainSummary.model_validate_json(handle.read())
@@ -109,6 +102,24 @@ def _rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     return env
 
 
+def _run_ranks(world: int, start: Callable[[int], subprocess.Popen[bytes]], scratch: str) -> None:
+    """Start ``world`` ranks and wait for them all; whatever ends this (a failed rank, a signal), stop and
+    reap every rank that was started."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(world):
+            with signals_deferred():  # a rank started is a rank in ``procs``, so the finally stops it
+                procs.append(start(rank))
+        _wait(procs, scratch)
+    finally:
+        _stop(procs)
+
+
+def _start_rank(request_path: str, rank: int, world: int, port: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "ml8s.training.ranks", request_path]
+    return subprocess.Popen(command, env=_rank_env(rank, world, port), stdout=_stderr())
+
+
 def _stderr() -> IO[bytes] | int:
     """This process's stderr as a file descriptor when it has one (pytest's capture may have none)."""
     try:
@@ -118,20 +129,17 @@ def _stderr() -> IO[bytes] | int:
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], scratch: str) -> None:
-    """Every rank's exit; on the first failure stop the others and raise that rank's error."""
-    try:
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
-            if failed:
-                # a rank that saw a peer die fails too, without a named error: report the one that has one
-                first = min(failed, key=lambda r: (not os.path.exists(error_path(scratch, r)), r))
-                raise _failure(first, codes[first], len(procs), scratch)
-            if all(code == 0 for code in codes):
-                return
-            time.sleep(_POLL_S)
-    finally:
-        _stop(procs)
+    """Every rank's exit; on the first failure raise that rank's error (the caller stops the others)."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            # a rank that saw a peer die fails too, without a named error: report the one that has one
+            first = min(failed, key=lambda r: (not os.path.exists(error_path(scratch, r)), r))
+            raise _failure(first, codes[first], len(procs), scratch)
+        if all(code == 0 for code in codes):
+            return
+        time.sleep(_POLL_S)
 
 
 def _failure(rank: int, code: int | None, world: int, scratch: str) -> RankError:
