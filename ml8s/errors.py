@@ -296,18 +296,28 @@ class DeltaIntegrityError(DeltaError):
     code = "DELTA_INTEGRITY"
 
 
-class RootUriError(ConfigError):
-    """A data or pipeline root is not a local path, ``file://`` path or ``s3://bucket/prefix``.
+class UriError(ConfigError):
+    """A URI setting is malformed or names something unusable.
 
-    It keeps ConfigError's code (a malformed variable, as before). ``expected`` is the phrase after
-    "expected", for callers (``--root``) that name the value their own way.
+    It keeps ConfigError's code (a malformed variable, as before). ``problem`` and ``expected`` (the phrase
+    after "expected") are there for callers (``--root``, ``--mlflow-tracking-uri``) that name the value their
+    own way.
     """
 
     code = "CONFIG_ERROR"
 
     def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
         super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
+        self.problem = problem
         self.expected = expected
+
+
+class RootUriError(UriError):
+    """A data or pipeline root is not a local path, ``file://`` path or ``s3://bucket/prefix``."""
+
+
+class TrackingUriError(UriError):
+    """An MLflow tracking URI where a registered model would not last or cannot be registered at all."""
 
 
 class ShardError(Ml8sError):

@@ -250,7 +250,6 @@ def test_duplicate_from_an_unseen_racer_is_reconciled(
         ("/data/root", "sqlite:////elsewhere/m.db", "file:///data/root/mlruns"),
         ("s3://bucket/runs", "sqlite:////var/mlflow/m.db", "s3://bucket/runs/mlruns"),  # with the runs
         ("s3://bucket/runs", "sqlite:///m.db", "s3://bucket/runs/mlruns"),  # never ./mlruns of a pod
-        ("s3://bucket/runs", "sqlite:///:memory:", None),
         ("s3://bucket/runs", "http://127.0.0.1:5000", None),  # a server keeps its own artifact store
         ("/data/root", "http://127.0.0.1:5000", None),
     ],

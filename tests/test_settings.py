@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_small_churn
 from pydantic import ValidationError
 from s3_servers import S3Endpoint
 
@@ -163,6 +164,73 @@ def test_a_training_run_needs_mlflow_before_it_reads_data(tmp_path: Path) -> Non
     env = {**S3_ROOT, "DATA_ROOT": str(tmp_path / "absent"), "TARGET_COLUMN": "y"}
     with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI is required"):
         bootstrap(env)
+
+
+@pytest.mark.parametrize(
+    ("uri", "problem"),
+    [
+        ("sqlite://", "is an in-memory SQLite database"),
+        ("sqlite:///", "is an in-memory SQLite database"),
+        ("sqlite:///:memory:", "is an in-memory SQLite database"),
+        ("sqlite:///file::memory:?uri=true", "is an in-memory SQLite database"),
+        ("sqlite:///db?mode=memory&uri=true", "is an in-memory SQLite database"),
+        ("ftp://host/x", "has scheme 'ftp', for which MLflow has no model registry"),
+        ("s3://bucket/mlruns", "has scheme 's3', for which MLflow has no model registry"),
+        ("./mlruns", "is MLflow's file store, which this MLflow refuses unless MLFLOW_ALLOW_FILE_STORE=true"),
+        ("file:///srv/mlruns", "is MLflow's file store"),
+    ],
+)
+def test_a_tracking_uri_that_would_lose_or_refuse_the_model_fails_at_load(
+    uri: str, problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: MLFLOW_TRACKING_URI=") as caught:
+        PlatformSettings.load({**S3_ROOT, "MLFLOW_TRACKING_URI": uri})
+    assert problem in str(caught.value) and "expected sqlite:///PATH" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "sqlite:////srv/root/mlflow.db",
+        "sqlite:///mlflow.db",
+        "http://mlflow:5000",
+        "https://bot:pw@mlflow.example",
+        "postgresql+psycopg2://u@db/mlflow",
+        "mysql://u@db/mlflow",
+        "databricks",
+        "databricks://profile",
+        "databricks-uc",
+    ],
+)
+def test_tracking_uris_mlflow_keeps_a_registry_at_load_as_given(uri: str) -> None:
+    assert PlatformSettings.load({**S3_ROOT, "MLFLOW_TRACKING_URI": uri}).mlflow_tracking_uri == uri
+
+
+def test_the_file_store_loads_where_mlflow_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow's own opt-in, read from the process
+    assert PlatformSettings.load({**S3_ROOT, "MLFLOW_TRACKING_URI": "./mlruns"}).mlflow_tracking_uri == "./mlruns"
+
+
+def test_a_run_to_an_in_memory_registry_fails_before_any_write(tmp_path: Path) -> None:
+    """MLflow itself accepts ``sqlite://`` and loses the model when the process ends; the run claimed v1."""
+    data = write_small_churn(tmp_path / "data")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "CHAIN_NAME", "MLFLOW_MODEL_NAME")}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(tmp_path / "root"))
+    env.update(MLFLOW_TRACKING_URI="sqlite:///")
+    done = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("ml8s: CONFIG_ERROR: MLFLOW_TRACKING_URI='sqlite:///' is an in-memory SQLite database")
+    ), done.stderr[-2000:]
+    assert not (tmp_path / "root").exists()
+    verify = subprocess.run(
+        [ML8S, "verify", "0123456789ab", "--root", str(tmp_path), "--mlflow-tracking-uri", "sqlite://"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert verify.returncode == 2 and "is an in-memory SQLite database" in verify.stderr, verify.stderr
 
 
 def test_workflow_inputs_match_the_variables() -> None:

@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ml8s.errors import Ml8sError, RootUriError
+from ml8s.errors import Ml8sError, RootUriError, TrackingUriError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
-from ml8s.identity.uri import parse_root_uri
+from ml8s.identity.uri import check_tracking_uri, parse_root_uri
 from ml8s.interrupts import Interrupted, stopping_on_signals
 
 if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
@@ -33,6 +33,16 @@ def run_id_arg(text: str) -> str:
     if not is_run_id(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a RUN_ID; expected 12 lowercase hex digits")
     return text
+
+
+def tracking_uri_arg(text: str) -> str:
+    """argparse type of --mlflow-tracking-uri: "" (not given), or a URI MLflow can keep a registry at."""
+    if not text.strip():
+        return ""
+    try:
+        return check_tracking_uri(text.strip(), variable="--mlflow-tracking-uri")
+    except TrackingUriError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} {exc.problem}; expected {exc.expected}") from exc
 
 
 def root_arg(text: str) -> str:

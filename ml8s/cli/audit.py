@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg
+from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg, tracking_uri_arg
 
 if TYPE_CHECKING:
     from ml8s.chain import Anchor
@@ -63,6 +63,7 @@ def _add_tracking_uri(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mlflow-tracking-uri",
         default="",
+        type=tracking_uri_arg,
         metavar="URI",
         help="ask this MLflow instead of the one manifest.json records (a registry that moved); "
         "MLFLOW_TRACKING_URI is used only for runs whose manifest records none",

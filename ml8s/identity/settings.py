@@ -31,7 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from ml8s.errors import ConfigError
 from ml8s.identity.names import chain_name_from_model, check_chain_name, check_model_name
 from ml8s.identity.priority import explicit_or_env
-from ml8s.identity.uri import parse_root_uri
+from ml8s.identity.uri import check_tracking_uri, parse_root_uri
 
 DEFAULT_PIPELINE_ROOT = "./pipeline_root"
 
@@ -203,8 +203,10 @@ class PlatformSettings(BaseSettings):
     @field_validator("mlflow_tracking_uri")
     @classmethod
     def _local_tracking_default(cls, value: str, info: ValidationInfo) -> str:
+        if value:
+            return check_tracking_uri(value)
         root = info.data.get("pipeline_root_uri")
-        if value or not isinstance(root, str):
+        if not isinstance(root, str):
             return value
         parsed = parse_root_uri(root, variable="PIPELINE_ROOT_URI")
         return "sqlite:////" + parsed.path.lstrip("/") + "/mlflow.db" if parsed.scheme == "file" else ""

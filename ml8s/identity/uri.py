@@ -9,6 +9,9 @@ scheme (``gs://``, ``http://``, ``S3://``); ``s3:`` or ``file:`` without the two
 bucket or with an invalid bucket name; an S3 prefix with empty (``//``), ``.`` or ``..`` segments (S3 keeps them
 literally, so ``a/../b`` would be a different prefix than it reads); a path starting with ``~`` (nothing here
 expands it, so it would name a directory called ``~``). The store's own parser accepts what this one returns.
+
+It also checks MLFLOW_TRACKING_URI (:func:`check_tracking_uri`): only a registry that outlives the process
+and that MLflow can register a model at.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import RootUriError
+from ml8s.errors import RootUriError, TrackingUriError
 
 _ROOT_SCHEMES = "a local path, file:// or s3://"
 # A scheme followed by ":": only a URI when the scheme is one of ours or a slash follows ("gs:/x", "gs://x");
@@ -127,6 +130,60 @@ def _valid_bucket(name: str) -> bool:
         and not name.startswith(_BUCKET_RESERVED_PREFIXES)
         and not name.endswith(_BUCKET_RESERVED_SUFFIXES)
     )
+
+
+_TRACKING_EXPECTED = (
+    "sqlite:///PATH (sqlite:////abs/path/mlflow.db), http(s)://HOST, databricks, or a postgresql, mysql or mssql "
+    "database URL"
+)
+_REGISTRY_SCHEMES = ("databricks", "databricks-uc", "http", "https", "uc")
+_DATABASE_ENGINES = ("mssql", "mysql", "postgresql", "sqlite")
+
+
+def check_tracking_uri(uri: str, variable: str = "MLFLOW_TRACKING_URI") -> str:
+    """``uri`` if a run can register a model there that an auditor can read back later, else TrackingUriError.
+
+    Checked at settings time, before any work: MLflow itself would accept an in-memory SQLite database
+    (``sqlite://``, ``sqlite:///``, ``sqlite:///:memory:``) and lose the registered model, and a manifest
+    would then record a model version that never lasted; a scheme without a model registry (``ftp://``,
+    ``s3://``) or MLflow's refused file store would fail only at registration, after training.
+
+    Raises:
+        TrackingUriError: in-memory SQLite, MLflow's file store without MLFLOW_ALLOW_FILE_STORE, or a
+            scheme MLflow (or an installed plug-in) has no model registry for.
+    """
+    if uri in _REGISTRY_SCHEMES:  # MLflow takes these bare names as the scheme itself ("databricks")
+        return uri
+    found = _SCHEME.match(uri)
+    scheme = found.group(1).lower() if found and len(found.group(1)) > 1 else ""  # "C:" is a drive, not a scheme
+    engine = scheme.split("+", 1)[0]
+    if engine == "sqlite":
+        rest = uri.split(":", 1)[1]
+        path, _, query = rest[3:].partition("?") if rest.startswith("///") else ("", "", "")
+        if path in ("", ":memory:") or path.startswith("file::memory:") or "mode=memory" in query:
+            problem = "is an in-memory SQLite database: a model registered there is gone when the process ends"
+            raise TrackingUriError(variable, uri, problem, _TRACKING_EXPECTED)
+        return uri
+    if engine in _DATABASE_ENGINES or scheme in _REGISTRY_SCHEMES:
+        return uri
+    if scheme in ("", "file"):
+        # MLflow reads this variable from the process environment itself; so does this check
+        if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("1", "true"):
+            return uri
+        problem = "is MLflow's file store, which this MLflow refuses unless MLFLOW_ALLOW_FILE_STORE=true"
+        raise TrackingUriError(variable, uri, problem, _TRACKING_EXPECTED)
+    if scheme in _registry_plugins():
+        return uri
+    raise TrackingUriError(
+        variable, uri, f"has scheme {scheme!r}, for which MLflow has no model registry", _TRACKING_EXPECTED
+    )
+
+
+def _registry_plugins() -> list[str]:
+    """Schemes that installed MLflow plug-ins add a model registry for (entry points MLflow itself reads)."""
+    from importlib.metadata import entry_points
+
+    return sorted(point.name for point in entry_points(group="mlflow.model_registry_store"))
 
 
 def sqlite_path(uri: str) -> str:

@@ -90,10 +90,9 @@ def experiment_location(settings: PlatformSettings) -> str | None:
     With a sqlite tracking URI MLflow's default is ``./mlruns`` in the working directory, lost with a pod:
     ml8s uses ``{PIPELINE_ROOT_URI}/mlruns``, beside the runs, whether the root is local or ``s3://`` (MLflow
     then writes through boto3, which takes ``AWS_ENDPOINT_URL`` and the credentials from the environment).
-    An in-memory database keeps nothing, so neither does its experiment's location.
+    (An in-memory database never gets here: the settings refuse it, ``check_tracking_uri``.)
     """
-    uri = settings.mlflow_tracking_uri
-    if not uri.startswith("sqlite:") or uri.split("?")[0] in ("sqlite://", "sqlite:///:memory:"):
+    if not settings.mlflow_tracking_uri.startswith("sqlite:"):
         return None
     return settings.pipeline_root_uri.rstrip("/") + "/mlruns"
 
