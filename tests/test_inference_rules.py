@@ -269,4 +269,5 @@ def test_bad_csv_is_a_named_error(blob: bytes, message: str) -> None:
 
 def test_csv_rows_keep_text_cells() -> None:
     blob = '\ufeffa, b\n"x, y",\n\n  2 ,TRUE\n'.encode()
-    assert read_csv_rows(blob, "rows.csv") == [{"a": "x, y", "b": ""}, {"a": "  2 ", "b": "TRUE"}]
+    table = read_csv_rows(blob, "rows.csv")
+    assert table.rows == [{"a": "x, y", "b": ""}, {"a": "  2 ", "b": "TRUE"}] and table.columns == ("a", "b")

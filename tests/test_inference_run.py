@@ -167,6 +167,12 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
     assert (code, out) == (0, "") and target.read_text() == predictions.to_csv()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "rows.csv"]
 
+    header_only = tmp_path / "header.csv"  # every column, no row: no prediction, and no error
+    header_only.write_text(rows_csv.read_text().splitlines()[0] + "\n")
+    code, out, _ = _predict_cli(capsys, *args, "--input", str(header_only))
+    assert code == 0 and out == "predicted_class,probability_no,probability_yes\n"
+    header_only.unlink()
+
     class Stdin:
         buffer = rows_csv.open("rb")
 
@@ -186,7 +192,9 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
             1,
             "ml8s: PREDICTION_INPUT_INVALID: column 'tenure' has 'ten' in row 2 (of 2), which is not numeric",
         ),
-        ("missing column", 1, "ml8s: PREDICTION_INPUT_INVALID: row 1 has no column 'plan'"),
+        ("missing column", 1, "rows.csv has no column(s) ['plan'] in its header"),
+        ("header only, missing column", 1, "rows.csv has no column(s) ['plan'] in its header"),
+        ("output is input", 1, "ml8s: PREDICTION_INPUT_INVALID: --output "),
         ("output dir absent", 1, "ml8s: INFERENCE_ERROR: cannot write --output"),
     ],
 )
@@ -205,8 +213,13 @@ def test_ml8s_predict_errors_are_one_line(
         rows = [{k: v for k, v in row.items() if k != "plan"} for row in rows]
     elif case == "output dir absent":
         output = str(tmp_path / "absent" / "out.csv")
-    if case != "no input file":
+    elif case == "output is input":
+        output = str(rows_path)
+    if case == "header only, missing column":  # no row to miss it in: the header alone is checked
+        rows_path.write_text(",".join(name for name in rows[0] if name != "plan") + "\n")
+    elif case != "no input file":
         write_rows(rows_path, rows)
+    before = rows_path.read_bytes() if rows_path.exists() else b""
     if code == 2:
         with pytest.raises(SystemExit) as exited:
             main(["predict", "--run", run, "--input", str(rows_path)])
@@ -215,7 +228,10 @@ def test_ml8s_predict_errors_are_one_line(
     got, out, err = _predict_cli(
         capsys, "--run", run, "--root", str(trained.root), "--input", str(rows_path), "--output", output
     )
-    assert (got, out) == (code, "") and err.startswith(message) and len(err.splitlines()) == 1
+    assert (got, out) == (code, "") and err.startswith("ml8s: ") and message in err and len(err.splitlines()) == 1
+    assert err.startswith(message) or case in ("missing column", "header only, missing column"), err
+    if case == "output is input":
+        assert "is the --input file" in err and rows_path.read_bytes() == before  # the rows are still there
 
 
 def test_incomplete_run_is_refused(copy: Trained) -> None:

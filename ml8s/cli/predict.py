@@ -84,18 +84,30 @@ def _predict(args: argparse.Namespace) -> int:
     if args.chain is None and (args.version is not None or args.anchor is not None):
         raise PredictionInputError("--version and --anchor name a chain's; expected them together with --chain NAME")
 
+    if args.input != "-" and args.output != "-" and _same_file(str(args.input), str(args.output)):
+        raise PredictionInputError(
+            f"--output {args.output} is the --input file; expected another path (the rows would be replaced by "
+            "their predictions)"
+        )
     where = "standard input" if args.input == "-" else str(args.input)
     try:
         data = sys.stdin.buffer.read() if args.input == "-" else _read(args.input)
     except OSError as exc:
         raise PredictionInputError(f"cannot read --input {where}: {exc.strerror or exc}") from exc
-    rows = read_csv_rows(data, where)
-    if args.id_column is not None and rows and args.id_column not in rows[0]:
+    table = read_csv_rows(data, where)
+    rows = table.rows
+    if args.id_column is not None and args.id_column not in table.columns:
         raise PredictionInputError(
             f"--id-column {args.id_column!r} is not a column of {where}; expected one of its header"
         )
     files = read_run_files(args.root, args.run) if args.run is not None else _chain_files(args)
     predictor = Predictor(files)
+    absent = sorted({column.name for column in predictor.transform.inputs} - set(table.columns))
+    if absent:  # a file without rows too: its header is what the next file with rows will have
+        raise PredictionInputError(
+            f"{where} has no column(s) {absent} in its header {list(table.columns)}; expected every column the "
+            "model's features use"
+        )
     unseen = unseen_categories(predictor.transform, rows)
     if unseen and args.strict:
         raise PredictionInputError(f"--strict: {unseen[0].message()} (and {len(unseen) - 1} more column(s))")
@@ -155,6 +167,13 @@ def _promoted(chain: ChainStore, anchor: Anchor | None, *, required: bool) -> Ch
             "(ml8s chain promote N), or --version N"
         )
     return served
+
+
+def _same_file(first: str, second: str) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one does not exist (yet): not the same file
+        return False
 
 
 def _read(path: str) -> bytes:

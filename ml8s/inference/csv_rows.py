@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 
 from ml8s.errors import PredictionInputError
 
 
-def read_csv_rows(data: bytes, where: str) -> list[dict[str, object]]:
-    """The rows of a CSV file as ``{column: cell text}``; ``where`` names the file in errors.
+@dataclass(frozen=True)
+class CsvRows:
+    """A CSV file's header (``columns``, stripped, in file order) and its rows as ``{column: cell text}``.
+
+    The header is kept because a file may have no rows: its columns are still checked against the model's.
+    """
+
+    columns: tuple[str, ...]
+    rows: list[dict[str, object]]
+
+
+def read_csv_rows(data: bytes, where: str) -> CsvRows:
+    """The header and rows of a CSV file; ``where`` names the file in errors.
 
     Raises:
         PredictionInputError: the bytes are not a well-formed UTF-8 CSV file with a header.
@@ -45,4 +57,4 @@ def read_csv_rows(data: bytes, where: str) -> list[dict[str, object]]:
             rows.append(dict(zip(names, cells, strict=True)))
     except csv.Error as exc:
         raise PredictionInputError(f"{where} is not valid CSV at line {reader.line_num}: {exc}") from exc
-    return rows
+    return CsvRows(columns=tuple(names), rows=rows)
