@@ -62,6 +62,12 @@ BAD: dict[str, bytes] = {
     "gap": raw({"t": {**T, "data_offsets": [4, 12]}}, b"x" * 12),
     "overlap": raw({"t": T, "u": T}, b"x" * 8),
     "trailing bytes": raw({"t": T}, b"x" * 9),
+    "tensor named twice": raw(
+        b'{"t": ' + json.dumps(T).encode() + b', "t": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}}', b"x" * 8
+    ),
+    "field named twice": raw(
+        b'{"t": {"dtype": "F32", "dtype": "I32", "shape": [2], "data_offsets": [0, 8]}}', b"x" * 8
+    ),
 }
 
 
@@ -72,6 +78,8 @@ def test_bad_structure_is_one_named_error(tmp_path: Path, case: str) -> None:
     with pytest.raises(ConfigError, match="safetensors") as caught:
         check_safetensors(str(path))
     assert "\n" not in str(caught.value)
+    if case.endswith("named twice"):  # each entry alone is valid: only the repetition is wrong
+        assert "twice" in str(caught.value), caught.value
 
 
 def test_truncated_file_is_rejected(tmp_path: Path) -> None:

@@ -104,7 +104,9 @@ def check_safetensors(path: str) -> SafetensorsSummary:
     except OSError as exc:
         raise ConfigError(f"--payload {path}: {exc.strerror or exc}; expected a readable .safetensors file") from exc
     try:
-        header = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        header = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        _fail(path, f"the header names {exc.args[0]!r} twice (JSON readers disagree on which one counts)")
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         _fail(path, f"the header is not UTF-8 JSON ({type(exc).__name__})")
     if not isinstance(header, dict):
@@ -174,6 +176,19 @@ def _tiles(path: str, spans: list[tuple[int, int, str]], data_size: int) -> None
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object names a key twice (Python keeps the last, other readers the first)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    unique: dict[str, object] = {}
+    for key, value in pairs:
+        if key in unique:
+            raise _DuplicateKey(key)
+        unique[key] = value
+    return unique
 
 
 def _no_constant(name: str) -> object:
