@@ -16,6 +16,7 @@ import logging
 import os
 import resource
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TextIO, TypeVar
@@ -95,6 +96,29 @@ def timing(step: str) -> Iterator[None]:
         _logger.log(level, "%s", message, extra={"step": step})
         raise
     step_info(step, f"done in {time.monotonic() - start:.1f}s, peak RSS {peak_rss_mib():.0f} MiB")
+
+
+@contextlib.contextmanager
+def heartbeat(step: str, waiting_on: str, every_s: float = 30.0) -> Iterator[None]:
+    """While inside, log "still waiting on <waiting_on>: N s so far" every ``every_s`` seconds.
+
+    For waits on another service whose client says nothing while it retries (MLflow's waits up to minutes
+    per request): the user sees that the step is alive and what it waits on. A wait shorter than
+    ``every_s`` logs nothing.
+    """
+    done, start = threading.Event(), time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            step_info(step, f"still waiting on {waiting_on}: {time.monotonic() - start:.0f}s so far")
+
+    thread = threading.Thread(target=beat, name=f"ml8s-heartbeat-{step}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def timed(step: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:

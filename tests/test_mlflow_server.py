@@ -72,9 +72,10 @@ def served(server: str, tmp_path_factory: pytest.TempPathFactory) -> Served:
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(base / "root"))
     env.update(MLFLOW_TRACKING_URI=server, MLFLOW_EXPERIMENT_NAME=EXPERIMENT)
     env.update(EPOCH="30")  # a typo: warned about, ignored (the racing test below checks the RUN_ID is EPOCHS=2's)
-    # Registration's first request may come before the server answers: MLflow's client retries
-    # (1, 2, 4, ... s) bridge the boot.
+    # The run asks the server before training; it is still booting then: a refused connection is asked
+    # again for up to MLFLOW_HTTP_REQUEST_TIMEOUT seconds. MLflow's own retries (1, 2, 4, ... s) stay in place.
     env.update(MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1", MLFLOW_HTTP_REQUEST_MAX_RETRIES="8")
+    env.update(MLFLOW_HTTP_REQUEST_TIMEOUT="120")
     done = subprocess.run([ML8S, "run", "--epochs", "2"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     manifest = json.loads(done.stdout)

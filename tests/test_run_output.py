@@ -7,6 +7,8 @@ import io
 import json
 import logging
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,30 @@ def test_each_step_logs_its_wall_time_and_peak_rss() -> None:
     done, failed = stream.getvalue().splitlines()
     assert re.search(r"\[features\] done in \d+\.\ds, peak RSS \d+ MiB$", done)
     assert re.search(r"\[features\] failed after \d+\.\ds, peak RSS \d+ MiB$", failed)
+
+
+def test_a_long_wait_logs_that_it_is_alive_and_a_short_one_nothing() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(log.HumanFormatter())
+    logger = logging.getLogger("ml8s")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with log.heartbeat("register", "MLflow at http://mlflow:5000", every_s=0.05):
+            time.sleep(0.3)
+        beats = len(stream.getvalue().splitlines())
+        time.sleep(0.2)  # it stopped with the block
+        with log.heartbeat("register", "MLflow at http://mlflow:5000", every_s=30):
+            pass
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == beats >= 2, lines
+    assert all(re.search(r"\[register\] still waiting on MLflow at http://mlflow:5000: \d+s so far$", x) for x in lines)
+    assert not [t for t in threading.enumerate() if t.name.startswith("ml8s-heartbeat-")]
 
 
 def test_look_alike_variables_are_named_with_what_they_probably_mean() -> None:

@@ -18,7 +18,7 @@ from conftest import write_small_churn
 
 from ml8s.audit import verify_run
 from ml8s.audit.mlflow_refs import choose_tracking_uri
-from ml8s.registry.query import public_tracking_uri
+from ml8s.identity.uri import public_tracking_uri
 from ml8s.registry.registration import MlflowRef
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))

@@ -19,9 +19,10 @@ from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
 from ml8s.errors import RegistryError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
+from ml8s.identity.uri import public_tracking_uri
 from ml8s.registry.confirm import confirm_registration, missing_database, registry_errors
 from ml8s.registry.mlflow_run import mlflow_params
-from ml8s.registry.query import public_tracking_uri, versions_of_hash
+from ml8s.registry.query import versions_of_hash
 from ml8s.registry.registration import MlflowRef
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from ml8s.audit.shard_check import check_shards
 from ml8s.audit.state import RunState
 from ml8s.chain import Anchor
 from ml8s.errors import RegistryError
-from ml8s.registry.query import public_tracking_uri
+from ml8s.identity.uri import public_tracking_uri
 
 
 def check_mlflow(state: RunState) -> CheckResult:

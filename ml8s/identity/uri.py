@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
@@ -184,6 +185,27 @@ def _registry_plugins() -> list[str]:
     from importlib.metadata import entry_points
 
     return sorted(point.name for point in entry_points(group="mlflow.model_registry_store"))
+
+
+def public_tracking_uri(uri: str) -> str:
+    """``uri`` without credentials, as a manifest (read by many) records it.
+
+    An ``http(s)://`` URI loses its whole userinfo (MLflow reads MLFLOW_TRACKING_USERNAME/PASSWORD or
+    MLFLOW_TRACKING_TOKEN instead); any other URI with a host (``postgresql://user:pw@host/db``) loses the
+    password and keeps the user name. Anything else is returned unchanged.
+
+    Example:
+        >>> public_tracking_uri("https://bot:s3cret@mlflow.example.com:5000/")
+        'https://mlflow.example.com:5000/'
+        >>> public_tracking_uri("postgresql://ml:pw@db/mlflow")
+        'postgresql://ml@db/mlflow'
+    """
+    parts = urlsplit(uri)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return uri
+    kept = "" if parts.scheme.lower() in ("http", "https") else userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{kept}@{host}" if kept else host))
 
 
 def sqlite_path(uri: str) -> str:

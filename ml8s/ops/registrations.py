@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ml8s.errors import RegistryError
+from ml8s.identity.uri import public_tracking_uri
 from ml8s.registry.confirm import confirm_registration, missing_database, registry_errors
-from ml8s.registry.query import public_tracking_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

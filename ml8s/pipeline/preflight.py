@@ -1,5 +1,8 @@
 """Checks of the places a run will write, made at bootstrap so a bad one fails before the first write.
 
+An MLflow server named by an ``http(s)://`` MLFLOW_TRACKING_URI is asked once whether it answers at all
+(:func:`check_tracking_reachable`), before anything is trained.
+
 Only local pipeline roots are probed, and the probe writes nothing: ``os.access`` on the root (or on
 its nearest existing ancestor, which the first write will create it under) and on the run and MLflow
 paths that already exist. It answers for this process's user and for read-only mounts. An S3 root is
@@ -8,12 +11,20 @@ not probed: a write there needs credentials the first write will exercise anyway
 
 from __future__ import annotations
 
+import http.client
+import math
 import os
+import ssl
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit, urlunsplit
 
+from ml8s import log
 from ml8s.contract import layout
-from ml8s.errors import ConfigError
+from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.identity.uri import sqlite_path  # not ml8s.registry's: that package imports MLflow's model logging
+from ml8s.identity.uri import public_tracking_uri, sqlite_path  # not ml8s.registry's: it imports MLflow's logging
 from ml8s.store.root_shape import check_local_root, kind_of
 
 
@@ -40,6 +51,60 @@ def check_writable_root(settings: PlatformSettings) -> None:
             f"MLFLOW_TRACKING_URI={settings.mlflow_tracking_uri!r}: {database} is not writable by this process "
             f"(uid {os.geteuid()}); expected a writable MLflow database"
         )
+
+
+MLFLOW_PROBE_TIMEOUT_S = 15.0
+_REFUSED_RETRY_S = 0.25
+
+
+def check_tracking_reachable(settings: PlatformSettings, timeout_s: float | None = None) -> None:
+    """Raise :class:`RegistryError` when an ``http(s)://`` MLFLOW_TRACKING_URI does not answer, before training.
+
+    MLflow's client waits up to MLFLOW_HTTP_REQUEST_TIMEOUT (120 s) for each request and retries it up to
+    seven times: an absent or hung server would be found only after training, many minutes later and without
+    a word meanwhile. This asks ``GET <uri>/health`` with no credentials; any HTTP status is an answer (a proxy
+    may want a login). A refused connection (a server starting or restarting) is asked again until the bound:
+    ``timeout_s``, else MLflow's own MLFLOW_HTTP_REQUEST_TIMEOUT where the user set it, else 15 s. The
+    certificate is not checked here (nothing secret is sent; MLflow checks it, with its own settings, when
+    it logs). Other tracking URIs are not probed: a database is opened at registration, a local file is
+    checked by :func:`check_writable_root`.
+    """
+    parts = urlsplit(settings.mlflow_tracking_uri)
+    if parts.scheme.lower() not in ("http", "https"):
+        return
+    url = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/") + "/health", "", ""))
+    bound = _probe_bound() if timeout_s is None else timeout_s
+    log.step_info("preflight", f"asking MLflow whether it answers: GET {url} (at most {bound:g} s)")
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.01), context=context) as got:
+                got.read(1)
+            return
+        except urllib.error.HTTPError:
+            return  # the server answered
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(why, ConnectionRefusedError) and time.monotonic() + _REFUSED_RETRY_S < deadline:
+                time.sleep(_REFUSED_RETRY_S)
+                continue
+            raise RegistryError(
+                f"MLFLOW_TRACKING_URI={public_tracking_uri(settings.mlflow_tracking_uri)!r}: no answer to GET {url} "
+                f"within {bound:g} s ({type(why).__name__}: {why}); expected a reachable MLflow server "
+                "(checked before training: nothing was written)"
+            ) from exc
+
+
+def _probe_bound() -> float:
+    # MLflow's own variable, read from the process environment as MLflow reads it: the user's bound on a request
+    text = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return MLFLOW_PROBE_TIMEOUT_S
+    return value if 0 < value < math.inf else MLFLOW_PROBE_TIMEOUT_S
 
 
 def _writable_dir(variable: str, uri: str, path: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ml8s import log
 from ml8s.context.run import RunContext
+from ml8s.identity.uri import public_tracking_uri
 from ml8s.registry import registration
 from ml8s.registry.registration import MlflowRef
 from ml8s.store import Store
@@ -15,4 +16,5 @@ from ml8s.store import Store
 @log.timed("register")
 def register(ctx: RunContext, store: Store) -> MlflowRef:
     """Log the run to MLflow and register its model exactly once (``ml8s.registry.registration.register``)."""
-    return registration.register(ctx, store)
+    with log.heartbeat("register", f"MLflow at {public_tracking_uri(ctx.settings.mlflow_tracking_uri)}"):
+        return registration.register(ctx, store)

@@ -16,7 +16,7 @@ from ml8s.errors import StaleParentError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.chain_commit import chain_commit
 from ml8s.pipeline.gate import gate
-from ml8s.pipeline.preflight import check_writable_root
+from ml8s.pipeline.preflight import check_tracking_reachable, check_writable_root
 from ml8s.pipeline.promote import promote
 from ml8s.tempdirs import owned_tempdir
 
@@ -71,6 +71,7 @@ def _run(ctx: RunContext) -> str:
         promote(ctx, store, chain_commit(ctx, store))  # idempotent: heals a crash between the marker and the commit
         return decision.manifest
     check_writable_root(ctx.settings)  # before the first write; a completed run reads only (a read-only root)
+    check_tracking_reachable(ctx.settings)  # an absent MLflow server fails now, not after training
     from ml8s.context import publish  # only on the path that trains; neither these nor the data steps need torch
     from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.snapshot import snapshot

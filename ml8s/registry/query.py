@@ -5,15 +5,12 @@ quote itself (the parser strips the outer quotes and keeps the rest verbatim), s
 as ``it's-model`` or ``say "it's"`` cannot be written in a filter exactly. Versions are searched by
 their ``full_config_hash`` tag instead, a hexadecimal value that needs no quoting, and matched by
 name here, exactly, in Python.
-
-:func:`public_tracking_uri` is the tracking URI as a run's manifest records it: without credentials.
 """
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from ml8s.errors import RegistryError
 
@@ -35,24 +32,3 @@ def versions_of_hash(client: MlflowClient, model_name: str, full_config_hash: st
     """Every version of ``model_name`` tagged with ``full_config_hash``, lowest version number first."""
     found = client.search_model_versions(hash_filter(full_config_hash))
     return sorted((v for v in found if str(v.name) == model_name), key=lambda v: int(v.version))
-
-
-def public_tracking_uri(uri: str) -> str:
-    """``uri`` without credentials, as a manifest (read by many) records it.
-
-    An ``http(s)://`` URI loses its whole userinfo (MLflow reads MLFLOW_TRACKING_USERNAME/PASSWORD or
-    MLFLOW_TRACKING_TOKEN instead); any other URI with a host (``postgresql://user:pw@host/db``) loses the
-    password and keeps the user name. Anything else is returned unchanged.
-
-    Example:
-        >>> public_tracking_uri("https://bot:s3cret@mlflow.example.com:5000/")
-        'https://mlflow.example.com:5000/'
-        >>> public_tracking_uri("postgresql://ml:pw@db/mlflow")
-        'postgresql://ml@db/mlflow'
-    """
-    parts = urlsplit(uri)
-    userinfo, at, host = parts.netloc.rpartition("@")
-    if not at:
-        return uri
-    kept = "" if parts.scheme.lower() in ("http", "https") else userinfo.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{kept}@{host}" if kept else host))

@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.context.run import RunContext
 from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
+from ml8s.identity.uri import public_tracking_uri
 from ml8s.registry.claim import RegistryClaim, gone_reason, read_claim, this_process
 from ml8s.registry.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
 from ml8s.registry.mlflow_run import epoch_log, log_run_data
-from ml8s.registry.query import hash_filter, public_tracking_uri, versions_of_hash
+from ml8s.registry.query import hash_filter, versions_of_hash
 from ml8s.registry.schema import ensure_schema, first_line
 from ml8s.store import Store
 
