@@ -6,13 +6,38 @@ and a message that says what was expected and where.
 
 from __future__ import annotations
 
+import re
+
+# A URL's userinfo in free text: up to the last "@" before the host's "/" (a password may hold an "@").
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/]*)@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the credentials of every URL in it removed, as a manifest records a tracking URI: an
+    ``http(s)://`` URL loses its whole userinfo (a token alone is a secret), another keeps the user name.
+
+    Every error message passes through it (an MLflow URL may carry a password, and a message reaches
+    terminals, logs, reports and audit bundles), and so does every log line.
+
+    Example:
+        >>> without_credentials("MLflow at https://bot:s3cret@mlflow:5000/ and postgresql://ml:pw@db/m")
+        'MLflow at https://mlflow:5000/ and postgresql://ml@db/m'
+    """
+
+    def public(match: re.Match[str]) -> str:
+        scheme, user = match.group(1), match.group(2).partition(":")[0]
+        return scheme if scheme.lower() in ("http://", "https://") or not user else f"{scheme}{user}@"
+
+    return _USERINFO.sub(public, text)
+
 
 class Ml8sError(Exception):
-    """Base class of every ml8s error."""
+    """Base class of every ml8s error. Its message never carries a URL's password (:func:`without_credentials`)."""
 
     code = "ML8S_ERROR"
 
     def __init__(self, message: str) -> None:
+        message = without_credentials(message)
         super().__init__(f"{self.code}: {message}")
         self.message = message
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TextIO, TypeVar
 
-from ml8s.errors import ConfigError, Ml8sError
+from ml8s.errors import ConfigError, Ml8sError, without_credentials
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MAX_LINE = 160
@@ -47,6 +47,7 @@ class HumanFormatter(logging.Formatter):
         line = f"{head} [{step}] {record.getMessage()}" if step else f"{head} {record.getMessage()}"
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
+        line = without_credentials(line)  # a library's line may name a tracking URL with its password
         if record.levelno <= logging.INFO and len(line) > MAX_LINE:
             line = line[: MAX_LINE - 1] + "…"
         return line

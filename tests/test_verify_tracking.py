@@ -8,7 +8,9 @@ which URI it used and where it came from. A manifest never records a password.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,9 @@ from conftest import write_small_churn
 
 from ml8s.audit import verify_run
 from ml8s.audit.mlflow_refs import choose_tracking_uri
+from ml8s.errors import RegistryError, without_credentials
 from ml8s.identity.uri import public_tracking_uri
+from ml8s.log import HumanFormatter
 from ml8s.registry.registration import MlflowRef
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
@@ -124,3 +128,43 @@ def test_the_order_of_choice() -> None:
 )
 def test_a_manifest_never_records_a_password(uri: str, public: str) -> None:
     assert public_tracking_uri(uri) == public
+
+
+def test_a_hung_registry_fails_the_mlflow_check_within_the_bound(
+    registered: tuple[dict[str, str], str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow's own client would wait 120 s per request and retry seven times: the verifier asks first."""
+    env, run_id, _ = registered
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "0.5")  # MLflow's variable bounds the question too
+    with socket.create_server(("127.0.0.1", 0)) as hung:  # accepts, never answers
+        hung.listen(8)
+        uri = f"http://bot:pw@127.0.0.1:{hung.getsockname()[1]}"
+        report = verify_run(env["PIPELINE_ROOT_URI"], run_id, env, tracking_uri=uri)
+    (mlflow,) = [c for c in report.checks if c.name == "mlflow"]
+    assert not report.passed and mlflow.status == "FAIL", mlflow
+    public = uri.replace("bot:pw@", "")
+    assert f"MLflow at {public}: no answer to GET {public}/health within 0.5 s (TimeoutError" in mlflow.reason
+    assert "pw" not in mlflow.reason + "".join(mlflow.details)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "MLflow at https://bot:s3cret@mlflow:5000/ failed; postgresql://ml:pw@db/m too",
+            "MLflow at https://mlflow:5000/ failed; postgresql://ml@db/m too",
+        ),
+        (
+            "API request to http://token@[::1]:5000/api/2.0/x failed",
+            "API request to http://[::1]:5000/api/2.0/x failed",
+        ),
+        ("HTTP://a:b@c@host/x", "HTTP://host/x"),  # an unencoded "@" in the password
+        ("s3://bucket/key@v2 and sqlite:////srv/x@y.db and git@host:repo", None),  # no userinfo: unchanged
+    ],
+)
+def test_no_error_or_log_line_carries_a_password(text: str, shown: str | None) -> None:
+    shown = text if shown is None else shown
+    assert without_credentials(text) == shown
+    assert str(RegistryError(text)) == f"REGISTRY_ERROR: {shown}" and RegistryError(text).message == shown
+    record = logging.LogRecord("ml8s", logging.WARNING, __file__, 1, "%s", (text,), None)
+    assert HumanFormatter().format(record).endswith(f" {shown}")

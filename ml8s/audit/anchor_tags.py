@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.chain import RECORD_MAX_BYTES, Anchor, read_anchor
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.identity.uri import public_tracking_uri
 from ml8s.registry.query import versions_of_hash
 from ml8s.store.operator_files import read_operator_file
 
@@ -73,7 +74,8 @@ def publish_anchor(tracking_uri: str, model_name: str, anchor: Anchor, head_full
         raise RegistryError(f"{where}: cannot publish the anchor: {exc.message}") from exc
     except ConfigError as exc:
         raise RegistryError(f"{where}: its {ANCHOR_TAG} tag is no anchor ({exc.message}); remove it") from exc
-    return PublishedAnchor(tracking_uri=tracking_uri, model_name=model_name, model_versions=tuple(versions))
+    shown = public_tracking_uri(tracking_uri)  # printed by `ml8s chain anchor --publish`: never a password
+    return PublishedAnchor(tracking_uri=shown, model_name=model_name, model_versions=tuple(versions))
 
 
 def read_published(tracking_uri: str, model_name: str, version: str | None = None) -> Anchor:

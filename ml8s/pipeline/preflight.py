@@ -62,19 +62,34 @@ def check_tracking_reachable(settings: PlatformSettings, timeout_s: float | None
 
     MLflow's client waits up to MLFLOW_HTTP_REQUEST_TIMEOUT (120 s) for each request and retries it up to
     seven times: an absent or hung server would be found only after training, many minutes later and without
-    a word meanwhile. This asks ``GET <uri>/health`` with no credentials; any HTTP status is an answer (a proxy
-    may want a login). A refused connection (a server starting or restarting) is asked again until the bound:
-    ``timeout_s``, else MLflow's own MLFLOW_HTTP_REQUEST_TIMEOUT where the user set it, else 15 s. The
-    certificate is not checked here (nothing secret is sent; MLflow checks it, with its own settings, when
-    it logs). Other tracking URIs are not probed: a database is opened at registration, a local file is
-    checked by :func:`check_writable_root`.
+    a word meanwhile. :func:`mlflow_unanswered` asks it once first, for up to ``timeout_s``, else MLflow's own
+    MLFLOW_HTTP_REQUEST_TIMEOUT where the user set it, else 15 s. Other tracking URIs are not probed: a
+    database is opened at registration, a local file is checked by :func:`check_writable_root`.
     """
-    parts = urlsplit(settings.mlflow_tracking_uri)
-    if parts.scheme.lower() not in ("http", "https"):
+    uri = settings.mlflow_tracking_uri
+    if urlsplit(uri).scheme.lower() not in ("http", "https"):
         return
+    bound = probe_bound() if timeout_s is None else timeout_s
+    log.step_info("preflight", f"asking MLflow at {public_tracking_uri(uri)} whether it answers (at most {bound:g} s)")
+    if (why := mlflow_unanswered(uri, bound)) is not None:
+        raise RegistryError(
+            f"MLFLOW_TRACKING_URI={public_tracking_uri(uri)!r}: {why}; expected a reachable MLflow server "
+            "(checked before training: nothing was written)"
+        )
+
+
+def mlflow_unanswered(uri: str, bound: float) -> str | None:
+    """Why the MLflow server at an ``http(s)://`` ``uri`` gave no answer within ``bound`` seconds; None if it did.
+
+    One ``GET <uri>/health``, without credentials; any HTTP status is an answer (a proxy may want a login). A
+    refused connection (a server starting or restarting) is asked again until the bound. The certificate is
+    not checked (nothing secret is sent; MLflow checks it, with its own settings, when it talks to the server).
+    Another scheme is not asked: None.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in ("http", "https"):
+        return None
     url = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/") + "/health", "", ""))
-    bound = _probe_bound() if timeout_s is None else timeout_s
-    log.step_info("preflight", f"asking MLflow whether it answers: GET {url} (at most {bound:g} s)")
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     deadline = time.monotonic() + bound
@@ -82,22 +97,19 @@ def check_tracking_reachable(settings: PlatformSettings, timeout_s: float | None
         try:
             with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.01), context=context) as got:
                 got.read(1)
-            return
+            return None
         except urllib.error.HTTPError:
-            return  # the server answered
+            return None  # the server answered
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             if isinstance(why, ConnectionRefusedError) and time.monotonic() + _REFUSED_RETRY_S < deadline:
                 time.sleep(_REFUSED_RETRY_S)
                 continue
-            raise RegistryError(
-                f"MLFLOW_TRACKING_URI={public_tracking_uri(settings.mlflow_tracking_uri)!r}: no answer to GET {url} "
-                f"within {bound:g} s ({type(why).__name__}: {why}); expected a reachable MLflow server "
-                "(checked before training: nothing was written)"
-            ) from exc
+            return f"no answer to GET {url} within {bound:g} s ({type(why).__name__}: {why})"
 
 
-def _probe_bound() -> float:
+def probe_bound() -> float:
+    """MLflow's MLFLOW_HTTP_REQUEST_TIMEOUT where the user set it (their bound on one request), else 15 s."""
     # MLflow's own variable, read from the process environment as MLflow reads it: the user's bound on a request
     text = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "")
     try:
