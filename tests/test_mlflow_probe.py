@@ -18,6 +18,7 @@ from conftest import write_small_churn
 
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.mlflow_probe import require_answer
 from ml8s.pipeline.preflight import check_tracking_reachable
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
@@ -118,3 +119,17 @@ def test_ml8s_run_with_an_absent_server_fails_before_any_write(tmp_path: Path, r
     assert "within 1 s (ConnectionRefusedError" in last, last  # MLflow's own bound on a request, where set
     assert "[snapshot]" not in done.stderr and "[train]" not in done.stderr
     assert not (tmp_path / "root" / "ml8s_training_runs").exists()
+
+
+def test_an_answer_is_remembered_and_a_silence_is_not(refused_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "0.3")
+    uri = f"http://127.0.0.1:{refused_port}"
+    with pytest.raises(RegistryError, match=rf"^REGISTRY_ERROR: MLflow at {uri}: no answer to GET {uri}/health"):
+        require_answer(uri)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", refused_port), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.handle_request, daemon=True)  # answers one request, then stops
+    thread.start()
+    require_answer(uri)  # asked again (a silence is not remembered): answered this time
+    thread.join(timeout=30)
+    server.server_close()
+    require_answer(uri)  # nothing listens now: the answer is remembered, nothing is asked

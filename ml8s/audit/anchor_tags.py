@@ -28,6 +28,7 @@ from ml8s.chain import RECORD_MAX_BYTES, Anchor, read_anchor
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri
+from ml8s.mlflow_probe import require_answer
 from ml8s.registry.query import versions_of_hash
 from ml8s.store.operator_files import read_operator_file
 
@@ -133,4 +134,5 @@ def _client(tracking_uri: str) -> MlflowClient:
         path = tracking_uri[len("sqlite:///") :].split("?")[0]
         if path != ":memory:" and not os.path.isfile(path):
             raise RegistryError(f"MLflow database {path} ({tracking_uri}) does not exist")
+    require_answer(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri)

@@ -20,7 +20,7 @@ from ml8s.errors import RegistryError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri
-from ml8s.pipeline.preflight import mlflow_unanswered, probe_bound
+from ml8s.mlflow_probe import require_answer
 from ml8s.registry.confirm import confirm_registration, missing_database, registry_errors
 from ml8s.registry.mlflow_run import mlflow_params
 from ml8s.registry.query import versions_of_hash
@@ -117,8 +117,7 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
     if (path := missing_database(uri)) is not None:
         raise RegistryError(f"MLflow database {path} ({uri}) does not exist")
     shown = public_tracking_uri(uri)  # reports and bundles never carry a password
-    if (why := mlflow_unanswered(uri, probe_bound())) is not None:  # MLflow's client would wait many minutes
-        raise RegistryError(f"MLflow at {shown}: {why}; expected a reachable MLflow server")
+    require_answer(uri)  # MLflow's client would wait many minutes on a hung server
     where = f"model {ref.model_name!r} version {ref.model_version} in MLflow at {shown}"
     with registry_errors(where):  # a malformed database is a named error too, never a traceback
         client = MlflowClient(tracking_uri=uri)  # opens the database (its schema is read here)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ml8s.errors import RegistryError
 from ml8s.identity.uri import public_tracking_uri
+from ml8s.mlflow_probe import require_answer
 from ml8s.registry.confirm import confirm_registration, missing_database, registry_errors
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def registration_states(refs: Mapping[str, Mapping[str, object]], env: Mapping[s
             continue
         try:
             with registry_errors(f"model {name!r} version {version} in MLflow at {recorded}"):
+                require_answer(uri)  # a hung server: one line per run, not minutes of MLflow's retries
                 client = clients.get(uri) or clients.setdefault(uri, MlflowClient(tracking_uri=uri))
                 confirm_registration(client, recorded, name, version, mlflow_run)
                 client.get_model_version(name, version)

@@ -11,20 +11,15 @@ not probed: a write there needs credentials the first write will exercise anyway
 
 from __future__ import annotations
 
-import http.client
-import math
 import os
-import ssl
-import time
-import urllib.error
-import urllib.request
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ml8s import log
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri, sqlite_path  # not ml8s.registry's: it imports MLflow's logging
+from ml8s.mlflow_probe import mlflow_unanswered, probe_bound
 from ml8s.store.root_shape import check_local_root, kind_of
 
 
@@ -53,10 +48,6 @@ def check_writable_root(settings: PlatformSettings) -> None:
         )
 
 
-MLFLOW_PROBE_TIMEOUT_S = 15.0
-_REFUSED_RETRY_S = 0.25
-
-
 def check_tracking_reachable(settings: PlatformSettings, timeout_s: float | None = None) -> None:
     """Raise :class:`RegistryError` when an ``http(s)://`` MLFLOW_TRACKING_URI does not answer, before training.
 
@@ -76,47 +67,6 @@ def check_tracking_reachable(settings: PlatformSettings, timeout_s: float | None
             f"MLFLOW_TRACKING_URI={public_tracking_uri(uri)!r}: {why}; expected a reachable MLflow server "
             "(checked before training: nothing was written)"
         )
-
-
-def mlflow_unanswered(uri: str, bound: float) -> str | None:
-    """Why the MLflow server at an ``http(s)://`` ``uri`` gave no answer within ``bound`` seconds; None if it did.
-
-    One ``GET <uri>/health``, without credentials; any HTTP status is an answer (a proxy may want a login). A
-    refused connection (a server starting or restarting) is asked again until the bound. The certificate is
-    not checked (nothing secret is sent; MLflow checks it, with its own settings, when it talks to the server).
-    Another scheme is not asked: None.
-    """
-    parts = urlsplit(uri)
-    if parts.scheme.lower() not in ("http", "https"):
-        return None
-    url = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/") + "/health", "", ""))
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    deadline = time.monotonic() + bound
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.01), context=context) as got:
-                got.read(1)
-            return None
-        except urllib.error.HTTPError:
-            return None  # the server answered
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            if isinstance(why, ConnectionRefusedError) and time.monotonic() + _REFUSED_RETRY_S < deadline:
-                time.sleep(_REFUSED_RETRY_S)
-                continue
-            return f"no answer to GET {url} within {bound:g} s ({type(why).__name__}: {why})"
-
-
-def probe_bound() -> float:
-    """MLflow's MLFLOW_HTTP_REQUEST_TIMEOUT where the user set it (their bound on one request), else 15 s."""
-    # MLflow's own variable, read from the process environment as MLflow reads it: the user's bound on a request
-    text = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "")
-    try:
-        value = float(text)
-    except ValueError:
-        return MLFLOW_PROBE_TIMEOUT_S
-    return value if 0 < value < math.inf else MLFLOW_PROBE_TIMEOUT_S
 
 
 def _writable_dir(variable: str, uri: str, path: str) -> None:

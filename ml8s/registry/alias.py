@@ -13,6 +13,7 @@ import time
 from ml8s.context.run import RunContext
 from ml8s.contract import Manifest
 from ml8s.errors import RegistryError
+from ml8s.mlflow_probe import require_answer
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
 from ml8s.registry.schema import first_line
@@ -35,6 +36,7 @@ def move_head_alias(ctx: RunContext, manifest_text: str) -> None:
     if not model_name or not model_version:
         return  # a manifest of no registered model (never written by a run that trained): nothing to point at
     uri = ctx.settings.mlflow_tracking_uri_for_registry()
+    require_answer(uri)
     try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
         with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
             MlflowClient(tracking_uri=uri).set_registered_model_alias(model_name, HEAD_ALIAS, model_version)

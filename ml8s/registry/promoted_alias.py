@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.mlflow_probe import require_answer
 from ml8s.registry.query import versions_of_hash
 
 PROMOTED_ALIAS = "promoted"
@@ -24,6 +25,7 @@ def move_promoted_alias(settings: PlatformSettings, full_config_hash: str) -> st
     from mlflow.exceptions import MlflowException
 
     uri = settings.mlflow_tracking_uri_for_registry()
+    require_answer(uri)
     try:
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         found = versions_of_hash(client, settings.mlflow_model_name, full_config_hash)

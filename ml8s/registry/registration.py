@@ -29,6 +29,7 @@ from ml8s.context.run import RunContext
 from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.identity.uri import public_tracking_uri
+from ml8s.mlflow_probe import require_answer
 from ml8s.registry.claim import RegistryClaim, gone_reason, read_claim, this_process
 from ml8s.registry.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
 from ml8s.registry.mlflow_run import epoch_log, log_run_data
@@ -71,6 +72,7 @@ def register(
     from sqlalchemy.exc import SQLAlchemyError
 
     uri = ctx.settings.mlflow_tracking_uri_for_registry()  # an s3:// root has no default: ConfigError naming it
+    require_answer(uri)  # a Flyte task's first word with MLflow: a hung server fails in seconds, by name
     deadline = time.monotonic() + timeout_s
     try:
         # MLflow logs each failed database session with a traceback (a full disk fails several); the user

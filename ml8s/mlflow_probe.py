@@ -1,0 +1,80 @@
+"""Whether an MLflow server answers at all, asked in seconds, before MLflow's own client is let loose on it.
+
+MLflow's client waits up to MLFLOW_HTTP_REQUEST_TIMEOUT (120 s) for each request and retries it up to seven
+times: against an absent or hung server a command would sit silently for many minutes. Every ml8s path
+that talks to an ``http(s)://`` tracking server asks here first (a run before it trains, ``verify``,
+``runs list``, promotion, anchors); other tracking URIs (a database, a local file) are not asked.
+"""
+
+from __future__ import annotations
+
+import http.client
+import math
+import os
+import ssl
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit, urlunsplit
+
+from ml8s.errors import RegistryError
+from ml8s.identity.uri import public_tracking_uri
+
+MLFLOW_PROBE_TIMEOUT_S = 15.0
+_REFUSED_RETRY_S = 0.25
+
+
+def require_answer(uri: str) -> None:
+    """Raise :class:`RegistryError` when the MLflow server at ``uri`` gives no answer within :func:`probe_bound`.
+
+    A server that answered is not asked again by this process; not ``http(s)://``: nothing is asked.
+    """
+    if uri in _ANSWERED:
+        return
+    if (why := mlflow_unanswered(uri, probe_bound())) is not None:
+        raise RegistryError(f"MLflow at {public_tracking_uri(uri)}: {why}; expected a reachable MLflow server")
+    _ANSWERED.add(uri)
+
+
+_ANSWERED: set[str] = set()
+
+
+def mlflow_unanswered(uri: str, bound: float) -> str | None:
+    """Why the MLflow server at an ``http(s)://`` ``uri`` gave no answer within ``bound`` seconds; None if it did.
+
+    One ``GET <uri>/health``, without credentials; any HTTP status is an answer (a proxy may want a login). A
+    refused connection (a server starting or restarting) is asked again until the bound. The certificate is
+    not checked (nothing secret is sent; MLflow checks it, with its own settings, when it talks to the server).
+    Another scheme is not asked: None.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in ("http", "https"):
+        return None
+    url = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/") + "/health", "", ""))
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.01), context=context) as got:
+                got.read(1)
+            return None
+        except urllib.error.HTTPError:
+            return None  # the server answered
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(why, ConnectionRefusedError) and time.monotonic() + _REFUSED_RETRY_S < deadline:
+                time.sleep(_REFUSED_RETRY_S)
+                continue
+            return f"no answer to GET {url} within {bound:g} s ({type(why).__name__}: {why})"
+
+
+def probe_bound() -> float:
+    """MLflow's MLFLOW_HTTP_REQUEST_TIMEOUT where the user set it (their bound on one request), else 15 s."""
+    # MLflow's own variable, read from the process environment as MLflow reads it: the user's bound on a request
+    text = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return MLFLOW_PROBE_TIMEOUT_S
+    return value if 0 < value < math.inf else MLFLOW_PROBE_TIMEOUT_S
