@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -375,6 +376,28 @@ def test_unreachable_endpoint_fails_fast() -> None:
         store.put_if_absent("m", b"")
     assert sent[2:] == ["PutObject"]  # a conditional write is sent once, and not read back: it never left
     assert time.monotonic() - started < 10
+
+
+def test_each_failed_attempt_is_said_and_an_answer_is_not(
+    s3_server: S3Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """botocore retries in silence: against a hung endpoint a user waited minutes without a word."""
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_MAX_ATTEMPTS": "3"}
+    with caplog.at_level(logging.WARNING, logger="ml8s.store.s3"):
+        with pytest.raises(StoreUnavailableError):
+            S3Store("s3://b/p", env=env).get("k")
+        said = [r.getMessage() for r in caplog.records if r.name == "ml8s.store.s3"]
+        assert len(said) == 3, said
+        for attempt, line in enumerate(said, start=1):
+            assert line.startswith(f"S3 GetObject at {url}: attempt {attempt} of 3 failed (Could not connect"), line
+        assert [line.endswith("; trying again") for line in said] == [True, True, False]
+        caplog.clear()
+        store = S3Store(f"s3://{s3_server.make_bucket()}/p", env=s3_server.env())
+        with pytest.raises(NotFoundError):
+            store.get("absent")  # a 404 is an answer
+        assert store.put_if_absent("k", b"1") and store.get("k") == b"1"
+        assert [r for r in caplog.records if r.name == "ml8s.store.s3"] == []
 
 
 def test_missing_bucket_is_named(s3_server: S3Endpoint) -> None:

@@ -92,6 +92,25 @@ class S3Base(Store):
         once = config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))  # see _conditional_put
         self._once: S3Client = session.client("s3", endpoint_url=endpoint, config=once)
         self.endpoint = self._client.meta.endpoint_url
+        # botocore retries in silence (a hung endpoint: AWS_MAX_ATTEMPTS x 30 s); each failed attempt is said
+        self._client.meta.events.register("needs-retry.s3", self._say_failed_attempt)
+
+    def _say_failed_attempt(
+        self, attempts: int, caught_exception: Exception | None = None, response: object = None, **kwargs: object
+    ) -> None:
+        """A WARNING per failed attempt of a request (connection, timeout, 5xx, throttling), none otherwise."""
+        if caught_exception is not None:
+            why = str(caught_exception).splitlines()[0] if str(caught_exception) else type(caught_exception).__name__
+        else:
+            status, code = _status_and_code(response)
+            if status < 500 and code not in _SLOW:
+                return  # an answer (2xx, or a 4xx that is not retried): nothing to say
+            why = f"HTTP {status} {code}".rstrip()
+        operation = getattr(kwargs.get("operation"), "name", "request")
+        more = "; trying again" if attempts < self.attempts else ""
+        log.warning(
+            "S3 %s at %s: attempt %d of %d failed (%s)%s", operation, self.endpoint, attempts, self.attempts, why, more
+        )
 
     # -- helpers --------------------------------------------------------------------------------
     def _key(self, key: str) -> str:
@@ -188,3 +207,14 @@ def _chain(exc: BaseException | None) -> Iterator[BaseException]:
     while exc is not None:
         yield exc
         exc = exc.__cause__ or exc.__context__
+
+
+def _status_and_code(response: object) -> tuple[int, str]:
+    """The HTTP status and S3 error code of botocore's ``(http_response, parsed)`` pair (0, "" when absent)."""
+    if not isinstance(response, tuple) or len(response) != 2:
+        return 0, ""
+    http, parsed = response
+    status = getattr(http, "status_code", 0)
+    error = parsed.get("Error", {}) if isinstance(parsed, dict) else {}
+    code = error.get("Code", "") if isinstance(error, dict) else ""
+    return (status if isinstance(status, int) else 0), (code if isinstance(code, str) else "")
