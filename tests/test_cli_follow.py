@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,24 @@ def test_follow_once_swaps_current(
         [os.path.basename(first), os.path.basename(os.readlink(current))]
     )
     assert main(["follow", "--out", str(out), "--once"]) == 0  # nothing new: unchanged
+
+
+def test_a_directory_where_current_belongs_is_named_and_kept(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    (out / "current").unlink()
+    (out / "current").mkdir()  # an operator's copy, say
+    (out / "current" / "mine.txt").write_text("keep me")
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ml8s: CONFIG_ERROR: --out {out}: {out / 'current'} is a directory")
+    assert (out / "current" / "mine.txt").read_text() == "keep me"
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".current-")) == []  # no swap link left
+    shutil.rmtree(out / "current")
+    assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
 
 
 def test_follow_pinned(committed: tuple[str, list[str]], tmp_path: Path) -> None:

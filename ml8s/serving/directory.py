@@ -80,6 +80,7 @@ class ModelDirectory:
             os.makedirs(self.versions, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"--out {root}: {exc.strerror or exc}; expected a writable directory") from exc
+        self._check_current()
         self._remove_leftovers()  # of a follower killed mid-publish
 
     @property
@@ -123,12 +124,31 @@ class ModelDirectory:
             self._write(os.path.join(self.versions, dest), files)
         previous = self.target()
         if previous != dest:
+            self._check_current()
             link = os.path.join(self.root, f".{CURRENT}-{uuid.uuid4().hex}")
             os.symlink(os.path.join(VERSIONS, dest), link)
-            os.replace(link, os.path.join(self.root, CURRENT))  # the swap: one rename
+            try:
+                os.replace(link, os.path.join(self.root, CURRENT))  # the swap: one rename
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(link)
+                raise ConfigError(
+                    f"--out {self.root}: cannot point {CURRENT} at {VERSIONS}/{dest}: {exc.strerror or exc}; "
+                    "expected a writable directory"
+                ) from exc
             fsync_dir(self.root)
         self._prune(dest, previous)
         return os.path.join(self.versions, dest)
+
+    def _check_current(self) -> None:
+        """``current`` must be the link a follower keeps (or absent): a real directory there is someone's, and
+        a rename cannot replace it, so it is named before anything is fetched (and never deleted)."""
+        path = os.path.join(self.root, CURRENT)
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise ConfigError(
+                f"--out {self.root}: {path} is a directory, not the symlink a follower keeps there; expected a "
+                "symlink or nothing (move the directory away: ml8s does not delete it)"
+            )
 
     def _free_name(self, name: str) -> str:
         """``name``, or its first free repair name ``name-r1``, ``name-r2`` ... (a damaged copy is never renamed
