@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,6 +86,18 @@ def test_a_broken_symlink_is_still_called_broken(tmp_path: Path) -> None:
     os.symlink(tmp_path / "nowhere", tmp_path / "gone")
     with pytest.raises(DataError, match=r"DATA_ROOT file://.*gone is a broken symlink"):
         fingerprint_local(str(tmp_path / "gone"))
+
+
+def test_a_fifo_or_socket_in_the_data_is_named_not_skipped(tmp_path: Path) -> None:
+    data = write_small_churn(tmp_path / "data", rows=60, files=1)
+    os.mkfifo(data / "more.csv")  # reading it would wait for a writer forever; skipping it would hide it
+    with pytest.raises(DataError, match=r"^DATA_ERROR: DATA_ROOT holds .*more\.csv, a FIFO; expected only regular"):
+        fingerprint_local(str(data))
+    (data / "more.csv").unlink()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(data / "sock"))
+        with pytest.raises(DataError, match=r"DATA_ROOT holds .*sock, a socket; expected only regular"):
+            fingerprint_local(str(data))
 
 
 def test_a_file_turned_into_a_loop_after_fingerprinting_is_named(tmp_path: Path) -> None:

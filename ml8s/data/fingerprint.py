@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import DataError
+from ml8s.store.root_shape import kind_of
 
 _PROGRESS_BYTES = 256 * 1024 * 1024  # show progress only when there is that much to hash
 
@@ -175,6 +176,8 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
             raise DataError(f"symlink loop in DATA_ROOT at {path}; expected a file or directory")
         elif os.path.islink(path):
             raise DataError(f"broken symlink in DATA_ROOT: {path}")
+        else:  # a FIFO, a socket, a device: never data, and never skipped in silence
+            raise DataError(f"DATA_ROOT holds {path}, {kind_of(path)}; expected only regular files and directories")
 
 
 def _progress(done: int, total: int, started: float) -> None:
