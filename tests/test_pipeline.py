@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,6 +96,28 @@ def test_rerun_returns_early_writes_nothing_and_adds_no_version(
     assert (run_dir(root, str(manifest["run_id"])) / layout.MANIFEST).read_text() == proc.stdout
     assert tree(root) == before  # not one file rewritten, MLflow's database included
     assert model_versions(root) == ["1"]
+
+
+@pytest.mark.parametrize(("damage", "said"), [("delete", "is missing"), ("truncate", "has 10 bytes")])
+def test_a_damaged_completed_run_is_named_at_the_gate_not_returned(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path, damage: str, said: str
+) -> None:
+    """The gate returns the stored manifest as the run's result: never one naming files gone since."""
+    data, root, manifest = completed
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy)
+    victim = run_dir(copy, str(manifest["run_id"])) / ("metrics.json" if damage == "delete" else "model/model.onnx")
+    if damage == "delete":
+        victim.unlink()
+    else:
+        os.truncate(victim, 10)
+    before = tree(copy)
+    proc = ml8s(env_for(data, copy), "run", check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-2000:]
+    assert last.startswith(f"ml8s: STORE_ERROR: run {manifest['run_id']} is marked complete but ") and said in last
+    assert "FORCE_RERUN=true" in last and tree(copy) == before  # nothing written
+    assert json.loads(ml8s(env_for(data, copy), "run", "--force-rerun").stdout)["force_rerun"]["reproduced"] is True
 
 
 def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:

@@ -10,11 +10,11 @@ import datetime
 import json
 import socket
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from ml8s import log
 from ml8s.context.run import RunContext
-from ml8s.contract import ConfigSnapshot, Incident, layout
+from ml8s.contract import ConfigSnapshot, Incident, Manifest, layout
 from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.store import Store
@@ -56,10 +56,36 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
                 f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.MANIFEST)} does not; "
                 "the run was finalized by an incompatible writer or tampered with (run `ml8s verify`)"
             ) from exc
+        _check_artifacts_present(ctx, store, manifest)
         ctx.log("gate", "success.marker found and snapshot matches: returning the stored manifest")
         return GateDecision(completed=True, manifest=manifest)
     ctx.log("gate", "no success.marker: running Steps 2-7")
     return GateDecision(completed=False)
+
+
+def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> None:
+    """Every artifact the stored manifest names is there with its recorded size: one listing, no reads.
+
+    The gate returns that manifest as the run's result; a caller must not get paths to files deleted or cut
+    short since (checksums are ``ml8s verify``'s, which reads every byte).
+    """
+    try:
+        recorded = Manifest.model_validate_json(manifest).artifacts
+    except ValidationError as exc:
+        raise StoreError(
+            f"{ctx.uri(layout.MANIFEST)} is not a valid manifest ({exc.errors()[0]['msg']}); the run was tampered "
+            "with (run `ml8s verify`)"
+        ) from exc
+    prefix = ctx.key("")
+    found = {info.key[len(prefix) :]: info.size for info in store.list(prefix)}
+    for rel, artifact in sorted(recorded.items()):
+        size = found.get(rel)
+        if size != artifact.size:
+            what = "is missing" if size is None else f"has {size} bytes"
+            raise StoreError(
+                f"run {ctx.run_id} is marked complete but {ctx.uri(rel)} {what}; manifest.json records "
+                f"{artifact.size} bytes (run `ml8s verify`; FORCE_RERUN=true trains the run again)"
+            )
 
 
 def clear_run(ctx: RunContext, store: Store) -> None:
