@@ -117,7 +117,9 @@ def test_a_damaged_completed_run_is_named_at_the_gate_not_returned(
     assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-2000:]
     assert last.startswith(f"ml8s: STORE_ERROR: run {manifest['run_id']} is marked complete but ") and said in last
     assert "FORCE_RERUN=true" in last and tree(copy) == before  # nothing written
-    assert json.loads(ml8s(env_for(data, copy), "run", "--force-rerun").stdout)["force_rerun"]["reproduced"] is True
+    if damage == "truncate":  # the way out the message names (once: a forced run trains)
+        forced = json.loads(ml8s(env_for(data, copy), "run", "--force-rerun").stdout)
+        assert forced["force_rerun"]["reproduced"] is True
 
 
 def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:
