@@ -19,6 +19,7 @@ from conftest import write_small_churn
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.mlflow_probe import require_answer
+from ml8s.ops.registrations import registration_states
 from ml8s.pipeline.preflight import check_tracking_reachable
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
@@ -133,3 +134,26 @@ def test_an_answer_is_remembered_and_a_silence_is_not(refused_port: int, monkeyp
     thread.join(timeout=30)
     server.server_close()
     require_answer(uri)  # nothing listens now: the answer is remembered, nothing is asked
+
+
+def test_runs_list_asks_a_silent_server_once_for_all_its_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "0.3")
+    accepted: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(0.1)
+
+        def accept() -> None:
+            while server.fileno() >= 0:
+                try:
+                    accepted.append(server.accept()[0])  # kept open, never answered
+                except OSError:
+                    continue
+
+        threading.Thread(target=accept, daemon=True).start()
+        uri = f"http://127.0.0.1:{server.getsockname()[1]}"
+        ref = {"tracking_uri": uri, "model_name": "m", "model_version": "1", "mlflow_run_id": "r"}
+        states = registration_states({"aaaaaaaaaaaa": ref, "bbbbbbbbbbbb": ref, "cccccccccccc": ref}, {})
+    assert len(set(states.values())) == 1 and len(accepted) == 1, (states, len(accepted))
+    assert states["aaaaaaaaaaaa"].startswith(f"unconfirmed: REGISTRY_ERROR: MLflow at {uri}: no answer to GET ")
+    for connection in accepted:
+        connection.close()

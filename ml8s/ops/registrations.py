@@ -27,6 +27,7 @@ def registration_states(refs: Mapping[str, Mapping[str, object]], env: Mapping[s
     from mlflow import MlflowClient
 
     clients: dict[str, MlflowClient] = {}
+    unanswered: dict[str, str] = {}  # the state of every run of a server that gave no answer
     states: dict[str, str] = {}
     configured = env.get("MLFLOW_TRACKING_URI", "")
     for run_id, ref in sorted(refs.items()):
@@ -40,9 +41,16 @@ def registration_states(refs: Mapping[str, Mapping[str, object]], env: Mapping[s
         if (path := missing_database(uri)) is not None:
             states[run_id] = f"unconfirmed: MLflow database {path} does not exist"
             continue
+        if uri in unanswered:
+            states[run_id] = unanswered[uri]
+            continue
+        try:
+            require_answer(uri)  # a hung server: seconds, once per server, not minutes of MLflow's retries per run
+        except RegistryError as exc:
+            states[run_id] = unanswered[uri] = f"unconfirmed: {exc}"
+            continue
         try:
             with registry_errors(f"model {name!r} version {version} in MLflow at {recorded}"):
-                require_answer(uri)  # a hung server: one line per run, not minutes of MLflow's retries
                 client = clients.get(uri) or clients.setdefault(uri, MlflowClient(tracking_uri=uri))
                 confirm_registration(client, recorded, name, version, mlflow_run)
                 client.get_model_version(name, version)
