@@ -107,13 +107,29 @@ def heartbeat(step: str, waiting_on: str, every_s: float = 30.0) -> Iterator[Non
     per request): the user sees that the step is alive and what it waits on. A wait shorter than
     ``every_s`` logs nothing.
     """
-    done, start = threading.Event(), time.monotonic()
 
-    def beat() -> None:
-        while not done.wait(every_s):
-            step_info(step, f"still waiting on {waiting_on}: {time.monotonic() - start:.0f}s so far")
+    def say(waited: float) -> None:
+        step_info(step, f"still waiting on {waiting_on}: {waited:.0f}s so far")
 
-    thread = threading.Thread(target=beat, name=f"ml8s-heartbeat-{step}", daemon=True)
+    with while_waiting(say, first_s=every_s, every_s=every_s, name=f"ml8s-heartbeat-{step}"):
+        yield
+
+
+@contextlib.contextmanager
+def while_waiting(
+    say: Callable[[float], None], *, first_s: float, every_s: float, name: str, since: float | None = None
+) -> Iterator[None]:
+    """While inside, call ``say(seconds since since)`` after ``first_s`` seconds, then every ``every_s``, from a
+    daemon thread named ``name`` (stopped and joined on leaving). ``since`` defaults to entering."""
+    done, start = threading.Event(), time.monotonic() if since is None else since
+
+    def watch() -> None:
+        wait = first_s
+        while not done.wait(wait):
+            say(time.monotonic() - start)
+            wait = every_s
+
+    thread = threading.Thread(target=watch, name=name, daemon=True)
     thread.start()
     try:
         yield

@@ -27,13 +27,10 @@ _REFUSED_RETRY_S = 0.25
 def require_answer(uri: str) -> None:
     """Raise :class:`RegistryError` when the MLflow server at ``uri`` gives no answer within :func:`probe_bound`.
 
-    A server that answered is not asked again by this process; not ``http(s)://``: nothing is asked.
+    Not ``http(s)://``: nothing is asked.
     """
-    if uri in _ANSWERED:
-        return
     if (why := mlflow_unanswered(uri, probe_bound())) is not None:
         raise RegistryError(f"MLflow at {public_tracking_uri(uri)}: {why}; expected a reachable MLflow server")
-    _ANSWERED.add(uri)
 
 
 _ANSWERED: set[str] = set()
@@ -45,10 +42,11 @@ def mlflow_unanswered(uri: str, bound: float) -> str | None:
     One ``GET <uri>/health``, without credentials; any HTTP status is an answer (a proxy may want a login). A
     refused connection (a server starting or restarting) is asked again until the bound. The certificate is
     not checked (nothing secret is sent; MLflow checks it, with its own settings, when it talks to the server).
-    Another scheme is not asked: None.
+    Another scheme is not asked: None. A server that answered is not asked again by this process (a run's
+    preflight, then its registration); a silence is not remembered.
     """
     parts = urlsplit(uri)
-    if parts.scheme.lower() not in ("http", "https"):
+    if parts.scheme.lower() not in ("http", "https") or uri in _ANSWERED:
         return None
     url = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/") + "/health", "", ""))
     context = ssl.create_default_context()
@@ -58,15 +56,16 @@ def mlflow_unanswered(uri: str, bound: float) -> str | None:
         try:
             with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.01), context=context) as got:
                 got.read(1)
-            return None
         except urllib.error.HTTPError:
-            return None  # the server answered
+            pass  # the server answered
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             if isinstance(why, ConnectionRefusedError) and time.monotonic() + _REFUSED_RETRY_S < deadline:
                 time.sleep(_REFUSED_RETRY_S)
                 continue
             return f"no answer to GET {url} within {bound:g} s ({type(why).__name__}: {why})"
+        _ANSWERED.add(uri)
+        return None
 
 
 def probe_bound() -> float:

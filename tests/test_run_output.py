@@ -3,12 +3,14 @@ warnings about look-alike variables, and the per-epoch held-out record, which ch
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +39,9 @@ def test_a_line_has_time_elapsed_level_step_and_is_clipped_at_160() -> None:
     assert warning.endswith("y" * 400)
 
 
-def test_each_step_logs_its_wall_time_and_peak_rss() -> None:
+@contextlib.contextmanager
+def _ml8s_lines() -> Iterator[io.StringIO]:
+    """What the ``ml8s`` logger writes at INFO while inside, formatted as the CLI formats it."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(log.HumanFormatter())
@@ -46,6 +50,14 @@ def test_each_step_logs_its_wall_time_and_peak_rss() -> None:
     old = logger.level
     logger.setLevel(logging.INFO)
     try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+
+
+def test_each_step_logs_its_wall_time_and_peak_rss() -> None:
+    with _ml8s_lines() as stream:
 
         @log.timed("features")
         def step(fail: bool) -> int:
@@ -56,32 +68,19 @@ def test_each_step_logs_its_wall_time_and_peak_rss() -> None:
         assert step(False) == 7
         with pytest.raises(ValueError, match="boom"):
             step(True)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
     done, failed = stream.getvalue().splitlines()
     assert re.search(r"\[features\] done in \d+\.\ds, peak RSS \d+ MiB$", done)
     assert re.search(r"\[features\] failed after \d+\.\ds, peak RSS \d+ MiB$", failed)
 
 
 def test_a_long_wait_logs_that_it_is_alive_and_a_short_one_nothing() -> None:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(log.HumanFormatter())
-    logger = logging.getLogger("ml8s")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    try:
+    with _ml8s_lines() as stream:
         with log.heartbeat("register", "MLflow at http://mlflow:5000", every_s=0.05):
             time.sleep(0.3)
         beats = len(stream.getvalue().splitlines())
         time.sleep(0.2)  # it stopped with the block
         with log.heartbeat("register", "MLflow at http://mlflow:5000", every_s=30):
             pass
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
     lines = stream.getvalue().splitlines()
     assert len(lines) == beats >= 2, lines
     assert all(re.search(r"\[register\] still waiting on MLflow at http://mlflow:5000: \d+s so far$", x) for x in lines)

@@ -18,7 +18,6 @@ Anchor references (``--anchor``): a file path, or ``mlflow:`` (the registered mo
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
+from ml8s.registry.confirm import missing_database
 from ml8s.registry.query import versions_of_hash
 from ml8s.store.operator_files import read_operator_file
 
@@ -130,9 +130,7 @@ def _client(tracking_uri: str) -> MlflowClient:
     would create an empty database)."""
     from mlflow import MlflowClient
 
-    if tracking_uri.startswith("sqlite:///"):
-        path = tracking_uri[len("sqlite:///") :].split("?")[0]
-        if path != ":memory:" and not os.path.isfile(path):
-            raise RegistryError(f"MLflow database {path} ({tracking_uri}) does not exist")
+    if (path := missing_database(tracking_uri)) is not None:
+        raise RegistryError(f"MLflow database {path} ({tracking_uri}) does not exist")
     require_answer(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import random
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ml8s import log
 from ml8s.chain.commit import commit
 from ml8s.chain.models import ChainVersion, CommitMeta, PayloadBuilder, PayloadSource
 from ml8s.chain.payload import payload_files
@@ -104,24 +104,17 @@ def commit_with_retry(
     raise last
 
 
-@contextmanager
-def _watchdog(policy: RetryPolicy, start: float, where: str, notify: Callable[[str], None]) -> Iterator[None]:
+def _watchdog(
+    policy: RetryPolicy, start: float, where: str, notify: Callable[[str], None]
+) -> AbstractContextManager[None]:
     """Say so while an attempt is stuck (a hung endpoint answers nothing, so no error would ever tell)."""
-    done = threading.Event()
 
-    def watch() -> None:
-        wait = policy.report_after_s
-        while not done.wait(wait):
-            notify(
-                f"{where} has not answered for {time.monotonic() - start:.0f} s; still waiting "
-                f"(no new attempt after {policy.deadline_s:.0f} s)"
-            )
-            wait = REPEAT_REPORT_S
+    def say(waited: float) -> None:
+        notify(
+            f"{where} has not answered for {waited:.0f} s; still waiting "
+            f"(no new attempt after {policy.deadline_s:.0f} s)"
+        )
 
-    thread = threading.Thread(target=watch, name="ml8s-commit-watchdog", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
+    return log.while_waiting(
+        say, first_s=policy.report_after_s, every_s=REPEAT_REPORT_S, name="ml8s-commit-watchdog", since=start
+    )

@@ -159,9 +159,7 @@ def check_tracking_uri(uri: str, variable: str = "MLFLOW_TRACKING_URI") -> str:
     scheme = found.group(1).lower() if found and len(found.group(1)) > 1 else ""  # "C:" is a drive, not a scheme
     engine = scheme.split("+", 1)[0]
     if engine == "sqlite":
-        rest = uri.split(":", 1)[1]
-        path, _, query = rest[3:].partition("?") if rest.startswith("///") else ("", "", "")
-        if path in ("", ":memory:") or path.startswith("file::memory:") or "mode=memory" in query:
+        if not sqlite_path(uri):
             problem = "is an in-memory SQLite database: a model registered there is gone when the process ends"
             raise TrackingUriError(variable, uri, problem, _TRACKING_EXPECTED)
         return uri
@@ -209,8 +207,11 @@ def public_tracking_uri(uri: str) -> str:
 
 
 def sqlite_path(uri: str) -> str:
-    """The database file of a ``sqlite:///`` tracking URI, or ``""`` (another backend, or in memory)."""
-    if not uri.startswith("sqlite:///"):
+    """The database file of a ``sqlite:///`` (or ``sqlite+driver:///``) tracking URI, or ``""``: another
+    backend, or an in-memory database (no path, ``:memory:``, ``file::memory:``, ``mode=memory``)."""
+    scheme, _, rest = uri.partition(":")
+    if scheme.lower().split("+", 1)[0] != "sqlite" or not rest.startswith("///"):
         return ""
-    path = uri[len("sqlite:///") :].split("?")[0]
-    return "" if path in ("", ":memory:") else path
+    path, _, query = rest[3:].partition("?")
+    in_memory = path in ("", ":memory:") or path.startswith("file::memory:") or "mode=memory" in query
+    return "" if in_memory else path

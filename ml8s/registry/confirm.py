@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ml8s.errors import RegistryError, RegistryReplacedError
+from ml8s.identity.uri import sqlite_path
 from ml8s.registry.schema import first_line
 
 if TYPE_CHECKING:
@@ -24,10 +25,8 @@ if TYPE_CHECKING:
 
 def missing_database(uri: str) -> str | None:
     """The path of a ``sqlite:///`` database that does not exist (opening it would create it), else None."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///") :].split("?")[0]
-    return path if path != ":memory:" and not os.path.isfile(path) else None
+    path = sqlite_path(uri)
+    return path if path and not os.path.isfile(path) else None
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.context.run import RunContext
 from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
-from ml8s.identity.uri import public_tracking_uri
+from ml8s.identity.uri import public_tracking_uri, sqlite_path
 from ml8s.mlflow_probe import require_answer
 from ml8s.registry.claim import RegistryClaim, gone_reason, read_claim, this_process
 from ml8s.registry.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
@@ -254,8 +254,8 @@ def _unless_exists() -> Iterator[None]:
 @contextlib.contextmanager
 def _sqlite_lock(uri: str, deadline: float) -> Iterator[None]:
     """Serialize registrations on one sqlite file: MLflow's first schema migration races otherwise."""
-    path = uri[len("sqlite:///") :].split("?")[0] if uri.startswith("sqlite:///") else ""
-    if not path or path == ":memory:":
+    path = sqlite_path(uri)
+    if not path:
         yield
         return
     lock = os.path.abspath(path) + ".lock"
