@@ -2,18 +2,28 @@
 
 A UTF-8 byte order mark (Excel's "CSV UTF-8") made the first column's name differ between the header read
 for typing (which kept the mark) and Arrow's parse (which skips it): the run died with an INTERNAL_ERROR
-from inside Arrow. CRLF line ends are covered too.
+from inside Arrow. CRLF line ends are covered too, and so are quoted values that hold a newline (RFC 4180
+allows one): Arrow cut the text into blocks at newlines, so such a file parsed or failed by its size alone.
+A file cut short inside a quoted last value (Arrow reads it as running to the end of the file) and a record
+unlike the header are refused with the data row named.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
+import pytest
 from conftest import make_context, write_small_churn
 
+import ml8s.data.dataset as dataset
 from ml8s.context.publish import local_path
 from ml8s.contract import layout
+from ml8s.data.dataset import load_dataset, parse_file
+from ml8s.data.sources import fingerprint_data
+from ml8s.errors import DataError
 from ml8s.pipeline.features import compute_features
 
 
@@ -84,3 +94,77 @@ def test_parquet_integers_beyond_2_53_read_as_their_csv_text_does(tmp_path: Path
     from_csv = _features(tmp_path / "csv", tmp_path / "r1", tmp_path / "f1")
     assert "big" in from_parquet[1]
     assert from_parquet == from_csv
+
+
+def _one_file(directory: Path, text: bytes) -> Path:
+    directory.mkdir()
+    (directory / "a.csv").write_bytes(text)
+    return directory
+
+
+def _parsed_both_ways(directory: Path) -> tuple[int, list[object]]:
+    """The rows the training path reads (blocks) and the column ``note`` as the lineage path reads it (a table)."""
+    fingerprint = fingerprint_data(f"file://{directory}")
+    rows = load_dataset(fingerprint).rows
+    (entry,) = fingerprint.entries
+    table = parse_file(entry, (directory / entry.relative_path).read_bytes(), fingerprint.data_root)
+    return rows, table.column("note").to_pylist()
+
+
+def test_quoted_newlines_in_values_parse_alike_at_any_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1.6 MB: more than read_csv's 1 MiB block (parse_file); the training path's block is made 64 KiB so its
+    # boundaries fall inside quoted values too. Both failed ("Expected 3 columns, got 1") before.
+    monkeypatch.setattr(dataset, "_BLOCK", 64 * 1024)
+    rows = 40_000
+    lines = [f'{i},"line one, {i}\nline two",{"yes" if i % 3 else "no"}\n' for i in range(rows)]
+    text = ("x,note,churned\n" + "".join(lines)).encode()
+    assert len(text) > 1024 * 1024
+    expected = [record[1] for record in csv.reader(io.StringIO(text.decode(), newline=""))][1:]
+    assert _parsed_both_ways(_one_file(tmp_path / "d", text)) == (rows, expected)
+
+
+@pytest.mark.parametrize(
+    "ending",
+    ['"no\n', '"no', '"\n', '"n""o', '"no\r\n\r\n', '"no\n5,e,yes\n'],
+    ids=["newline", "no-newline", "empty", "escaped-quote", "crlf", "rows-swallowed"],
+)
+def test_a_file_cut_inside_a_quoted_last_value_is_refused(tmp_path: Path, ending: str) -> None:
+    directory = _one_file(tmp_path / "d", ("x,note,churned\n1,a,yes\n2,b,no\n3,c,yes\n4,d," + ending).encode())
+    fingerprint = fingerprint_data(f"file://{directory}")
+    says = "column 'churned', data row 4 (1 = the first row after the header): a quoted value is still open"
+    with pytest.raises(DataError, match=r"a\.csv .*" + says.replace("(", r"\(").replace(")", r"\)")):
+        load_dataset(fingerprint)
+    with pytest.raises(DataError, match="still open at the end of the file"):
+        parse_file(fingerprint.entries[0], (directory / "a.csv").read_bytes(), fingerprint.data_root)
+
+
+@pytest.mark.parametrize("ending", ['"no"\n', '"n""o"\r\n\r\n', "\n", "no", '""', '"a\nb"'])
+def test_a_closed_or_unquoted_last_value_loads(tmp_path: Path, ending: str) -> None:
+    text = "x,note,churned\n1,a,yes\n2,b,no\n3,c,yes\n4,d," + ending
+    rows, notes = _parsed_both_ways(_one_file(tmp_path / "d", text.encode()))
+    assert (rows, notes) == (4, ["a", "b", "c", "d"])
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"1,a,yes\n\n2,b\n3,c,no\n", "data row 2 (1 = the first row after the header) has 2 field(s); expected 3"),
+        (b"1,a,yes\n2,b,no,extra\n", "data row 2 (1 = the first row after the header) has 4 field(s); expected 3"),
+        (
+            b"1,a,yes\n2,b,no\n3,c\xffd,no\n",
+            "data row 3 (1 = the first row after the header) has bytes that are not UTF-8 in column 'note'",
+        ),
+    ],
+    ids=["short-after-empty-line", "long", "not-utf8"],
+)
+def test_a_record_unlike_the_header_is_named_by_its_row(tmp_path: Path, body: bytes, says: str) -> None:
+    directory = _one_file(tmp_path / "d", b"x,note,churned\n" + body)
+    fingerprint = fingerprint_data(f"file://{directory}")
+    for read in (
+        lambda: load_dataset(fingerprint),
+        lambda: parse_file(fingerprint.entries[0], (directory / "a.csv").read_bytes(), fingerprint.data_root),
+    ):
+        with pytest.raises(DataError) as info:
+            read()
+        assert "a.csv" in str(info.value) and "cannot be parsed as csv" in str(info.value), info.value
+        assert says in str(info.value), info.value
