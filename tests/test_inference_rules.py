@@ -268,6 +268,17 @@ def test_bad_csv_is_a_named_error(blob: bytes, message: str) -> None:
 
 
 def test_csv_rows_keep_text_cells() -> None:
+    # " b" stays " b": training reads its header names exactly (a model trained on " b" expects " b"); a name
+    # stripped here made the training file itself unusable as prediction input.
     blob = '\ufeffa, b\n"x, y",\n\n  2 ,TRUE\n'.encode()
     table = read_csv_rows(blob, "rows.csv")
-    assert table.rows == [{"a": "x, y", "b": ""}, {"a": "  2 ", "b": "TRUE"}] and table.columns == ("a", "b")
+    assert table.rows == [{"a": "x, y", " b": ""}, {"a": "  2 ", " b": "TRUE"}] and table.columns == ("a", " b")
+
+
+def test_a_missing_column_spelled_with_other_spaces_gets_a_hint() -> None:
+    from ml8s.cli.predict import _spacing_hint
+
+    assert _spacing_hint([" tenure "], ("x", "tenure")) == (
+        " (names are matched exactly, spaces included: the header has ['tenure'])"
+    )
+    assert _spacing_hint(["tenure"], ("x", "plan")) == ""

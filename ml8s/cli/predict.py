@@ -106,7 +106,7 @@ def _predict(args: argparse.Namespace) -> int:
     if absent:  # a file without rows too: its header is what the next file with rows will have
         raise PredictionInputError(
             f"{where} has no column(s) {absent} in its header {list(table.columns)}; expected every column the "
-            "model's features use"
+            f"model's features use{_spacing_hint(absent, table.columns)}"
         )
     unseen = unseen_categories(predictor.transform, rows)
     if unseen and args.strict:
@@ -196,3 +196,12 @@ def _write_atomically(path: str, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise InferenceError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
+
+
+def _spacing_hint(absent: list[str], columns: tuple[str, ...]) -> str:
+    """A hint when a missing column is in the header with other surrounding spaces: names are matched exactly,
+    as the training data spelled them."""
+    near = sorted(c for c in columns if c.strip() in {a.strip() for a in absent})
+    if not near:
+        return ""
+    return f" (names are matched exactly, spaces included: the header has {near})"

@@ -16,7 +16,8 @@ from ml8s.errors import PredictionInputError
 
 @dataclass(frozen=True)
 class CsvRows:
-    """A CSV file's header (``columns``, stripped, in file order) and its rows as ``{column: cell text}``.
+    """A CSV file's header (``columns``, in file order, spelled exactly as written: the training data's names
+    are never stripped, so neither are these) and its rows as ``{column: cell text}``.
 
     The header is kept because a file may have no rows: its columns are still checked against the model's.
     """
@@ -40,8 +41,8 @@ def read_csv_rows(data: bytes, where: str) -> CsvRows:
         header = next(reader, None)
         if header is None:
             raise PredictionInputError(f"{where} is empty; expected a header line of column names, then rows")
-        names = [name.strip() for name in header]
-        if any(not name for name in names):
+        names = list(header)
+        if any(not name.strip() for name in names):
             raise PredictionInputError(f"{where} has a blank column name in its header; expected named columns")
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
