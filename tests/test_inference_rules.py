@@ -282,3 +282,48 @@ def test_a_missing_column_spelled_with_other_spaces_gets_a_hint() -> None:
         " (names are matched exactly, spaces included: the header has ['tenure'])"
     )
     assert _spacing_hint(["tenure"], ("x", "plan")) == ""
+
+
+def _huge(directory: Path, value: str) -> Path:
+    directory.mkdir(parents=True)
+    lines = [f"{value if n % 2 else '-' + value},{n % 5},{'yes' if n % 3 else 'no'}" for n in range(40)]
+    (directory / "part.csv").write_text("\n".join(["x,z,y", *lines]) + "\n")
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("value", "standardize", "says"),
+    [
+        ("1e300", "true", "its training variance overflows a float64"),  # was: INTERNAL_ERROR writing the schema
+        ("1e39", "false", "the float32 feature matrix cannot hold them unscaled"),  # was: a NaN training loss
+    ],
+)
+def test_values_too_large_for_a_feature_are_refused_while_fitting(
+    tmp_path: Path, value: str, standardize: str, says: str
+) -> None:
+    with pytest.raises(DataError, match=f"column 'x' has values too large to be a feature .*: {says}"):
+        _prepared_features(_huge(tmp_path / "data", value), standardize=standardize)
+
+
+def test_large_values_that_fit_once_scaled_train(tmp_path: Path) -> None:
+    _, features = _prepared_features(_huge(tmp_path / "data", "1e39"))  # standardized: +-1, not 1e39
+    (x,) = [f for f in features if f["name"] == "x"]
+    assert x["scale_std"] == pytest.approx(1e39, rel=0.01)
+
+
+def test_a_row_too_large_for_the_float32_input_is_named(data: Path) -> None:
+    transform, _, rows = _train(data, standardize="false")
+    big = [dict(rows[0]), {**rows[1], "amount": "1e39"}]
+    with pytest.raises(PredictionInputError, match=r"row 2 column 'amount' gives feature 'amount' the value 1e\+39"):
+        transform.encode(big)
+    assert np.isfinite(transform.encode([rows[0], {**rows[1], "amount": "3e38"}])).all()
+
+
+def test_a_matrix_value_beyond_float32_is_refused_not_written_as_an_infinity() -> None:
+    from ml8s.features.matrix import _float32
+
+    assert _float32("f", np.array([1.0, -3e38])).dtype == np.float32
+    with pytest.raises(
+        DataError, match=r"feature 'f' has a value too large for the float32 feature matrix \(magnitude 1e\+39"
+    ):
+        _float32("f", np.array([1.0, -1e39]))

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ml8s.data.columns import Column
 from ml8s.data.dataset import FloatArray
+from ml8s.errors import DataError
 from ml8s.features.column_names import SPLIT, TARGET
 from ml8s.inference.rules import FeatureRule, encode_each
 from ml8s.memory import return_freed_memory
@@ -204,12 +205,26 @@ def _write_group(
 ) -> None:
     """One row group. A function of its own so that its columns are freed before the next group's are made (in
     the loop's body they were still bound while the next were encoded: two groups, 244 MiB at 32 features)."""
-    arrays = [np.asarray(values, dtype=np.float32) for values in features]
+    arrays = [_float32(name, values) for name, values in zip(schema.names, features, strict=False)]
     if scratch is not None:
         scratch.write(arrays, split)
     columns = [pa.array(values) for values in arrays]
     columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
     writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=ROW_GROUP)
+
+
+def _float32(name: str, values: npt.NDArray[np.floating]) -> Float32Array:
+    """A feature's values as float32, refused where one is too large for it: the rules were fitted on other rows
+    (a warm start's parent, or the training split), so a value of these rows may be beyond float32's range."""
+    narrow = np.asarray(values, dtype=np.float32)
+    if not np.isfinite(narrow).all():
+        peak = max(float(np.nanmax(values)), -float(np.nanmin(values)))
+        raise DataError(
+            f"feature {name!r} has a value too large for the float32 feature matrix (magnitude {peak:.6g}, "
+            f"under the rules fitted on the training rows); expected magnitudes below 3.4e38 (rescale its column, "
+            "or list it in EXCLUDE_COLUMNS)"
+        )
+    return narrow
 
 
 _ROWS_PER_WRITE = 1 << 16

@@ -153,24 +153,43 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
     one column, not for the matrix.
     """
     train = prepared.split == 0
-    fitted: list[tuple[FeatureRule, float, float, float]] = []
+    fitted: list[tuple[FeatureRule, float, float, float, float]] = []
     kept: dict[str, list[str]] = {}
     for column in prepared.columns:
         for rule, values in _fit_column(column, train, kept):
             observed = values[train]
             mean, std = (float(observed.mean()), float(observed.std())) if rule.kind == "numeric" else (0.0, 0.0)
-            fitted.append((rule, float(observed.var()), mean, std))
+            variance = float(observed.var())
+            # max and min, not abs().max(): no float64 copy of the column (160 MiB at 20M rows)
+            peak = max(float(values.max(initial=0.0)), -float(values.min(initial=0.0)))
+            if not (math.isfinite(variance) and math.isfinite(mean)):
+                raise _too_large(rule.source, peak, "its training variance overflows a float64", "1e154")
+            fitted.append((rule, variance, mean, std, peak))
     if params.max_features is not None and params.max_features < len(fitted):
         fitted = sorted(fitted, key=lambda f: (-f[1], f[0].name))[: params.max_features]
     fitted.sort(key=lambda f: f[0].name)
     rules: list[FeatureRule] = []
-    for rule, variance, mean, std in fitted:
+    for rule, variance, mean, std, peak in fitted:
         rule = rule.model_copy(update={"train_variance": variance})
         if params.standardize and rule.kind == "numeric":
             std = std if std > 0 and math.isfinite(std) else 1.0
             rule = rule.model_copy(update={"scale_mean": mean, "scale_std": std})
+        elif peak > FLOAT32_MAX:  # standardized values are bounded by the row count; raw ones are not
+            raise _too_large(rule.source, peak, "the float32 feature matrix cannot hold them unscaled", "3.4e38")
         rules.append(rule)
     return rules, kept
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _too_large(source: str, peak: float, why: str, limit: str) -> DataError:
+    """A column whose values no feature can hold: refused while fitting, before the matrix is written (as an
+    infinity it made the schema unwritable, or the training loss NaN)."""
+    return DataError(
+        f"column {source!r} has values too large to be a feature (largest magnitude {peak:.6g}): {why}; expected "
+        f"magnitudes below {limit} (rescale the column, set STANDARDIZE=true, or list it in EXCLUDE_COLUMNS)"
+    )
 
 
 def hidden_categories(features: list[dict[str, object]], prepared: Prepared) -> dict[str, list[str]]:

@@ -118,14 +118,24 @@ class RawTransform(BaseModel):
         Columns the features do not use (the target, identifiers, excluded columns) are ignored.
 
         Raises:
-            PredictionInputError: a needed column is absent from a row, or a cell is not of its column's kind.
+            PredictionInputError: a needed column is absent from a row, a cell is not of its column's kind, or a
+                feature's value is too large for float32.
         """
         columns = self.typed_columns(rows)
         for column in self.inputs:
             if column.kind == "categorical" and not column.complete:
                 _refuse_unknown(column, columns[column.name])
         kept = {column.name: column.categories for column in self.inputs if column.kind == "categorical"}
-        return encode_columns(self.rules, columns, kept, len(rows)).astype(np.float32)
+        wide = encode_columns(self.rules, columns, kept, len(rows))
+        narrow = wide.astype(np.float32)
+        if not np.isfinite(narrow).all():  # an infinity in the model's input: a NaN prediction, or a NaN loss
+            row, feature = (int(i) for i in np.argwhere(~np.isfinite(narrow))[0])
+            rule = self.rules[feature]
+            raise PredictionInputError(
+                f"row {row + 1} column {rule.source!r} gives feature {rule.name!r} the value {wide[row, feature]:.6g}, "
+                "too large for the model's float32 input; expected magnitudes below 3.4e38 after the feature's scaling"
+            )
+        return narrow
 
     def typed_columns(self, rows: Rows) -> dict[str, Column]:
         """Every input column of ``rows``, typed as the schema's kinds (a drift report reads them raw).
