@@ -160,8 +160,11 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
             observed = values[train]
             mean, std = (float(observed.mean()), float(observed.std())) if rule.kind == "numeric" else (0.0, 0.0)
             variance = float(observed.var())
-            # max and min, not abs().max(): no float64 copy of the column (160 MiB at 20M rows)
-            peak = max(float(values.max(initial=0.0)), -float(values.min(initial=0.0)))
+            # max and min, not abs().max(): no float64 copy of the column (160 MiB at 20M rows); the other kinds'
+            # values are 0 or 1
+            peak = (
+                max(float(values.max(initial=0.0)), -float(values.min(initial=0.0))) if rule.kind == "numeric" else 1.0
+            )
             if not (math.isfinite(variance) and math.isfinite(mean)):
                 raise _too_large(rule.source, peak, "its training variance overflows a float64", "1e154")
             fitted.append((rule, variance, mean, std, peak))
