@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import make_context, write_small_churn
 
-import ml8s.data.dataset as dataset
+import ml8s.data.csv_text as csv_text
 from ml8s.context.publish import local_path
 from ml8s.contract import layout
 from ml8s.data.dataset import load_dataset, parse_file
@@ -112,9 +112,9 @@ def _parsed_both_ways(directory: Path) -> tuple[int, list[object]]:
 
 
 def test_quoted_newlines_in_values_parse_alike_at_any_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # 1.6 MB: more than read_csv's 1 MiB block (parse_file); the training path's block is made 64 KiB so its
-    # boundaries fall inside quoted values too. Both failed ("Expected 3 columns, got 1") before.
-    monkeypatch.setattr(dataset, "_BLOCK", 64 * 1024)
+    # 1.6 MB read in 64 KiB blocks: block boundaries fall inside quoted values. Both paths failed ("Expected 3
+    # columns, got 1") before: training's (32 MiB blocks) over 32 MiB, parse_file's (read_csv, 1 MiB) over 1 MiB.
+    monkeypatch.setattr(csv_text, "BLOCK", 64 * 1024)
     rows = 40_000
     lines = [f'{i},"line one, {i}\nline two",{"yes" if i % 3 else "no"}\n' for i in range(rows)]
     text = ("x,note,churned\n" + "".join(lines)).encode()

@@ -24,7 +24,8 @@ from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
 from ml8s.features import loaded
 from ml8s.features.column_names import SPLIT, TARGET
-from ml8s.features.matrix import ROW_GROUP, map_matrix32, read_matrix, read_matrix32, read_split32, write_encoded
+from ml8s.features.matrix import ROW_GROUP, map_matrix32, write_encoded
+from ml8s.features.matrix_read import read_matrix, read_matrix32, read_split32
 from ml8s.features.rules import encode, fit_rules, prepare
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
@@ -99,9 +100,9 @@ def test_bad_cell_in_a_late_block_names_its_row_in_the_file(
     big_bad_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Parsed in ~1 MiB blocks, the bad cell is in the file's last block: its row counts every block before it."""
-    from ml8s.data import dataset
+    from ml8s.data import csv_text
 
-    monkeypatch.setattr(dataset, "_BLOCK", 1 << 20)
+    monkeypatch.setattr(csv_text, "BLOCK", 1 << 20)
     with pytest.raises(DataError) as caught:
         load_dataset(fingerprint_local(str(big_bad_file)))
     message = caught.value.message

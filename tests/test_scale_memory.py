@@ -21,6 +21,7 @@ import torch
 from ml8s.data.dataset import load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.features import matrix
+from ml8s.features.matrix_read import read_matrix32
 from ml8s.features.rules import Prepared, fit_rules, prepare
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
@@ -260,7 +261,7 @@ def test_training_on_rows_grouped_by_split_gives_the_bits_of_the_file_order(tmp_
     fit.train(ctx.spec, features, str(tmp_path / "grouped"))
 
     def file_order(path: str) -> matrix.MappedMatrix:
-        rows, target, split, names = matrix.read_matrix32(path)
+        rows, target, split, names = read_matrix32(path)
         return matrix.MappedMatrix(rows, target.astype(np.int32), split.astype(np.int8), names)
 
     with pytest.MonkeyPatch.context() as patch:

@@ -5,7 +5,7 @@ from the typed columns straight to float32, and training reads it into one float
 process that writes the matrix and then trains on it (``ml8s run``) hands the float32 rows over in a scratch
 file written beside the Parquet file, so training maps them without decoding the file again. The mapped rows
 are grouped by split (:class:`MappedMatrix`), so that training and evaluation each keep only their own rows
-resident.
+resident. Reading the file back whole or by split is :mod:`ml8s.features.matrix_read`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s.data.columns import Column
-from ml8s.data.dataset import FloatArray
 from ml8s.errors import DataError
 from ml8s.features.column_names import SPLIT, TARGET
+from ml8s.features.matrix_read import feature_names, read_column, read_matrix32
 from ml8s.inference.rules import FeatureRule, encode_each
 from ml8s.memory import return_freed_memory
 
@@ -231,33 +231,6 @@ _ROWS_PER_WRITE = 1 << 16
 _FLOAT32 = np.dtype(np.float32).itemsize
 
 
-def read_matrix(path: str) -> tuple[FloatArray, IntArray, IntArray, list[str]]:
-    """(features as float64, class indices, split, feature names) from a feature matrix file."""
-    features, target, split, names = read_matrix32(path)
-    return features.astype(np.float64), target, split, names
-
-
-def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str]]:
-    """(features as one C-ordered float32 array, class indices, split, feature names), read a row group at a
-    time: the peak is the float32 matrix plus one row group."""
-    file = pq.ParquetFile(path)
-    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
-    rows = file.metadata.num_rows
-    features = np.empty((rows, len(names)), dtype=np.float32)
-    target = np.empty(rows, dtype=np.int64)
-    split = np.empty(rows, dtype=np.int64)
-    start = 0
-    for group in range(file.num_row_groups):
-        end = start + file.metadata.row_group(group).num_rows
-        for i, name in enumerate(names):
-            features[start:end, i] = _column(file, group, name)
-        target[start:end] = _column(file, group, TARGET)
-        split[start:end] = _column(file, group, SPLIT)
-        start = end
-    pa.default_memory_pool().release_unused()
-    return features, target, split, names
-
-
 def map_matrix32(path: str) -> MappedMatrix:
     """The matrix's float32 rows memory-mapped from a scratch file instead of held in the heap, grouped by split
     (:class:`MappedMatrix`), with the class indices and splits in the file's own types (int32, int8: at 20M rows,
@@ -273,7 +246,7 @@ def map_matrix32(path: str) -> MappedMatrix:
     if handed is not None:
         return handed.mapped
     file = pq.ParquetFile(path)
-    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
+    names = feature_names(file)
     rows = file.metadata.num_rows
     if rows * len(names) == 0:  # nothing to map (mmap refuses an empty length)
         features, wide_target, wide_split, names = read_matrix32(path)
@@ -284,40 +257,16 @@ def map_matrix32(path: str) -> MappedMatrix:
     start = 0
     for group in range(file.num_row_groups):  # the splits first: every row's place in the file depends on them
         end = start + file.metadata.row_group(group).num_rows
-        split[start:end] = _column(file, group, SPLIT)
-        target[start:end] = _column(file, group, TARGET)
+        split[start:end] = read_column(file, group, SPLIT)
+        target[start:end] = read_column(file, group, TARGET)
         bounds.append((start, end))
         start = end
     with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
         scratch = _SplitRows(handle, split, len(names))
         for group, (start, end) in enumerate(bounds):
-            arrays = [np.asarray(_column(file, group, name), dtype=np.float32) for name in names]
+            arrays = [np.asarray(read_column(file, group, name), dtype=np.float32) for name in names]
             scratch.write(arrays, split[start:end])
             del arrays
         mapped = scratch.mapped(target, names)
     pa.default_memory_pool().release_unused()
     return mapped
-
-
-def _column(file: pq.ParquetFile, group: int, name: str) -> npt.NDArray[np.generic]:
-    """One column of one row group: reading a whole row group would keep it (Arrow's buffers) in memory beside
-    the float32 matrix it is copied into."""
-    return np.asarray(file.read_row_group(group, columns=[name], use_threads=False).column(0).to_numpy())
-
-
-def read_split32(path: str, split: int) -> Float32Array:
-    """The float32 features of the rows whose ``__split__`` is ``split``, in file order, read a row group at a
-    time (held-out rows for export validation without the training rows)."""
-    file = pq.ParquetFile(path)
-    names = [n for n in file.schema_arrow.names if n not in (TARGET, SPLIT)]
-    parts: list[Float32Array] = []
-    for group in range(file.num_row_groups):
-        chosen = np.flatnonzero(_column(file, group, SPLIT) == split)
-        part = np.empty((len(chosen), len(names)), dtype=np.float32)
-        for i, name in enumerate(names):
-            part[:, i] = _column(file, group, name)[chosen]
-        parts.append(part)
-    pa.default_memory_pool().release_unused()
-    if not parts:
-        return np.empty((0, len(names)), dtype=np.float32)
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]

@@ -24,7 +24,7 @@ from ml8s.context.publish import FEATURES, local_path, trained
 from ml8s.context.run import RunSpec
 from ml8s.contract import ArtifactDigest, ExportRecord, ModelRecord, TrainingMetadata, TrainingRecord, layout
 from ml8s.errors import ExportValidationError, IntegrityError
-from ml8s.features.matrix import read_split32
+from ml8s.features.matrix_read import read_split32
 from ml8s.inference.onnx_metadata import label_onnx
 from ml8s.modeling.families import (
     EXPORT_TOLERANCE,

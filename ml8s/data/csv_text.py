@@ -1,0 +1,155 @@
+"""CSV text read the way every ml8s reader reads it: a header of unique, non-blank names, every cell as text,
+``"`` quoting in which a value may hold commas and newlines, a block of text at a time.
+
+Arrow parses; this module checks what Arrow lets through or reports badly: a header whose names Arrow and
+Python would read differently, a quoted value still open at the end of the file (a file cut short), and the
+data row of a record unlike the header (Arrow's message names no row).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ml8s.errors import DataError
+
+HEADER_MAX = 1024 * 1024  # bytes a header row may span (quoted newlines included)
+# Arrow cuts CSV text into blocks at newlines; unless told that values may hold one (RFC 4180 allows a newline
+# in a quoted value), a quoted newline across a block boundary fails to parse, so a valid file would pass or
+# fail by its size alone.
+PARSE_OPTIONS = pacsv.ParseOptions(newlines_in_values=True)
+BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held besides the typed chunks
+
+
+def csv_table(data: bytes, where: str) -> pa.Table:
+    """A whole CSV file as a table of text columns (:func:`csv_batches`, collected); ``where`` names it in errors."""
+    names, batches = csv_batches(data, where)
+    return pa.Table.from_batches(list(batches), schema=pa.schema([(name, pa.string()) for name in names]))
+
+
+def csv_batches(data: bytes, where: str) -> tuple[list[str], Iterator[pa.RecordBatch]]:
+    """A CSV file's column names and its rows as text, a block of :data:`BLOCK` bytes at a time.
+
+    Raises:
+        DataError: the file is empty, its header is unusable, its text does not parse (naming the data row where
+            Python's csv module finds it), or it ends inside a quoted value.
+    """
+    if not data:
+        raise DataError(f"{where} is empty; expected a header line and rows")
+    try:
+        header = _header(data, where)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
+    try:
+        options = pacsv.ConvertOptions(column_types={n: pa.string() for n in header}, strings_can_be_null=False)
+        reader = pacsv.open_csv(
+            pa.BufferReader(data),
+            read_options=pacsv.ReadOptions(block_size=BLOCK),
+            parse_options=PARSE_OPTIONS,
+            convert_options=options,
+        )
+    except pa.ArrowException as exc:
+        raise _unparsed(where, data, header, exc) from exc
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        rows, last = 0, ""
+        try:
+            for batch in reader:
+                if batch.num_rows:  # only the last value is kept: a batch held on would add a block to the peak
+                    rows, last = rows + batch.num_rows, batch.column(header[-1])[-1].as_py()
+                yield batch
+        except pa.ArrowException as exc:
+            raise _unparsed(where, data, header, exc) from exc
+        if rows:
+            _check_closed(data, header[-1], last, rows, where)
+
+    return list(reader.schema.names), batches()
+
+
+def _header(data: bytes, where: str) -> list[str]:
+    # The header ends at the first newline outside quotes (a quoted name may hold one, as Arrow reads it); an
+    # escaped quote ("") keeps the parity. Only the header's bytes are scanned and decoded, never the file.
+    start, quotes = 0, 0
+    while True:
+        end = data.find(b"\n", start)
+        quotes += data.count(b'"', start, len(data) if end < 0 else end)
+        if end < 0 or quotes % 2 == 0:
+            break
+        start = end + 1
+        if start > HEADER_MAX:
+            raise DataError(
+                f"{where} has a header over {HEADER_MAX} bytes (an unclosed quote?); expected a header line"
+            )
+    # utf-8-sig: Arrow's reader skips a byte order mark (Excel writes one), so the names typed as text here
+    # must be the names Arrow reports, without it.
+    line = (data if end < 0 else data[:end]).decode("utf-8-sig")
+    header = next(csv.reader(io.StringIO(line, newline="")), [])
+    if not header or any(not name.strip() for name in header):
+        raise DataError(f"{where} has an empty or blank column name in its header; expected named columns")
+    duplicates = sorted({n for n in header if header.count(n) > 1})
+    if duplicates:
+        raise DataError(f"{where} repeats column(s) {duplicates} in its header; expected unique names")
+    return header
+
+
+def _check_closed(data: bytes, name: str, value: str, rows: int, where: str) -> None:
+    """Refuse a quoted value left open at the end of a file (a file cut short inside it): Arrow reads it as
+    running to the end of the file, so a truncated file would otherwise load a made-up last value. The file's
+    text must end with the last value, quoted and closed or not quoted at all (trailing newlines aside)."""
+    tail, raw = data.rstrip(b"\r\n"), value.encode("utf-8")
+    if tail.endswith(b'"' + raw.replace(b'"', b'""') + b'"'):
+        return
+    before = tail[: len(tail) - len(raw)]
+    if not raw.startswith(b'"') and tail.endswith(raw) and (before == b"" or before.endswith((b",", b"\n", b"\r"))):
+        return
+    raise DataError(
+        f"{where}, column {name!r}, data row {rows} (1 = the first row after the header): a quoted value is "
+        "still open at the end of the file (was the file cut short?); expected a closing '\"'"
+    )
+
+
+def _unparsed(where: str, data: bytes, header: list[str], exc: pa.ArrowException) -> DataError:
+    """The error of a CSV file Arrow could not parse, naming the data row (and column) of the first record unlike
+    the header when Python's csv module finds it (a second pass, on this failure path only; Arrow's own message
+    names neither)."""
+    found = _first_bad_record(data, header)
+    if found is None:
+        return DataError(f"{where} cannot be parsed as csv: {exc}")
+    row, problem = found
+    return DataError(
+        f"{where} cannot be parsed as csv: data row {row} (1 = the first row after the header) {problem} ({exc})"
+    )
+
+
+def _first_bad_record(data: bytes, header: list[str]) -> tuple[int, str] | None:
+    # surrogateescape: a byte that is not UTF-8 becomes a lone surrogate in its cell, found below, rather than
+    # an error at an unknown record.
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", errors="surrogateescape", newline="")
+    records = csv.reader(text)
+    row = 0
+    try:
+        next(records, None)  # the header, checked by _header
+        for record in records:
+            if not record:
+                continue  # an empty line: Arrow skips it, and it is not counted
+            row += 1
+            for name, cell in zip(header, record, strict=False):
+                if not cell.isascii() and not _is_utf8(cell):
+                    return row, f"has bytes that are not UTF-8 in column {name!r}; expected UTF-8 text"
+            if len(record) != len(header):
+                return row, f"has {len(record)} field(s); expected {len(header)}, as in the header"
+    except csv.Error:
+        return None  # Python's reader stops where Arrow's did not (e.g. its field size limit): no row to name
+    return None
+
+
+def _is_utf8(cell: str) -> bool:
+    try:
+        cell.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
