@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-# A URL's userinfo in free text: up to the last "@" before the host's "/" (a password may hold an "@").
-_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/]*)@")
+# A URL's userinfo in free text: up to the last "@" of its authority, which ends at "/", "?" or "#" (a password
+# may hold an "@").
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#]*)@")
 
 
 def without_credentials(text: str) -> str:

@@ -45,9 +45,9 @@ def mlflow_unanswered(uri: str, bound: float) -> str | None:
     Another scheme is not asked: None. A server that answered is not asked again by this process (a run's
     preflight, then its registration); a silence is not remembered.
     """
-    parts = urlsplit(uri)
-    if parts.scheme.lower() not in ("http", "https") or uri in _ANSWERED:
+    if not is_tracking_server(uri) or uri in _ANSWERED:
         return None
+    parts = urlsplit(uri)
     url = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/") + "/health", "", ""))
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
@@ -66,6 +66,11 @@ def mlflow_unanswered(uri: str, bound: float) -> str | None:
             return f"no answer to GET {url} within {bound:g} s ({type(why).__name__}: {why})"
         _ANSWERED.add(uri)
         return None
+
+
+def is_tracking_server(uri: str) -> bool:
+    """Whether ``uri`` names an MLflow server (``http(s)://``): the only tracking URIs that are asked."""
+    return urlsplit(uri).scheme.lower() in ("http", "https")
 
 
 def probe_bound() -> float:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import RootUriError, TrackingUriError
+from ml8s.errors import RootUriError, TrackingUriError, without_credentials
 
 _ROOT_SCHEMES = "a local path, file:// or s3://"
 # A scheme followed by ":": only a URI when the scheme is one of ours or a slash follows ("gs:/x", "gs://x");
@@ -198,12 +198,9 @@ def public_tracking_uri(uri: str) -> str:
         >>> public_tracking_uri("postgresql://ml:pw@db/mlflow")
         'postgresql://ml@db/mlflow'
     """
-    parts = urlsplit(uri)
-    userinfo, at, host = parts.netloc.rpartition("@")
-    if not at:
-        return uri
-    kept = "" if parts.scheme.lower() in ("http", "https") else userinfo.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{kept}@{host}" if kept else host))
+    public = without_credentials(uri)  # the one rule, shared with every error message and log line
+    # a URI that lost credentials is written as urllib writes it (a lowercase scheme), as manifests recorded it
+    return public if public == uri else urlunsplit(urlsplit(public))
 
 
 def sqlite_path(uri: str) -> str:

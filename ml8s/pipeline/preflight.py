@@ -12,14 +12,13 @@ not probed: a write there needs credentials the first write will exercise anyway
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit
 
 from ml8s import log
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri, sqlite_path  # not ml8s.registry's: it imports MLflow's logging
-from ml8s.mlflow_probe import mlflow_unanswered, probe_bound
+from ml8s.mlflow_probe import is_tracking_server, mlflow_unanswered, probe_bound
 from ml8s.store.root_shape import check_local_root, kind_of
 
 
@@ -58,7 +57,7 @@ def check_tracking_reachable(settings: PlatformSettings, timeout_s: float | None
     database is opened at registration, a local file is checked by :func:`check_writable_root`.
     """
     uri = settings.mlflow_tracking_uri
-    if urlsplit(uri).scheme.lower() not in ("http", "https"):
+    if not is_tracking_server(uri):
         return
     bound = probe_bound() if timeout_s is None else timeout_s
     log.step_info("preflight", f"asking MLflow at {public_tracking_uri(uri)} whether it answers (at most {bound:g} s)")
