@@ -220,6 +220,12 @@ class ChainForkError(ChainCorruptionError):
     code = "CHAIN_FORK"
 
 
+class OutputError(Ml8sError):
+    """The command's standard output is closed or failed to take its result (a full disk, an I/O error)."""
+
+    code = "OUTPUT_ERROR"
+
+
 class VerificationFailedError(Ml8sError):
     """A run (or an audit bundle) failed verification; the report names each failed check."""
 

@@ -23,6 +23,7 @@ def end_process(code: int) -> NoReturn:
     """Run the atexit functions, flush stdout and stderr, and exit with ``code`` (module docstring)."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing left to say there
+        # A closed pipe or stream, a full disk (the command has reported it): nothing left to say there.
+        with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)

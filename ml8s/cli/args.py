@@ -110,7 +110,9 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
         try:
             log.configure(log_level)
             with stopping_on_signals():
-                return handler(args)
+                code = handler(args)
+            sys.stdout.flush()  # buffered output's write error is this handler's: named below, not lost at exit
+            return code
         except Ml8sError as exc:
             print(f"ml8s: {exc}", file=sys.stderr)
             return 1

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from ml8s import __version__
 from ml8s.cli import audit, chain, follow, ops, pipeline, predict
+from ml8s.cli.streams import prepare_streams
+from ml8s.errors import OutputError
 from ml8s.identity.variables import CANONICALIZATION_VERSION
 from ml8s.process_exit import end_process
 
@@ -39,13 +41,26 @@ def main(argv: list[str] | None = None) -> int:
 
 def console() -> None:
     """The ``ml8s`` console script: :func:`main`, then :func:`ml8s.process_exit.end_process` with its code
-    (a native thread pool torn down at exit must not turn a finished command into SIGABRT)."""
+    (a native thread pool torn down at exit must not turn a finished command into SIGABRT).
+
+    The standard streams are made safe first (:mod:`ml8s.cli.streams`): a closed stdout is refused before
+    any work, and a stdout that fails to take the result is an ``OUTPUT_ERROR``, not a lost result and exit 0.
+    """
+    closed = prepare_streams()
     try:
+        if closed is not None:
+            raise closed
         code = main()
+        sys.stdout.flush()  # a failure to write the result is this command's failure, reported below
     except SystemExit as exc:  # argparse's usage errors, --help and --version: it has printed what it had to
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except OutputError as exc:  # outside a handler: --help or --version into a full disk, a closed stdout
+        print(f"ml8s: {exc}", file=sys.stderr)
+        code = 1
+    except BrokenPipeError:  # the reader went away (| head): quiet, as in every handler
+        code = 1
     end_process(code)
 
 
