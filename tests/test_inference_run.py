@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,6 +24,13 @@ from ml8s.errors import InferenceError, IntegrityError
 from ml8s.inference import Predictor, read_model_dir, read_onnx_metadata, read_run_files
 
 ONNX = layout.model_export("onnx")
+HEADER_ONLY_PREDICTIONS = "predicted_class,probability_no,probability_yes\n"
+
+
+def header_only_rows(rows_csv: Path, where: Path) -> Path:
+    path = where / "header-rows.csv"
+    path.write_text(rows_csv.read_text().splitlines()[0] + "\n")
+    return path
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,33 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
     code, out, _ = _predict_cli(capsys, *args, "--input", str(rows_csv), "--output", str(target))
     assert (code, out) == (0, "") and target.read_text() == predictions.to_csv()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "rows.csv"]
+
+    # A FIFO (as /dev/stdout or a device would be) is written in place, never renamed over: as root, the
+    # rename used to replace /dev/full and /dev/stdout themselves with regular files.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # both ends held here: no open blocks, no read hangs
+    holder = os.open(fifo, os.O_WRONLY)
+    try:
+        code, out, _ = _predict_cli(capsys, *args, "--input", str(rows_csv), "--output", str(fifo))
+        os.close(holder)  # the command's writes sit in the pipe's buffer (64 KiB, more than these rows)
+        received = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert (code, out) == (0, "") and received.decode() == predictions.to_csv()
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    fifo.unlink()
+
+    link = tmp_path / "link.csv"  # a symlink: its target is replaced, with its permissions; the link stays
+    target.chmod(0o640)
+    link.symlink_to(target.name)
+    code, out, _ = _predict_cli(
+        capsys, *args, "--input", str(header_only_rows(rows_csv, tmp_path)), "--output", str(link)
+    )
+    assert (code, out) == (0, "") and link.is_symlink() and target.read_text() == HEADER_ONLY_PREDICTIONS
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    link.unlink()
+    (tmp_path / "header-rows.csv").unlink()
 
     header_only = tmp_path / "header.csv"  # every column, no row: no prediction, and no error
     header_only.write_text(rows_csv.read_text().splitlines()[0] + "\n")

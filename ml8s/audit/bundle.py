@@ -13,7 +13,6 @@ import dataclasses
 import gzip
 import hashlib
 import io
-import os
 import tarfile
 from collections.abc import Callable, Mapping
 
@@ -30,6 +29,7 @@ from ml8s.audit.verify_md import verify_md
 from ml8s.chain import Anchor
 from ml8s.contract import Unavailable, checksum_lines, layout
 from ml8s.errors import AuditBundleError, ChainError, Ml8sError, VerificationFailedError
+from ml8s.output_files import write_output
 
 FORMAT = "ml8s-audit-bundle/1"
 RUN_DIR = "run"  # run files are bundled under run/<path relative to ARTIFACT_ROOT>
@@ -204,16 +204,13 @@ def _build(state: RunState, report: Report, include_model: bool) -> bytes:
 
 
 def write_bundle(path: str, data: bytes) -> None:
-    """Write the archive to ``path`` atomically (tmp file in the same directory, then rename)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise AuditBundleError(f"cannot write the bundle to {path}: {exc.strerror or exc}") from exc
+    """Write the archive to ``path``: a regular file is replaced atomically (tmp file in the same directory,
+    fsync, rename); a device or FIFO (``-o /dev/stdout``) is written in place (:mod:`ml8s.output_files`)."""
+
+    def fail(reason: str) -> AuditBundleError:
+        return AuditBundleError(f"cannot write the bundle to {path}: {reason}")
+
+    write_output(path, data, fail)
 
 
 def write_archive(top: str, entries: list[BundleEntry]) -> bytes:

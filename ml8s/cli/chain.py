@@ -44,6 +44,7 @@ from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_version
 from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.output_files import write_new
 from ml8s.store.operator_files import read_operator_file
 
 MAX_STEPS = 2**63 - 1
@@ -229,12 +230,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_new(path: str, data: bytes, *, mode: int) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    except OSError as exc:
-        raise ConfigError(f"--out {path}: {exc.strerror or exc}; expected a new file") from exc
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    def fail(reason: str) -> ConfigError:
+        return ConfigError(f"--out {path}: {reason}; expected a new file that can be written whole")
+
+    write_new(path, data, mode, fail)
 
 
 def _publish(settings: PlatformSettings, anchor: Anchor, chain: ChainStore) -> dict[str, object]:

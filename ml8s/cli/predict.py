@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import tempfile
 from typing import TYPE_CHECKING
 
 from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
+from ml8s.output_files import write_output
 
 # Here, not from ml8s.inference.output: parsing the command line imports no pyarrow.
 FORMATS = ("csv", "json", "parquet")
@@ -182,20 +181,12 @@ def _read(path: str) -> bytes:
 
 
 def _write_atomically(path: str, data: bytes) -> None:
-    """Write a temporary file beside ``path``, then rename it: an existing file is replaced whole or kept."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".ml8s-predict-", dir=directory)
-    except OSError as exc:
-        raise InferenceError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise InferenceError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
+    """A regular file is replaced whole or kept; a device or FIFO (``/dev/stdout``) is written in place."""
+
+    def fail(reason: str) -> InferenceError:
+        return InferenceError(f"cannot write --output {path}: {reason}")
+
+    write_output(path, data, fail)
 
 
 def _spacing_hint(absent: list[str], columns: tuple[str, ...]) -> str:
