@@ -27,12 +27,6 @@ ONNX = layout.model_export("onnx")
 HEADER_ONLY_PREDICTIONS = "predicted_class,probability_no,probability_yes\n"
 
 
-def header_only_rows(rows_csv: Path, where: Path) -> Path:
-    path = where / "header-rows.csv"
-    path.write_text(rows_csv.read_text().splitlines()[0] + "\n")
-    return path
-
-
 @dataclass(frozen=True)
 class Trained:
     data: Path
@@ -195,18 +189,15 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
     link = tmp_path / "link.csv"  # a symlink: its target is replaced, with its permissions; the link stays
     target.chmod(0o640)
     link.symlink_to(target.name)
-    code, out, _ = _predict_cli(
-        capsys, *args, "--input", str(header_only_rows(rows_csv, tmp_path)), "--output", str(link)
-    )
+    header_only = tmp_path / "header.csv"  # every column, no row: no prediction, and no error
+    header_only.write_text(rows_csv.read_text().splitlines()[0] + "\n")
+    code, out, _ = _predict_cli(capsys, *args, "--input", str(header_only), "--output", str(link))
     assert (code, out) == (0, "") and link.is_symlink() and target.read_text() == HEADER_ONLY_PREDICTIONS
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     link.unlink()
-    (tmp_path / "header-rows.csv").unlink()
 
-    header_only = tmp_path / "header.csv"  # every column, no row: no prediction, and no error
-    header_only.write_text(rows_csv.read_text().splitlines()[0] + "\n")
     code, out, _ = _predict_cli(capsys, *args, "--input", str(header_only))
-    assert code == 0 and out == "predicted_class,probability_no,probability_yes\n"
+    assert code == 0 and out == HEADER_ONLY_PREDICTIONS
     header_only.unlink()
 
     class Stdin:
@@ -232,6 +223,8 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
         ("header only, missing column", 1, "rows.csv has no column(s) ['plan'] in its header"),
         ("output is input", 1, "ml8s: PREDICTION_INPUT_INVALID: --output "),
         ("output dir absent", 1, "ml8s: INFERENCE_ERROR: cannot write --output"),
+        # /dev/zero's shape in 1.1 MiB: refused after the first MiB, where reading on filled the memory
+        ("no line end", 1, "rows.csv has no line end in its first 1048576 bytes; expected CSV text"),
     ],
 )
 def test_ml8s_predict_errors_are_one_line(
@@ -253,6 +246,8 @@ def test_ml8s_predict_errors_are_one_line(
         output = str(rows_path)
     if case == "header only, missing column":  # no row to miss it in: the header alone is checked
         rows_path.write_text(",".join(name for name in rows[0] if name != "plan") + "\n")
+    elif case == "no line end":
+        rows_path.write_bytes(b"a" * (1100 * 1024))
     elif case != "no input file":
         write_rows(rows_path, rows)
     before = rows_path.read_bytes() if rows_path.exists() else b""
@@ -265,7 +260,7 @@ def test_ml8s_predict_errors_are_one_line(
         capsys, "--run", run, "--root", str(trained.root), "--input", str(rows_path), "--output", output
     )
     assert (got, out) == (code, "") and err.startswith("ml8s: ") and message in err and len(err.splitlines()) == 1
-    assert err.startswith(message) or case in ("missing column", "header only, missing column"), err
+    assert err.startswith(message) or case in ("missing column", "header only, missing column", "no line end"), err
     if case == "output is input":
         assert "is the --input file" in err and rows_path.read_bytes() == before  # the rows are still there
 

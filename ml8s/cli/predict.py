@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
@@ -13,6 +13,7 @@ from ml8s.output_files import write_output
 
 # Here, not from ml8s.inference.output: parsing the command line imports no pyarrow.
 FORMATS = ("csv", "json", "parquet")
+_CHUNK = 1 << 20
 DEFAULT_PRECISION = 6
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def _predict(args: argparse.Namespace) -> int:
         )
     where = "standard input" if args.input == "-" else str(args.input)
     try:
-        data = sys.stdin.buffer.read() if args.input == "-" else _read(args.input)
+        data = _read(sys.stdin.buffer, where) if args.input == "-" else _read_file(args.input, where)
     except OSError as exc:
         raise PredictionInputError(f"cannot read --input {where}: {exc.strerror or exc}") from exc
     table = read_csv_rows(data, where)
@@ -175,9 +176,28 @@ def _same_file(first: str, second: str) -> bool:
         return False
 
 
-def _read(path: str) -> bytes:
+def _read_file(path: str, where: str) -> bytes:
     with open(path, "rb") as handle:
-        return handle.read()
+        return _read(handle, where)
+
+
+def _read(stream: BinaryIO, where: str) -> bytes:
+    """The whole input, refused early when its first HEADER_MAX bytes hold no line end: a header that long
+    is no CSV header (``/dev/zero``, a binary file), and reading on would only fill the memory."""
+    from ml8s.data.csv_text import HEADER_MAX  # pyarrow: only for the command that reads CSV
+
+    chunks: list[bytes] = []
+    size, lines = 0, False
+    while chunk := stream.read(_CHUNK):
+        chunks.append(chunk)
+        size += len(chunk)
+        lines = lines or b"\n" in chunk or b"\r" in chunk
+        if not lines and size > HEADER_MAX:
+            raise PredictionInputError(
+                f"{where} has no line end in its first {HEADER_MAX} bytes; expected CSV text: a header line of "
+                "column names, then rows"
+            )
+    return b"".join(chunks)
 
 
 def _write_atomically(path: str, data: bytes) -> None:
