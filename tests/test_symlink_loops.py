@@ -98,6 +98,11 @@ def test_a_fifo_or_socket_in_the_data_is_named_not_skipped(tmp_path: Path) -> No
         sock.bind(str(data / "sock"))
         with pytest.raises(DataError, match=r"DATA_ROOT holds .*sock, a socket; expected only regular"):
             fingerprint_local(str(data))
+    os.symlink(tmp_path / "fifo", data / "linked.csv")  # a link to a FIFO is no broken link: named as a FIFO
+    os.mkfifo(tmp_path / "fifo")
+    (data / "sock").unlink()
+    with pytest.raises(DataError, match=r"DATA_ROOT holds .*linked\.csv, a symlink to .*fifo, a FIFO; expected"):
+        fingerprint_local(str(data))
 
 
 def test_a_file_turned_into_a_loop_after_fingerprinting_is_named(tmp_path: Path) -> None:
