@@ -20,6 +20,7 @@ from conftest import write_small_churn
 
 from ml8s.errors import ConfigError, DataError, Ml8sError
 from ml8s.identity import params as params_module
+from ml8s.identity.settings import PlatformSettings
 from ml8s.pipeline import preflight
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.run import run_pipeline
@@ -167,3 +168,29 @@ def test_read_only_pipeline_root_is_named(tmp_path: Path, monkeypatch: pytest.Mo
         assert _files(root) == []
     finally:
         root.chmod(0o755)
+
+
+@pytest.mark.parametrize("what", ["garbage", "directory", "fifo"])
+def test_an_mlflow_database_that_is_no_sqlite_file_fails_before_training(tmp_path: Path, what: str) -> None:
+    # It used to be found at registration, after the whole run had trained and written its artifacts.
+    data = write_small_churn(tmp_path / "data", rows=60, files=1)
+    database = tmp_path / "mlflow.db"
+    if what == "garbage":
+        database.write_bytes(b"not a database at all\n")
+    elif what == "directory":
+        database.mkdir()
+    else:
+        os.mkfifo(database)
+    env = _env(data, tmp_path / "root", MLFLOW_TRACKING_URI=f"sqlite:///{database}")
+    expected = {"garbage": "is not an SQLite database", "directory": "is a directory", "fifo": "is a FIFO"}[what]
+    _fails(env, ConfigError, "MLFLOW_TRACKING_URI=", str(database), expected, "expected an MLflow SQLite database")
+    assert not (tmp_path / "root").exists()
+
+
+def test_an_empty_mlflow_database_file_is_a_new_database(tmp_path: Path) -> None:
+    database = tmp_path / "mlflow.db"
+    database.touch()  # what `touch mlflow.db` gives: SQLite opens it as an empty database
+    env = {"PIPELINE_ROOT_URI": str(tmp_path / "root"), "MLFLOW_TRACKING_URI": f"sqlite:///{database}"}
+    preflight.check_writable_root(PlatformSettings.load(env))  # no error
+    database.write_bytes(b"SQLite format 3\x00" + bytes(84))
+    preflight.check_writable_root(PlatformSettings.load(env))

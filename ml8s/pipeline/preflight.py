@@ -21,6 +21,8 @@ from ml8s.identity.uri import public_tracking_uri, sqlite_path  # not ml8s.regis
 from ml8s.mlflow_probe import is_tracking_server, mlflow_unanswered, probe_bound
 from ml8s.store.root_shape import check_local_root, kind_of
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
+
 
 def check_root_shape(settings: PlatformSettings) -> str | None:
     """Raise :class:`ConfigError` naming PIPELINE_ROOT_URI when a local root is no directory and none can be
@@ -40,10 +42,31 @@ def check_writable_root(settings: PlatformSettings) -> None:
     for path in (existing, os.path.join(root, layout.RUNS_DIR)):
         _writable_dir("PIPELINE_ROOT_URI", uri, path)
     database = sqlite_path(settings.mlflow_tracking_uri)
-    if database and os.path.lexists(database) and not os.access(database, os.R_OK | os.W_OK):
+    if database and os.path.lexists(database):
+        _sqlite_database(settings.mlflow_tracking_uri, database)
+
+
+def _sqlite_database(uri: str, database: str) -> None:
+    """An existing MLflow database must be a writable SQLite file (an empty one is a new database): a directory
+    or another file there used to be found at registration, after the whole run had trained."""
+    if not os.path.isfile(database):
         raise ConfigError(
-            f"MLFLOW_TRACKING_URI={settings.mlflow_tracking_uri!r}: {database} is not writable by this process "
+            f"MLFLOW_TRACKING_URI={uri!r}: {database} is "
+            f"{'a directory' if os.path.isdir(database) else kind_of(database)}; expected an MLflow SQLite database "
+            "file, or no file there yet"
+        )
+    if not os.access(database, os.R_OK | os.W_OK):
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI={uri!r}: {database} is not writable by this process "
             f"(uid {os.geteuid()}); expected a writable MLflow database"
+        )
+    with open(database, "rb") as handle:
+        start = handle.read(len(_SQLITE_MAGIC))
+    if start and start != _SQLITE_MAGIC:
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI={uri!r}: {database} is not an SQLite database (it starts with {start[:8]!r}); "
+            "expected an MLflow SQLite database file, or no file there yet (checked before training: nothing "
+            "was written)"
         )
 
 
