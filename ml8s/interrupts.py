@@ -1,8 +1,9 @@
-"""SIGTERM and SIGINT as an orderly stop, and child processes that end with their parent.
+"""SIGTERM, SIGINT and SIGHUP as an orderly stop, and child processes that end with their parent.
 
-A command stopped by SIGTERM (a scheduler, ``kill``) or SIGINT (Ctrl-C) unwinds like an exception: every
-``with`` block closes, so the ranks it started are terminated and reaped and its temp directories are
-removed; the CLI then prints one line and exits 128 + the signal number (143, 130). A second signal while
+A command stopped by SIGTERM (a scheduler, ``kill``), SIGINT (Ctrl-C) or SIGHUP (its terminal closed: an ssh
+session that dropped) unwinds like an exception: every ``with`` block closes, so the ranks it started are
+terminated and reaped and its temp directories are removed; the CLI then prints one line and exits 128 + the
+signal number (143, 130, 129). SIGHUP is left alone where it is ignored (``nohup ml8s run``). A second signal while
 unwinding is ignored, so that cleanup is never cut short. Where something is created and then recorded for
 cleanup (a child process started, a temp directory made), :func:`signals_deferred` holds the signal until
 both are done: a signal between the two would leave the thing with nobody to clean it up.
@@ -27,7 +28,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 class Interrupted(KeyboardInterrupt):
-    """The process received SIGTERM or SIGINT; raised where it was, to unwind to the command line."""
+    """The process received SIGTERM, SIGINT or SIGHUP; raised where it was, to unwind to the command line."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -51,8 +52,8 @@ class _Deferral:
 
 @contextlib.contextmanager
 def stopping_on_signals() -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT raise :class:`Interrupted` (main thread only: Python delivers
-    signals there; elsewhere this does nothing)."""
+    """While inside, SIGTERM, SIGINT and (unless ignored) SIGHUP raise :class:`Interrupted` (main thread only:
+    Python delivers signals there; elsewhere this does nothing)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -67,7 +68,10 @@ def stopping_on_signals() -> Iterator[None]:
             return
         raise Interrupted(signum)
 
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
+    stops = [signal.SIGTERM, signal.SIGINT]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup: the caller asked to outlive the terminal
+        stops.append(signal.SIGHUP)
+    previous = {signum: signal.signal(signum, handler) for signum in stops}
     try:
         yield
     finally:

@@ -376,6 +376,23 @@ def test_signals_deferred_raises_the_held_signal_once_on_leaving() -> None:
     assert replaced.value.exit_code == 130 and isinstance(replaced.value.__context__, ValueError)
 
 
+def test_a_closed_terminal_stops_like_a_signal_unless_nohup_ignores_it() -> None:
+    # SIGHUP (an ssh session that dropped) used to end the process at once: no unwinding, temp files left.
+    with pytest.raises(Interrupted) as raised, stopping_on_signals():
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.01)
+    assert raised.value.exit_code == 129 and raised.value.name == "SIGHUP"
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` leaves it
+    try:
+        with stopping_on_signals():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.01)  # ignored: nothing raised
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 def test_ranks_die_with_their_parent_and_tmp_cleanup_removes_what_it_left(tmp_path: Path) -> None:
     data, tmp, root = write_small_churn(tmp_path / "data", rows=3000, files=1), tmp_path / "tmp", tmp_path / "root"
     tmp.mkdir()
