@@ -246,3 +246,31 @@ def test_runs_list_shows_incomplete_runs(tmp_path: Path) -> None:
     assert done.returncode == 0
     assert done.stdout.splitlines()[1].split()[:3] == [RUN, "incomplete", "-"]
     assert ml8s(clean_env(), "runs", "list", "--root", str(tmp_path / "empty")).stdout == "no runs\n"
+
+
+def test_runs_list_names_what_is_no_run_apart_from_the_runs(tmp_path: Path) -> None:
+    # A folder named like no RUN_ID was listed as an "incomplete" run; a stray file was skipped in silence.
+    plant(tmp_path, f"ml8s_training_runs/{RUN}/config_snapshot.json", 0)
+    strays = [
+        "ml8s_training_runs/notes/readme.txt",
+        "ml8s_training_runs/README",
+        f"ml8s_training_runs/{RUN}x/success.marker",
+        f"ml8s_quarantine/{RUN}/not-a-hash/config_snapshot.json",
+        f"ml8s_quarantine/{RUN}/stray.txt",
+        "ml8s_quarantine/misc/x",
+    ]
+    for rel in strays:
+        plant(tmp_path, rel, 0)
+    done = ml8s(clean_env(), "runs", "list", "--json", "--root", str(tmp_path))
+    assert done.returncode == 0
+    assert [(r["run_id"], r["status"]) for r in json.loads(done.stdout)] == [(RUN, "incomplete")]
+    named = [line.split(" ")[2] for line in done.stderr.splitlines() if line.startswith("ml8s: warning: ")]
+    expected = [
+        f"ml8s_quarantine/{RUN}/not-a-hash",
+        f"ml8s_quarantine/{RUN}/stray.txt",
+        "ml8s_quarantine/misc",
+        "ml8s_training_runs/README",
+        f"ml8s_training_runs/{RUN}x",
+        "ml8s_training_runs/notes",
+    ]
+    assert named == sorted(f"file://{tmp_path}/{rel}" for rel in expected)

@@ -87,11 +87,13 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def _runs_list(args: argparse.Namespace) -> int:
-    from ml8s.ops.runs import list_runs, render_runs
+    from ml8s.ops.runs import list_root, render_runs
 
-    entries = list_runs(open_root(args.root), os.environ)  # registrations checked in MLflow
+    listing = list_root(open_root(args.root), os.environ)  # registrations checked in MLflow
+    for uri in listing.not_runs:
+        print(f"ml8s: warning: {uri} is no run (not a RUN_ID folder of run files): not listed", file=sys.stderr)
     if args.json:
-        print(json.dumps([e.model_dump() for e in entries], indent=2))
+        print(json.dumps([e.model_dump() for e in listing.runs], indent=2))
     else:
-        sys.stdout.write(render_runs(entries))
+        sys.stdout.write(render_runs(list(listing.runs)))
     return 0

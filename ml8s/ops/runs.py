@@ -11,6 +11,7 @@ the table say why). MLflow is asked only when some run recorded a registration.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
@@ -20,6 +21,9 @@ from ml8s.errors import NotFoundError
 from ml8s.ops.collision import collision_incidents
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
 from ml8s.store import Store
+
+_RUN_ID = re.compile(r"^[0-9a-f]{12}$")
+_FULL_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 class RunEntry(BaseModel):
@@ -35,29 +39,50 @@ class RunEntry(BaseModel):
     registration: str = ""  # "confirmed", "unconfirmed: <why>", "" when the run recorded no registration
 
 
+class RunListing(BaseModel):
+    """The runs under a root, and the entries where runs are kept that are no run (``not_runs``: a stray
+    file, a folder whose name is no RUN_ID), listed apart rather than as runs or in silence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runs: tuple[RunEntry, ...]
+    not_runs: tuple[str, ...]
+
+
 def list_runs(store: Store, env: Mapping[str, str] | None = None) -> list[RunEntry]:
     """Runs under ``ml8s_training_runs/`` then quarantined ones, sorted by run id. With ``env`` (where
     MLFLOW_TRACKING_URI's credentials come from), each recorded registration is checked in MLflow."""
+    return list(list_root(store, env).runs)
+
+
+def list_root(store: Store, env: Mapping[str, str] | None = None) -> RunListing:
+    """:func:`list_runs`, with the entries that are no run (:class:`RunListing`), as store URIs, sorted."""
+    strays: list[str] = []
+    entries = _runs(store, strays)
+    live = [e for e in entries if e.model_version and e.status != "quarantined"]
+    refs = {e.run_id: _mlflow_ref(store, layout.run_prefix(e.run_id)) for e in live}
+    if env is not None and refs:
+        from ml8s.ops.registrations import registration_states
+
+        states = registration_states(refs, env)
+        entries = [e.model_copy(update={"registration": states.get(e.run_id, "")}) if e in live else e for e in entries]
+    return RunListing(runs=tuple(entries), not_runs=tuple(sorted(store.uri(key) for key in set(strays))))
+
+
+def _runs(store: Store, strays: list[str]) -> list[RunEntry]:
     entries: list[RunEntry] = []
-    for (run_id,), keys in sorted(_keys_by(store, layout.RUNS_DIR, 1).items()):
+    for (run_id,), keys in sorted(_keys_by(store, layout.RUNS_DIR, 1, strays).items()):
         prefix = layout.run_prefix(run_id)
         full_hash = str(_read_json(store, f"{prefix}/{layout.CONFIG_SNAPSHOT}").get("full_config_hash", ""))
         complete = f"{prefix}/{layout.SUCCESS_MARKER}" in keys
         collided = bool(full_hash) and full_hash in collision_incidents(store, run_id).values()
         status = "collided" if collided else "complete" if complete else "incomplete"
         entries.append(_entry(store, run_id, status, full_hash, prefix, len(keys)))
-    for (run_id, full_hash), keys in sorted(_keys_by(store, QUARANTINE_DIR, 2).items()):
+    for (run_id, full_hash), keys in sorted(_keys_by(store, QUARANTINE_DIR, 2, strays).items()):
         entries.append(
             _entry(store, run_id, "quarantined", full_hash, f"{QUARANTINE_DIR}/{run_id}/{full_hash}", len(keys))
         )
-    live = [e for e in entries if e.model_version and e.status != "quarantined"]
-    refs = {e.run_id: _mlflow_ref(store, layout.run_prefix(e.run_id)) for e in live}
-    if env is None or not refs:
-        return entries
-    from ml8s.ops.registrations import registration_states
-
-    states = registration_states(refs, env)
-    return [e.model_copy(update={"registration": states.get(e.run_id, "")}) if e in live else e for e in entries]
+    return entries
 
 
 def render_runs(entries: list[RunEntry]) -> str:
@@ -102,13 +127,22 @@ def _entry(store: Store, run_id: str, status: str, full_hash: str, prefix: str, 
     )
 
 
-def _keys_by(store: Store, top: str, depth: int) -> dict[tuple[str, ...], list[str]]:
-    """Keys under ``top/`` grouped by their first ``depth`` path segments below it (``.tmp/`` left out)."""
+def _keys_by(store: Store, top: str, depth: int, strays: list[str]) -> dict[tuple[str, ...], list[str]]:
+    """Keys under ``top/`` grouped by their first ``depth`` path segments below it (``.tmp/`` left out): a RUN_ID,
+    then (``depth`` 2) a FULL_CONFIG_HASH. Where the segments are no such names, the key's entry at the first
+    segment that is not goes to ``strays``."""
     groups: dict[tuple[str, ...], list[str]] = {}
+    names = (_RUN_ID, _FULL_HASH)[:depth]
     for info in store.list(f"{top}/"):
         parts = info.key.split("/")
-        if len(parts) > depth + 1 and parts[1] != layout.TMP_DIR:
-            groups.setdefault(tuple(parts[1 : depth + 1]), []).append(info.key)
+        if parts[1] == layout.TMP_DIR:
+            continue
+        below = parts[1 : depth + 1]
+        bad = next((n for n, (part, name) in enumerate(zip(below, names, strict=False)) if not name.match(part)), None)
+        if len(parts) <= depth + 1 or bad is not None:
+            strays.append("/".join(parts[: 2 + (bad if bad is not None else len(below) - 1)]))
+            continue
+        groups.setdefault(tuple(below), []).append(info.key)
     return groups
 
 
