@@ -41,7 +41,12 @@ def raw_file(path: Path, tensors: list[tuple[str, str, list[int], bytes]]) -> Pa
 
 
 def _bits(seed: int, count: int, itemsize: int) -> bytes:
-    return np.random.default_rng(seed).integers(0, 256, count * itemsize, dtype=np.uint8).tobytes()
+    """Random float bits, each element finite: one exponent bit cleared (a NaN weight is refused)."""
+    raw = np.random.default_rng(seed).integers(0, 256, count * itemsize, dtype=np.uint8)
+    if itemsize == 8:  # I64 here: any bits
+        return raw.tobytes()
+    kind, mask = {2: ("<u2", 0xBFFF), 4: ("<u4", 0xBFFFFFFF)}[itemsize]
+    return (raw.view(kind) & mask).astype(kind).tobytes()
 
 
 MIXED = [  # out of name order, three float dtypes, a scalar, an empty tensor, one tensor over a chunk
@@ -148,7 +153,8 @@ _NO_TORCH = """
 import sys
 from ml8s.cli.main import main
 code = main(["chain", "commit", "--payload", sys.argv[1]])
-heavy = ("torch", "safetensors.torch", "numpy", "mlflow", "pyarrow", "pandas", "onnx", "flytekit", "boto3")
+# numpy is allowed: the NaN check of float tensors (about 70 ms of start-up) reads each chunk the hash reads
+heavy = ("torch", "safetensors.torch", "mlflow", "pyarrow", "pandas", "onnx", "flytekit", "boto3")
 loaded = [name for name in heavy if name in sys.modules]
 assert not loaded, f"a FULL commit imported {loaded}"
 sys.exit(code)
@@ -174,3 +180,40 @@ def test_full_commit_imports_no_torch_and_records_the_weights_hash(tmp_path: Pat
     assert (second["payload_kind"], second["weights_hash"]) == ("delta", weights_hash(weights))
     verify = subprocess.run([ML8S, "chain", "verify"], env=env, capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.parametrize(
+    ("dtype", "nan", "order"),
+    [
+        ("F32", struct.pack("<f", float("nan")), "file order"),
+        ("F16", b"\x01\x7e", "file order"),  # a signalling NaN's bits
+        ("BF16", b"\xc1\xff", "file order"),  # negative, mantissa non-zero
+        ("F32", struct.pack("<f", float("nan")), "name order"),
+    ],
+    ids=["f32", "f16", "bf16", "f32-read-again"],
+)
+def test_a_nan_weight_is_refused_before_anything_is_committed(
+    tmp_path: Path, dtype: str, nan: bytes, order: str
+) -> None:
+    # A NaN weight predicts NaN for every row, and a follower would serve it; committed before this check.
+    size = 4 if dtype == "F32" else 2
+    count = 2 * MiB // size + 3  # over two read chunks: the NaN sits in the last one, checked in a hash thread
+    tail = _bits(11, count, size)
+    poisoned = tail[: -2 * size] + nan + tail[-size:]
+    tensors = [("z.poisoned", dtype, [count], poisoned), ("a.clean", "F32", [5], _bits(12, 5, 4))]
+    path = raw_file(tmp_path / "w.safetensors", tensors if order == "file order" else tensors[::-1])
+    with pytest.raises(ConfigError, match=rf"tensor 'z.poisoned' holds NaN \(element {count - 2}\); expected no NaN"):
+        hash_checkpoint(str(path), check_safetensors(str(path)))
+    env = {**os.environ, "PIPELINE_ROOT_URI": f"file://{tmp_path}/root", "CHAIN_NAME": "nan"}
+    done = subprocess.run([ML8S, "chain", "commit", "--payload", str(path)], env=env, capture_output=True, text=True)
+    assert done.returncode == 1 and "CONFIG_ERROR" in done.stderr and "holds NaN" in done.stderr, done.stderr
+    assert not (tmp_path / "root" / "ml8s_chain" / "nan" / "versions").exists() or not any(
+        (tmp_path / "root" / "ml8s_chain" / "nan" / "versions").iterdir()
+    )
+
+
+def test_infinities_are_weights_like_any_other(tmp_path: Path) -> None:
+    masks = struct.pack("<4f", float("-inf"), 0.0, float("inf"), -1.0)  # a mask buffer holds -inf by design
+    path = raw_file(tmp_path / "w.safetensors", [("mask", "F32", [4], masks), ("h", "F16", [1], b"\x00\x7c")])
+    _, digest = hash_checkpoint(str(path), check_safetensors(str(path)))
+    assert digest == weights_hash(safetensors.torch.load_file(str(path)))
