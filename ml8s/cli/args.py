@@ -117,7 +117,10 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
             print(f"ml8s: {exc}", file=sys.stderr)
             return 1
         except Interrupted as exc:
-            print(f"ml8s: INTERRUPTED: stopped by {exc.name}; temp files removed, ranks stopped", file=sys.stderr)
+            print(
+                f"ml8s: INTERRUPTED: stopped by {exc.name}; its temp files removed, its child processes stopped",
+                file=sys.stderr,
+            )
             return exc.exit_code
         except BrokenPipeError:
             # Python would print a traceback while flushing stdout at exit: point stdout at devnull first.
