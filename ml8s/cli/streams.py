@@ -1,7 +1,7 @@
 """The ``ml8s`` command's standard streams: closed ones reopened, stdout's write errors named.
 
 stdout carries a command's one result (a manifest, a table, JSON) for scripts to read; stderr carries the
-progress and the ``ml8s: CODE: message`` line. Two ways they used to break:
+progress and the ``ml8s: CODE: message`` line. Three ways they used to break:
 
 - A stream the caller closed (``ml8s run >&-``, ``2>&-``). Python then sets ``sys.stdout`` or ``sys.stderr``
   to None, and ``print(..., file=sys.stderr)`` falls back to stdout, so the progress lines landed in the
@@ -74,7 +74,8 @@ class _Rewrapped(io.TextIOWrapper):
     """A new text layer over an existing stream's buffer, with its encoding and buffering."""
 
     def __init__(self, wrapper: io.TextIOWrapper) -> None:
-        wrapper.flush()
+        with contextlib.suppress(OSError):  # nothing is printed before the command starts; never fail on it
+            wrapper.flush()
         super().__init__(
             wrapper.buffer,
             encoding=wrapper.encoding,
