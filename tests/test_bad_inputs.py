@@ -165,7 +165,11 @@ CASES: dict[str, Case] = {
     "seed_fraction": Case(ConfigError, ("RANDOM_SEED=1.5", "an integer >= 0"), {"RANDOM_SEED": "1.5"}),
     "seed_leading_zero": Case(ConfigError, ("RANDOM_SEED='007'", "an integer >= 0"), {"RANDOM_SEED": "007"}),
     # 1e3 matches the JSON number grammar with an exponent, so it normalizes to the float 1000.0
-    "seed_exponent": Case(ConfigError, ("RANDOM_SEED=1000.0", "no sign, fraction or exponent"), {"RANDOM_SEED": "1e3"}),
+    "seed_exponent": Case(
+        ConfigError,
+        ("RANDOM_SEED=1000.0", "no sign, fraction or exponent", "written with a fraction or an exponent: write 1000"),
+        {"RANDOM_SEED": "1e3"},
+    ),
     "epochs_zero": Case(ConfigError, ("EPOCHS=0", "an integer >= 1"), {"EPOCHS": "0"}),
     "epochs_word": Case(ConfigError, ("EPOCHS='ten'", "an integer >= 1"), {"EPOCHS": "ten"}),
     "batch_size_zero": Case(ConfigError, ("BATCH_SIZE=0", "an integer >= 1"), {"BATCH_SIZE": "0"}),

@@ -172,9 +172,11 @@ def _choice(config: CanonicalConfig, key: str, choices: tuple[str, ...]) -> str:
 def _integer(config: CanonicalConfig, key: str, *, minimum: int, maximum: int = MAX_COUNT) -> int:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise _fail(
-            key, value, f"an integer >= {minimum} and <= {maximum} (digits only, no sign, fraction or exponent)"
-        )
+        expected = f"an integer >= {minimum} and <= {maximum} (digits only, no sign, fraction or exponent)"
+        if isinstance(value, float) and value.is_integer() and minimum <= value <= maximum:
+            # the canonical form of "1e3" or "1000.0" is the float 1000.0: say how to write the integer it meant
+            expected += f"; the value was written with a fraction or an exponent: write {int(value)}"
+        raise _fail(key, value, expected)
     return value
 
 
