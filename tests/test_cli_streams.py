@@ -76,11 +76,29 @@ def test_a_closed_or_failing_stderr_never_costs_the_result_or_leaks_into_stdout(
     assert failed.stdout == ""  # the error line went nowhere rather than into the result stream
 
 
-def test_a_whole_run_with_stderr_on_a_full_disk_still_delivers_its_manifest(env: dict[str, str]) -> None:
-    # Every progress line fails to write; the first one used to end the run with exit 1 and no manifest.
-    done = _sh('"$0" run 2>/dev/full', env)
-    assert done.returncode == 0
-    assert json.loads(done.stdout)["run_id"]
+@pytest.fixture(scope="module")
+def run_on_full_stderr(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One whole run whose every progress line fails to write (its model also serves ``predict`` below)."""
+    return _sh('"$0" run 2>/dev/full', env)
+
+
+def test_a_whole_run_with_stderr_on_a_full_disk_still_delivers_its_manifest(
+    run_on_full_stderr: subprocess.CompletedProcess[str],
+) -> None:
+    # The first progress line used to end the run with exit 1 and no manifest.
+    assert run_on_full_stderr.returncode == 0
+    assert json.loads(run_on_full_stderr.stdout)["run_id"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_predictions_written_as_bytes_into_a_full_disk_are_a_named_error(
+    env: dict[str, str], run_on_full_stderr: subprocess.CompletedProcess[str], fmt: str
+) -> None:
+    run_id = json.loads(run_on_full_stderr.stdout)["run_id"]
+    rows = str(Path(env["DATA_ROOT"]) / "rows.csv")
+    done = _sh('"$0" predict --run "$1" --input "$2" --format "$3" >/dev/full', env, run_id, rows, fmt)
+    assert done.returncode == 1  # was 2: INTERNAL_ERROR from the bytes written beside the text layer
+    _one_error_line(done.stderr, "OUTPUT_ERROR")
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(env: dict[str, str]) -> None:

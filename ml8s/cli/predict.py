@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, BinaryIO
 
 from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg
+from ml8s.cli.streams import write_binary
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 from ml8s.output_files import write_output
 
@@ -116,8 +117,7 @@ def _predict(args: argparse.Namespace) -> int:
     ids = [row.get(args.id_column) for row in rows] if args.id_column is not None else []
     out = render(predictor.predict(rows), args.format, precision=args.precision, id_column=args.id_column, ids=ids)
     if args.output == "-":
-        sys.stdout.buffer.write(out)
-        sys.stdout.flush()
+        write_binary(out)
     else:
         _write_atomically(str(args.output), out)
     return 0

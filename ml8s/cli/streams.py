@@ -25,7 +25,7 @@ import sys
 
 from ml8s.errors import OutputError
 
-__all__ = ["NamedStdout", "QuietStderr", "closed_stdout_error", "prepare_streams"]
+__all__ = ["NamedStdout", "QuietStderr", "closed_stdout_error", "prepare_streams", "write_binary"]
 
 
 def prepare_streams() -> OutputError | None:
@@ -53,6 +53,19 @@ def prepare_streams() -> OutputError | None:
     if isinstance(sys.stdout, io.TextIOWrapper):  # else someone already replaced it (an embedding host): kept
         sys.stdout = NamedStdout(sys.stdout)
     return None
+
+
+def write_binary(data: bytes) -> None:
+    """``data`` to stdout's byte stream, after the text written before it (a Parquet file, encoded CSV): a failed
+    write is an :class:`~ml8s.errors.OutputError` here too, since it bypasses :class:`NamedStdout`'s text layer."""
+    sys.stdout.flush()
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _failed(exc) from exc
 
 
 def closed_stdout_error() -> OutputError:
