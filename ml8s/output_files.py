@@ -8,6 +8,8 @@
   link stays. Anything else that already exists (a character device such as ``/dev/stdout`` or
   ``/dev/null``, a FIFO) is written in place, never renamed over: as root, a rename onto ``/dev/full``
   replaced the device node itself with a regular file.
+- :func:`replace_file` is that replacement alone, for a path known to be a regular file or none (the demo
+  dataset's files).
 - :func:`write_new` creates a file that must not exist yet (a private key, a trust root), with ``mode``;
   a failed write (a full disk) removes the partial file, so a retry is not refused with "File exists".
 
@@ -23,10 +25,12 @@ import tempfile
 from collections.abc import Callable
 
 from ml8s.errors import Ml8sError
+from ml8s.store import fsync_dir
 
-__all__ = ["write_new", "write_output"]
+__all__ = ["replace_file", "write_new", "write_output"]
 
 Fail = Callable[[str], Ml8sError]
+Step = Callable[[], None]
 
 
 def write_output(path: str, data: bytes, fail: Fail) -> None:
@@ -44,7 +48,7 @@ def write_output(path: str, data: bytes, fail: Fail) -> None:
         return
     target = os.path.realpath(path)  # a symlink's target is what the user means to replace; the link stays
     mode = stat.S_IMODE(existing.st_mode) if existing is not None else 0o666 & ~_umask()
-    _replace(target, data, mode, fail)
+    replace_file(target, data, mode, fail)
 
 
 def write_new(path: str, data: bytes, mode: int, fail: Fail) -> None:
@@ -53,36 +57,41 @@ def write_new(path: str, data: bytes, mode: int, fail: Fail) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     except OSError as exc:
         raise fail(_reason(exc)) from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise fail(_reason(exc)) from exc
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    _fill(fd, path, data, fail)
+    _durable(os.path.dirname(os.path.abspath(path)), fail)
 
 
-def _replace(target: str, data: bytes, mode: int, fail: Fail) -> None:
-    directory = os.path.dirname(target)
+def replace_file(target: str, data: bytes, mode: int, fail: Fail) -> None:
+    """Replace (or create) the regular file ``target`` whole, with permission bits ``mode``: a temporary file
+    ``.{name}.*.tmp`` beside it, fsynced, renamed over it, the directory fsynced. An interrupted write removes
+    its temporary file."""
+    directory = os.path.dirname(target) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise fail(_reason(exc)) from exc
+    _fill(fd, tmp, data, fail, mode=mode, then=lambda: os.replace(tmp, target))
+    _durable(directory, fail)
+
+
+def _fill(fd: int, path: str, data: bytes, fail: Fail, *, mode: int | None = None, then: Step | None = None) -> None:
+    """Write ``data`` to the new file ``fd`` (at ``path``), set ``mode``, fsync, close, then ``then``; on any
+    failure or interruption the file at ``path`` is removed (``fail`` raised for an OSError)."""
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fchmod(handle.fileno(), mode)
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
+        if then is not None:
+            then()
+    except BaseException as exc:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise fail(_reason(exc)) from exc
-    _fsync_dir(directory)
+            os.unlink(path)
+        if isinstance(exc, OSError):
+            raise fail(_reason(exc)) from exc
+        raise
 
 
 def _write_in_place(target: str, data: bytes, fail: Fail) -> None:
@@ -93,14 +102,12 @@ def _write_in_place(target: str, data: bytes, fail: Fail) -> None:
         raise fail(_reason(exc)) from exc
 
 
-def _fsync_dir(directory: str) -> None:
-    """Make the rename or creation durable; a file system that cannot fsync a directory is left as it is."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def _durable(directory: str, fail: Fail) -> None:
+    """The new name survives a crash (``ml8s.store.fsync_dir``)."""
+    try:
+        fsync_dir(directory)
+    except OSError as exc:
+        raise fail(_reason(exc)) from exc
 
 
 def _umask() -> int:

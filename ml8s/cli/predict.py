@@ -14,8 +14,8 @@ from ml8s.output_files import write_output
 
 # Here, not from ml8s.inference.output: parsing the command line imports no pyarrow.
 FORMATS = ("csv", "json", "parquet")
-_CHUNK = 1 << 20
 DEFAULT_PRECISION = 6
+_CHUNK = 1 << 20  # bytes of --input read at a time
 
 if TYPE_CHECKING:
     from ml8s.chain import Anchor, ChainStore, ChainVersion

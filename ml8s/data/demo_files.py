@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ml8s.errors import DataError
+from ml8s.output_files import replace_file
 from ml8s.store import fsync_dir
 
 _PART_RE = re.compile(r"^part-\d{5}\.csv$")
@@ -75,7 +75,7 @@ def write_dataset(out_dir: str, demo_files: Sequence[DemoFile]) -> list[str]:
     written = [f.name for f in demo_files if f.name not in present]
     for name in written:
         _atomic_write(out_dir, name, expected[name].content)
-    if written or stale:
+    if stale:  # each written file's rename is made durable by replace_file; the removals here
         fsync_dir(out_dir)
     return written
 
@@ -89,15 +89,9 @@ def _same_bytes(path: str, content: bytes) -> bool:
 
 def _atomic_write(directory: str, name: str, content: bytes) -> None:
     """Temporary file in the same directory, fsync, then rename: readers see all of it or none."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; data files are plain readable files
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    path = os.path.join(directory, name)
+
+    def fail(reason: str) -> DataError:
+        return DataError(f"cannot write the demo file {path}: {reason}")
+
+    replace_file(path, content, 0o644, fail)  # 0644: data files are plain readable files (mkstemp makes 0600)

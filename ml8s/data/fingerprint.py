@@ -174,15 +174,13 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
             found.append((child_rel, path, os.path.getsize(path)))
         elif _is_symlink_loop(path):
             raise DataError(f"symlink loop in DATA_ROOT at {path}; expected a file or directory")
-        elif os.path.islink(path) and not os.path.exists(path):
+        elif os.path.islink(path) and not os.path.exists(path):  # not a loop: a symlink to nothing
             raise DataError(f"broken symlink in DATA_ROOT: {path}")
-        elif os.path.islink(path):  # to a device or a FIFO (-> /dev/zero): named as what it points to
+        else:  # a FIFO, a socket, a device, or a symlink to one (-> /dev/zero): never data, never skipped in silence
+            link = f", a symlink to {os.path.realpath(path)}" if os.path.islink(path) else ""
             raise DataError(
-                f"DATA_ROOT holds {path}, a symlink to {os.path.realpath(path)}, {kind_of(path)}; expected only "
-                "regular files and directories"
+                f"DATA_ROOT holds {path}{link}, {kind_of(path)}; expected only regular files and directories"
             )
-        else:  # a FIFO, a socket, a device: never data, and never skipped in silence
-            raise DataError(f"DATA_ROOT holds {path}, {kind_of(path)}; expected only regular files and directories")
 
 
 def _progress(done: int, total: int, started: float) -> None:

@@ -57,7 +57,7 @@ def list_runs(store: Store, env: Mapping[str, str] | None = None) -> list[RunEnt
 
 def list_root(store: Store, env: Mapping[str, str] | None = None) -> RunListing:
     """:func:`list_runs`, with the entries that are no run (:class:`RunListing`), as store URIs, sorted."""
-    strays: list[str] = []
+    strays: set[str] = set()
     entries = _runs(store, strays)
     live = [e for e in entries if e.model_version and e.status != "quarantined"]
     refs = {e.run_id: _mlflow_ref(store, layout.run_prefix(e.run_id)) for e in live}
@@ -66,10 +66,10 @@ def list_root(store: Store, env: Mapping[str, str] | None = None) -> RunListing:
 
         states = registration_states(refs, env)
         entries = [e.model_copy(update={"registration": states.get(e.run_id, "")}) if e in live else e for e in entries]
-    return RunListing(runs=tuple(entries), not_runs=tuple(sorted(store.uri(key) for key in set(strays))))
+    return RunListing(runs=tuple(entries), not_runs=tuple(sorted(store.uri(key) for key in strays)))
 
 
-def _runs(store: Store, strays: list[str]) -> list[RunEntry]:
+def _runs(store: Store, strays: set[str]) -> list[RunEntry]:
     entries: list[RunEntry] = []
     for (run_id,), keys in sorted(_keys_by(store, layout.RUNS_DIR, 1, strays).items()):
         prefix = layout.run_prefix(run_id)
@@ -127,22 +127,22 @@ def _entry(store: Store, run_id: str, status: str, full_hash: str, prefix: str, 
     )
 
 
-def _keys_by(store: Store, top: str, depth: int, strays: list[str]) -> dict[tuple[str, ...], list[str]]:
+def _keys_by(store: Store, top: str, depth: int, strays: set[str]) -> dict[tuple[str, ...], list[str]]:
     """Keys under ``top/`` grouped by their first ``depth`` path segments below it (``.tmp/`` left out): a RUN_ID,
-    then (``depth`` 2) a FULL_CONFIG_HASH. Where the segments are no such names, the key's entry at the first
-    segment that is not goes to ``strays``."""
+    then (``depth`` 2) a FULL_CONFIG_HASH. A key that is not below such names adds its entry that is not (a
+    file, or a folder of another name) to ``strays``."""
     groups: dict[tuple[str, ...], list[str]] = {}
     names = (_RUN_ID, _FULL_HASH)[:depth]
     for info in store.list(f"{top}/"):
         parts = info.key.split("/")
         if parts[1] == layout.TMP_DIR:
             continue
-        below = parts[1 : depth + 1]
-        bad = next((n for n, (part, name) in enumerate(zip(below, names, strict=False)) if not name.match(part)), None)
-        if len(parts) <= depth + 1 or bad is not None:
-            strays.append("/".join(parts[: 2 + (bad if bad is not None else len(below) - 1)]))
+        # the first segment that is a file, or not the name it must be: where the stray entry ends
+        bad = next((n for n in range(1, depth + 1) if n == len(parts) - 1 or not names[n - 1].match(parts[n])), None)
+        if bad is not None:
+            strays.add("/".join(parts[: bad + 1]))
             continue
-        groups.setdefault(tuple(below), []).append(info.key)
+        groups.setdefault(tuple(parts[1 : depth + 1]), []).append(info.key)
     return groups
 
 
