@@ -274,6 +274,53 @@ def test_a_column_of_one_tricky_cell_is_typed_by_the_number_pattern(cell: str) -
     assert isinstance(chunk, Numbers) == bool(pc.all(number_mask(cells)).as_py())
 
 
+def _reference_chunk(cells: pa.Array) -> tuple[str, list[float] | None, list[str] | None, list[int] | None, int]:
+    """A chunk as the rules define it, the slow way: every cell trimmed, tokens missing, then typed as a whole."""
+    from ml8s.data.columns import categorical, floats, present_text
+    from ml8s.data.csv_columns import number_mask
+
+    values = present_text(pc.fill_null(cells, ""))
+    present = len(values) - values.null_count
+    if bool(pc.all(pc.or_(number_mask(values), pc.is_null(values))).as_py()):
+        return "numbers", floats(pc.cast(values, pa.float64())).tolist(), None, None, present
+    column = categorical("", values)
+    return "texts", None, column.category_list(), column.values.tolist(), present
+
+
+COLUMNS = {
+    "plain numbers": ["1", "2.5", None, "-3e2", "4"],
+    "numbers with blanks and tokens": [" 1", "2.5 ", "NA", "nan", None, "\t7", "?"],
+    "a NaN spelling": ["1", "NAN", "2"],
+    "a token spelling NaN": ["1", "NaN", "2"],
+    "an infinity": ["1", "inf", "2"],
+    "text": ["b", " a", "a ", "NA", None, "b", "\u00a0c\u00a0", "", "a"],
+    "text trimming to one value": ["x", " x", "x ", "  x\t"],
+    "numbers as text after the sample": [str(i) for i in range(70)] + ["abc"],
+    "text with numbers only past the sample": ["a"] * 70 + ["1"],
+    "all missing": [None, "NA", "  ", None],
+    "booleans": ["true", "False", None, "TRUE"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(COLUMNS))
+def test_each_route_to_a_chunk_types_cells_as_the_rules_do(name: str) -> None:
+    """chunk_of's fast routes (a cast of the cells as read, a cast of their present text, dictionary coding)
+    give exactly the chunk the rules define, empty cells given as null (as the loader reads them) or as ""."""
+    from ml8s.data.csv_columns import Numbers, chunk_of
+
+    expected = _reference_chunk(pa.array(COLUMNS[name], pa.string()))
+    for cells in (pa.array(COLUMNS[name], pa.string()), pc.fill_null(pa.array(COLUMNS[name], pa.string()), "")):
+        chunk = chunk_of(cells)
+        if isinstance(chunk, Numbers):
+            got = ("numbers", chunk.values.tolist(), None, None, chunk.present)
+        else:
+            got = ("texts", None, chunk.column.category_list(), chunk.column.values.tolist(), chunk.present)
+        assert np.array_equal(
+            np.array(got[1] or [], dtype=float), np.array(expected[1] or [], dtype=float), equal_nan=True
+        )
+        assert (got[0], got[2], got[3], got[4]) == (expected[0], expected[2], expected[3], expected[4])
+
+
 def test_graphed_loop_bookkeeping_matches_the_plain_loop_on_cpu() -> None:
     """The CUDA-graph loop's static buffers, warm-up count and eager last batch, without capture (no GPU here)."""
     from ml8s.training.loop import Graphed

@@ -31,8 +31,9 @@ def csv_table(data: bytes, where: str) -> pa.Table:
     return pa.Table.from_batches(list(batches), schema=pa.schema([(name, pa.string()) for name in names]))
 
 
-def csv_batches(data: bytes, where: str) -> tuple[list[str], Iterator[pa.RecordBatch]]:
-    """A CSV file's column names and its rows as text, a block of :data:`BLOCK` bytes at a time.
+def csv_batches(data: bytes, where: str, *, empty_as_null: bool = False) -> tuple[list[str], Iterator[pa.RecordBatch]]:
+    """A CSV file's column names and its rows as text, a block of :data:`BLOCK` bytes at a time; with
+    ``empty_as_null`` an empty cell (quoted or not) is null, at no cost (the parser marks it).
 
     Raises:
         DataError: the file is empty, its header is unusable, its text does not parse (naming the data row where
@@ -45,7 +46,11 @@ def csv_batches(data: bytes, where: str) -> tuple[list[str], Iterator[pa.RecordB
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
     try:
-        options = pacsv.ConvertOptions(column_types={n: pa.string() for n in header}, strings_can_be_null=False)
+        options = pacsv.ConvertOptions(
+            column_types={n: pa.string() for n in header},
+            strings_can_be_null=empty_as_null,
+            null_values=[""] if empty_as_null else [],
+        )
         reader = pacsv.open_csv(
             pa.BufferReader(data),
             read_options=pacsv.ReadOptions(block_size=BLOCK),
@@ -60,7 +65,7 @@ def csv_batches(data: bytes, where: str) -> tuple[list[str], Iterator[pa.RecordB
         try:
             for batch in reader:
                 if batch.num_rows:  # only the last value is kept: a batch held on would add a block to the peak
-                    rows, last = rows + batch.num_rows, batch.column(header[-1])[-1].as_py()
+                    rows, last = rows + batch.num_rows, batch.column(header[-1])[-1].as_py() or ""
                 yield batch
         except pa.ArrowException as exc:
             raise _unparsed(where, data, header, exc) from exc

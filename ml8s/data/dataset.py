@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -111,7 +112,7 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
     names: tuple[str, ...] | None = None
     origins: list[tuple[int, int, int]] = []  # per chunk: (file index, first row in the file, rows)
     for entry, data in read_verified(fingerprint):
-        header, batches = csv_batches(data, _where(fingerprint, entry))
+        header, batches = csv_batches(data, _where(fingerprint, entry), empty_as_null=True)
         these = tuple(sorted(header))
         if names is None:
             names = these
@@ -121,9 +122,12 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
                 f"{files[0].relative_path}: {list(names)}"
             )
         rows = 0
-        for batch in batches:
-            for name in these:
-                chunks.setdefault(name, []).append(chunk_of(batch.column(name)))
+        for batch in _read_ahead(batches):
+            # Arrow's kernels release the GIL: a block's columns are typed in parallel
+            with ThreadPoolExecutor(_THREADS, thread_name_prefix="ml8s-type") as pool:
+                typed = list(pool.map(chunk_of, [batch.column(name) for name in these]))
+            for name, chunk in zip(these, typed, strict=True):
+                chunks.setdefault(name, []).append(chunk)
             origins.append((len(files), rows, batch.num_rows))
             rows += batch.num_rows
         del data
@@ -159,6 +163,19 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
         columns.append(column)
         warnings.extend([warning] if warning else [])
     return Dataset(columns=tuple(columns), rows=total, rows_per_file=rows_per_file, warnings=tuple(warnings))
+
+
+_THREADS = min(4, os.cpu_count() or 1)
+
+
+def _read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, each next one parsed in a thread of its own while the caller types the one before (Arrow's
+    parser releases the GIL): one parsed block waits at most, so memory holds one block of text more."""
+    with ThreadPoolExecutor(1, thread_name_prefix="ml8s-csv") as pool:
+        ahead = pool.submit(next, batches, None)
+        while (batch := ahead.result()) is not None:
+            ahead = pool.submit(next, batches, None)
+            yield batch
 
 
 def _check_finite(column: Column, tables: list[pa.Table], files: list[str], root: str) -> None:
