@@ -101,10 +101,13 @@ def _dictionary_texts(cells: pa.ChunkedArray | pa.Array) -> Texts:
     categories = pc.drop_null(distinct)  # distinct raw texts may trim to one text
     categories = pc.take(categories, pc.array_sort_indices(categories))
     categories = pc.unique(categories) if len(categories) else categories
-    lut = np.append(np.asarray(pc.fill_null(pc.index_in(distinct, value_set=categories), -1).to_numpy(), np.int32), -1)
-    indices = np.asarray(pc.fill_null(encoded.indices, len(lut) - 1).to_numpy(), dtype=np.int64)
-    codes = lut[indices]
-    present = int(np.count_nonzero(codes >= 0))
+    # The codes are made and kept by Arrow's allocator, as every other chunk's values: numpy arrays made per
+    # block among Arrow's freed temporaries left the heap fragmented (+15% peak RSS at 2M rows).
+    position = pc.fill_null(pc.index_in(distinct, value_set=categories), -1)  # of each distinct raw text
+    lut = pa.concat_arrays([position.cast(pa.int32()), pa.array([-1], pa.int32())])  # the last: a null cell
+    coded = pc.take(lut, pc.fill_null(encoded.indices, len(lut) - 1))
+    codes = np.asarray(coded.to_numpy(), dtype=np.int32)
+    present = len(coded) - int(pc.sum(pc.equal(coded, -1)).as_py() or 0)
     return Texts(column=Column(name="", kind="categorical", values=codes, categories=categories), present=present)
 
 
