@@ -354,6 +354,19 @@ def test_data_changed_between_fingerprint_and_load(tmp_path: Path) -> None:
     assert written_files(root) == []
 
 
+@pytest.mark.parametrize("now", ["a,b\n1,2\n", "", '"never closed\n'], ids=["other columns", "emptied", "unparsable"])
+def test_data_changed_into_bad_data_is_named_as_changed(tmp_path: Path, now: str) -> None:
+    """The file is parsed while its bytes are hashed: what a changed file now holds must not hide that it changed."""
+    data = write_small_churn(tmp_path / "data", rows=60, files=2)
+    root = tmp_path / "root"
+    ctx = bootstrap(_env(data, root, {}))
+    (data / "part-001.csv").write_text(now)
+
+    with pytest.raises(DataChangedError, match=r"part-001\.csv changed after it was fingerprinted"):
+        snapshot(ctx, ctx.open_store())
+    assert written_files(root) == []
+
+
 def test_data_file_removed_between_fingerprint_and_load(tmp_path: Path) -> None:
     data = write_small_churn(tmp_path / "data", rows=60, files=2)
     root = tmp_path / "root"

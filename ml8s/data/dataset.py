@@ -28,7 +28,7 @@ from ml8s.data.csv_columns import Chunk, chunk_of, file_row, finish, not_finite
 from ml8s.data.csv_text import csv_batches, csv_table
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
-from ml8s.data.sources import read_verified, restrict
+from ml8s.data.sources import read_checking, read_verified, restrict
 from ml8s.errors import DataError
 from ml8s.memory import return_freed_memory
 
@@ -111,9 +111,13 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
     files: list[FileEntry] = []
     names: tuple[str, ...] | None = None
     origins: list[tuple[int, int, int]] = []  # per chunk: (file index, first row in the file, rows)
-    for entry, data in read_verified(fingerprint):
-        header, batches = csv_batches(data, _where(fingerprint, entry), empty_as_null=True)
-        these = tuple(sorted(header))
+    for entry, data, check in read_checking(fingerprint):
+        try:
+            these, blocks = _typed_blocks(data, _where(fingerprint, entry))
+        except DataError:
+            check()  # a file changed since it was fingerprinted is named as such, not by what it holds now
+            raise
+        check()
         if names is None:
             names = these
         elif these != names:
@@ -122,14 +126,11 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
                 f"{files[0].relative_path}: {list(names)}"
             )
         rows = 0
-        for batch in _read_ahead(batches):
-            # Arrow's kernels release the GIL: a block's columns are typed in parallel
-            with ThreadPoolExecutor(_THREADS, thread_name_prefix="ml8s-type") as pool:
-                typed = list(pool.map(chunk_of, [batch.column(name) for name in these]))
+        for count, typed in blocks:
             for name, chunk in zip(these, typed, strict=True):
                 chunks.setdefault(name, []).append(chunk)
-            origins.append((len(files), rows, batch.num_rows))
-            rows += batch.num_rows
+            origins.append((len(files), rows, count))
+            rows += count
         del data
         pa.default_memory_pool().release_unused()  # the file's text: Arrow's allocator would keep its pages
         rows_per_file[entry.relative_path] = rows
@@ -166,6 +167,18 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
 
 
 _THREADS = min(4, os.cpu_count() or 1)
+
+
+def _typed_blocks(data: bytes, where: str) -> tuple[tuple[str, ...], list[tuple[int, list[Chunk]]]]:
+    """A CSV file's column names, sorted, and per block its rows and its columns' chunks in that order."""
+    header, batches = csv_batches(data, where, empty_as_null=True)
+    these = tuple(sorted(header))
+    blocks = []
+    for batch in _read_ahead(batches):
+        # Arrow's kernels release the GIL: a block's columns are typed in parallel
+        with ThreadPoolExecutor(_THREADS, thread_name_prefix="ml8s-type") as pool:
+            blocks.append((batch.num_rows, list(pool.map(chunk_of, [batch.column(name) for name in these]))))
+    return these, blocks
 
 
 def _read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -8,9 +8,11 @@ fails the run instead of training on data nobody fingerprinted.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ml8s.data.fingerprint import (
     FileEntry,
@@ -62,28 +64,60 @@ def restrict(fingerprint: Fingerprint, paths: Collection[str]) -> Fingerprint:
 
 def read_verified(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]:
     """Each fingerprinted file's bytes, in fingerprint order, checked against its entry."""
+    for entry, data, check in read_checking(fingerprint):
+        check()
+        yield entry, data
+        del data
+
+
+Check = Callable[[], None]
+
+
+def read_checking(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes, Check]]:
+    """:func:`read_verified` whose check of a local file (a sha256 of its bytes) runs in a thread while the
+    caller parses them (hashlib releases the GIL): the caller calls the third item before it uses anything
+    parsed from the bytes, and when parsing fails (a file changed since it was fingerprinted is named as
+    such, not as the bad cell it may now hold). An object is checked by its read (``If-Match``) already.
+
+    Raises:
+        DataChangedError: from the check, or at once: a file cannot be read, or an object has changed.
+    """
     if fingerprint.data_root.startswith("s3://"):
-        yield from _read_objects(fingerprint)
+        for entry, data in _read_objects(fingerprint):
+            yield entry, data, _checked
         return
     root = fingerprint.data_root[len("file://") :]
     single = os.path.isfile(root)
-    for entry in fingerprint.entries:
-        path = root if single else os.path.join(root, *entry.relative_path.split("/"))
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            why = "it is a symlink loop now" if exc.errno == errno.ELOOP else str(exc.strerror or exc)
-            raise DataChangedError(
-                f"{path} was fingerprinted but cannot be read now: {why}; expected it unchanged"
-            ) from exc
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != entry.checksum or len(data) != entry.size:
-            raise DataChangedError(
-                f"{path} changed after it was fingerprinted: expected sha256 {entry.checksum} ({entry.size} bytes), "
-                f"read sha256 {digest} ({len(data)} bytes); re-run to fingerprint the new data"
-            )
-        yield entry, data
+    with ThreadPoolExecutor(1, thread_name_prefix="ml8s-sha256") as pool:
+        for entry in fingerprint.entries:
+            path = root if single else os.path.join(root, *entry.relative_path.split("/"))
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError as exc:
+                why = "it is a symlink loop now" if exc.errno == errno.ELOOP else str(exc.strerror or exc)
+                raise DataChangedError(
+                    f"{path} was fingerprinted but cannot be read now: {why}; expected it unchanged"
+                ) from exc
+            digest = pool.submit(_sha256, data)
+            yield entry, data, functools.partial(_compare, path, entry, len(data), digest)
+            del data  # not held while the next file is read: the caller is done with it
+
+
+def _checked() -> None:
+    """The check of bytes checked when they were read."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _compare(path: str, entry: FileEntry, size: int, digest: Future[str]) -> None:
+    if digest.result() != entry.checksum or size != entry.size:
+        raise DataChangedError(
+            f"{path} changed after it was fingerprinted: expected sha256 {entry.checksum} ({entry.size} bytes), "
+            f"read sha256 {digest.result()} ({size} bytes); re-run to fingerprint the new data"
+        )
 
 
 def _read_objects(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes]]:
