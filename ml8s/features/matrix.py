@@ -14,6 +14,7 @@ import mmap
 import os
 import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO
 
@@ -46,7 +47,7 @@ def write_matrix_arrays(
             end = min(start + ROW_GROUP, len(target))
             yield (matrix[start:end, i] for i in range(len(names))), target[start:end], split[start:end]
 
-    _write(path, names, groups())
+    _write(path, names, groups(), overlap=False)  # the matrix is in memory already: nothing to hide a group in
 
 
 def write_encoded(
@@ -73,12 +74,12 @@ def write_encoded(
             yield encode_each(rules, part, kept), target[start:end], split[start:end]
 
     if not hand_over or not len(target) * len(names):
-        _write(path, names, groups())
+        _write(path, names, groups(), overlap=overlaps(len(target), len(names)))
         return
     _handed.clear()
     with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
         scratch = _SplitRows(handle, split, len(names))
-        _write(path, names, groups(), scratch)
+        _write(path, names, groups(), scratch, overlap=overlaps(len(target), len(names)))
         mapped = scratch.mapped(target, names)
     stat = os.stat(path)
     key = (os.path.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
@@ -185,32 +186,66 @@ def _write(
     names: list[str],
     groups: Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]],
     scratch: _SplitRows | None = None,
+    *,
+    overlap: bool,
 ) -> None:
+    """Row groups written in order by one writer. With ``overlap`` (one more group costs no peak memory:
+    :func:`overlaps`), each group is compressed and written in a thread of its own while the next is encoded
+    (Arrow's writer releases the GIL): still one group written at a time, in order, so the bytes are the same."""
     schema = pa.schema([*((name, pa.float32()) for name in names), (TARGET, pa.int32()), (SPLIT, pa.int8())])
-    with pq.ParquetWriter(
-        path, schema, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True
-    ) as writer:
+    with (
+        pq.ParquetWriter(
+            path, schema, compression="zstd", compression_level=3, use_dictionary=False, write_statistics=True
+        ) as writer,
+        ThreadPoolExecutor(1, thread_name_prefix="ml8s-parquet") as pool,  # left first: the writes are done
+    ):
+        writing: Future[None] | None = None
         for features, target, split in groups:
-            _write_group(writer, schema, features, target, split, scratch)
+            table = [_group_table(schema, features, target, split, scratch)]
+            if not overlap:
+                _write_taken(writer, table)  # freed before the next group is encoded
+                continue
+            if writing is not None:
+                writing.result()
+            writing = pool.submit(_write_taken, writer, table)
+        if writing is not None:
+            writing.result()
     pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed pages: torch is loaded next
 
 
-def _write_group(
-    writer: pq.ParquetWriter,
+def _write_taken(writer: pq.ParquetWriter, table: list[pa.Table]) -> None:
+    """Write the one table in ``table``, taken out of it: it is freed when the write returns, whichever thread
+    wrote it (a table passed as an argument lived on in the thread pool's work item)."""
+    writer.write_table(table.pop(), row_group_size=ROW_GROUP)
+
+
+def overlaps(rows: int, features: int) -> bool:
+    """Whether a row group of freshly fitted features may be encoded while the one before is written: when a
+    group's float32 columns take no more memory than fitting the rules held a moment before (about three float64
+    columns of every row: a feature's values, its training rows and numpy's variance temporary), so the step's
+    peak does not grow.
+
+    Measured on the demo's 32 features: at 20M rows writing the file took 28 s instead of 46 s, peak unchanged;
+    at 2M rows the overlap would have raised the step's peak by a group (123 MiB), so it is not done there.
+    """
+    return 4 * features * min(rows, ROW_GROUP) <= 3 * 8 * rows
+
+
+def _group_table(
     schema: pa.Schema,
     features: Iterator[npt.NDArray[np.floating]],
     target: IntArray,
     split: npt.NDArray[np.integer],
     scratch: _SplitRows | None,
-) -> None:
-    """One row group. A function of its own so that its columns are freed before the next group's are made (in
-    the loop's body they were still bound while the next were encoded: two groups, 244 MiB at 32 features)."""
+) -> pa.Table:
+    """One row group's table (its float32 rows also written to ``scratch``). A function of its own so that its
+    float64 intermediates are freed before the next group's are made."""
     arrays = [_float32(name, values) for name, values in zip(schema.names, features, strict=False)]
     if scratch is not None:
         scratch.write(arrays, split)
     columns = [pa.array(values) for values in arrays]
     columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
-    writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=ROW_GROUP)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _float32(name: str, values: npt.NDArray[np.floating]) -> Float32Array:
