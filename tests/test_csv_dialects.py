@@ -168,3 +168,66 @@ def test_a_record_unlike_the_header_is_named_by_its_row(tmp_path: Path, body: by
             read()
         assert "a.csv" in str(info.value) and "cannot be parsed as csv" in str(info.value), info.value
         assert says in str(info.value), info.value
+
+
+# Files without a quote are cut into pieces at newlines past each BLOCK and the pieces parsed on every core;
+# with a BLOCK of a few bytes every record boundary is a cut. They must read exactly as the streaming reader
+# (a BLOCK larger than the file) reads them.
+UNQUOTED = {
+    "plain": b"x,note,churned\n1,a,yes\n2,,no\n3,c,yes\n4,d,no\n",
+    "crlf": b"x,note,churned\r\n1,a,yes\r\n2,b,no\r\n3,c,yes\r\n",
+    "blank lines inside and at the end": b"x,note,churned\n1,a,yes\n\n\n2,b,no\n\n3,c,yes\n\n\n\n",
+    "no final newline": b"x,note,churned\n1,a,yes\n2,b,no\n3,c,yes",
+    "byte order mark": b"\xef\xbb\xbfx,note,churned\n1,a,yes\n2,b,no\n3,c,yes\n",
+    "spaces and tokens": b"x,note,churned\n 1 ,NA,yes\n2, b ,no\n?,c,yes\n",
+}
+
+
+def _read_at(block: int, data: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[dict[str, object]]]:
+    monkeypatch.setattr(csv_text, "BLOCK", block)
+    names, batches = csv_text.csv_batches(data, "data file a.csv", empty_as_null=True)
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    return names, rows
+
+
+@pytest.mark.parametrize("name", sorted(UNQUOTED))
+@pytest.mark.parametrize("block", [1, 8, 20])
+def test_a_file_without_quotes_cut_into_pieces_reads_as_one(
+    name: str, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = UNQUOTED[name]
+    assert _read_at(block, data, monkeypatch) == _read_at(len(data), data, monkeypatch)
+    assert _read_at(block, data, monkeypatch)[1], "rows were read"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"1,a,yes\n2,b,no\n3,c,yes\n\n4,d\n5,e,no\n", "data row 4 (1 = the first row after the header) has 2 field"),
+        (b"1,a,yes\n2,b,no\n3,c,yes\n4,d\xffx,no\n", "data row 4 (1 = the first row after the header) has bytes"),
+    ],
+    ids=["short", "not-utf8"],
+)
+def test_a_bad_record_in_a_later_piece_is_named_by_its_row(
+    tmp_path: Path, body: bytes, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(csv_text, "BLOCK", 10)
+    directory = _one_file(tmp_path / "d", b"x,note,churned\n" + body)
+    with pytest.raises(DataError, match="cannot be parsed as csv") as info:
+        load_dataset(fingerprint_data(f"file://{directory}"))
+    assert says in str(info.value), info.value
+
+
+def test_a_large_unquoted_dataset_types_as_the_streaming_reader_types_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = write_small_churn(tmp_path / "d", rows=3000, files=2)
+    fingerprint = fingerprint_data(f"file://{directory}")
+    monkeypatch.setattr(csv_text, "BLOCK", 1 << 30)
+    whole = load_dataset(fingerprint)
+    monkeypatch.setattr(csv_text, "BLOCK", 4096)
+    pieces = load_dataset(fingerprint)
+    assert pieces.names == whole.names and pieces.rows_per_file == whole.rows_per_file
+    for a, b in zip(pieces.columns, whole.columns, strict=True):
+        assert a.kind == b.kind and a.category_list() == b.category_list(), a.name
+        assert a.values.tobytes() == b.values.tobytes(), a.name
