@@ -378,12 +378,13 @@ def test_signals_deferred_raises_the_held_signal_once_on_leaving() -> None:
 
 def test_a_closed_terminal_stops_like_a_signal_unless_nohup_ignores_it() -> None:
     # SIGHUP (an ssh session that dropped) used to end the process at once: no unwinding, temp files left.
-    with pytest.raises(Interrupted) as raised, stopping_on_signals():
-        os.kill(os.getpid(), signal.SIGHUP)
-        time.sleep(0.01)
-    assert raised.value.exit_code == 129 and raised.value.name == "SIGHUP"
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` leaves it
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a terminal's default, even if pytest runs under nohup
     try:
+        with pytest.raises(Interrupted) as raised, stopping_on_signals():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.01)
+        assert raised.value.exit_code == 129 and raised.value.name == "SIGHUP"
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` leaves it
         with stopping_on_signals():
             os.kill(os.getpid(), signal.SIGHUP)
             time.sleep(0.01)  # ignored: nothing raised
