@@ -23,6 +23,9 @@ HEADER_MAX = 1024 * 1024  # bytes a header row may span (quoted newlines include
 # fail by its size alone.
 PARSE_OPTIONS = pacsv.ParseOptions(newlines_in_values=True)
 BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held besides the typed chunks
+_PIECE_BLOCK = 1024 * 1024  # Arrow's default block: the pieces of one batch parsed on every core
+# PARSE_OPTIONS but for newlines in values: a file without a quote has none, and Arrow cuts its blocks faster
+_NO_QUOTES = pacsv.ParseOptions(newlines_in_values=False)
 
 
 def csv_table(data: bytes, where: str) -> pa.Table:
@@ -120,11 +123,6 @@ def _piece(
     )
     # one chunk per column: the typing works a block's column at a time (a copy of one block's text, transient)
     return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
-
-
-_PIECE_BLOCK = 1024 * 1024  # Arrow's default block: the pieces of one batch parsed on every core
-# PARSE_OPTIONS but for newlines in values: a file without a quote has none, and Arrow cuts its blocks faster
-_NO_QUOTES = pacsv.ParseOptions(newlines_in_values=False)
 
 
 def _header(data: bytes, where: str) -> list[str]:

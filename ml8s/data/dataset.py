@@ -174,9 +174,9 @@ def _typed_blocks(data: bytes, where: str) -> tuple[tuple[str, ...], list[tuple[
     header, batches = csv_batches(data, where, empty_as_null=True)
     these = tuple(sorted(header))
     blocks = []
-    for batch in _read_ahead(batches):
-        # Arrow's kernels release the GIL: a block's columns are typed in parallel
-        with ThreadPoolExecutor(_THREADS, thread_name_prefix="ml8s-type") as pool:
+    # Arrow's kernels release the GIL: a block's columns are typed in parallel
+    with ThreadPoolExecutor(_THREADS, thread_name_prefix="ml8s-type") as pool:
+        for batch in _read_ahead(batches):
             blocks.append((batch.num_rows, list(pool.map(chunk_of, [batch.column(name) for name in these]))))
     return these, blocks
 
