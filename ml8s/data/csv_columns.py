@@ -201,6 +201,8 @@ def _counts(chunk: Texts) -> np.ndarray[tuple[int], np.dtype[np.int64]]:
 
 def _number_cells(chunk: Texts) -> int:
     is_number = np.asarray(number_mask(chunk.column.categories).to_numpy(zero_copy_only=False), dtype=bool)
+    if not is_number.any():  # a text column's usual case: no need to count its cells
+        return 0
     return int(_counts(chunk)[is_number].sum())
 
 

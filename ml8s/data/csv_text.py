@@ -155,16 +155,38 @@ def _check_closed(data: bytes, name: str, value: str, rows: int, where: str) -> 
     """Refuse a quoted value left open at the end of a file (a file cut short inside it): Arrow reads it as
     running to the end of the file, so a truncated file would otherwise load a made-up last value. The file's
     text must end with the last value, quoted and closed or not quoted at all (trailing newlines aside)."""
-    tail, raw = data.rstrip(b"\r\n"), value.encode("utf-8")
-    if tail.endswith(b'"' + raw.replace(b'"', b'""') + b'"'):
+    # Compared in place: data.rstrip() and a slice of it were two copies of the file (660 MiB at the end of each
+    # of the 20M-row demo's 330 MiB files), at the step's peak.
+    end, raw = _text_end(data), value.encode("utf-8")
+    if data.endswith(b'"' + raw.replace(b'"', b'""') + b'"', 0, end):
         return
-    before = tail[: len(tail) - len(raw)]
-    if not raw.startswith(b'"') and tail.endswith(raw) and (before == b"" or before.endswith((b",", b"\n", b"\r"))):
+    start = end - len(raw)
+    if (
+        not raw.startswith(b'"')
+        and data.endswith(raw, 0, end)
+        and (start == 0 or data.endswith((b",", b"\n", b"\r"), 0, start))
+    ):
         return
     raise DataError(
         f"{where}, column {name!r}, data row {rows} (1 = the first row after the header): a quoted value is "
         "still open at the end of the file (was the file cut short?); expected a closing '\"'"
     )
+
+
+def _text_end(data: bytes) -> int:
+    """Where the file's text ends, trailing newlines aside (``len(data.rstrip(b"\\r\\n"))``, copying at most
+    64 KiB at a time)."""
+    end = len(data)
+    while end:
+        window = data[max(0, end - _TAIL) : end]
+        stripped = len(window.rstrip(b"\r\n"))
+        if stripped:
+            return end - len(window) + stripped
+        end -= len(window)
+    return 0
+
+
+_TAIL = 1 << 16
 
 
 def _unparsed(where: str, data: bytes, header: list[str], exc: pa.ArrowException) -> DataError:
