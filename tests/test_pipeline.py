@@ -122,6 +122,31 @@ def test_a_damaged_completed_run_is_named_at_the_gate_not_returned(
         assert forced["force_rerun"]["reproduced"] is True
 
 
+def test_a_gate_hit_says_when_the_local_registry_it_names_is_gone(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    """The returned manifest names a model version; with its sqlite database deleted that version is gone, and a
+    gate hit says so at WARNING (it still returns the intact run: the registry is outside it)."""
+    data, root, manifest = completed
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy)
+    stored = run_dir(copy, str(manifest["run_id"])) / layout.MANIFEST
+    database = copy / "mlflow.db"
+    moved = json.loads(stored.read_text())
+    moved["mlflow"]["tracking_uri"] = f"sqlite:///{database}"  # the copy's own database, not the fixture's
+    stored.write_text(json.dumps(moved, indent=2, sort_keys=True) + "\n")
+    env = {**env_for(data, copy), "ML8S_LOG_LEVEL": "WARNING"}
+    present = ml8s(env, "run")
+    assert "REGISTRY_GONE" not in present.stderr, present.stderr
+    database.unlink()
+    gone = ml8s(env, "run")
+    assert json.loads(gone.stdout) == moved and not database.exists()  # returned as stored; nothing registered
+    warning = next(line for line in gone.stderr.splitlines() if "REGISTRY_GONE" in line)
+    assert " WARNING [gate] REGISTRY_GONE: the MLflow database " in warning, warning
+    assert f"{database} that manifest.json names" in warning and "model version 1 of 'ml8s-model'" in warning
+    assert "FORCE_RERUN=true" in warning
+
+
 def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:
     """``ml8s verify`` passes, and so do an audit bundle of the run and its offline verification (the three
     commands in one process: they only read, and ml8s and MLflow are imported once)."""

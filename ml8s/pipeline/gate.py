@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
+import os
 import socket
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
@@ -17,6 +19,7 @@ from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, Incident, Manifest, layout
 from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
 from ml8s.identity.settings import worker_id
+from ml8s.identity.uri import sqlite_path
 from ml8s.store import Store
 
 
@@ -56,21 +59,23 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
                 f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.MANIFEST)} does not; "
                 "the run was finalized by an incompatible writer or tampered with (run `ml8s verify`)"
             ) from exc
-        _check_artifacts_present(ctx, store, manifest)
+        recorded = _check_artifacts_present(ctx, store, manifest)
         ctx.log("gate", "success.marker found and snapshot matches: returning the stored manifest")
+        _warn_if_registry_gone(ctx, recorded)
         return GateDecision(completed=True, manifest=manifest)
     ctx.log("gate", "no success.marker: running Steps 2-7")
     return GateDecision(completed=False)
 
 
-def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> None:
-    """Every artifact the stored manifest names is there with its recorded size: one listing, no reads.
+def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> Manifest:
+    """Every artifact the stored manifest names is there with its recorded size: one listing, no reads. Returns
+    the manifest.
 
     The gate returns that manifest as the run's result; a caller must not get paths to files deleted or cut
     short since (checksums are ``ml8s verify``'s, which reads every byte).
     """
     try:
-        recorded = Manifest.model_validate_json(manifest).artifacts
+        parsed = Manifest.model_validate_json(manifest)
     except ValidationError as exc:
         raise StoreError(
             f"{ctx.uri(layout.MANIFEST)} is not a valid manifest ({exc.errors()[0]['msg']}); the run was tampered "
@@ -78,7 +83,7 @@ def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> No
         ) from exc
     prefix = ctx.key("")
     found = {info.key[len(prefix) :]: info.size for info in store.list(prefix)}
-    for rel, artifact in sorted(recorded.items()):
+    for rel, artifact in sorted(parsed.artifacts.items()):
         size = found.get(rel)
         if size != artifact.size:
             what = "is missing" if size is None else f"has {size} bytes"
@@ -86,6 +91,28 @@ def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> No
                 f"run {ctx.run_id} is marked complete but {ctx.uri(rel)} {what}; manifest.json records "
                 f"{artifact.size} bytes (run `ml8s verify`; FORCE_RERUN=true trains the run again)"
             )
+    return parsed
+
+
+def _warn_if_registry_gone(ctx: RunContext, manifest: Manifest) -> None:
+    """Say so when the local MLflow database the manifest names no longer exists: the model version the returned
+    manifest names is gone with it. A warning, not a refusal: the run's artifacts are intact and the registry is
+    outside the run (``ml8s verify`` fails its mlflow check). Only a ``sqlite:///`` file is checked: anything
+    else would load MLflow, which a gate hit never does."""
+    uri = manifest.mlflow.get("tracking_uri", "")
+    path = sqlite_path(uri)
+    if path and not os.path.exists(path):
+        # at WARNING (the other gate lines are INFO): ML8S_LOG_LEVEL=WARNING still shows it
+        logging.getLogger("ml8s").warning(
+            "REGISTRY_GONE: the MLflow database %s that manifest.json names (%s) does not exist: model version %s of "
+            "%r is no longer registered (`ml8s verify` fails its mlflow check; FORCE_RERUN=true trains and registers "
+            "the run again)",
+            path,
+            uri,
+            manifest.mlflow.get("model_version", "?"),
+            manifest.mlflow.get("model_name", "?"),
+            extra={"step": "gate"},
+        )
 
 
 def clear_run(ctx: RunContext, store: Store) -> None:
