@@ -99,8 +99,9 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
         raise DataError(
             f"TARGET_COLUMN={params.target_column!r} has a value in only {len(rows)} row(s); expected at least 2"
         )
-    target = labels[rows]
-    if len(set(target.tolist())) < 2:
+    target = labels[rows].astype(np.int64, copy=False)
+    del labels  # int64 arrays of every row (160 MiB each at 20M rows): none is held longer than it is needed
+    if np.count_nonzero(np.bincount(target)) < 2:  # class indices, >= 0 (was a Python list of every row's)
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
     split = _split(len(rows), params.test_size, params.random_seed)
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
@@ -116,13 +117,14 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
             dropped[column.name] = "identifier: every value distinct"
             continue
         columns.append(kept)
+    del rows
     if not columns:
         raise DataError("no feature columns are left after EXCLUDE_COLUMNS and empty columns; expected at least one")
     check_feature_names(name for column in columns for name in feature_names(column))
     return Prepared(
         target_column=target_name,
         classes=classes,
-        target=target.astype(np.int64),
+        target=target,
         split=split,
         columns=tuple(columns),
         dropped=dropped,
