@@ -24,6 +24,7 @@ from ml8s.data.columns import Column
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.features import matrix
+from ml8s.features import rules as rule_fitting
 from ml8s.features.matrix_read import read_matrix32
 from ml8s.features.rules import Prepared, fit_rules, prepare
 from ml8s.identity.params import validate_params
@@ -363,3 +364,38 @@ def test_codes_counted_and_mapped_a_slice_at_a_time_are_the_whole_columns(
     buckets = inference_rules.bucket(column, {"a", "c", "e", "__missing__"})
     assert buckets.present() == sorted({buckets.labels[i] for i in np.unique(buckets.rows)})
     assert buckets.present() == ["__missing__", "__other__", "a", "c", "e"]
+
+
+def test_candidates_fitted_from_their_training_rows_are_the_encoded_columns_training_rows(small_data: Path) -> None:
+    """Fitting makes each candidate's training rows only: they are ``feature_values`` of the whole column taken at
+    the training rows (what the matrix encodes), and the largest magnitude is that of the whole imputed column."""
+    rng = np.random.default_rng(5)
+    rows = 5000
+    numbers = rng.standard_normal(rows) * 1e3 - 700
+    numbers[rng.random(rows) < 0.1] = np.nan
+    flags = (rng.random(rows) < 0.5).astype(np.float64)
+    flags[:7] = np.nan
+    synthetic = [
+        Column(name="n", kind="numeric", values=numbers),
+        Column(name="all_missing_but_one", kind="numeric", values=np.where(np.arange(rows) == 3, -5.0, np.nan)),
+        Column(name="b", kind="boolean", values=flags),
+        Column(
+            name="c",
+            kind="categorical",
+            values=rng.integers(-1, 40, rows).astype(np.int32),
+            categories=pa.array([f"k{i:02d}" for i in range(40)]),
+        ),
+    ]
+    prepared, _, _ = _prepared(small_data)
+    train = rng.random(rows) < 0.8
+    for typed, in_train in ((prepared.columns, prepared.split == 0), (synthetic, train)):
+        for column in typed:
+            kept: dict[str, list[str]] = {}
+            made = list(rule_fitting._fit_column(column, in_train, kept))
+            assert made
+            buckets = inference_rules.bucket(column, kept[column.name]) if column.kind == "categorical" else None
+            for rule, observed, peak in made:
+                values = inference_rules.feature_values(rule, column, buckets)
+                assert observed.dtype == np.float64 and np.array_equal(observed, values[in_train]), rule.name
+                expected = max(float(values.max(initial=0.0)), -float(values.min(initial=0.0)))
+                assert peak == (expected if rule.kind == "numeric" else 1.0), rule.name

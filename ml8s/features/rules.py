@@ -26,7 +26,6 @@ from ml8s.inference.rules import (
     bucket,
     category_counts,
     encode_columns,
-    feature_values,
 )
 
 __all__ = [
@@ -150,24 +149,19 @@ def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict
 def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule], dict[str, list[str]]]:
     """The feature rules (sorted by name) and each categorical column's kept categories.
 
-    One candidate feature's float64 values exist at a time: its training variance (and, for a numeric one,
-    mean and standard deviation) are taken from them before the next is made, so fitting needs memory for
-    one column, not for the matrix.
+    One candidate feature's float64 values exist at a time, and only its training rows': its training variance
+    (and, for a numeric one, mean and standard deviation) are taken from them before the next is made, so
+    fitting needs memory for one column's training rows, not for the matrix.
     """
     train = prepared.split == 0
     fitted: list[tuple[FeatureRule, float, float, float, float]] = []
     kept: dict[str, list[str]] = {}
     for column in prepared.columns:
-        for rule, values in _fit_column(column, train, kept):
-            observed = values[train]
+        for rule, observed, peak in _fit_column(column, train, kept):
             variance = float(observed.var())
             # numpy's std is the square root of its var, correctly rounded as math.sqrt is: one pass fewer
             mean, std = (float(observed.mean()), math.sqrt(variance)) if rule.kind == "numeric" else (0.0, 0.0)
-            # max and min, not abs().max(): no float64 copy of the column (160 MiB at 20M rows); the other kinds'
-            # values are 0 or 1
-            peak = (
-                max(float(values.max(initial=0.0)), -float(values.min(initial=0.0))) if rule.kind == "numeric" else 1.0
-            )
+            del observed
             if not (math.isfinite(variance) and math.isfinite(mean)):
                 raise _too_large(rule.source, peak, "its training variance overflows a float64", "1e154")
             fitted.append((rule, variance, mean, std, peak))
@@ -269,23 +263,41 @@ def _kept_categories(column: Column) -> list[str]:
 
 def _fit_column(
     column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]]
-) -> Iterator[tuple[FeatureRule, FloatArray]]:
-    """The candidate features of one column and their (unscaled) values, one at a time; records a categorical's
-    kept set."""
+) -> Iterator[tuple[FeatureRule, FloatArray, float]]:
+    """The candidate features of one column, one at a time: its rule, its (unscaled) values on the training rows
+    (``feature_values(rule, column)[train]``, made from the training rows alone: a float64 column of every row
+    less at the step's peak, 160 MiB at 20M rows) and its largest magnitude over every row (a numeric feature's;
+    the other kinds' values are 0 or 1). Records a categorical's kept set."""
     if column.kind == "categorical":
         kept[column.name] = _kept_categories(column)
         bucketed = bucket(column, kept[column.name])
-        for category in bucketed.present():
+        present, labels, in_train = bucketed.present(), bucketed.labels, bucketed.rows[train]
+        del bucketed  # every row's bucket: only the training rows' are fitted
+        for category in present:
             rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
-            yield rule, feature_values(rule, column, bucketed)
+            yield rule, np.asarray(in_train == labels.index(category), dtype=np.float64), 1.0
         return
     missing = column.missing()
-    observed = column.values.astype(np.float64, copy=False)[train & ~missing]
+    values = column.values.astype(np.float64, copy=False)
+    observed = values[train & ~missing]
     fill = float(observed.mean()) if len(observed) else 0.0
     del observed  # not held while the features are fitted: a column's worth at 20M rows
     kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
     rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
-    yield rule, feature_values(rule, column)
+    missing_in_train = missing[train]
+    peak = _largest(values, fill if missing.any() else None) if kind == "numeric" else 1.0
+    yield rule, np.where(missing_in_train, fill, values[train]), peak
     if missing.any():
         indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
-        yield indicator, feature_values(indicator, column)
+        yield indicator, missing_in_train.astype(np.float64), 1.0
+
+
+def _largest(values: FloatArray, fill: float | None) -> float:
+    """The largest magnitude of ``values`` (NaN = missing) with the missing ones ``fill``, 0 included: the
+    ``max(v.max(initial=0), -v.min(initial=0))`` of the imputed column, without making it (fmax and fmin skip
+    NaN; max and min are exact, so the float is the same)."""
+    high = float(np.fmax.reduce(values, initial=0.0))
+    low = float(np.fmin.reduce(values, initial=0.0))
+    if fill is not None:
+        high, low = max(high, fill), min(low, fill)
+    return max(high, -low)
