@@ -352,7 +352,6 @@ def test_codes_counted_and_mapped_a_slice_at_a_time_are_the_whole_columns(
     """Counting and bucketing a categorical column's codes a slice at a time (no int64 copy of every row) gives
     what one numpy call over the whole column gave, at any slice size."""
     monkeypatch.setattr(columns, "CODE_SLICE", slice_rows)
-    monkeypatch.setattr(inference_rules, "CODE_SLICE", slice_rows)
     codes = np.random.default_rng(3).integers(-1, 5, 1000).astype(np.int32)
     codes[:3] = 4  # code 3 never occurs after them
     codes[codes == 3] = 2

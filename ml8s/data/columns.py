@@ -40,8 +40,9 @@ class Column(BaseModel):
             return np.asarray(self.values < 0)
         return np.isnan(self.values)  # no float64 copy of the column: 160 MiB at 20M rows
 
-    def take(self, rows: npt.NDArray[np.intp] | npt.NDArray[np.int64]) -> Column:
-        """The column restricted to ``rows`` (categories that no longer occur stay listed, with a count of 0)."""
+    def take(self, rows: npt.NDArray[np.intp] | npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> Column:
+        """The column restricted to ``rows`` (indices, or a mask of every row; categories that no longer occur stay
+        listed, with a count of 0)."""
         return Column(name=self.name, kind=self.kind, values=self.values[rows], categories=self.categories)
 
     def compact(self, rows: npt.NDArray[np.intp] | npt.NDArray[np.int64]) -> Column:
@@ -161,12 +162,15 @@ CODE_SLICE = 1 << 20
 
 def code_counts(codes: CodeArray | FloatArray, categories: int) -> npt.NDArray[np.int64]:
     """How many rows hold each code, missing (``-1``) first: ``np.bincount(codes + 1)`` over ``categories + 1``
-    slots, counted a slice of :data:`CODE_SLICE` rows at a time."""
-    counts = np.zeros(categories + 1, dtype=np.int64)
-    for start in range(0, len(codes), CODE_SLICE):
-        counts += np.bincount(
-            np.asarray(codes[start : start + CODE_SLICE], dtype=np.intp) + 1, minlength=categories + 1
-        )
+    slots."""
+    return slot_counts(codes, categories + 1, offset=1)
+
+
+def slot_counts(values: npt.NDArray[np.integer] | FloatArray, slots: int, *, offset: int = 0) -> npt.NDArray[np.int64]:
+    """``np.bincount(values + offset, minlength=slots)``, counted a slice of :data:`CODE_SLICE` rows at a time."""
+    counts = np.zeros(slots, dtype=np.int64)
+    for start in range(0, len(values), CODE_SLICE):
+        counts += np.bincount(np.asarray(values[start : start + CODE_SLICE], dtype=np.intp) + offset, minlength=slots)
     return counts
 
 

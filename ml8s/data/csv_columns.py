@@ -15,10 +15,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ml8s.data.columns import NUMBER, Column, FloatArray, categorical, convert, floats, present_text
+from ml8s.data.columns import (
+    NUMBER,
+    Column,
+    FloatArray,
+    categorical,
+    code_counts,
+    convert,
+    floats,
+    mapped_codes,
+    present_text,
+)
 from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.errors import DataError
 
@@ -36,10 +47,13 @@ class Numbers:
 
 @dataclass(frozen=True)
 class Texts:
-    """One file's cells of a column, some present one not a number: codes into the file's distinct texts."""
+    """One file's cells of a column, some present one not a number: codes into the file's distinct texts, and how
+    many present cells are numbers (counted once, when the chunk is made: typing the column over all files
+    needs it again)."""
 
     column: Column
     present: int
+    numbers: int
 
 
 Chunk = Numbers | Texts
@@ -65,7 +79,7 @@ def chunk_of(cells: pa.ChunkedArray | pa.Array) -> Chunk:
         if parsed is not None:
             return Numbers(values=parsed, present=len(values) - values.null_count)
     texts = _dictionary_texts(cells)
-    if _number_cells(texts) == texts.present:
+    if texts.numbers == texts.present:
         return Numbers(values=_as_numbers(texts), present=texts.present)
     return texts
 
@@ -101,9 +115,10 @@ def _dictionary_texts(cells: pa.ChunkedArray | pa.Array) -> Texts:
     coded = pc.take(lut, pc.fill_null(encoded.indices, len(lut) - 1))
     present = len(coded) - int(pc.sum(pc.equal(coded, -1)).as_py() or 0)
     codes = np.asarray(coded.to_numpy(), dtype=np.int32)
-    return Texts(
-        column=Column(name="", kind="categorical", values=codes, categories=distinct.categories), present=present
-    )
+    column = Column(name="", kind="categorical", values=codes, categories=distinct.categories)
+    is_number = _is_number(column)
+    numbers = int(code_counts(codes, len(is_number))[1:][is_number].sum()) if is_number.any() else 0
+    return Texts(column=column, present=present, numbers=numbers)
 
 
 def number_mask(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
@@ -121,7 +136,7 @@ def finish(name: str, chunks: list[Chunk], reparse: Reparse) -> tuple[Column, Da
     if present and all(c.present == 0 for c in chunks if isinstance(c, Numbers)) and all(_boolean(t) for t in texts):
         del texts
         return Column(name=name, kind="boolean", values=_drained(chunks, _booleans)), None
-    numbers = sum(c.present for c in chunks if isinstance(c, Numbers)) + sum(_number_cells(t) for t in texts)
+    numbers = sum(c.present if isinstance(c, Numbers) else c.numbers for c in chunks)
     if is_mostly_numeric(numbers, present):
         warning = None
         if numbers < present:
@@ -194,23 +209,16 @@ def _booleans(chunk: Chunk) -> FloatArray:
     return _per_category(chunk, lambda texts: convert(pc.equal(pc.utf8_lower(texts), "true"), pa.float64()))
 
 
-def _counts(chunk: Texts) -> np.ndarray[tuple[int], np.dtype[np.int64]]:
-    codes = np.asarray(chunk.column.values, dtype=np.int64)
-    return np.bincount(codes[codes >= 0], minlength=len(chunk.column.categories))
-
-
-def _number_cells(chunk: Texts) -> int:
-    is_number = np.asarray(number_mask(chunk.column.categories).to_numpy(zero_copy_only=False), dtype=bool)
-    if not is_number.any():  # a text column's usual case: no need to count its cells
-        return 0
-    return int(_counts(chunk)[is_number].sum())
+def _is_number(column: Column) -> npt.NDArray[np.bool_]:
+    """Which of a chunk's distinct texts are numbers."""
+    return np.asarray(number_mask(column.categories).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _stray(chunk: Texts) -> list[str]:
     """The distinct texts of this file's cells that are not numbers."""
-    is_number = np.asarray(number_mask(chunk.column.categories).to_numpy(zero_copy_only=False), dtype=bool)
+    occurs = code_counts(chunk.column.values, len(chunk.column.categories))[1:] > 0  # [0]: missing cells
     names = chunk.column.category_list()
-    return [names[i] for i in np.flatnonzero(~is_number & (_counts(chunk) > 0))]
+    return [names[i] for i in np.flatnonzero(~_is_number(chunk.column) & occurs)]
 
 
 def _texts(index: int, chunk: Numbers, reparse: Reparse) -> Column:
@@ -226,6 +234,6 @@ def _merged(name: str, parts: list[Column]) -> Column:
     codes = []
     for part in parts:
         lut = np.append(np.asarray(pc.index_in(part.categories, value_set=categories).to_numpy(), dtype=np.int32), -1)
-        codes.append(lut[np.asarray(part.values, dtype=np.int64)])
+        codes.append(mapped_codes(lut, part.values))
     values = codes[0] if len(codes) == 1 else np.concatenate(codes)
-    return Column(name=name, kind="categorical", values=values.astype(np.int32), categories=categories)
+    return Column(name=name, kind="categorical", values=values, categories=categories)

@@ -26,6 +26,7 @@ from ml8s.inference.rules import (
     bucket,
     category_counts,
     encode_columns,
+    feature_values,
 )
 
 __all__ = [
@@ -265,31 +266,29 @@ def _fit_column(
     column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]]
 ) -> Iterator[tuple[FeatureRule, FloatArray, float]]:
     """The candidate features of one column, one at a time: its rule, its (unscaled) values on the training rows
-    (``feature_values(rule, column)[train]``, made from the training rows alone: a float64 column of every row
-    less at the step's peak, 160 MiB at 20M rows) and its largest magnitude over every row (a numeric feature's;
-    the other kinds' values are 0 or 1). Records a categorical's kept set."""
+    (the rules applied to the column's training rows alone: a float64 column of every row less at the step's
+    peak, 160 MiB at 20M rows) and its largest magnitude over every row (a numeric feature's; the other kinds'
+    values are 0 or 1). Records a categorical's kept set."""
     if column.kind == "categorical":
         kept[column.name] = _kept_categories(column)
-        bucketed = bucket(column, kept[column.name])
-        present, labels, in_train = bucketed.present(), bucketed.labels, bucketed.rows[train]
-        del bucketed  # every row's bucket: only the training rows' are fitted
+        present = bucket(column, kept[column.name]).present()  # a category of any row makes a feature
+        in_train = bucket(column.take(train), kept[column.name])  # the same labels: the column's categories
         for category in present:
             rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
-            yield rule, np.asarray(in_train == labels.index(category), dtype=np.float64), 1.0
+            yield rule, in_train.onehot(category), 1.0
         return
     missing = column.missing()
-    values = column.values.astype(np.float64, copy=False)
+    values = column.values.astype(np.float64, copy=False)  # float64 already: no copy
     observed = values[train & ~missing]
     fill = float(observed.mean()) if len(observed) else 0.0
     del observed  # not held while the features are fitted: a column's worth at 20M rows
     kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
     rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
-    missing_in_train = missing[train]
     peak = _largest(values, fill if missing.any() else None) if kind == "numeric" else 1.0
-    yield rule, np.where(missing_in_train, fill, values[train]), peak
+    yield rule, feature_values(rule, column.take(train)), peak
     if missing.any():
         indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
-        yield indicator, missing_in_train.astype(np.float64), 1.0
+        yield indicator, feature_values(indicator, column.take(train)), 1.0
 
 
 def _largest(values: FloatArray, fill: float | None) -> float:
