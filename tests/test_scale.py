@@ -274,7 +274,9 @@ def test_a_column_of_one_tricky_cell_is_typed_by_the_number_pattern(cell: str) -
     assert isinstance(chunk, Numbers) == bool(pc.all(number_mask(cells)).as_py())
 
 
-def _reference_chunk(cells: pa.Array) -> tuple[str, list[float] | None, list[str] | None, list[int] | None, int]:
+def _reference_chunk(
+    cells: pa.Array,
+) -> tuple[str, list[float] | None, list[str] | None, list[int] | None, int, int]:
     """A chunk as the rules define it, the slow way: every cell trimmed, tokens missing, then typed as a whole."""
     from ml8s.data.columns import categorical, floats, present_text
     from ml8s.data.csv_columns import number_mask
@@ -282,9 +284,10 @@ def _reference_chunk(cells: pa.Array) -> tuple[str, list[float] | None, list[str
     values = present_text(pc.fill_null(cells, ""))
     present = len(values) - values.null_count
     if bool(pc.all(pc.or_(number_mask(values), pc.is_null(values))).as_py()):
-        return "numbers", floats(pc.cast(values, pa.float64())).tolist(), None, None, present
+        return "numbers", floats(pc.cast(values, pa.float64())).tolist(), None, None, present, present
     column = categorical("", values)
-    return "texts", None, column.category_list(), column.values.tolist(), present
+    numbers = int(pc.sum(pc.cast(number_mask(values), pa.int64())).as_py() or 0)
+    return "texts", None, column.category_list(), column.values.tolist(), present, numbers
 
 
 COLUMNS = {
@@ -299,6 +302,7 @@ COLUMNS = {
     "text with numbers only past the sample": ["a"] * 70 + ["1"],
     "all missing": [None, "NA", "  ", None],
     "booleans": ["true", "False", None, "TRUE"],
+    "mostly numbers with stray text": ["1", " 2", "x", "3", "NA", "4e1 ", "y", "5"],
 }
 
 
@@ -312,13 +316,14 @@ def test_each_route_to_a_chunk_types_cells_as_the_rules_do(name: str) -> None:
     for cells in (pa.array(COLUMNS[name], pa.string()), pc.fill_null(pa.array(COLUMNS[name], pa.string()), "")):
         chunk = chunk_of(cells)
         if isinstance(chunk, Numbers):
-            got = ("numbers", chunk.values.tolist(), None, None, chunk.present)
+            got = ("numbers", chunk.values.tolist(), None, None, chunk.present, chunk.present)
         else:
-            got = ("texts", None, chunk.column.category_list(), chunk.column.values.tolist(), chunk.present)
+            column = chunk.column
+            got = ("texts", None, column.category_list(), column.values.tolist(), chunk.present, chunk.numbers)
         assert np.array_equal(
             np.array(got[1] or [], dtype=float), np.array(expected[1] or [], dtype=float), equal_nan=True
         )
-        assert (got[0], got[2], got[3], got[4]) == (expected[0], expected[2], expected[3], expected[4])
+        assert (got[0], *got[2:]) == (expected[0], *expected[2:])
 
 
 def test_graphed_loop_bookkeeping_matches_the_plain_loop_on_cpu() -> None:
