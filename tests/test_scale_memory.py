@@ -164,7 +164,7 @@ def test_row_groups_of_features_alive_at_a_time(
     """A group's float32 columns are freed before the next group is encoded (at 2M rows, 116 MiB of peak); where
     the writing overlaps the encoding, the group being written is the one more alive. The bytes are the same."""
     monkeypatch.setattr(matrix, "ROW_GROUP", 97)
-    monkeypatch.setattr(matrix, "overlaps", lambda rows, features: overlap)
+    monkeypatch.setattr(matrix, "overlaps", lambda rows, features, train_rows: overlap)
     prepared, rules, kept = _prepared(small_data)
     alive: list[list[weakref.ref[np.ndarray]]] = []
     real = matrix.encode_each
@@ -185,17 +185,18 @@ def test_row_groups_of_features_alive_at_a_time(
     matrix._handed.clear()
     assert len(alive) == 2 * -(-len(prepared.target) // 97) > 4
     monkeypatch.setattr(matrix, "encode_each", real)
-    monkeypatch.setattr(matrix, "overlaps", lambda rows, features: not overlap)
+    monkeypatch.setattr(matrix, "overlaps", lambda rows, features, train_rows: not overlap)
     _write(tmp_path / "other.parquet", prepared, rules, kept, hand=False)
     assert (tmp_path / "other.parquet").read_bytes() == (tmp_path / "False.parquet").read_bytes()
 
 
 def test_writing_overlaps_encoding_only_where_a_group_hides_in_the_fitting_peak() -> None:
-    """The demo's 32 features: at 2M rows a group more would raise the step's peak, at 20M it hides under the
-    fitting's; 200 features at 20M would not."""
-    assert not matrix.overlaps(2_000_000, 32)
-    assert matrix.overlaps(20_000_000, 32)
-    assert not matrix.overlaps(20_000_000, 200)
+    """The demo's 32 features (80% of the rows train): at 2M rows a group more would raise the step's peak, at 20M
+    it hides under the fitting's; 200 features at 20M would not, nor 32 at 20M with only 1M training rows."""
+    assert not matrix.overlaps(2_000_000, 32, 1_600_000)
+    assert matrix.overlaps(20_000_000, 32, 16_000_000)
+    assert not matrix.overlaps(20_000_000, 200, 16_000_000)
+    assert not matrix.overlaps(20_000_000, 32, 1_000_000)
 
 
 def test_rows_handed_over_for_a_file_rewritten_since_are_not_used(small_data: Path, tmp_path: Path) -> None:
