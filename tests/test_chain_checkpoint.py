@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
+from forked_cli import forked_ml8s
 
 import ml8s.chain.checkpoint as checkpoint
 from ml8s.chain import ChainStore, CheckpointBuilder, LocalFile, PayloadKind, check_safetensors, hash_checkpoint
@@ -174,11 +175,11 @@ def test_full_commit_imports_no_torch_and_records_the_weights_hash(tmp_path: Pat
     assert stored.read_bytes() == path.read_bytes()
     weights["w"][0, 0] = 99.0
     safetensors.torch.save_file(weights, str(path))
-    delta = subprocess.run([ML8S, "chain", "commit", "--payload", str(path)], env=env, capture_output=True, text=True)
+    delta = forked_ml8s(["chain", "commit", "--payload", str(path)], env)
     assert delta.returncode == 0, delta.stderr
     second = json.loads(delta.stdout)
     assert (second["payload_kind"], second["weights_hash"]) == ("delta", weights_hash(weights))
-    verify = subprocess.run([ML8S, "chain", "verify"], env=env, capture_output=True, text=True)
+    verify = forked_ml8s(["chain", "verify"], env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
@@ -205,7 +206,7 @@ def test_a_nan_weight_is_refused_before_anything_is_committed(
     with pytest.raises(ConfigError, match=rf"tensor 'z.poisoned' holds NaN \(element {count - 2}\); expected no NaN"):
         hash_checkpoint(str(path), check_safetensors(str(path)))
     env = {**os.environ, "PIPELINE_ROOT_URI": f"file://{tmp_path}/root", "CHAIN_NAME": "nan"}
-    done = subprocess.run([ML8S, "chain", "commit", "--payload", str(path)], env=env, capture_output=True, text=True)
+    done = forked_ml8s(["chain", "commit", "--payload", str(path)], env)
     assert done.returncode == 1 and "CONFIG_ERROR" in done.stderr and "holds NaN" in done.stderr, done.stderr
     assert not (tmp_path / "root" / "ml8s_chain" / "nan" / "versions").exists() or not any(
         (tmp_path / "root" / "ml8s_chain" / "nan" / "versions").iterdir()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from forked_cli import forked_ml8s
 from safetensors.numpy import load_file, save_file
 from test_chain_support import CHAIN, StoreSpec, meta, moto_spec_fixture, open_spec  # noqa: F401  (fixtures)
 
@@ -96,7 +97,7 @@ def test_truncated_file_is_rejected(tmp_path: Path) -> None:
 
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CHAIN_NAME"} | {"PIPELINE_ROOT_URI": str(root)}
-    return subprocess.run([ML8S, "chain", *args, "--chain", CHAIN], env=env, capture_output=True, text=True)
+    return forked_ml8s(["chain", *args, "--chain", CHAIN], env)
 
 
 def test_cli_refuses_before_writing_anything(tmp_path: Path) -> None:

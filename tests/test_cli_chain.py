@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from forked_cli import forked_ml8s
 from safetensors.numpy import save_file
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
@@ -17,7 +18,7 @@ ML8S = str(Path(sys.executable).with_name("ml8s"))
 def chain(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CHAIN_NAME"}
     env["PIPELINE_ROOT_URI"] = str(root)
-    return subprocess.run([ML8S, "chain", *args, "--chain", "line"], env=env, capture_output=True, text=True)
+    return forked_ml8s(["chain", *args, "--chain", "line"], env)
 
 
 def test_chain_cli_end_to_end(tmp_path: Path) -> None:

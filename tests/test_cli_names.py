@@ -19,6 +19,7 @@ from typing import NamedTuple
 import pytest
 from cli_support import ml8s_many
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 ML8S = str(Path(sys.executable).with_name("ml8s"))
 MODEL = "churn-named"  # a valid chain name: the chain is called as the model
@@ -32,7 +33,7 @@ class Trained(NamedTuple):
 
 
 def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(args, env, timeout=300)
 
 
 @pytest.fixture(scope="module")

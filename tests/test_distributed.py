@@ -22,6 +22,7 @@ import pytest
 import safetensors.torch
 import torch
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, LineageError
@@ -57,8 +58,9 @@ def env_for(data: Path, root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+def ml8s(env: dict[str, str], *args: str, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``ml8s *args`` in a fork of a warm interpreter (forked_cli), or in a fresh process when ``fresh``."""
+    proc = forked_ml8s(args, env, timeout=300, fresh=fresh)
     if proc.returncode != 0:
         pytest.fail(f"ml8s {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -75,7 +77,8 @@ def runs(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     roots = [tmp_path_factory.mktemp(f"root{i}") for i in (1, 2)]
     envs = [env_for(data, root, TRAIN_WORLD_SIZE="2") for root in roots]
     with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda env: ml8s(env, "run"), envs))
+        # the second in a fresh interpreter: its own hash seed, not the fork server's
+        done = list(pool.map(lambda env, fresh: ml8s(env, "run", fresh=fresh), envs, (False, True)))
     first, second = (
         Run(root, json.loads(proc.stdout)["run_id"], proc.stderr, env)
         for root, proc, env in zip(roots, done, envs, strict=True)
@@ -132,9 +135,7 @@ def test_verify_passes_and_reports_shard_findings(runs: tuple[Run, Run]) -> None
     stray.write_bytes((run.dir / "model" / "model_shard_0.shard").read_bytes())
     shard1.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
     try:
-        failed = subprocess.run(
-            [ML8S, "verify", run.run_id, "--json"], env=run.env, capture_output=True, text=True, timeout=300
-        )
+        failed = forked_ml8s(["verify", run.run_id, "--json"], run.env, timeout=300)
     finally:
         stray.unlink()
         shard1.write_bytes(original)
@@ -245,7 +246,7 @@ def test_more_ranks_than_rows_per_batch_fails_at_bootstrap(data: Path, tmp_path:
     env = env_for(data, tmp_path / "root", TRAIN_WORLD_SIZE="8", BATCH_SIZE="4")
     with pytest.raises(ConfigError, match="TRAIN_WORLD_SIZE=8 is larger than BATCH_SIZE=4"):
         bootstrap(env)
-    proc = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=120)
+    proc = forked_ml8s(["run"], env, timeout=120)
     assert proc.returncode != 0 and "CONFIG_ERROR: TRAIN_WORLD_SIZE=8 is larger than BATCH_SIZE=4" in proc.stderr
     assert not (tmp_path / "root" / layout.RUNS_DIR).exists()  # nothing written
 

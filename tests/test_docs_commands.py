@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import pytest
 from cli_support import ml8s_many
+from forked_cli import forked_ml8s
 
 from ml8s.cli import build_parser
 
@@ -291,7 +292,7 @@ def _runnable(words: list[str]) -> bool:
 
 
 def _ml8s_run(words: list[str], t: Trained) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(_ML8S), *words[1:]], cwd=t.base, env=t.env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(words[1:], t.env, cwd=t.base, timeout=300)
 
 
 def _ml8s_many(commands: list[list[str]], t: Trained) -> list[subprocess.CompletedProcess[str]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.chain import ChainStore
 from ml8s.contract import TrainingMetadata, layout, parse
@@ -35,7 +36,7 @@ def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
 
 
 def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(args, env, timeout=300)
 
 
 def _drifted_generation(data: Path, rows: int = 90) -> None:

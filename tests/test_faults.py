@@ -23,6 +23,7 @@ from typing import TypeVar
 import numpy as np
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 from test_lineage import add_generation
 
 from ml8s.chain import ChainStore
@@ -48,7 +49,7 @@ def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
 
 
 def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=600)
+    return forked_ml8s(args, env, timeout=600)
 
 
 def _ok(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

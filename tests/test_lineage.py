@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from cli_support import ml8s_many
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.chain import ChainStore, verify_chain
 from ml8s.contract import layout
@@ -37,8 +38,9 @@ def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _ml8s(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+def _ml8s(env: dict[str, str], *args: str, code: int = 0, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``ml8s *args`` in a fork of a warm interpreter (forked_cli), or in a fresh process when ``fresh``."""
+    proc = forked_ml8s(args, env, timeout=300, fresh=fresh)
     assert proc.returncode == code, proc.stderr[-3000:]
     return proc
 
@@ -128,17 +130,13 @@ def test_a_lineage_continues_its_parent_and_reproduces_five_of_five(lineage: Lin
 def test_reproduce_names_a_version_that_does_not_match(lineage: Lineage) -> None:
     """A changed data file of v5's generation: v5 is reported (NOT REPRODUCED, naming the data), exit 1."""
     env = _env(lineage.data, lineage.root)
-    proc = subprocess.run(
-        [ML8S, "chain", "reproduce", "--from", "3"], env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = forked_ml8s(["chain", "reproduce", "--from", "3"], env, timeout=300)
     assert proc.returncode == 0 and proc.stdout.count("MATCH") == 2, proc.stdout + proc.stderr
     changed = lineage.data / "gen-004.csv"
     original = changed.read_bytes()
     try:
         changed.write_bytes(original + b"X99999,5,50.5,basic,true,no\n")
-        proc = subprocess.run(
-            [ML8S, "chain", "reproduce", "--from", "3"], env=env, capture_output=True, text=True, timeout=300
-        )
+        proc = forked_ml8s(["chain", "reproduce", "--from", "3"], env, timeout=300)
     finally:
         changed.write_bytes(original)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -155,8 +153,8 @@ def test_two_processes_from_one_parent_commit_identical_payloads_and_a_killed_ru
     for other in roots[1:]:
         shutil.copytree(first, other)
     add_generation(data, 1)
-    for root in roots[:2]:
-        _ml8s(_env(data, root, WARM_START="head"), "run")
+    for root, fresh in zip(roots[:2], (False, True), strict=True):  # the second with its own hash seed
+        _ml8s(_env(data, root, WARM_START="head"), "run", fresh=fresh)
     a, b = _payload(roots[0], 2), _payload(roots[1], 2)
     assert sorted(a) == sorted(b) and all(a[name] == b[name] for name in a), [n for n in a if a[n] != b.get(n)]
 

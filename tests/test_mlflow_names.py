@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 from mlflow import MlflowClient
 
 from ml8s.pipeline.bootstrap import bootstrap
@@ -24,7 +25,7 @@ ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(args, env, timeout=300)
 
 
 def test_quoted_names_register_once_and_verify(tmp_path: Path) -> None:

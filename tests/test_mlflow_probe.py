@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
@@ -113,7 +113,7 @@ def test_ml8s_run_with_an_absent_server_fails_before_any_write(tmp_path: Path, r
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "CHAIN_NAME", "MLFLOW_MODEL_NAME")}
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(tmp_path / "root"))
     env.update(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{refused_port}", EPOCHS="1", MLFLOW_HTTP_REQUEST_TIMEOUT="1")
-    done = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=300)
+    done = forked_ml8s(["run"], env, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ml8s: REGISTRY_ERROR: MLFLOW_TRACKING_URI='http://127.0.0.1:{refused_port}'"), last

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_context, write_small_churn
+from forked_cli import forked_ml8s
 from mlflow import MlflowClient
 from mlflow_predict import EDGE_ROWS, assert_same_predictions, cli_predict, pyfunc_predict, typed_frame
 from mlflow_support import mlflow_server, raw_rows, write_rows
@@ -76,7 +77,7 @@ def served(server: str, tmp_path_factory: pytest.TempPathFactory) -> Served:
     # again for up to MLFLOW_HTTP_REQUEST_TIMEOUT seconds. MLflow's own retries (1, 2, 4, ... s) stay in place.
     env.update(MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1", MLFLOW_HTTP_REQUEST_MAX_RETRIES="8")
     env.update(MLFLOW_HTTP_REQUEST_TIMEOUT="120")
-    done = subprocess.run([ML8S, "run", "--epochs", "2"], env=env, capture_output=True, text=True, timeout=600)
+    done = forked_ml8s(["run", "--epochs", "2"], env, timeout=600)
     assert done.returncode == 0, done.stderr
     manifest = json.loads(done.stdout)
     rows = raw_rows(data)[:40] + EDGE_ROWS

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_support import ml8s_many
 from conftest import SEED_LAYOUT
+from forked_cli import forked_ml8s
 
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
@@ -30,8 +31,9 @@ def env_for(data: Path, root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def ml8s(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+def ml8s(env: dict[str, str], *args: str, check: bool = True, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``ml8s *args`` in a fork of a warm interpreter (forked_cli), or in a fresh process when ``fresh``."""
+    proc = forked_ml8s(args, env, timeout=300, fresh=fresh)
     if check and proc.returncode != 0:
         pytest.fail(f"ml8s {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     return proc
@@ -73,7 +75,7 @@ def test_two_processes_two_roots_give_identical_bytes(
     completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
 ) -> None:
     data, root, manifest = completed
-    other = json.loads(ml8s(env_for(data, tmp_path / "root"), "run").stdout)
+    other = json.loads(ml8s(env_for(data, tmp_path / "root"), "run", fresh=True).stdout)  # its own hash seed
     assert other["run_id"] == manifest["run_id"]
     first, second = run_dir(root, str(manifest["run_id"])), run_dir(tmp_path / "root", str(other["run_id"]))
     for rel in SEED_LAYOUT:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.chain import ChainStore, verify_chain
 from ml8s.contract import Manifest, layout
@@ -25,8 +26,9 @@ def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _ml8s(env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+def _ml8s(env: dict[str, str], *args: str, fresh: bool = False) -> str:
+    """``ml8s *args``'s stdout, run in a fork of a warm interpreter (forked_cli), or fresh when ``fresh``."""
+    proc = forked_ml8s(args, env, timeout=300, fresh=fresh)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -86,7 +88,7 @@ def test_crash_between_marker_and_commit_is_healed(tmp_path: Path, monkeypatch: 
 def test_same_run_into_two_fresh_chains_in_two_processes(tmp_path: Path) -> None:
     data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
     _ml8s(_env(data, root, CHAIN_NAME="first"), "run")
-    _ml8s(_env(data, root, CHAIN_NAME="second"), "run")  # a gate hit: commits the same run to a new chain
+    _ml8s(_env(data, root, CHAIN_NAME="second"), "run", fresh=True)  # a gate hit: commits the same run to a new chain
     heads = [ChainStore(LocalStore(str(root)), name).head() for name in ("first", "second")]
     assert heads[0].content_hash == heads[1].content_hash
     assert heads[0].header.files == heads[1].header.files  # every payload file's sha256 and size

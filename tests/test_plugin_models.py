@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from forked_cli import forked_ml8s
 
 from ml8s.contract import ConfigSnapshot, ModelSpec, TrainingMetadata, layout
 from ml8s.errors import ConfigError, ModelCodeChangedError, TrainingError
@@ -117,7 +118,7 @@ def env_with(plugins: Path, **extra: str) -> dict[str, str]:
 
 
 def ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(args, env, timeout=300)
 
 
 # ------------------------------------------------------------------------------------ end to end

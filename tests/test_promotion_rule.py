@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 from mlflow import MlflowClient
 from test_lineage import ML8S, _env
 
@@ -52,7 +53,7 @@ def _shuffled(path: Path, seed: int) -> None:
 
 
 def _run(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=600)
+    proc = forked_ml8s(args, env, timeout=600)
     assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_context, write_small_churn
+from forked_cli import forked_ml8s
 from mlflow_support import train_run
 
 from ml8s.errors import RegistryError, RegistrySchemaError
@@ -104,10 +105,10 @@ def test_kill_during_schema_creation_never_wedges_the_registry(tmp_path: Path) -
     assert any(killed for _, killed, _ in states), f"no trial was killed mid-creation: {states}"
 
     env = _env(data, root)
-    run = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=300)
+    run = forked_ml8s(["run"], env, timeout=300)
     assert run.returncode == 0, run.stderr
     run_id = json.loads(run.stdout)["run_id"]
-    verify = subprocess.run([ML8S, "verify", run_id], env=env, capture_output=True, text=True, timeout=300)
+    verify = forked_ml8s(["verify", run_id], env, timeout=300)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "PASS" in verify.stdout
     leftovers = sorted(p.name for p in root.iterdir() if p.name.startswith("mlflow.db") and p.name != "mlflow.db")
@@ -195,7 +196,7 @@ def test_a_writer_killed_mid_transaction_leaves_no_wedge(tmp_path: Path) -> None
     data = write_small_churn(tmp_path / "data", rows=120, files=1)
     root = tmp_path / "root"
     env = _env(data, root)
-    first = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=300)
+    first = forked_ml8s(["run"], env, timeout=300)
     assert first.returncode == 0, first.stderr
     db = root / "mlflow.db"
     killed = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(db)], capture_output=True, timeout=60)
@@ -205,7 +206,7 @@ def test_a_writer_killed_mid_transaction_leaves_no_wedge(tmp_path: Path) -> None
     second = subprocess.run([ML8S, "run"], env={**env, "EPOCHS": "3"}, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     for run_id in (json.loads(first.stdout)["run_id"], json.loads(second.stdout)["run_id"]):
-        verify = subprocess.run([ML8S, "verify", run_id], env=env, capture_output=True, text=True, timeout=300)
+        verify = forked_ml8s(["verify", run_id], env, timeout=300)
         assert verify.returncode == 0, verify.stdout + verify.stderr
     import sqlite3
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.errors import ConfigError
 from ml8s.identity.names import CHAIN_NAME_PATTERN, chain_name_from_model
@@ -31,7 +32,7 @@ def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
 
 
 def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(args, env, timeout=300)
 
 
 def test_a_quoted_model_name_runs_on_a_derived_chain_and_verifies(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import forked_ml8s
 
 from ml8s.contract import FingerprintRecord, layout
 from ml8s.data.fingerprint import ObjectEntry, fingerprint_listing
@@ -55,7 +55,7 @@ def test_folder_objects_run_end_to_end_and_verify(
     assert with_folders.run_id == without.run_id  # folder keys are not data: same fingerprint, same RUN_ID
     assert [e.relative_path for e in with_folders.fingerprint.entries] == ["part-000.csv", "part-001.csv"]
 
-    done = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=600)
+    done = forked_ml8s(["run"], env, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     run_id = json.loads(done.stdout)["run_id"]
     assert run_id == without.run_id

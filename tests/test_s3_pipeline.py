@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import forked_ml8s
 
 from ml8s.contract import layout
 
@@ -35,8 +36,9 @@ def upload(endpoint: object, bucket: str, prefix: str, data: Path) -> None:
             client.put_object(Bucket=bucket, Key=f"{prefix}/{path.relative_to(data)}", Body=path.read_bytes())
 
 
-def run(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([ML8S, "run", *args], env=env, capture_output=True, text=True, timeout=600)
+def run(env: dict[str, str], *args: str, check: bool = True, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``ml8s run *args`` in a fork of a warm interpreter (forked_cli), or in a fresh process when ``fresh``."""
+    proc = forked_ml8s(["run", *args], env, timeout=600, fresh=fresh)
     if check and proc.returncode != 0:
         pytest.fail(f"ml8s run exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return proc
@@ -71,7 +73,7 @@ def local_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FLYTE_AWS_"))}
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", EPOCHS="2", PIPELINE_ROOT_URI=str(base / "root"))
     env.pop("FORCE_RERUN", None)
-    manifest = json.loads(run(env).stdout)
+    manifest = json.loads(run(env, fresh=True).stdout)  # its own hash seed: the S3 runs are forks of another
     return data, base / "root" / layout.RUNS_DIR / manifest["run_id"]
 
 
@@ -142,7 +144,7 @@ def test_s3_fingerprint_equals_hand_computed_listing(s3_server: object, tmp_path
     tokens = sorted(f"{k[3:]}:{listed[k]['ETag'].strip(chr(34))}:{listed[k]['Size']}" for k in bodies)
     expected = hashlib.sha256("|".join(tokens).encode()).hexdigest()
     env = base_env(s3_server, tmp_path, DATA_ROOT=f"s3://{bucket}/in/", PIPELINE_ROOT_URI=str(tmp_path))
-    proc = subprocess.run([ML8S, "identity"], env=env, capture_output=True, text=True, timeout=120)
+    proc = forked_ml8s(["identity"], env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["data_fingerprint"] == expected

@@ -7,11 +7,11 @@ import csv
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 from mlflow_support import raw_rows, write_rows
 
 from ml8s.chain import ChainStore
@@ -30,7 +30,7 @@ def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:
 
 
 def _ml8s(env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    proc = forked_ml8s(args, env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

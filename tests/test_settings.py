@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 from pydantic import ValidationError
 from s3_servers import S3Endpoint
 
@@ -218,7 +219,7 @@ def test_a_run_to_an_in_memory_registry_fails_before_any_write(tmp_path: Path) -
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "CHAIN_NAME", "MLFLOW_MODEL_NAME")}
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(tmp_path / "root"))
     env.update(MLFLOW_TRACKING_URI="sqlite:///")
-    done = subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, timeout=300)
+    done = forked_ml8s(["run"], env, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert (
         done.stderr.strip()
@@ -250,6 +251,6 @@ def test_tools_that_never_use_mlflow_run_on_an_s3_root_without_it(moto_server: S
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("AWS_", "FLYTE_AWS_"))}
     env.update(moto_server.env(), PIPELINE_ROOT_URI=f"s3://{moto_server.make_bucket()}/runs")
     for args in (["chain", "init"], ["chain", "log"], ["tmp-cleanup", "--dry-run"], ["runs", "list"]):
-        done = subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=120)
+        done = forked_ml8s(args, env, timeout=120)
         assert done.returncode == 0, f"ml8s {' '.join(args)}: {done.stderr}"
-    assert subprocess.run([ML8S, "chain", "log"], env=env, capture_output=True, text=True).stdout.startswith("v0 ")
+    assert forked_ml8s(["chain", "log"], env).stdout.startswith("v0 ")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import forked_ml8s
 
 from ml8s.errors import ConfigError, RootUriError
 from ml8s.identity.params import validate_params
@@ -122,9 +123,9 @@ def test_cli_root_flag_is_a_usage_error(tmp_path: Path) -> None:
         "s3:/x": "argument --root: 's3:/x': expected s3://BUCKET/PREFIX (two slashes after s3:)",
     }
     for root, line in cases.items():
-        done = subprocess.run([ML8S, "runs", "list", "--root", root], env=env, capture_output=True, text=True)
+        done = forked_ml8s(["runs", "list", "--root", root], env)
         assert done.returncode == 2 and done.stderr.rstrip().endswith(line), done.stderr
     env["PIPELINE_ROOT_URI"] = "~/runs"  # the environment's root is parsed only when --root is absent
     assert subprocess.run([ML8S, "runs", "list", "--root", str(tmp_path)], env=env).returncode == 0
-    done = subprocess.run([ML8S, "runs", "list"], env=env, capture_output=True, text=True)
+    done = forked_ml8s(["runs", "list"], env)
     assert done.returncode == 2 and "~ is not expanded" in done.stderr

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from forked_cli import forked_ml8s
 
 from ml8s.audit import Report, Status, verify_run
 from ml8s.contract import layout
@@ -62,7 +63,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(args, env, timeout=300)
 
 
 _RUNS: dict[str, Run] = {}

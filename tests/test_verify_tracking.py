@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.audit import verify_run
 from ml8s.audit.mlflow_refs import choose_tracking_uri
@@ -30,7 +31,7 @@ OURS = ("FORCE_RERUN", "MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME",
 
 
 def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, capture_output=True, text=True, timeout=300)
+    return forked_ml8s(args, env, timeout=300)
 
 
 @pytest.fixture(scope="module")

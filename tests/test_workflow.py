@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from conftest import SEED_LAYOUT, write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.contract import layout
 from ml8s.pipeline.bootstrap import bootstrap
@@ -167,7 +168,7 @@ def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_
 
 
 def _verify(env: dict[str, str], run_id: str) -> None:
-    done = subprocess.run([str(ML8S), "verify", run_id, "--json"], env=env, capture_output=True, text=True, timeout=300)
+    done = forked_ml8s(["verify", run_id, "--json"], env, timeout=300)
     report = json.loads(done.stdout)
     assert report["status"] == "PASS", [c for c in report["checks"] if c["status"] != "PASS"]
 

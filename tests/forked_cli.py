@@ -1,0 +1,195 @@
+"""``ml8s`` commands in forked processes of one warm interpreter: each command is its own process, without
+its own interpreter start and imports.
+
+A small ``ml8s`` run on two cores costs about 8.5 CPU seconds, and about 5 of them are importing torch,
+MLflow, sqlalchemy and ml8s itself, again for every one of the test session's 80 runs. Here one server per
+test worker imports them once; each command is then a fork of it: its own process (pid, descriptors,
+environment, working directory, exit status) that runs the ``ml8s`` console script's own entry point,
+``ml8s.cli.main.console``, on the arguments, environment and working directory it is given, and ends as
+that script ends (``end_process``: the atexit functions, then ``os._exit`` with the code).
+
+What a fork does not give, so the tests that need it start ``ml8s`` itself (``subprocess``):
+- a fresh interpreter: a test of what a command imports (``sys.modules``), of what is read from the
+  environment at import time (``TORCHINDUCTOR_DETERMINISTIC``), or of Python's start-up variables
+  (``PYTHONIOENCODING``, ``PYTHONHASHSEED``);
+- its own hash seed: every fork shares the server's, so a test of byte-identical results "in two processes"
+  runs at least one of them as a fresh process (a set iterated in hash order would differ there);
+- a process the test signals or races while it runs (``Popen``): the server answers only when the
+  command has ended.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ML8S = str(Path(sys.executable).with_name("ml8s"))
+
+# What the server imports before it forks: what ``ml8s run``, ``verify`` and the chain commands import
+# anyway, the third-party ones being most of a small command's time.
+_PRELOAD = (
+    "torch",
+    "mlflow",
+    "mlflow.tracking",
+    "mlflow.pyfunc",
+    "mlflow.store.db.utils",
+    "alembic.migration",
+    "alembic.script",
+    "sqlalchemy",
+    "pandas",
+    "pyarrow.parquet",
+    "onnx",
+    "ml8s.cli.main",
+    "ml8s.pipeline.run",
+    "ml8s.registry.registration",
+    "ml8s.training.ranks",
+    "ml8s.training.launch",
+)
+
+_SERVER = r"""
+import importlib, json, os, select, signal, socket, sys
+sys.path[0] = os.path.dirname(sys.argv[2])  # as the console script's: its bin directory
+for name in json.loads(sys.argv[3]):
+    importlib.import_module(name)
+from ml8s.cli.main import console
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(64)
+print("ready", flush=True)
+parent = os.getppid()
+waiting = {}  # pid -> the connection that waits for its exit status
+while os.getppid() == parent:
+    ready, _, _ = select.select([listener], [], [], 0.02)
+    if ready:
+        connection, _ = listener.accept()
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        request = json.loads(message)
+        sys.stdout.flush(); sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            listener.close(); connection.close()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            os.environ.clear()
+            os.environ.update(request["env"])
+            os.chdir(request["cwd"])
+            # What the interpreter start would have made of this environment: PYTHONPATH's entries after the
+            # script's directory, and the temporary directory (tempfile caches the first it finds).
+            extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            sys.path[1:1] = [os.path.abspath(p) for p in extra]
+            __import__("tempfile").tempdir = None
+            sys.argv = [sys.argv[2], *request["args"]]
+            console()  # ends the process: end_process, os._exit
+            os._exit(70)
+        for fd in fds:
+            os.close(fd)
+        connection.sendall(f"{pid}\n".encode())
+        waiting[pid] = connection
+    for pid in list(waiting):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            connection = waiting.pop(pid)
+            with __import__("contextlib").suppress(OSError):
+                connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            connection.close()
+"""
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="ml8s-forks-")
+        self.address = os.path.join(self.directory, "socket")
+        self.at_start = _read_at_start(os.environ)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, self.address, ML8S, json.dumps(_PRELOAD)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line == "ready\n", f"the fork server did not start: {line!r}"
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_server: _Server | None = None
+
+
+def _started() -> _Server:
+    global _server
+    if _server is None or _server.process.poll() is not None:
+        _server = _Server()
+    return _server
+
+
+# Read when an interpreter starts or imports torch (the locale, the hash seed, stdio's encoding, OpenMP's
+# threads, a preloaded library, the time zone): an environment that changes one of them needs a fresh process.
+_AT_START = ("PYTHON", "LD_", "LC_", "LANG", "OMP_", "MKL_", "KMP_", "TORCH", "CUBLAS_", "CUDA_", "FAKETIME", "TZ")
+
+
+def _read_at_start(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_AT_START) and k != "PYTHONPATH"}
+
+
+def forked_ml8s(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path | str | None = None,
+    input: str | None = None,
+    timeout: float = 300,
+    fresh: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([ml8s, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True,
+    timeout=timeout)``, the command run in a fork of the warm server (module docstring), or in a fresh process
+    when ``fresh`` or when ``env`` differs from the server's in what an interpreter reads as it starts."""
+    server = None if fresh else _started()
+    if server is None or _read_at_start(env) != server.at_start:
+        return subprocess.run(
+            [ML8S, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout
+        )
+    with (
+        tempfile.TemporaryFile() as stdin,
+        tempfile.TemporaryFile() as stdout,
+        tempfile.TemporaryFile() as stderr,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection,
+    ):
+        if input is not None:
+            stdin.write(input.encode())
+            stdin.seek(0)
+        connection.connect(server.address)
+        request = {"args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd())}
+        socket.send_fds(connection, [json.dumps(request).encode()], [stdin.fileno(), stdout.fileno(), stderr.fileno()])
+        reply = connection.makefile("r")
+        pid = int(reply.readline())
+        connection.settimeout(timeout)
+        try:
+            code = int(reply.readline())
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            raise subprocess.TimeoutExpired([ML8S, *args], timeout) from None
+        stdout.seek(0)
+        stderr.seek(0)
+        return subprocess.CompletedProcess([ML8S, *args], code, _text(stdout.read()), _text(stderr.read()))
+
+
+def _text(data: bytes) -> str:
+    """As ``subprocess.run(text=True)`` reads a stream: decoded, universal newlines."""
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
