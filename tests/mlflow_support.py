@@ -115,8 +115,12 @@ def mlflow_server(directory: Path, *, wait: bool = True) -> Iterator[str]:
     command = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{directory}/server.db"]
     command += ["--artifacts-destination", str(directory / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--workers", "1"]
+    # Its GenAI job runner (huey consumer processes) serves no tracking or registry request: off, not started.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=directory, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, cwd=directory, start_new_session=True, env=env
+        )
     try:
         if wait:
             wait_until_answers(f"http://127.0.0.1:{port}/health", process, log)
