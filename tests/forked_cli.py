@@ -54,6 +54,21 @@ _PRELOAD = (
     "ml8s.registry.registration",
     "ml8s.training.ranks",
     "ml8s.training.launch",
+    "ml8s.pipeline.export",
+    "ml8s.pipeline.features",
+    "ml8s.pipeline.finalize",
+    "ml8s.pipeline.register",
+    "ml8s.pipeline.snapshot",
+    "ml8s.pipeline.train",
+    "ml8s.features.rules",
+    "ml8s.inference.pyfunc",
+    "ml8s.registry.alias",
+    "ml8s.registry.promoted_alias",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.model_registry.sqlalchemy_store",
+    "torch.onnx",
+    "torch.utils.tensorboard",
+    "boto3",
 )
 
 _SERVER = r"""
@@ -62,6 +77,11 @@ sys.path[0] = os.path.dirname(sys.argv[2])  # as the console script's: its bin d
 for name in json.loads(sys.argv[3]):
     importlib.import_module(name)
 from ml8s.cli.main import console
+import sqlalchemy.orm
+sqlalchemy.orm.configure_mappers()  # MLflow's ORM classes, configured on first use otherwise: in every command
+import gc
+gc.collect()
+gc.freeze()  # as pre-fork servers do: a fork's collections leave the preloaded heap alone (no copy-on-write of it)
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1])
 listener.listen(64)
