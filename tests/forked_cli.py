@@ -175,14 +175,16 @@ def forked_ml8s(
     input: str | None = None,
     timeout: float = 300,
     fresh: bool = False,
+    check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([ml8s, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True,
-    timeout=timeout)``, the command run in a fork of the warm server (module docstring), or in a fresh process
-    when ``fresh`` or when ``env`` differs from the server's in what an interpreter reads as it starts."""
+    timeout=timeout, check=check)``, the command run in a fork of the warm server (module docstring), or in a
+    fresh process when ``fresh`` or when ``env`` differs from the server's in what an interpreter reads as it
+    starts."""
     server = None if fresh else _started()
     if server is None or _read_at_start(env) != server.at_start:
         return subprocess.run(
-            [ML8S, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout
+            [ML8S, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, check=check
         )
     with (
         tempfile.TemporaryFile() as stdin,
@@ -207,7 +209,10 @@ def forked_ml8s(
             raise subprocess.TimeoutExpired([ML8S, *args], timeout) from None
         stdout.seek(0)
         stderr.seek(0)
-        return subprocess.CompletedProcess([ML8S, *args], code, _text(stdout.read()), _text(stderr.read()))
+        done = subprocess.CompletedProcess([ML8S, *args], code, _text(stdout.read()), _text(stderr.read()))
+    if check:
+        done.check_returncode()
+    return done
 
 
 def _text(data: bytes) -> str:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import forked_ml8s
 from test_chain_signing import KEY_A, KEY_B, ROOT, ROOT_KEY, intruder
 from test_chain_support import CHAIN, meta, payload
 
@@ -113,7 +114,7 @@ def _verify(root: Path, *flags: str, **env: str) -> subprocess.CompletedProcess[
     unset = ("CHAIN_NAME", "CHAIN_REQUIRE_SIGNED", "CHAIN_TRUST_ROOT")
     base = {k: v for k, v in os.environ.items() if k not in unset}
     command = [str(Path(sys.executable).with_name("ml8s")), "chain", "verify", "--root", str(root), "--chain", CHAIN]
-    return subprocess.run([*command, *flags], env={**base, **env}, capture_output=True, text=True, check=False)
+    return forked_ml8s([*command[1:], *flags], {**base, **env})
 
 
 def test_cli_default_follows_the_setting_and_flags_override_it(tmp_path: Path) -> None:

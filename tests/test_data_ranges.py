@@ -8,8 +8,6 @@ naming the variable or the file, column and row, before anything is written.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.errors import ConfigError, DataError, Ml8sError
 from ml8s.identity import params as params_module
@@ -132,13 +131,7 @@ def test_pipeline_root_that_is_a_file_fails_the_cli_before_any_write(tmp_path: P
     plain.write_text("not a directory\n")
     before = _files(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "MLFLOW_TRACKING_URI")}
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("ml8s")), "run"],
-        env={**env, **_env(data, plain)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = forked_ml8s(["run"], {**env, **_env(data, plain)}, timeout=120)
     assert done.returncode != 0 and done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
     assert (

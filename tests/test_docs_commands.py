@@ -239,13 +239,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         + "\n".join((data / "part-000.csv").read_text().splitlines()[1:4])
         + "\n"
     )
-    bundle = subprocess.run(
-        [str(_ML8S), "audit", "bundle", run_id, "-o", str(base / "run.tar.gz")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bundle = forked_ml8s(["audit", "bundle", run_id, "-o", str(base / "run.tar.gz")], env, timeout=300)
     assert bundle.returncode == 0, bundle.stderr
     return Trained(base, root, run_id, done.stdout, done.stderr, env)
 

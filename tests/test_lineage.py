@@ -241,13 +241,7 @@ def test_bad_lineage_inputs_fail_before_any_write(
         add_generation(data, 2)
     runs = sorted(p.name for p in (root / layout.RUNS_DIR).iterdir())
     head = _head(root)
-    proc = subprocess.run(
-        [ML8S, "run"],
-        env=_env(data, root, **{"WARM_START": "head", **extra}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = forked_ml8s(["run"], _env(data, root, **{"WARM_START": "head", **extra}), timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ml8s: ")]
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
     assert errors[0].startswith(f"ml8s: {code}: ") and says in errors[0], errors[0]

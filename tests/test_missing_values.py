@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import make_context, write_small_churn
+from forked_cli import forked_ml8s
 
 from ml8s.audit.offline import KNOWN_CANONICALIZATION_VERSIONS
 from ml8s.context.publish import local_path
@@ -167,6 +168,6 @@ def test_a_run_recorded_under_1_0_0_still_verifies(tmp_path: Path) -> None:
     manifest = json.loads(old.stdout)
     assert manifest["canonicalization_version"] == "1.0.0"
 
-    verify = subprocess.run([ML8S, "verify", manifest["run_id"]], env=env, capture_output=True, text=True, timeout=300)
+    verify = forked_ml8s(["verify", manifest["run_id"]], env, timeout=300)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "canonicalization 1.0.0" in verify.stdout

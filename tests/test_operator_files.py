@@ -9,11 +9,10 @@ secret) is still followed.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import forked_ml8s
 
 from ml8s.audit.anchor_tags import load_anchor
 from ml8s.chain import SigningKey
@@ -79,13 +78,7 @@ def test_exactly_the_bound_is_read_and_one_byte_more_is_refused(tmp_path: Path) 
 def test_the_cli_with_a_fifo_trust_root_is_one_line_not_a_hang(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     env = {**os.environ, "HOME": str(tmp_path), "CHAIN_TRUST_ROOT": str(tmp_path / "fifo")}
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "ml8s"), "chain", "init", "--root", str(tmp_path / "root")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = forked_ml8s(["chain", "init", "--root", str(tmp_path / "root")], env, timeout=120)
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"ml8s: CONFIG_ERROR: CHAIN_TRUST_ROOT={tmp_path / 'fifo'}: a FIFO, not read; expected a trust root file"

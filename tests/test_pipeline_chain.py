@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -104,7 +103,7 @@ def test_pipeline_signs_its_commit_on_a_chain_with_a_trust_policy(tmp_path: Path
     chain = ChainStore(LocalStore(str(root)), "ml8s-model", signer=key)
     chain.init()
     adopt_policy(chain, key, [key.public_key])
-    unsigned = subprocess.run([ML8S, "run"], env=_env(data, root), capture_output=True, text=True, timeout=300)
+    unsigned = forked_ml8s(["run"], _env(data, root), timeout=300)
     assert unsigned.returncode == 1 and "requires signed commits" in unsigned.stderr
     assert chain.head().counter == 0
     signed = json.loads(_ml8s(_env(data, root, ML8S_SIGNING_KEY=key.private_pem().decode()), "run"))
@@ -135,25 +134,13 @@ def test_a_fleet_predicts_from_the_chain_alone(tmp_path: Path) -> None:
 
     onnx = next((fleet / "ml8s_chain/ml8s-model/versions").glob("v0000000001_*")) / "payload/model.onnx"
     onnx.write_bytes(onnx.read_bytes()[:-1] + bytes([onnx.read_bytes()[-1] ^ 1]))
-    altered = subprocess.run(
-        [ML8S, "predict", "--chain", "ml8s-model", "--input", str(rows)],
-        env=_env(data, fleet),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    altered = forked_ml8s(["predict", "--chain", "ml8s-model", "--input", str(rows)], _env(data, fleet), timeout=120)
     assert altered.returncode == 1 and altered.stdout == "", altered.stderr
     assert altered.stderr.startswith("ml8s: ") and len(altered.stderr.splitlines()) == 1, altered.stderr
     assert "model.onnx" in altered.stderr
 
     weights = root / layout.RUNS_DIR / run_id / layout.MODEL_NATIVE
     _ml8s(_env(data, root, CHAIN_NAME="bare"), "chain", "commit", "--payload", str(weights), "--steps", "1")
-    bare = subprocess.run(
-        [ML8S, "predict", "--chain", "bare", "--input", str(rows)],
-        env=_env(data, root),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bare = forked_ml8s(["predict", "--chain", "bare", "--input", str(rows)], _env(data, root), timeout=120)
     assert bare.returncode == 1 and "holds no feature_schema.json" in bare.stderr, bare.stderr
     assert len(bare.stderr.splitlines()) == 1

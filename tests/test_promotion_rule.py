@@ -15,7 +15,7 @@ import pytest
 from conftest import write_small_churn
 from forked_cli import forked_ml8s
 from mlflow import MlflowClient
-from test_lineage import ML8S, _env
+from test_lineage import _env
 
 from ml8s.chain import ChainStore, PromotionLog, SignedDecision, SigningKey, adopt_policy, make_root
 from ml8s.chain.promotion import decision_bytes, record_key
@@ -109,16 +109,8 @@ def test_a_regressing_generation_is_committed_not_promoted(lineage: tuple[Path, 
     log = json.loads(_run(env, "chain", "log", "--json").stdout)
     assert [v["promotion"] for v in log[:2]] == ["rejected", "promoted"]
     rows = "customer_id,tenure,monthly_charges,plan,auto_pay\nX-1,3,70.5,basic,true\n"
-    promoted = subprocess.run(
-        [ML8S, "predict", "--chain", CHAIN, "--input", "-"], env=env, input=rows, capture_output=True, text=True
-    )
-    pinned = subprocess.run(
-        [ML8S, "predict", "--chain", CHAIN, "--version", "4", "--input", "-"],
-        env=env,
-        input=rows,
-        capture_output=True,
-        text=True,
-    )
+    promoted = forked_ml8s(["predict", "--chain", CHAIN, "--input", "-"], env, input=rows)
+    pinned = forked_ml8s(["predict", "--chain", CHAIN, "--version", "4", "--input", "-"], env, input=rows)
     assert promoted.returncode == 0 and promoted.stdout == pinned.stdout, promoted.stderr
 
     _run(env, "chain", "promote", "5", "--reason", "checked: the shuffle was a test")

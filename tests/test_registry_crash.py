@@ -203,7 +203,7 @@ def test_a_writer_killed_mid_transaction_leaves_no_wedge(tmp_path: Path) -> None
     assert killed.returncode == -signal.SIGKILL
     assert (root / "mlflow.db-journal").stat().st_size > 0, "the killed writer left no hot journal"
 
-    second = subprocess.run([ML8S, "run"], env={**env, "EPOCHS": "3"}, capture_output=True, text=True, timeout=300)
+    second = forked_ml8s(["run"], {**env, "EPOCHS": "3"}, timeout=300)
     assert second.returncode == 0, second.stderr
     for run_id in (json.loads(first.stdout)["run_id"], json.loads(second.stdout)["run_id"]):
         verify = forked_ml8s(["verify", run_id], env, timeout=300)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from forked_cli import forked_ml8s
 
 from ml8s.contract import layout
 from ml8s.errors import StoreError
@@ -47,13 +48,7 @@ def test_endpoint_stopped_between_steps_then_rerun_heals(radosgw_server: object,
 
     data = write_small_churn(tmp_path / "data")
     reference = json.loads(
-        subprocess.run(
-            [ML8S, "run"],
-            env=_env(radosgw_server, data, str(tmp_path / "local"), tmp_path / "l"),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        forked_ml8s(["run"], _env(radosgw_server, data, str(tmp_path / "local"), tmp_path / "l"), check=True).stdout
     )
     local_run = tmp_path / "local" / layout.RUNS_DIR / reference["run_id"]
     bucket = radosgw_server.make_bucket()  # type: ignore[attr-defined]
@@ -81,7 +76,7 @@ def test_endpoint_stopped_between_steps_then_rerun_heals(radosgw_server: object,
         rel = key[len(prefix) :]
         if key.startswith(prefix) and not rel.startswith(layout.TMP_DIR):
             assert body == (local_run / rel).read_bytes(), rel
-    healed = json.loads(subprocess.run([ML8S, "run"], env=env, capture_output=True, text=True, check=True).stdout)
+    healed = json.loads(forked_ml8s(["run"], env, check=True).stdout)
     assert healed["run_id"] == reference["run_id"]
     stored = _objects(radosgw_server, bucket)
     for rel in (layout.FEATURE_MATRIX, layout.MODEL_NATIVE, layout.model_export("onnx"), layout.TRAINING_METADATA):

@@ -4,7 +4,6 @@ workflow inputs kept in step with the user-level variables."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -227,10 +226,8 @@ def test_a_run_to_an_in_memory_registry_fails_before_any_write(tmp_path: Path) -
         .startswith("ml8s: CONFIG_ERROR: MLFLOW_TRACKING_URI='sqlite:///' is an in-memory SQLite database")
     ), done.stderr[-2000:]
     assert not (tmp_path / "root").exists()
-    verify = subprocess.run(
-        [ML8S, "verify", "0123456789ab", "--root", str(tmp_path), "--mlflow-tracking-uri", "sqlite://"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    args = ["verify", "0123456789ab", "--root", str(tmp_path), "--mlflow-tracking-uri", "sqlite://"]
+    verify = forked_ml8s(args, env, timeout=120)
     assert verify.returncode == 2 and "is an in-memory SQLite database" in verify.stderr, verify.stderr
 
 
