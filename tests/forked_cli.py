@@ -97,21 +97,26 @@ while os.getppid() == parent:
         sys.stdout.flush(); sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            listener.close(); connection.close()
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-                os.close(fd)
-            os.environ.clear()
-            os.environ.update(request["env"])
-            os.chdir(request["cwd"])
-            # What the interpreter start would have made of this environment: PYTHONPATH's entries after the
-            # script's directory, and the temporary directory (tempfile caches the first it finds).
-            extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-            sys.path[1:1] = [os.path.abspath(p) for p in extra]
-            __import__("tempfile").tempdir = None
-            sys.argv = [sys.argv[2], *request["args"]]
-            console()  # ends the process: end_process, os._exit
-            os._exit(70)
+            try:  # never back into the loop: whatever happens, this process ends here
+                listener.close(); connection.close()
+                for target, fd in enumerate(fds):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                os.environ.clear()
+                os.environ.update(request["env"])
+                os.chdir(request["cwd"])
+                # What the interpreter start would have made of this environment: PYTHONPATH's entries after
+                # the script's directory, and the temporary directory (tempfile caches the first it finds).
+                extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+                sys.path[1:1] = [os.path.abspath(p) for p in extra]
+                __import__("tempfile").tempdir = None
+                sys.argv = [sys.argv[2], *request["args"]]
+                console()  # ends the process: end_process, os._exit
+            except BaseException:
+                __import__("traceback").print_exc()
+                sys.stderr.flush()
+            finally:
+                os._exit(70)
         for fd in fds:
             os.close(fd)
         connection.sendall(f"{pid}\n".encode())

@@ -63,3 +63,11 @@ def test_a_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
             break
         time.sleep(0.05)
     assert not children.read_text().split(), "the timed-out command is still running"
+
+
+def test_a_working_directory_that_does_not_exist_fails_that_command_alone(tmp_path: Path) -> None:
+    """subprocess.run raises for a missing cwd before anything runs; the fork ends with a traceback and 70 and the
+    server answers the next command."""
+    failed = forked_ml8s(["--version"], dict(os.environ), cwd=tmp_path / "missing")
+    assert failed.returncode == 70 and "FileNotFoundError" in failed.stderr
+    assert forked_ml8s(["--version"], dict(os.environ)).stdout.startswith("ml8s ")
