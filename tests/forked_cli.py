@@ -132,14 +132,15 @@ while os.getppid() == parent:
 
 
 class _Server:
-    def __init__(self) -> None:
+    def __init__(self, at_start: dict[str, str]) -> None:
         self.directory = tempfile.mkdtemp(prefix="ml8s-forks-")
         self.address = os.path.join(self.directory, "socket")
-        self.at_start = _read_at_start(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in _read_at_start(os.environ)} | at_start
         self.process = subprocess.Popen(
             [sys.executable, "-c", _SERVER, self.address, ML8S, json.dumps(_PRELOAD)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
+            env=env,
             text=True,
         )
         assert self.process.stdout is not None
@@ -154,14 +155,22 @@ class _Server:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-_server: _Server | None = None
+# One server per start-up environment (see _AT_START): a test that sets TORCHINDUCTOR_DETERMINISTIC in the
+# worker's own environment (training in-process does) gets a second server, not a fresh process per command.
+_servers: dict[tuple[tuple[str, str], ...], _Server] = {}
+_MAX_SERVERS = 4
 
 
-def _started() -> _Server:
-    global _server
-    if _server is None or _server.process.poll() is not None:
-        _server = _Server()
-    return _server
+def _started(at_start: dict[str, str]) -> _Server | None:
+    """The running server for this start-up environment, started if need be; None past ``_MAX_SERVERS``."""
+    key = tuple(sorted(at_start.items()))
+    server = _servers.get(key)
+    if server is not None and server.process.poll() is None:
+        return server
+    if server is None and len(_servers) >= _MAX_SERVERS:
+        return None
+    _servers[key] = _Server(at_start)
+    return _servers[key]
 
 
 # Read when an interpreter starts or imports torch (the locale, the hash seed, stdio's encoding, OpenMP's
@@ -184,10 +193,10 @@ def forked_ml8s(
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([ml8s, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True,
     timeout=timeout, check=check)``, the command run in a fork of the warm server (module docstring), or in a
-    fresh process when ``fresh`` or when ``env`` differs from the server's in what an interpreter reads as it
-    starts."""
-    server = None if fresh else _started()
-    if server is None or _read_at_start(env) != server.at_start:
+    fresh process when ``fresh``. Each environment's start-up variables (what an interpreter reads as it starts:
+    ``_AT_START``) have their own server, up to ``_MAX_SERVERS``; past that, a fresh process."""
+    server = None if fresh else _started(_read_at_start(env))
+    if server is None:
         return subprocess.run(
             [ML8S, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, check=check
         )

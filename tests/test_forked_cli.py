@@ -56,7 +56,9 @@ def test_a_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
     follow = ["follow", "--chain", "c", "--out", str(tmp_path / "out"), "--allow-unsigned", "--poll-seconds", "1"]
     with pytest.raises(subprocess.TimeoutExpired):
         forked_ml8s(follow, env, timeout=3)
-    server = forked_cli._started().process.pid
+    started = forked_cli._started(forked_cli._read_at_start(env))
+    assert started is not None
+    server = started.process.pid
     children = Path(f"/proc/{server}/task/{server}/children")
     for _ in range(100):  # the server reaps it within a poll or two
         if not children.read_text().split():
