@@ -72,14 +72,13 @@ _PRELOAD = (
 )
 
 _SERVER = r"""
-import importlib, json, os, select, signal, socket, sys
+import contextlib, gc, importlib, json, os, select, socket, sys, tempfile, traceback
 sys.path[0] = os.path.dirname(sys.argv[2])  # as the console script's: its bin directory
 for name in json.loads(sys.argv[3]):
     importlib.import_module(name)
 from ml8s.cli.main import console
 import sqlalchemy.orm
 sqlalchemy.orm.configure_mappers()  # MLflow's ORM classes, configured on first use otherwise: in every command
-import gc
 gc.collect()
 gc.freeze()  # as pre-fork servers do: a fork's collections leave the preloaded heap alone (no copy-on-write of it)
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -109,11 +108,11 @@ while os.getppid() == parent:
                 # the script's directory, and the temporary directory (tempfile caches the first it finds).
                 extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
                 sys.path[1:1] = [os.path.abspath(p) for p in extra]
-                __import__("tempfile").tempdir = None
+                tempfile.tempdir = None
                 sys.argv = [sys.argv[2], *request["args"]]
                 console()  # ends the process: end_process, os._exit
             except BaseException:
-                __import__("traceback").print_exc()
+                traceback.print_exc()
                 sys.stderr.flush()
             finally:
                 os._exit(70)
@@ -125,7 +124,7 @@ while os.getppid() == parent:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             connection = waiting.pop(pid)
-            with __import__("contextlib").suppress(OSError):
+            with contextlib.suppress(OSError):
                 connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
             connection.close()
 """
@@ -135,7 +134,8 @@ class _Server:
     def __init__(self, at_start: dict[str, str]) -> None:
         self.directory = tempfile.mkdtemp(prefix="ml8s-forks-")
         self.address = os.path.join(self.directory, "socket")
-        env = {k: v for k, v in os.environ.items() if k not in _read_at_start(os.environ)} | at_start
+        own = _read_at_start(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in own} | at_start
         self.process = subprocess.Popen(
             [sys.executable, "-c", _SERVER, self.address, ML8S, json.dumps(_PRELOAD)],
             stdin=subprocess.DEVNULL,

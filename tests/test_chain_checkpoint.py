@@ -25,7 +25,6 @@ from ml8s.deltas import weights_hash
 from ml8s.errors import ConfigError
 from ml8s.store import LocalStore
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 MiB = 1024 * 1024
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,6 @@ from test_chain_support import CHAIN, StoreSpec, meta, moto_spec_fixture, open_s
 from ml8s.chain import ChainStore, check_safetensors, local_file, paths, verify_chain
 from ml8s.errors import ChecksumError, ConfigError
 from ml8s.store import LocalStore
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def raw(header: object, data: bytes = b"", *, length: int | None = None) -> bytes:

@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 from forked_cli import forked_ml8s
 from safetensors.numpy import save_file
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def chain(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,9 +18,8 @@ from typing import NamedTuple
 import pytest
 from cli_support import ml8s_many
 from conftest import write_small_churn
-from forked_cli import forked_ml8s
+from forked_cli import ML8S, forked_ml8s
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 MODEL = "churn-named"  # a valid chain name: the chain is called as the model
 _NAMING = ("CHAIN_NAME", "MLFLOW_MODEL_NAME", "MLFLOW_TRACKING_URI", "WARM_START", "FORCE_RERUN")
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
+from forked_cli import ML8S
 
 
 @pytest.fixture(scope="module")

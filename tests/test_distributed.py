@@ -32,7 +32,6 @@ from ml8s.store import LocalStore
 from ml8s.training.ddp import micro_batch
 from ml8s.training.fit import model_family, read_training_data
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
 REPO = Path(__file__).resolve().parents[1]
 # BATCH_SIZE 25 over 160 training rows: six full batches split 12/13 between two ranks, and a last one of 10

@@ -195,7 +195,6 @@ def test_version_flag() -> None:
 # same leading words of each line (check names, table headers), ids and numbers aside.
 
 _PYFLYTE = Path(sys.executable).with_name("pyflyte")
-_ML8S = Path(sys.executable).with_name("ml8s")
 _SAMPLE_IDS = ("RUN_ID", "da6dc9ed8d94", "a17d99f43cb1", "a3f9b7b28946")
 # Commands that would run for ever, train, or need what a test root has none of (keys, a second version, a
 # collision); each is still checked against the parser above.

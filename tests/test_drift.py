@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from ml8s.pipeline.gate import gate
 from ml8s.pipeline.run_overview import collect_overview, render_overview_html
 from ml8s.store import LocalStore
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 CHAIN = "ml8s-model"
 
 

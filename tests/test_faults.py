@@ -23,7 +23,7 @@ from typing import TypeVar
 import numpy as np
 import pytest
 from conftest import write_small_churn
-from forked_cli import forked_ml8s
+from forked_cli import ML8S, forked_ml8s
 from test_lineage import add_generation
 
 from ml8s.chain import ChainStore
@@ -33,7 +33,6 @@ from ml8s.store import LocalStore
 from ml8s.tempdirs import owned_tempdir
 from ml8s.training.launch import _run_ranks
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 CHAIN = "ml8s-model"
 T = TypeVar("T")
 DROP = ("FORCE_RERUN", "CHAIN_NAME", "WARM_START", "MLFLOW_TRACKING_URI", "WARM_START_ROOT_URI", "TMPDIR")

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from forked_cli import ML8S, forked_ml8s
+from forked_cli import forked_ml8s
 
 
 def _fresh(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ML8S, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    return forked_ml8s(args, env, cwd=cwd, timeout=120, fresh=True)
 
 
 @pytest.mark.parametrize(

@@ -11,21 +11,19 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from cli_support import ml8s_many
 from conftest import write_small_churn
-from forked_cli import forked_ml8s
+from forked_cli import ML8S, forked_ml8s
 
 from ml8s.chain import ChainStore, verify_chain
 from ml8s.contract import layout
 from ml8s.lineage import read_training_state
 from ml8s.store import LocalStore
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 CHAIN = "ml8s-model"
 
 

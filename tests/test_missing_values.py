@@ -26,8 +26,6 @@ from ml8s.identity.variables import CANONICALIZATION_VERSION
 from ml8s.pipeline.features import compute_features
 from ml8s.training.fit import train
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
-
 
 def _respell(source: Path, target: Path, column: int, token: str) -> Path:
     """A copy of ``source`` whose empty cells in ``column`` say ``token`` instead."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from conftest import write_small_churn
@@ -20,8 +19,6 @@ from mlflow import MlflowClient
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.registry.query import versions_of_hash
 from ml8s.registry.registration import MlflowRef, register
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def _ml8s(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

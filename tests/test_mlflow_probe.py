@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,8 +20,6 @@ from ml8s.identity.settings import PlatformSettings
 from ml8s.mlflow_probe import require_answer
 from ml8s.ops.registrations import registration_states
 from ml8s.pipeline.preflight import check_tracking_reachable
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def _settings(uri: str) -> PlatformSettings:

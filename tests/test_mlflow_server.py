@@ -24,7 +24,6 @@ from ml8s.audit import verify_run
 from ml8s.pipeline.run import run_pipeline
 from ml8s.registry.registration import MlflowRef
 
-ML8S = str(Path(sys.executable).parent / "ml8s")
 EXPERIMENT = "churn experiments"
 _RUN_VARS = ("DATA_ROOT", "TARGET_COLUMN", "EPOCHS", "PIPELINE_ROOT_URI", "FORCE_RERUN", "CHAIN_NAME")
 

@@ -8,20 +8,17 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from cli_support import ml8s_many
 from conftest import SEED_LAYOUT
-from forked_cli import forked_ml8s
+from forked_cli import ML8S, forked_ml8s
 
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.store import Store
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def env_for(data: Path, root: Path, **extra: str) -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,6 @@ from forked_cli import forked_ml8s
 from ml8s.chain import ChainStore, verify_chain
 from ml8s.contract import Manifest, layout
 from ml8s.store import LocalStore
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:

@@ -23,7 +23,6 @@ from ml8s.identity.variables import CANONICALIZATION_VERSION, canonical_config
 from ml8s.modeling import families
 from ml8s.modeling.plugins import code_identity, resolve_model_code
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 REPO = Path(__file__).resolve().parent.parent
 PKG = "ml8s_test_plugin"
 FAMILY = f"plugin:{PKG}.models:family"

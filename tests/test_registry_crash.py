@@ -24,7 +24,6 @@ from ml8s.errors import RegistryError, RegistrySchemaError
 from ml8s.registry.registration import register
 from ml8s.registry.schema import TEMPLATE_ENV, ensure_schema
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 # The schema creation has begun: MLflow's own log line (creation in place), or ml8s's (in a temporary file).
 SENTINELS = ("Creating initial MLflow database tables", "creating the MLflow schema")
 

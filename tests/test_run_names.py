@@ -21,7 +21,6 @@ from ml8s.errors import ConfigError
 from ml8s.identity.names import CHAIN_NAME_PATTERN, chain_name_from_model
 from ml8s.pipeline.run import run_pipeline
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 OURS = ("FORCE_RERUN", "MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME", "PIPELINE_ROOT_URI", "DATA_ROOT")
 
 

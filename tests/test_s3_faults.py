@@ -7,18 +7,16 @@ import io
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from forked_cli import forked_ml8s
+from forked_cli import ML8S, forked_ml8s
 
 from ml8s.contract import layout
 from ml8s.errors import StoreError
 from ml8s.store.s3 import S3Store
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 MiB = 1024 * 1024
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from ml8s.contract import FingerprintRecord, layout
 from ml8s.data.fingerprint import ObjectEntry, fingerprint_listing
 from ml8s.errors import DataError
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 # What the tools leave under a prefix: the prefix itself, a sub-"folder", and a parent's marker.
 FOLDERS = ("data/", "data/churn/", "data/churn/sub/")
 

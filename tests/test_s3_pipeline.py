@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from forked_cli import forked_ml8s
 
 from ml8s.contract import layout
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 SAME_AS_LOCAL = (
     "features/feature_matrix.parquet",
     "features/feature_schema.json",

@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import os
-import sys
 from pathlib import Path
 
 from conftest import write_small_churn
@@ -17,8 +16,6 @@ from mlflow_support import raw_rows, write_rows
 from ml8s.chain import ChainStore
 from ml8s.serving import ClientConfig, InferenceClient
 from ml8s.store import LocalStore
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 def _env(data: Path, root: Path, **extra: str) -> dict[str, str]:

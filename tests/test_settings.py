@@ -4,7 +4,6 @@ workflow inputs kept in step with the user-level variables."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from ml8s.identity.variables import USER_VARIABLES, raw_values_from_env
 from ml8s.ops.tmp_cleanup import retention_days
 from ml8s.pipeline.bootstrap import bootstrap
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 S3_ROOT = {"PIPELINE_ROOT_URI": "s3://ml8s-runs/team/"}
 
 

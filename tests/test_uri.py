@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from forked_cli import forked_ml8s
+from forked_cli import ML8S, forked_ml8s
 
 from ml8s.errors import ConfigError, RootUriError
 from ml8s.identity.params import validate_params
 from ml8s.identity.uri import RootUri, parse_root_uri
 from ml8s.identity.variables import canonical_config
-
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 
 
 @pytest.mark.parametrize(

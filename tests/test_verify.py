@@ -23,7 +23,6 @@ from ml8s.contract import layout
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.registry.mlflow_model import registry_resolves_with
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 REPO = Path(__file__).resolve().parent.parent
 FINAL = layout.final_artifacts("onnx")
 OWNER = {  # the check that owns each file; any other file is checked by "artifacts"

@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,6 @@ from ml8s.identity.uri import public_tracking_uri
 from ml8s.log import HumanFormatter
 from ml8s.registry.registration import MlflowRef
 
-ML8S = str(Path(sys.executable).with_name("ml8s"))
 OURS = ("FORCE_RERUN", "MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME", "PIPELINE_ROOT_URI", "DATA_ROOT")
 
 

@@ -20,7 +20,6 @@ from ml8s.pipeline.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
 PYFLYTE = Path(sys.executable).parent / "pyflyte"
-ML8S = Path(sys.executable).parent / "ml8s"
 # Variables of the calling shell that would change the run; the tests set what they need.
 _RUN_VARIABLES = (
     "DATA_ROOT TARGET_COLUMN MODEL_FORMAT MODEL_TYPE TEST_SIZE RANDOM_SEED SAMPLE_ROWS MAX_FEATURES "
