@@ -81,7 +81,8 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy ml8s
 
-# --dist loadgroup: the tests that share a module's run go to one worker, so it is made once (tests/conftest.py).
+# -n auto: one worker more than the cores (tests/conftest.py). --dist loadgroup: the tests that share a module's run
+# go to one worker, so it is made once (tests/conftest.py).
 # compileall first: the suite starts hundreds of Python processes that import this repository's modules, and
 # where PYTHONDONTWRITEBYTECODE is set (CI images often set it) each would compile them again (~0.3 CPU s).
 test: setup lint typecheck

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,17 @@ def _rebuild(root_uri: str, name: str) -> None:
     slow = consumer.get_checkpoint_sync(head.counter)  # and the head again from its FULL anchor
     assert slow is not None
     print(json.dumps([head.counter, "slow", slow.info.weights_hash]))
+
+
+def storm_process(root_uri: str, name: str, idx: int, count: int, env: dict[str, str], log: str) -> None:
+    """``_storm`` as the target of a forked process (process_support): the given environment (the store's
+    credentials), its output into ``log``; an exception ends it with exit code 1, its traceback in the log."""
+    os.environ.clear()
+    os.environ.update(env)
+    with open(log, "w") as handle:
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+    _storm(root_uri, name, idx, count)
 
 
 def _storm(root_uri: str, name: str, idx: int, count: int) -> None:

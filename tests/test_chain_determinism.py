@@ -14,7 +14,7 @@ from ml8s.store import LocalStore
 
 def test_two_processes_two_chains_same_hashes(tmp_path: Path) -> None:
     roots = [str(tmp_path / "a"), str(tmp_path / "b")]
-    first, second = list(spawn_all(determinism_worker, [(root,) for root in roots]))
+    first, second = list(spawn_all(determinism_worker, [(root,) for root in roots], fresh=True))
     assert first == second
     content_hash, files, content_hash_txt, stored, position = first
     assert stored == payload("same") and position == (1, "1.0.0", "0.0.0")

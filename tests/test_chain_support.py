@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from process_support import process_context
 from s3_servers import RadosGW, S3Endpoint
 
 from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, paths
@@ -235,11 +236,13 @@ def forge(
     return forged
 
 
-def spawn_all(target: Callable[..., None], arg_sets: list[tuple[Any, ...]], timeout: float = 120.0) -> Iterator[Any]:
-    """Run ``target(*args, barrier, results)`` in one spawned process per arg set, all released together."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
+def spawn_all(
+    target: Callable[..., None], arg_sets: list[tuple[Any, ...]], timeout: float = 120.0, *, fresh: bool = False
+) -> Iterator[Any]:
+    """Run ``target(*args, barrier, results)`` in one process of its own per arg set, all released together:
+    forks of the warm fork server (process_support), or with ``fresh`` fresh interpreters, each with its own
+    hash seed (a test that proves bytes do not depend on the process)."""
+    ctx = process_context(fresh=fresh)
     barrier, results = ctx.Barrier(len(arg_sets)), ctx.Queue()
     procs = [ctx.Process(target=target, args=(*args, barrier, results)) for args in arg_sets]
     for proc in procs:

@@ -5,14 +5,14 @@ a pinned client never changes."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
+from process_support import process_context
 from s3_servers import S3Endpoint
-from serving_support import REPO, chain_at
+from serving_support import chain_at, storm_process
 
 from ml8s.chain import ChainStore, verify_chain
 from ml8s.deltas import weights_hash
@@ -24,27 +24,26 @@ EACH = 2
 
 def _storm(root_uri: str, name: str, env: dict[str, str], tmp_path: Path) -> None:
     chain = chain_at(root_uri, name)
-    subprocess.run(  # v1, so the pinned client has something to pin before the storm starts
-        [sys.executable, "tests/serving_support.py", "storm", root_uri, name, "99", "1"], cwd=REPO, env=env, check=True
-    )
+    context = process_context()  # each committer is a process of its own, forked warm (torch imported once)
+
+    def committer(idx: int, count: int) -> BaseProcess:
+        log = str(tmp_path / f"committer-{idx}.log")
+        return context.Process(target=storm_process, args=(root_uri, name, idx, count, env, log))
+
+    first = committer(99, 1)  # v1, so the pinned client has something to pin before the storm starts
+    first.start()
+    first.join(timeout=300)
+    assert first.exitcode == 0, (tmp_path / "committer-99.log").read_text()[-2000:]
     pinned = InferenceClient(chain, ClientConfig(pinned=1))
     pinned.refresh()
     pinned_before = pinned.version
     tracking = InferenceClient(ChainStore(chain.store, name), ClientConfig(state_path=str(tmp_path / "state.json")))
-    logs = [open(tmp_path / f"committer-{i}.log", "w") for i in range(COMMITTERS)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "tests/serving_support.py", "storm", root_uri, name, str(i), str(EACH)],
-            cwd=REPO,
-            env=env,
-            stdout=logs[i],
-            stderr=subprocess.STDOUT,
-        )
-        for i in range(COMMITTERS)
-    ]
+    procs = [committer(i, EACH) for i in range(COMMITTERS)]
+    for proc in procs:
+        proc.start()
     served: list[tuple[int, str]] = []
     try:
-        while any(p.poll() is None for p in procs):
+        while any(p.is_alive() for p in procs):
             if tracking.refresh():
                 now = tracking.served
                 assert now is not None
@@ -53,10 +52,11 @@ def _storm(root_uri: str, name: str, env: dict[str, str], tmp_path: Path) -> Non
             time.sleep(0.05)
     finally:
         for proc in procs:
-            proc.wait(timeout=300)
-        for log in logs:
-            log.close()
-    assert [p.returncode for p in procs] == [0] * COMMITTERS, [Path(log.name).read_text()[-2000:] for log in logs]
+            proc.join(timeout=300)
+            if proc.is_alive():
+                proc.kill()
+    logs = [(tmp_path / f"committer-{i}.log").read_text()[-2000:] for i in range(COMMITTERS)]
+    assert [p.exitcode for p in procs] == [0] * COMMITTERS, logs
     while tracking.refresh():
         served.append((tracking.version.counter, tracking.version.weights_hash) if tracking.version else (-1, ""))
     versions = {v.counter: v.header.weights_hash for v in chain.list()}
