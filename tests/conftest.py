@@ -84,9 +84,9 @@ def shared_run_scope(rootpath: Path, nodeid: str) -> str:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` (``make test``): one worker more than the usable cores, at most 8 (each worker keeps its own fork
     servers and S3 servers). Two workers on two cores left the cores idle while a test waited on a server, a
-    back-off or a disk sync; a third takes that time: on this project's 2-core machine the suite took 8:04 with
-    three workers against 9:38 to 10:43 with two (and 8:16 with four). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still
-    decides where it is set (xdist reads it)."""
+    back-off or a disk sync (7% of the cores' time); a third takes most of it (2% idle). Alternated on a fresh
+    clone of this project's 2-core machine: 8:59 against 9:13 with two. ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    still decides where it is set (xdist reads it)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
     return min(len(os.sched_getaffinity(0)) + 1, 8)
