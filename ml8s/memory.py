@@ -6,7 +6,11 @@ were made):
 
 - glibc raises its mmap threshold each time a large block is freed (up to 32 MiB), so the next column-sized
   arrays come from the heap, which it trims only from the top: a fragmented heap is never given back. A fixed
-  threshold keeps every block of 128 KiB or more in its own mapping, unmapped when freed.
+  threshold of 1 MiB keeps every larger block (a column, a block's chunk) in its own mapping, unmapped when
+  freed, while the many temporaries between 128 KiB and 1 MiB reuse heap pages instead of each faulting fresh
+  ones in: at 20M rows the steps before training took 10.3M page faults and 31 s of system time with glibc's
+  initial 128 KiB, and 5.1M and 21 s with 1 MiB (50 s against 62 s, the peak 2,760 MiB against 2,709; at 2M
+  rows the run's peak is training's, 580 MiB either way).
 - Arrow's default pool (mimalloc or jemalloc) caches freed pages for reuse. The system pool is glibc's malloc,
   and with the fixed threshold Arrow's column buffers are unmapped when freed too.
 
@@ -21,7 +25,7 @@ import sys
 import pyarrow as pa
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h); setting it turns the dynamic threshold off
-_THRESHOLD = 128 * 1024  # glibc's own initial threshold
+_THRESHOLD = 1024 * 1024  # blocks from 1 MiB up are mapped (and unmapped when freed); see the docstring
 
 _done: list[bool] = []
 
