@@ -15,7 +15,8 @@ What a fork does not give, so the tests that need it start ``ml8s`` itself (``su
 - its own hash seed: every fork shares the server's, so a test of byte-identical results "in two processes"
   runs at least one of them as a fresh process (a set iterated in hash order would differ there);
 - a process the test signals or races while it runs (``Popen``): the server answers only when the
-  command has ended.
+  command has ended. (Python workers that race a store come from multiprocessing's fork server instead:
+  tests/process_support.py.)
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ whichever test starts it, every later one finds its modules imported.
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterable
 from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
 
 PRELOAD = ("test_chain_support", "serving_support")
 
@@ -25,3 +27,13 @@ def process_context(*, fresh: bool = False) -> ForkServerContext | SpawnContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
     return context
+
+
+def reap(processes: Iterable[BaseProcess], timeout: float) -> None:
+    """Wait for each process up to ``timeout`` seconds, and kill one still running then (a hung racer must not
+    outlive its test)."""
+    for process in processes:
+        process.join(timeout=timeout)
+        if process.is_alive():
+            process.kill()
+            process.join()

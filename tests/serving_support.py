@@ -1,7 +1,7 @@
-"""Helpers of tests/test_serving_*.py; run as a script, the out-of-process workers they spawn.
+"""Helpers of tests/test_serving_*.py; run as a script, the fresh consumer they start, and the storm's committer
+(``storm_process``), forked by tests/process_support.py.
 
 python tests/serving_support.py rebuild ROOT_URI CHAIN    a fresh consumer: every version's weights hash, one a line
-python tests/serving_support.py storm ROOT_URI CHAIN IDX COUNT   commit COUNT weights versions (committer IDX)
 """
 
 from __future__ import annotations
@@ -70,17 +70,14 @@ def _rebuild(root_uri: str, name: str) -> None:
 
 
 def storm_process(root_uri: str, name: str, idx: int, count: int, env: dict[str, str], log: str) -> None:
-    """``_storm`` as the target of a forked process (process_support): the given environment (the store's
-    credentials), its output into ``log``; an exception ends it with exit code 1, its traceback in the log."""
+    """Storm committer ``idx``: commit ``count`` weights versions (small, sparse differences from one model).
+    The target of a forked process (process_support): the given environment (the store's credentials), its output
+    into ``log``; an exception ends it with exit code 1, its traceback in the log."""
     os.environ.clear()
     os.environ.update(env)
     with open(log, "w") as handle:
         os.dup2(handle.fileno(), 1)
         os.dup2(handle.fileno(), 2)
-    _storm(root_uri, name, idx, count)
-
-
-def _storm(root_uri: str, name: str, idx: int, count: int) -> None:
     chain = ChainStore(open_store(root_uri), name)
     producer = DeltaProducer(chain, interval=4, policy=STORM_POLICY)
     base = make_weights(7, torch.float32)  # every committer trains the same model: small, sparse differences
@@ -92,7 +89,5 @@ if __name__ == "__main__":
     verb, *rest = sys.argv[1:]
     if verb == "rebuild":
         _rebuild(rest[0], rest[1])
-    elif verb == "storm":
-        _storm(rest[0], rest[1], int(rest[2]), int(rest[3]))
     else:
         raise SystemExit(f"unknown verb {verb!r}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from process_support import process_context
+from process_support import process_context, reap
 from s3_servers import RadosGW, S3Endpoint
 
 from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, paths
@@ -251,7 +251,4 @@ def spawn_all(
         for _ in procs:
             yield results.get(timeout=timeout)
     finally:
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
+        reap(procs, timeout=30)

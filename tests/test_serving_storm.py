@@ -10,7 +10,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pytest
-from process_support import process_context
+from process_support import process_context, reap
 from s3_servers import S3Endpoint
 from serving_support import chain_at, storm_process
 
@@ -32,7 +32,7 @@ def _storm(root_uri: str, name: str, env: dict[str, str], tmp_path: Path) -> Non
 
     first = committer(99, 1)  # v1, so the pinned client has something to pin before the storm starts
     first.start()
-    first.join(timeout=300)
+    reap([first], timeout=300)
     assert first.exitcode == 0, (tmp_path / "committer-99.log").read_text()[-2000:]
     pinned = InferenceClient(chain, ClientConfig(pinned=1))
     pinned.refresh()
@@ -51,10 +51,7 @@ def _storm(root_uri: str, name: str, env: dict[str, str], tmp_path: Path) -> Non
                 served.append((now.info.counter, now.info.weights_hash))
             time.sleep(0.05)
     finally:
-        for proc in procs:
-            proc.join(timeout=300)
-            if proc.is_alive():
-                proc.kill()
+        reap(procs, timeout=300)
     logs = [(tmp_path / f"committer-{i}.log").read_text()[-2000:] for i in range(COMMITTERS)]
     assert [p.exitcode for p in procs] == [0] * COMMITTERS, logs
     while tracking.refresh():
