@@ -72,7 +72,7 @@ else
     fail "no feature_matrix.parquet from the feature task inside $FE_IMAGE"
 fi
 
-# The installed versions against the pins (the train image's venv has no pip: uv lists it).
+# The installed versions against the pins (the images' venvs have no pip: uv lists them).
 check_pins() {
     local image=$1
     shift
@@ -83,7 +83,7 @@ check_pins() {
         fail "could not list the distributions in $image"
     fi
 }
-check_pins "$FE_IMAGE" python -m pip freeze --exclude-editable
+check_pins "$FE_IMAGE" uv pip freeze --exclude-editable
 check_pins "$TRAIN_IMAGE" uv pip freeze --exclude-editable
 
 start=$SECONDS

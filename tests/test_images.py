@@ -360,6 +360,8 @@ def test_defaults_are_the_cluster_images() -> None:
     # One Python everywhere: the fe base's and the train image's CPython are the same release.
     assert fe["PYTHON_IMAGE"].split(":")[1].split("-")[0] == train["PYTHON"]
     assert re.fullmatch(r"ghcr\.io/astral-sh/uv:\d+\.\d+\.\d+", train["UV_IMAGE"])
+    # One uv: both images install with the same release (the local builds give both the same uv base).
+    assert fe["UV_IMAGE"] == train["UV_IMAGE"]
     cuda = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base-ubuntu\d+\.\d+", train["CUDA_IMAGE"])
     assert cuda, train["CUDA_IMAGE"]
     # CUDA_IMAGE, TORCH_INDEX and TORCH_CUDA change together.
@@ -429,6 +431,7 @@ def test_make_images_passes_settings_as_secrets_only() -> None:
             line
         )
     assert "--build-arg PYTHON_IMAGE=localhost/ml8s-base/python:3.11-bookworm" in builds[0]
+    assert all("--build-arg UV_IMAGE=localhost/ml8s-base/uv:" in line for line in builds), builds
     assert "--build-arg TORCH_CUDA= " in builds[1] and "--build-arg PYTHON=/usr/bin/python3.11" in builds[1]
     # podman 4.3 cannot mount a cached stage (the torch requirement): the train build must not use the cache.
     assert "--layers=false" in builds[1] and "--layers" not in builds[0]
