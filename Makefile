@@ -23,13 +23,17 @@ CONTINUOUS_DATA := demo_data/continuous
 GENERATIONS ?= 4
 
 .PHONY: setup run run-continuous test lint typecheck bench faults clean demo-data proto package images images-base \
-	images-podman-conf images-index-env images-train-cuda images-push images-smoke sandbox-register sandbox-run lock
+	images-podman-conf images-index-env images-fe images-train images-train-cuda images-push images-smoke sandbox-register sandbox-run lock
 
+# --no-compile, then compileall on every core: pip compiles each wheel's modules on one core (about 70 CPU s for
+# this set), and the bytecode must be there, since where PYTHONDONTWRITEBYTECODE is set no process writes it.
+# Like pip, a module that does not compile (a template, test data) is left as it is.
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_FROM)
-	$(BIN)/pip install -q --disable-pip-version-check $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
+	$(BIN)/pip install -q --no-compile --disable-pip-version-check $(TORCH_FROM)
+	$(BIN)/pip install -q --no-compile --disable-pip-version-check $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
+	$(BIN)/python -c 'import compileall, site; [compileall.compile_dir(d, quiet=2, workers=0) for d in site.getsitepackages()]'
 	touch $@
 
 # Rewrite requirements/constraints.txt from the venv (pip freeze), keeping its comment header: every installed
@@ -133,7 +137,7 @@ IMAGE_SECRETS = --secret id=index-env,src=$(IMAGES_TMP)/index-env $(if $(CA_BUND
 FE_BUILD_ARGS :=
 TRAIN_BUILD_ARGS :=
 ifeq ($(IMAGES_BASE),local)
-FE_BUILD_ARGS += --build-arg PYTHON_IMAGE=$(LOCAL_PYTHON_IMAGE)
+FE_BUILD_ARGS += --build-arg PYTHON_IMAGE=$(LOCAL_PYTHON_IMAGE) --build-arg UV_IMAGE=$(LOCAL_UV_IMAGE)
 # CPU torch: the local wheel (TORCH_WHEELS) as a build context when there is one, else PyTorch's CPU index.
 TRAIN_BUILD_ARGS += --build-arg CUDA_IMAGE=$(LOCAL_PYTHON_IMAGE) --build-arg UV_IMAGE=$(LOCAL_UV_IMAGE) \
 	--build-arg PYTHON=/usr/bin/python3.11 --build-arg TORCH_CUDA= \
@@ -154,11 +158,18 @@ images-index-env:
 # builds on one host fill its disk. Removed before and after each build: only untagged images with our title.
 images-prune = $(CONTAINER_CMD) image prune -f --filter label=org.opencontainers.image.title=$(1) >/dev/null
 
-images: proto images-index-env $(if $(filter local,$(IMAGES_BASE)),images-base,$(if $(IS_PODMAN),images-podman-conf))
+# Two targets, so that `make -j2 images` builds both at once (.ci/run does): the fe build is mostly the
+# network and uv, the train build mostly writing its 2.3 GB layer.
+IMAGES_BEFORE := proto images-index-env $(if $(filter local,$(IMAGES_BASE)),images-base,$(if $(IS_PODMAN),images-podman-conf))
+images: images-fe images-train
+
+images-fe: $(IMAGES_BEFORE)
 	$(call images-prune,ml8s-fe)
 	$(CONTAINER_CMD) build -f images/Dockerfile.fe --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(FE_BUILD_ARGS) \
 		$(IMAGE_SECRETS) -t $(FE_IMAGE) .
 	$(call images-prune,ml8s-fe)
+
+images-train: $(IMAGES_BEFORE)
 	$(call images-prune,ml8s-train)
 	$(CONTAINER_CMD) build -f images/Dockerfile.train $(TRAIN_NO_CACHE) --build-arg IMAGE_VERSION=$(IMAGE_VERSION) $(TRAIN_BUILD_ARGS) \
 		$(IMAGE_SECRETS) -t $(TRAIN_IMAGE) .
