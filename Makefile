@@ -25,23 +25,28 @@ GENERATIONS ?= 4
 .PHONY: setup run run-continuous test lint typecheck bench faults clean demo-data proto package images images-base \
 	images-podman-conf images-index-env images-fe images-train images-train-cuda images-push images-smoke sandbox-register sandbox-run lock
 
+# pip first, at its pinned version: Python 3.11's own (23.2) took 134 s to resolve and install this set, pip
+# 26 takes 57 s (most of it is parsing every release the index lists, which later pips do much faster).
 # --no-compile, then compileall on every core: pip compiles each wheel's modules on one core (about 70 CPU s for
 # this set), and the bytecode must be there, since where PYTHONDONTWRITEBYTECODE is set no process writes it.
-# Like pip, a module that does not compile (a template, test data) is left as it is.
+# Like pip, a module that does not compile (a template, test data) is left as it is. -qq: errors only (pip 26 also
+# prints the build backend's notes on the editable install, and a line per index location this machine lacks).
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile --disable-pip-version-check $(TORCH_FROM)
-	$(BIN)/pip install -q --no-compile --disable-pip-version-check $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
+	$(BIN)/pip install -qq --no-compile --disable-pip-version-check -c requirements/constraints.txt pip
+	$(BIN)/pip install -qq --no-compile --disable-pip-version-check $(TORCH_FROM)
+	$(BIN)/pip install -qq --no-compile --disable-pip-version-check $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
 	$(BIN)/python -c 'import compileall, site; [compileall.compile_dir(d, quiet=2, workers=0) for d in site.getsitepackages()]'
 	touch $@
 
 # Rewrite requirements/constraints.txt from the venv (pip freeze), keeping its comment header: every installed
-# distribution but the editable ml8s, and torch as $(TORCH) (the venv holds the CPU build, 2.13.0+cpu, a version
-# no index but PyTorch's CPU one has), sorted by name.
+# distribution but the editable ml8s, pip itself (which freeze leaves out), and torch as $(TORCH) (the venv holds
+# the CPU build, 2.13.0+cpu, a version no index but PyTorch's CPU one has), sorted by name.
 lock: $(BIN)/.installed
 	{ grep '^#' requirements/constraints.txt; \
-	  { $(BIN)/pip freeze --exclude-editable | grep -v -e '^torch==' -e '^ml8s=='; echo '$(TORCH)'; } \
+	  { $(BIN)/pip freeze --exclude-editable | grep -v -e '^torch==' -e '^ml8s=='; \
+	    $(BIN)/pip freeze --all | grep '^pip=='; echo '$(TORCH)'; } \
 	  | $(BIN)/python -c 'import sys; sys.stdout.writelines(sorted(sys.stdin, key=str.lower))'; \
 	} > requirements/constraints.txt.tmp
 	mv requirements/constraints.txt.tmp requirements/constraints.txt
