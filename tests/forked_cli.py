@@ -6,7 +6,11 @@ MLflow, sqlalchemy and ml8s itself, again for every one of the test session's 80
 test worker imports them once; each command is then a fork of it: its own process (pid, descriptors,
 environment, working directory, exit status) that runs the ``ml8s`` console script's own entry point,
 ``ml8s.cli.main.console``, on the arguments, environment and working directory it is given, and ends as
-that script ends (``end_process``: the atexit functions, then ``os._exit`` with the code).
+that script ends (``end_process``: the atexit functions, then ``os._exit`` with the code). ``pyflyte``
+commands (``forked_pyflyte``) are forks of the same server: a local ``pyflyte run`` of the training workflow
+runs its tasks in its own process, so torch and MLflow are most of its start too. flytekit itself is not
+preloaded: it reads HOME and the Flyte variables as it imports, so each fork imports it in its own
+environment.
 
 What a fork does not give, so the tests that need it start ``ml8s`` itself (``subprocess``):
 - a fresh interpreter: a test of what a command imports (``sys.modules``), of what is read from the
@@ -78,6 +82,7 @@ sys.path[0] = os.path.dirname(sys.argv[2])  # as the console script's: its bin d
 for name in json.loads(sys.argv[3]):
     importlib.import_module(name)
 from ml8s.cli.main import console
+from ml8s.process_exit import end_process
 import sqlalchemy.orm
 sqlalchemy.orm.configure_mappers()  # MLflow's ORM classes, configured on first use otherwise: in every command
 gc.collect()
@@ -110,8 +115,29 @@ while os.getppid() == parent:
                 extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
                 sys.path[1:1] = [os.path.abspath(p) for p in extra]
                 tempfile.tempdir = None
-                sys.argv = [sys.argv[2], *request["args"]]
-                console()  # ends the process: end_process, os._exit
+                script = os.path.join(os.path.dirname(sys.argv[2]), request["script"])
+                sys.argv = [script, *request["args"]]
+                if request["script"] == "ml8s":
+                    console()  # ends the process: end_process, os._exit
+                # pyflyte's console script: flytekit imported here, after the command's environment is set
+                # (it reads HOME and the Flyte variables as it imports); the script's sys.exit(main()), then
+                # what the interpreter does at exit: wait for the threads that are not daemons, atexit.
+                from flytekit.clis.sdk_in_container.pyflyte import main
+                code = 0
+                try:
+                    main()
+                except SystemExit as exc:
+                    if isinstance(exc.code, int) or exc.code is None:
+                        code = exc.code or 0
+                    else:
+                        print(exc.code, file=sys.stderr)
+                        code = 1
+                except BaseException:
+                    traceback.print_exc()
+                    code = 1
+                import threading
+                threading._shutdown()
+                end_process(code)
             except BaseException:
                 traceback.print_exc()
                 sys.stderr.flush()
@@ -196,10 +222,38 @@ def forked_ml8s(
     timeout=timeout, check=check)``, the command run in a fork of the warm server (module docstring), or in a
     fresh process when ``fresh``. Each environment's start-up variables (what an interpreter reads as it starts:
     ``_AT_START``) have their own server, up to ``_MAX_SERVERS``; past that, a fresh process."""
+    return _forked("ml8s", args, env, cwd, input, timeout, fresh, check)
+
+
+def forked_pyflyte(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path | str | None = None,
+    timeout: float = 300,
+    fresh: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``pyflyte *args`` as ``forked_ml8s`` runs ``ml8s``: in a fork of the same warm server, which has torch,
+    MLflow and ml8s imported but not flytekit (the fork imports it, once the command's environment is set:
+    flytekit reads HOME and its variables as it imports). A local ``pyflyte run`` of the training workflow
+    runs its tasks in that process, so the imports it saves are most of its start."""
+    return _forked("pyflyte", args, env, cwd, None, timeout, fresh, False)
+
+
+def _forked(
+    script: str,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path | str | None,
+    input: str | None,
+    timeout: float,
+    fresh: bool,
+    check: bool,
+) -> subprocess.CompletedProcess[str]:
+    path = str(Path(ML8S).with_name(script))
     server = None if fresh else _started(_read_at_start(env))
     if server is None:
         return subprocess.run(
-            [ML8S, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, check=check
+            [path, *args], env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, check=check
         )
     with (
         tempfile.TemporaryFile() as stdin,
@@ -211,7 +265,7 @@ def forked_ml8s(
             stdin.write(input.encode())
             stdin.seek(0)
         connection.connect(server.address)
-        request = {"args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd())}
+        request = {"script": script, "args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd())}
         socket.send_fds(connection, [json.dumps(request).encode()], [stdin.fileno(), stdout.fileno(), stderr.fileno()])
         reply = connection.makefile("r")
         pid = int(reply.readline())
@@ -221,10 +275,10 @@ def forked_ml8s(
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            raise subprocess.TimeoutExpired([ML8S, *args], timeout) from None
+            raise subprocess.TimeoutExpired([path, *args], timeout) from None
         stdout.seek(0)
         stderr.seek(0)
-        done = subprocess.CompletedProcess([ML8S, *args], code, _text(stdout.read()), _text(stderr.read()))
+        done = subprocess.CompletedProcess([path, *args], code, _text(stdout.read()), _text(stderr.read()))
     if check:
         done.check_returncode()
     return done

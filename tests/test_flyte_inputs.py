@@ -12,17 +12,16 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 from conftest import write_small_churn
+from forked_cli import forked_pyflyte
 
 from ml8s.pipeline.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
-PYFLYTE = Path(sys.executable).parent / "pyflyte"
 _RUN_LINE = re.compile(r"\[bootstrap\] run ([0-9a-f]{12}):")
 
 
@@ -103,8 +102,7 @@ def _env_text(value: object) -> str:
 def _pyflyte(case: Case, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in _other_env(case) and not k.startswith("MLFLOW_")}
     clean.update(HOME=str(case.home), TMPDIR=str(case.home / "tmp"), PIPELINE_ROOT_URI=str(case.home / "root"))
-    cmd = [str(PYFLYTE), "run", "workflows/training.py", "bootstrap_run", *args]
-    return subprocess.run(cmd, cwd=REPO, env=clean | env, capture_output=True, text=True, timeout=300)
+    return forked_pyflyte(["run", "workflows/training.py", "bootstrap_run", *args], clean | env, cwd=REPO)
 
 
 def _run_id(done: subprocess.CompletedProcess[str]) -> str:
@@ -169,10 +167,8 @@ def test_an_ml8s_error_inside_the_workflow_is_one_line(case: Case) -> None:
     the task's DATA_ERROR is printed as `ml8s run` prints it, without flytekit's traceback."""
     env = {k: v for k, v in os.environ.items() if k not in _other_env(case) and not k.startswith("MLFLOW_")}
     env.update(HOME=str(case.home), TMPDIR=str(case.home / "tmp"), PIPELINE_ROOT_URI=str(case.home / "nope"))
-    cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", "--data_root", str(case.data)]
-    done = subprocess.run(
-        [*cmd, "--target_column", "Nope"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    args = ["run", "workflows/training.py", "training_pipeline", "--data_root", str(case.data)]
+    done = forked_pyflyte([*args, "--target_column", "Nope"], env, cwd=REPO)
     assert done.returncode == 1
     assert "Traceback" not in done.stdout + done.stderr
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("ml8s: ")]

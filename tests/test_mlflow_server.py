@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_context, write_small_churn
-from forked_cli import forked_ml8s
+from forked_cli import forked_ml8s, forked_pyflyte
 from mlflow import MlflowClient
 from mlflow_predict import EDGE_ROWS, assert_same_predictions, cli_predict, pyfunc_predict, typed_frame
 from mlflow_support import mlflow_server, raw_rows, write_rows
@@ -193,9 +193,8 @@ def test_pyflyte_run_against_a_server_prints_its_result_alone(served: Served, tm
     env.update(MLFLOW_MODEL_NAME="flyte-model", MLFLOW_EXPERIMENT_NAME=EXPERIMENT)
     args = ["--data_root", str(served.data), "--target_column", "churned", "--epochs", "2"]
     args += ["--pipeline_root_uri", str(tmp_path / "root")]
-    cmd = [str(Path(sys.executable).parent / "pyflyte"), "run", "workflows/training.py", "training_pipeline", *args]
     repo = Path(__file__).resolve().parent.parent
-    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    done = forked_pyflyte(["run", "workflows/training.py", "training_pipeline", *args], env, cwd=repo, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)  # the whole of stdout
     assert (result["run_id"], result["model_name"], result["model_version"]) == (served.run_id, "flyte-model", 1)

@@ -13,13 +13,12 @@ from typing import Any, NamedTuple
 
 import pytest
 from conftest import SEED_LAYOUT, write_small_churn
-from forked_cli import forked_ml8s
+from forked_cli import forked_ml8s, forked_pyflyte
 
 from ml8s.contract import layout
 from ml8s.pipeline.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
-PYFLYTE = Path(sys.executable).parent / "pyflyte"
 # Variables of the calling shell that would change the run; the tests set what they need.
 _RUN_VARIABLES = (
     "DATA_ROOT TARGET_COLUMN MODEL_FORMAT MODEL_TYPE TEST_SIZE RANDOM_SEED SAMPLE_ROWS MAX_FEATURES "
@@ -43,10 +42,11 @@ def _env(home: Path, **variables: str) -> dict[str, str]:
     return env
 
 
-def _pyflyte_run(env: dict[str, str], *args: str) -> tuple[str, str]:
-    """Run the training workflow locally; return the result it prints (JSON), and its stderr."""
-    cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", *args]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+def _pyflyte_run(env: dict[str, str], *args: str, fresh: bool = False) -> tuple[str, str]:
+    """Run the training workflow locally; return the result it prints (JSON), and its stderr. In a fork of the
+    warm server (tests/forked_cli.py) unless ``fresh``: the first run, which the others compare their bytes with,
+    and the run whose imports are counted."""
+    done = forked_pyflyte(["run", "workflows/training.py", "training_pipeline", *args], env, cwd=REPO, fresh=fresh)
     assert done.returncode == 0, f"pyflyte run failed\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     # stdout is the workflow's output alone (pyflyte's banner and the tasks' prints go to stderr).
     json.loads(done.stdout)
@@ -93,7 +93,15 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
     del env["EPOCHS"]  # given as a typed input below, as the other typed inputs at their default values
     typed = ("--epochs", "2", "--test_size", "0.2", "--standardize", "true", "--model_type", "mlp")
     result, log = _pyflyte_run(
-        env, "--data_root", str(data), "--target_column", "churned", "--pipeline_root_uri", str(root), *typed
+        env,
+        "--data_root",
+        str(data),
+        "--target_column",
+        "churned",
+        "--pipeline_root_uri",
+        str(root),
+        *typed,
+        fresh=True,
     )
     assert {m.group(1) for m in _COMPUTED.finditer(log)} == {"features", "train", "export"}
     assert f"\nml8s: run {run_id} done; accuracy " in log and "ml8s-model v1" in log  # the headline, on stderr
@@ -154,7 +162,7 @@ def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_
     before = _listing(root)
     env = _env(tmp_path / "home2", DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
     env["PYTHONPROFILEIMPORTTIME"] = "1"  # every import, on stderr: the early exit must load no heavy step
-    again, imports = _pyflyte_run(env)
+    again, imports = _pyflyte_run(env, fresh=True)
     assert again == result  # the same result, read from the first run's records
     assert json.loads(again)["run_id"] == run_id
     assert _listing(root) == before, "the early exit rewrote something under PIPELINE_ROOT_URI"
@@ -214,8 +222,7 @@ def _python(env: dict[str, str], code: str) -> tuple[str, str]:
 
 
 def _pyflyte(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [str(PYFLYTE), "run", "workflows/training.py", "training_pipeline", *args]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return forked_pyflyte(["run", "workflows/training.py", "training_pipeline", *args], env, cwd=REPO)
 
 
 def test_help_shows_typed_inputs_with_defaults_and_descriptions(tmp_path: Path) -> None:
