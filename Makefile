@@ -23,7 +23,8 @@ CONTINUOUS_DATA := demo_data/continuous
 GENERATIONS ?= 4
 
 .PHONY: setup run run-continuous test lint typecheck bench faults clean demo-data proto package images images-base \
-	images-podman-conf images-index-env images-fe images-train images-train-cuda images-push images-smoke sandbox-register sandbox-run lock
+	images-podman-conf images-index-env images-fe images-train images-train-cuda images-push images-smoke \
+	sandbox-register sandbox-run lock
 
 # pip first, at its pinned version: Python 3.11's own (23.2) took 134 s to resolve and install this set, pip
 # 26 takes 57 s (most of it is parsing every release the index lists, which later pips do much faster).
