@@ -32,12 +32,13 @@ GENERATIONS ?= 4
 # this set), and the bytecode must be there, since where PYTHONDONTWRITEBYTECODE is set no process writes it.
 # Like pip, a module that does not compile (a template, test data) is left as it is. -qq: errors only (pip 26 also
 # prints the build backend's notes on the editable install, and a line per index location this machine lacks).
+PIP_INSTALL := $(BIN)/pip install -qq --no-compile --disable-pip-version-check
 $(BIN)/.installed: pyproject.toml requirements/constraints.txt
 	command -v $(PY) >/dev/null || { echo "Python 3.11 is required ($(PY) not found)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -qq --no-compile --disable-pip-version-check -c requirements/constraints.txt pip
-	$(BIN)/pip install -qq --no-compile --disable-pip-version-check $(TORCH_FROM)
-	$(BIN)/pip install -qq --no-compile --disable-pip-version-check $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
+	$(PIP_INSTALL) -c requirements/constraints.txt pip
+	$(PIP_INSTALL) $(TORCH_FROM)
+	$(PIP_INSTALL) $(FIND_LINKS) -c requirements/constraints.txt -e '.[train,flyte,dev]'
 	$(BIN)/python -c 'import compileall, site; [compileall.compile_dir(d, quiet=2, workers=0) for d in site.getsitepackages()]'
 	touch $@
 
