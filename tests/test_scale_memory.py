@@ -23,6 +23,7 @@ from ml8s.data import columns
 from ml8s.data.columns import Column
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
+from ml8s.errors import DataError
 from ml8s.features import matrix
 from ml8s.features import rules as rule_fitting
 from ml8s.features.matrix_read import read_matrix32
@@ -399,3 +400,49 @@ def test_candidates_fitted_from_their_training_rows_are_the_encoded_columns_trai
                 assert observed.dtype == np.float64 and np.array_equal(observed, values[in_train]), rule.name
                 expected = max(float(values.max(initial=0.0)), -float(values.min(initial=0.0)))
                 assert peak == (expected if rule.kind == "numeric" else 1.0), rule.name
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 127, 128, 129, 8191, 8192, 8193, 65_537, 1_000_003])
+def test_mean_and_variance_in_place_are_numpys_bits(rows: int) -> None:
+    """Fitting computes a feature's training mean and variance in the array of its training rows (no temporary as
+    large): the same floats as numpy's ``mean`` and ``var``, across the sizes where numpy's pairwise summation
+    changes its blocking."""
+    rng = np.random.default_rng(rows)
+    cases = {
+        "normal": rng.standard_normal(rows) * 1e3 - 700,
+        "one-hot": (rng.random(rows) < 0.3).astype(np.float64),
+        "large": rng.standard_normal(rows) * 1e150,  # squares overflow to infinity both ways
+        "constant": np.full(rows, 0.1),
+        "offset integers": rng.integers(0, 100, rows).astype(np.float64) + 1e9,
+        "tiny": rng.standard_normal(rows) * 3.3e-300,
+    }
+    for name, values in cases.items():
+        mean, variance = rule_fitting.mean_and_variance(values.copy())
+        assert (mean, variance) == (float(values.mean()), float(values.var())), name
+
+
+def test_columns_fitted_on_threads_give_the_rules_and_the_error_of_one_thread(
+    small_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Columns are fitted two at a time; the rules, the kept categories and, when columns fail, the error (the
+    first failing column's, in column order) are those of fitting them one after the other."""
+    params = validate_params(canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "churned"}))
+    prepared = prepare(load_dataset(fingerprint_local(str(small_data))), params)
+    fitted = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(rule_fitting, "FIT_THREADS", threads)
+        fitted[threads] = fit_rules(prepared, params)
+    assert fitted[1] == fitted[2]
+    assert len({rule.source for rule in fitted[2][0]}) > 2 and fitted[2][1]  # several columns, a categorical
+
+    rows = 4000
+    rng = np.random.default_rng(3)
+    huge = [Column(name=f"{n}_huge", kind="numeric", values=rng.standard_normal(rows) * 1e200) for n in "ab"]
+    fine = Column(name="0_fine", kind="numeric", values=rng.standard_normal(rows))
+    target = Column(name="churned", kind="boolean", values=(rng.random(rows) < 0.5).astype(np.float64))
+    data = Dataset(columns=(fine, *huge, target), rows=rows, rows_per_file={"part.csv": rows})
+    failing = prepare(data, params)
+    for threads in (1, 2):
+        monkeypatch.setattr(rule_fitting, "FIT_THREADS", threads)
+        with pytest.raises(DataError, match="column 'a_huge' has values too large"):
+            fit_rules(failing, params)

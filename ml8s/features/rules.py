@@ -6,7 +6,9 @@ Kept apart from the pipeline step so it can be tested on tiny in-memory datasets
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +40,7 @@ __all__ = [
     "encode",
     "fit_rules",
     "hidden_categories",
+    "mean_and_variance",
     "prepare",
 ]
 
@@ -150,22 +153,27 @@ def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict
 def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule], dict[str, list[str]]]:
     """The feature rules (sorted by name) and each categorical column's kept categories.
 
-    One candidate feature's float64 values exist at a time, and only its training rows': its training variance
-    (and, for a numeric one, mean and standard deviation) are taken from them before the next is made, so
-    fitting needs memory for one column's training rows, not for the matrix.
+    One candidate feature's float64 values exist at a time per column being fitted, and only its training rows':
+    its training variance (and, for a numeric one, mean and standard deviation) are taken from them before the
+    next is made, so fitting needs memory for a column's training rows per thread, not for the matrix.
+
+    Columns are fitted on :data:`FIT_THREADS` threads at once: each column's features depend on that column alone,
+    and numpy's kernels release the GIL. The results are taken in column order, so the rules, and the error of
+    the first column that fails, are those of fitting one column after the other.
     """
     train = prepared.split == 0
-    fitted: list[tuple[FeatureRule, float, float, float, float]] = []
+    with ThreadPoolExecutor(FIT_THREADS, thread_name_prefix="ml8s-fit") as pool:
+        futures = [pool.submit(_fit_statistics, column, train) for column in prepared.columns]
+        try:
+            results = [future.result() for future in futures]
+        finally:
+            for future in futures:  # after a failure, the columns not yet started are not fitted
+                future.cancel()
+    fitted: list[_Fitted] = []
     kept: dict[str, list[str]] = {}
-    for column in prepared.columns:
-        for rule, observed, peak in _fit_column(column, train, kept):
-            variance = float(observed.var())
-            # numpy's std is the square root of its var, correctly rounded as math.sqrt is: one pass fewer
-            mean, std = (float(observed.mean()), math.sqrt(variance)) if rule.kind == "numeric" else (0.0, 0.0)
-            del observed
-            if not (math.isfinite(variance) and math.isfinite(mean)):
-                raise _too_large(rule.source, peak, "its training variance overflows a float64", "1e154")
-            fitted.append((rule, variance, mean, std, peak))
+    for features, categories in results:
+        fitted.extend(features)
+        kept.update(categories)
     if params.max_features is not None and params.max_features < len(fitted):
         fitted = sorted(fitted, key=lambda f: (-f[1], f[0].name))[: params.max_features]
     fitted.sort(key=lambda f: f[0].name)
@@ -179,6 +187,29 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
             raise _too_large(rule.source, peak, "the float32 feature matrix cannot hold them unscaled", "3.4e38")
         rules.append(rule)
     return rules, kept
+
+
+# Two threads: both cores of the 2-core machine the memory bounds are set for (docs/sizing.md); each thread holds
+# one column's training rows and their temporaries, so more threads would raise the step's peak.
+FIT_THREADS = max(1, min(2, os.cpu_count() or 1))
+
+_Fitted = tuple[FeatureRule, float, float, float, float]  # rule, training variance, mean, std, largest magnitude
+
+
+def _fit_statistics(column: Column, train: npt.NDArray[np.bool_]) -> tuple[list[_Fitted], dict[str, list[str]]]:
+    """Every candidate feature of ``column`` with its training statistics, and its kept categories if it has
+    any (``{column: kept}``)."""
+    kept: dict[str, list[str]] = {}
+    fitted: list[_Fitted] = []
+    for rule, observed, peak in _fit_column(column, train, kept):
+        mean, variance = mean_and_variance(observed)  # consumes ``observed``: its own copy of the training rows
+        del observed
+        # numpy's std is the square root of its var, correctly rounded as math.sqrt is: one pass fewer
+        mean, std = (mean, math.sqrt(variance)) if rule.kind == "numeric" else (0.0, 0.0)
+        if not (math.isfinite(variance) and math.isfinite(mean)):
+            raise _too_large(rule.source, peak, "its training variance overflows a float64", "1e154")
+        fitted.append((rule, variance, mean, std, peak))
+    return fitted, kept
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -256,6 +287,22 @@ def feature_names(column: Column) -> list[tuple[str, str, str]]:
     return made
 
 
+def mean_and_variance(values: FloatArray) -> tuple[float, float]:
+    """``(values.mean(), values.var())``, bit for bit, computed in ``values`` itself, which it overwrites.
+
+    numpy's ``var`` subtracts the mean into a new array as large as ``values`` (128 MiB for a feature's training
+    rows at 20M rows, per fitting thread). These are its own steps, in its own order, on the same kernels: the
+    mean (pairwise sum, divided by the count), the deviations, their squares, their pairwise sum divided by the
+    count (tests/test_scale_memory.py holds the two to the same bits).
+    """
+    if not len(values):
+        return float(values.mean()), float(values.var())  # NaN and numpy's warnings, as before
+    mean = np.add.reduce(values) / len(values)
+    np.subtract(values, mean, out=values)
+    np.square(values, out=values)
+    return float(mean), float(np.add.reduce(values) / len(values))
+
+
 def _kept_categories(column: Column) -> list[str]:
     """The MAX_CATEGORIES most frequent values (ties by text), sorted: the rest share ``__other__``."""
     counts = category_counts(column)
@@ -285,7 +332,12 @@ def _fit_column(
     kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
     rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
     peak = _largest(values, fill if missing.any() else None) if kind == "numeric" else 1.0
-    yield rule, feature_values(rule, column.take(train)), peak
+    # ``feature_values`` of the column's training rows (the test holds them equal), imputed in the copy the
+    # training rows are taken into: one array of them per thread at a time, not that copy and a second one
+    imputed = values[train]
+    np.copyto(imputed, fill, where=np.isnan(imputed))
+    yield rule, imputed, peak
+    del imputed
     if missing.any():
         indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
         yield indicator, feature_values(indicator, column.take(train)), 1.0
