@@ -31,6 +31,7 @@ from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.data.sources import read_checking, read_verified, restrict
 from ml8s.errors import DataError
 from ml8s.memory import return_freed_memory
+from ml8s.threads import COLUMN_THREADS, in_order
 
 log = logging.getLogger(__name__)
 __all__ = ["Column", "Dataset", "FloatArray", "ObjectArray", "load_dataset", "parse_file", "text_column"]
@@ -152,18 +153,23 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
 
         return cells
 
-    columns: list[Column] = []
-    warnings: list[DataWarning] = []
-    for name in names:
+    def finished(name: str) -> tuple[Column, DataWarning | None]:
         column, warning = finish(name, chunks.pop(name), cells_of(name))
         if column.kind != "categorical":
             bad = np.flatnonzero(np.isinf(column.values))
             if len(bad):
                 index, row = file_row(int(bad[0]), [rows_per_file[f.relative_path] for f in files])
                 raise not_finite(files[index].relative_path, root, name, row, file_cells(name, index)[row].as_py())
-        columns.append(column)
-        warnings.extend([warning] if warning else [])
-    return Dataset(columns=tuple(columns), rows=total, rows_per_file=rows_per_file, warnings=tuple(warnings))
+        return column, warning
+
+    # two columns at a time; the error, where columns fail, is the first one's in name order
+    results = in_order(finished, names, threads=COLUMN_THREADS, name="column")
+    return Dataset(
+        columns=tuple(column for column, _ in results),
+        rows=total,
+        rows_per_file=rows_per_file,
+        warnings=tuple(warning for _, warning in results if warning is not None),
+    )
 
 
 _THREADS = min(4, os.cpu_count() or 1)

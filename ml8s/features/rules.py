@@ -6,9 +6,8 @@ Kept apart from the pipeline step so it can be tested on tiny in-memory datasets
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +29,7 @@ from ml8s.inference.rules import (
     encode_columns,
     feature_values,
 )
+from ml8s.threads import COLUMN_THREADS, in_order
 
 __all__ = [
     "MAX_CATEGORIES",
@@ -106,24 +106,24 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
     del labels  # int64 arrays of every row (160 MiB each at 20M rows): none is held longer than it is needed
     if np.count_nonzero(np.bincount(target)) < 2:  # class indices, >= 0 (was a Python list of every row's)
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
-    split = _split(len(rows), params.test_size, params.random_seed)
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
+    candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
+
+    split = _split(len(rows), params.test_size, params.random_seed)
+    keep_rows = partial(_keep_rows, rows=rows, consume=consume)
+    results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
+    del keep_rows, rows  # before the features' names are made: the row indices are a column's worth of int64
     columns: list[Column] = []
-    for column in data.columns:
-        if column.name == target_name or column.name in dropped:
-            continue
-        kept = column.compact(rows) if consume else column.take(rows)
-        if kept.missing().all():
-            dropped[column.name] = "all values missing"
-            continue
-        if kept.kind == "categorical" and len(rows) > MAX_CATEGORIES and len(kept.counts()) == len(rows):
-            dropped[column.name] = "identifier: every value distinct"
-            continue
-        columns.append(kept)
-    del rows
+    for candidate, kept in zip(candidates, results, strict=True):
+        if isinstance(kept, str):
+            dropped[candidate.name] = kept
+        else:
+            columns.append(kept)
+    del results
     if not columns:
         raise DataError("no feature columns are left after EXCLUDE_COLUMNS and empty columns; expected at least one")
-    check_feature_names(name for column in columns for name in feature_names(column))
+    names = in_order(feature_names, columns, threads=COLUMN_THREADS, name="names")
+    check_feature_names(name for made in names for name in made)
     return Prepared(
         target_column=target_name,
         classes=classes,
@@ -136,6 +136,16 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
         rows_per_file=data.rows_per_file,
         warnings=tuple(w for w in data.warnings if w.column not in excluded),
     )
+
+
+def _keep_rows(column: Column, rows: IntArray, consume: bool) -> Column | str:
+    """``column`` at the kept ``rows``, or why it is dropped."""
+    kept = column.compact(rows) if consume else column.take(rows)
+    if kept.missing().all():
+        return "all values missing"
+    if kept.kind == "categorical" and len(rows) > MAX_CATEGORIES and len(kept.counts()) == len(rows):
+        return "identifier: every value distinct"
+    return kept
 
 
 def encode(prepared: Prepared, params: RunParams) -> tuple[FloatArray, list[dict[str, object]]]:
@@ -157,18 +167,11 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
     its training variance (and, for a numeric one, mean and standard deviation) are taken from them before the
     next is made, so fitting needs memory for a column's training rows per thread, not for the matrix.
 
-    Columns are fitted on :data:`FIT_THREADS` threads at once: each column's features depend on that column alone,
-    and numpy's kernels release the GIL. The results are taken in column order, so the rules, and the error of
-    the first column that fails, are those of fitting one column after the other.
+    Columns are fitted two at a time (:func:`ml8s.threads.in_order`); the rules, and the error of the first column
+    that fails, are those of fitting one column after the other.
     """
     train = prepared.split == 0
-    with ThreadPoolExecutor(FIT_THREADS, thread_name_prefix="ml8s-fit") as pool:
-        futures = [pool.submit(_fit_statistics, column, train) for column in prepared.columns]
-        try:
-            results = [future.result() for future in futures]
-        finally:
-            for future in futures:  # after a failure, the columns not yet started are not fitted
-                future.cancel()
+    results = in_order(partial(_fit_statistics, train=train), prepared.columns, threads=COLUMN_THREADS, name="fit")
     fitted: list[_Fitted] = []
     kept: dict[str, list[str]] = {}
     for features, categories in results:
@@ -188,10 +191,6 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
         rules.append(rule)
     return rules, kept
 
-
-# Two threads: both cores of the 2-core machine the memory bounds are set for (docs/sizing.md); each thread holds
-# one column's training rows and their temporaries, so more threads would raise the step's peak.
-FIT_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 _Fitted = tuple[FeatureRule, float, float, float, float]  # rule, training variance, mean, std, largest magnitude
 
