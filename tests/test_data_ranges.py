@@ -17,6 +17,7 @@ import pytest
 from conftest import write_small_churn
 from forked_cli import forked_ml8s
 
+from ml8s.data import dataset
 from ml8s.errors import ConfigError, DataError, Ml8sError
 from ml8s.identity import params as params_module
 from ml8s.identity.settings import PlatformSettings
@@ -59,6 +60,24 @@ def test_non_finite_cell_names_file_column_and_row(tmp_path: Path, cell: str) ->
 
     _fails(_env(data, root), DataError, "part-001.csv", "'monthly_charges'", "data row 4", repr(cell.strip()), "finite")
     assert _files(root) == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_of_two_non_finite_columns_the_first_by_name_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """Columns are typed over all files two at a time; with two bad columns the error is the one typing them one
+    after the other gives: the first column by name (monthly_charges before tenure), wherever its bad cell is."""
+    monkeypatch.setattr(dataset, "COLUMN_THREADS", threads)
+    data = write_small_churn(tmp_path / "data", rows=60, files=2)
+    for name, column, row in (("part-000.csv", 1, 2), ("part-001.csv", 2, 5)):  # tenure, then monthly_charges
+        lines = (data / name).read_text().splitlines()
+        cells = lines[row].split(",")
+        cells[column] = "1e999"
+        lines[row] = ",".join(cells)
+        (data / name).write_text("\n".join(lines) + "\n")
+
+    _fails(_env(data, tmp_path / "root"), DataError, "part-001.csv", "'monthly_charges'", "data row 5", "finite")
 
 
 def test_non_finite_parquet_value_names_file_column_and_row(tmp_path: Path) -> None:
