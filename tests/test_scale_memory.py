@@ -370,9 +370,14 @@ def test_codes_counted_and_mapped_a_slice_at_a_time_are_the_whole_columns(
     lut = np.array([0, 2, 2, 1, 3, 4], dtype=np.int32)  # code -1 takes the last entry
     assert np.array_equal(columns.mapped_codes(lut, codes), lut[whole])
     column = Column(name="c", kind="categorical", values=codes, categories=pa.array(list("abcde")))
-    buckets = inference_rules.bucket(column, {"a", "c", "e", "__missing__"})
-    assert buckets.present() == sorted({buckets.labels[i] for i in np.unique(buckets.rows)})
-    assert buckets.present() == ["__missing__", "__other__", "a", "c", "e"]
+    kept = {"a", "c", "e", "__missing__"}
+    buckets = inference_rules.bucket(column, kept)
+    present = inference_rules.present_labels(column, kept)  # from the code counts, the rows not bucketed
+    assert present == sorted({buckets.labels[i] for i in np.unique(buckets.rows)})
+    assert present == ["__missing__", "__other__", "a", "c", "e"]
+    without_missing = Column(name="c", kind="categorical", values=np.abs(codes), categories=column.categories)
+    assert inference_rules.present_labels(without_missing, kept) == ["__other__", "a", "c", "e"]
+    assert inference_rules.present_labels(without_missing, {"a", "b", "c", "d", "e"}) == ["a", "b", "c", "e"]
 
 
 @pytest.mark.parametrize("slice_rows", [1, 7, 1 << 20])

@@ -28,6 +28,7 @@ from ml8s.inference.rules import (
     category_counts,
     encode_columns,
     feature_values,
+    present_labels,
 )
 from ml8s.threads import COLUMN_THREADS, in_order
 
@@ -278,7 +279,7 @@ def _split(n: int, test_size: float, seed: int) -> IntArray:
 def feature_names(column: Column) -> list[tuple[str, str, str]]:
     """``(feature name, source column, how it is made)`` of every feature :func:`encode` makes of ``column``."""
     if column.kind == "categorical":
-        categories = bucket(column, _kept_categories(column)).present()
+        categories = present_labels(column, _kept_categories(column))
         return [(f"{column.name}={c}", column.name, f"one-hot of its value {c!r}") for c in categories]
     made = [(column.name, column.name, "its values")]
     if column.missing().any():
@@ -317,7 +318,7 @@ def _fit_column(
     values are 0 or 1). Records a categorical's kept set."""
     if column.kind == "categorical":
         kept[column.name] = _kept_categories(column)
-        present = bucket(column, kept[column.name]).present()  # a category of any row makes a feature
+        present = present_labels(column, kept[column.name])  # a category of any row makes a feature
         in_train = bucket(column.take(train), kept[column.name])  # the same labels: the column's categories
         for category in present:
             rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
