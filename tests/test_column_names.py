@@ -20,7 +20,8 @@ from ml8s.contract import layout
 from ml8s.data.dataset import load_dataset
 from ml8s.errors import DataError
 from ml8s.features.column_names import RESERVED_COLUMNS
-from ml8s.features.rules import encode, prepare
+from ml8s.features.prepared import prepare
+from ml8s.features.rules import encode
 from ml8s.pipeline.features import SPLIT, TARGET
 from ml8s.pipeline.snapshot import snapshot
 

@@ -12,9 +12,11 @@ import pytest
 
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
-from ml8s.features.rules import MAX_CATEGORIES, MISSING, OTHER, Prepared, encode, prepare
+from ml8s.features.prepared import Prepared, prepare
+from ml8s.features.rules import encode
 from ml8s.identity.params import RunParams, validate_params
 from ml8s.identity.variables import canonical_config
+from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER
 from ml8s.training.metrics import classification_metrics, roc_auc
 
 

@@ -16,7 +16,8 @@ import pytest
 from ml8s.data.dataset import load_dataset, text_column
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError, InferenceError, PredictionInputError
-from ml8s.features.rules import Prepared, encode, prepare
+from ml8s.features.prepared import Prepared, prepare
+from ml8s.features.rules import encode
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.inference import MAX_CATEGORIES, MISSING, OTHER, RawTransform

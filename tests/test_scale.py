@@ -26,7 +26,8 @@ from ml8s.features import loaded
 from ml8s.features.column_names import SPLIT, TARGET
 from ml8s.features.matrix import ROW_GROUP, map_matrix32, write_encoded
 from ml8s.features.matrix_read import read_matrix, read_matrix32, read_split32
-from ml8s.features.rules import encode, fit_rules, prepare
+from ml8s.features.prepared import prepare
+from ml8s.features.rules import encode, fit_rules
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.modeling.registry import cross_entropy_step

@@ -25,9 +25,11 @@ from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
 from ml8s.features import matrix
+from ml8s.features import prepared as row_preparing
 from ml8s.features import rules as rule_fitting
 from ml8s.features.matrix_read import read_matrix32
-from ml8s.features.rules import Prepared, fit_rules, prepare
+from ml8s.features.prepared import Prepared, prepare
+from ml8s.features.rules import fit_rules
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.inference import rules as inference_rules
@@ -322,7 +324,7 @@ def test_preparing_rows_holds_four_row_arrays_at_most(
     The rows are moved a slice at a time, so no column-sized copy comes on top (22.4 bytes a row measured; 26 was
     the bound while a column was copied whole). With two columns at once, the second column's temporaries do: a
     categorical's bucket codes (int32) beside a numeric's missing-value mask, 5.3 bytes a row more measured."""
-    monkeypatch.setattr(rule_fitting, "COLUMN_THREADS", threads)
+    monkeypatch.setattr(row_preparing, "COLUMN_THREADS", threads)
     rows = 1 << 20
     rng = np.random.default_rng(0)
     data = Dataset(

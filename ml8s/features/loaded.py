@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ml8s.data.dataset import load_dataset
 from ml8s.data.fingerprint import Fingerprint
-from ml8s.features.rules import Prepared, prepare
+from ml8s.features.prepared import Prepared, prepare
 from ml8s.identity.params import RunParams
 
 _held: dict[tuple[str, str], Prepared] = {}

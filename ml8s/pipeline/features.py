@@ -23,7 +23,8 @@ from ml8s.data.missing import missing_values_record
 from ml8s.features.column_names import SPLIT, TARGET
 from ml8s.features.loaded import forget, load_prepared
 from ml8s.features.matrix import write_encoded
-from ml8s.features.rules import Prepared, fit_rules, hidden_categories
+from ml8s.features.prepared import Prepared
+from ml8s.features.rules import fit_rules, hidden_categories
 
 # Version 2 adds ``categories`` (hidden_categories); it is written only when that is not empty, so every
 # other schema keeps version 1 and its bytes.

@@ -1,0 +1,161 @@
+"""Step one of feature engineering (no I/O): the rows kept for training, their classes and split.
+
+:func:`prepare` checks the columns against the configuration, drops rows without a target, samples
+SAMPLE_ROWS and draws the TEST_SIZE split (both seeded), and keeps each feature column's rows; the features
+step then fits and encodes them (:mod:`ml8s.features.rules`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.data.dataset import Column, Dataset
+from ml8s.data.missing import DataWarning
+from ml8s.errors import DataError
+from ml8s.features.candidates import feature_names
+from ml8s.features.column_names import check_feature_names, resolve_excluded, resolve_target
+from ml8s.identity.params import RunParams
+from ml8s.inference.rules import MAX_CATEGORIES
+from ml8s.threads import COLUMN_THREADS, in_order
+
+__all__ = ["IntArray", "Prepared", "prepare"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+class Prepared(BaseModel):
+    """Rows kept for training, their class indices and split, and the feature columns to encode."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    target_column: str
+    classes: tuple[str, ...]
+    target: IntArray
+    split: IntArray
+    columns: tuple[Column, ...]
+    dropped: dict[str, str]
+    rows_read: int
+    rows_missing_target: int
+    rows_per_file: dict[str, int]
+    warnings: tuple[DataWarning, ...] = ()
+
+    @property
+    def train_rows(self) -> int:
+        return int((self.split == 0).sum())
+
+    @property
+    def test_rows(self) -> int:
+        return int((self.split == 1).sum())
+
+    def row_counts(self) -> dict[str, int]:
+        return {
+            "read": self.rows_read,
+            "missing_target_dropped": self.rows_missing_target,
+            "kept": len(self.target),
+            "train": self.train_rows,
+            "test": self.test_rows,
+        }
+
+
+def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepared:
+    """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded.
+
+    With ``consume`` the kept rows are moved to the front of ``data``'s own arrays instead of copied (``data``
+    must not be used afterwards): the rows are then held once, not twice, while they are prepared.
+    """
+    target_name = resolve_target(data.names, params.target_column)
+    excluded = resolve_excluded(data.names, params.exclude_columns)
+    if target_name in excluded:
+        raise DataError(f"EXCLUDE_COLUMNS contains the target {target_name!r}; expected feature columns only")
+    target_col = data.column(target_name)
+    keep = ~target_col.missing()
+    labels, classes = _encode_target(target_col, keep)
+    rows = np.flatnonzero(keep)
+    if params.sample_rows is not None and params.sample_rows < len(rows):
+        chosen = np.random.default_rng(params.random_seed).permutation(len(rows))[: params.sample_rows]
+        rows = rows[np.sort(chosen)]
+    if len(rows) < 2:
+        raise DataError(
+            f"TARGET_COLUMN={params.target_column!r} has a value in only {len(rows)} row(s); expected at least 2"
+        )
+    target = labels[rows].astype(np.int64, copy=False)
+    del labels  # int64 arrays of every row (160 MiB each at 20M rows): none is held longer than it is needed
+    if np.count_nonzero(np.bincount(target)) < 2:  # class indices, >= 0 (was a Python list of every row's)
+        raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
+    dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
+    candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
+
+    split = _split(len(rows), params.test_size, params.random_seed)
+    keep_rows = partial(_keep_rows, rows=rows, consume=consume)
+    results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
+    del keep_rows, rows  # before the features' names are made: the row indices are a column's worth of int64
+    columns: list[Column] = []
+    for candidate, kept in zip(candidates, results, strict=True):
+        if isinstance(kept, str):
+            dropped[candidate.name] = kept
+        else:
+            columns.append(kept)
+    del results
+    if not columns:
+        raise DataError("no feature columns are left after EXCLUDE_COLUMNS and empty columns; expected at least one")
+    names = in_order(feature_names, columns, threads=COLUMN_THREADS, name="names")
+    check_feature_names(name for made in names for name in made)
+    return Prepared(
+        target_column=target_name,
+        classes=classes,
+        target=target,
+        split=split,
+        columns=tuple(columns),
+        dropped=dropped,
+        rows_read=data.rows,
+        rows_missing_target=int((~keep).sum()),
+        rows_per_file=data.rows_per_file,
+        warnings=tuple(w for w in data.warnings if w.column not in excluded),
+    )
+
+
+def _keep_rows(column: Column, rows: IntArray, consume: bool) -> Column | str:
+    """``column`` at the kept ``rows``, or why it is dropped."""
+    kept = column.compact(rows) if consume else column.take(rows)
+    if kept.missing().all():
+        return "all values missing"
+    if kept.kind == "categorical" and len(rows) > MAX_CATEGORIES and len(kept.counts()) == len(rows):
+        return "identifier: every value distinct"
+    return kept
+
+
+def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[IntArray, tuple[str, ...]]:
+    """Classes in sorted order: numerically for numbers, by code point for text."""
+    if column.kind == "categorical":
+        codes = np.asarray(column.values, dtype=np.int64)
+        occurs = np.bincount(codes[keep & (codes >= 0)], minlength=len(column.categories)) > 0
+        categories = column.category_list()
+        present = [categories[i] for i in np.flatnonzero(occurs)]  # the categories are sorted
+        index = np.full(len(categories) + 1, -1, dtype=np.int64)  # the last slot: code -1, missing
+        index[np.flatnonzero(occurs)] = np.arange(len(present))
+        return index[codes], tuple(present)
+    values = column.values.astype(np.float64)
+    uniques = np.unique(values[keep])
+    if len(uniques) == 0:  # no row has a target: prepare() reports it
+        return np.full(len(values), -1, dtype=np.int64), ()
+    names = tuple(_number_label(float(u), column.kind) for u in uniques)
+    positions = np.searchsorted(uniques, np.where(keep, values, uniques[0]))
+    return np.where(keep, positions, -1).astype(np.int64), names
+
+
+def _number_label(value: float, kind: str) -> str:
+    if kind == "boolean":
+        return "true" if value else "false"
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _split(n: int, test_size: float, seed: int) -> IntArray:
+    n_test = min(max(round(n * test_size), 1), n - 1)
+    order = np.random.default_rng([seed, 1]).permutation(n)
+    split = np.zeros(n, dtype=np.int64)
+    split[order[:n_test]] = 1
+    return split
