@@ -21,7 +21,8 @@ from ml8s.features.rules import encode
 from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.inference import MAX_CATEGORIES, MISSING, OTHER, RawTransform
-from ml8s.inference.csv_rows import read_csv_rows
+from ml8s.inference.csv_rows import read_csv_columns, read_csv_rows
+from ml8s.inference.output import unseen_categories
 from ml8s.pipeline.features import feature_schema
 
 HEADER = "amount,active,colour,kind,y"
@@ -266,6 +267,48 @@ def test_text_column_types_like_the_loader(data: Path) -> None:
 def test_bad_csv_is_a_named_error(blob: bytes, message: str) -> None:
     with pytest.raises(PredictionInputError, match=message):
         read_csv_rows(blob, "rows.csv")
+    with pytest.raises(PredictionInputError, match=message):
+        read_csv_columns(blob, "rows.csv")
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        '\ufeffa, b\n"x, y",\n\n  2 ,TRUE\n'.encode(),  # a byte order mark, a quoted comma, a blank line
+        b"a,b\r\n1,2\r\n3,\r\n",  # CRLF, an empty last cell
+        b'a,b\n"line\nbreak",""""\n',  # a quoted newline, an escaped quote
+        b"a,b",  # a header without a newline (Arrow's reader refuses it: Python's reads it)
+        b"a,b\n",
+        b"a\n\n\n",
+        b'a,b\n"x"y,1\n',  # a stray quote: Arrow's reader would read xy, Python's strict one refuses
+        b'a,b\n1,"2\n',  # a quoted value still open at the end
+        b"a,b\n1,\xe9\n",  # not UTF-8
+        b"a,b\n1,2\n3\n",
+    ],
+)
+def test_csv_columns_read_what_csv_rows_read(blob: bytes) -> None:
+    """Arrow's columns and Python's rows of one file: the same header and cells, or the same refusal."""
+    try:
+        rows = read_csv_rows(blob, "rows.csv")
+    except PredictionInputError as exc:
+        with pytest.raises(PredictionInputError) as refused:
+            read_csv_columns(blob, "rows.csv")
+        assert refused.value.message == exc.message
+        return
+    columns = read_csv_columns(blob, "rows.csv")
+    assert columns.columns == rows.columns and columns.rows == len(rows.rows)
+    assert {name: cells.to_pylist() for name, cells in columns.cells.items()} == {
+        name: [row[name] for row in rows.rows] for name in rows.columns
+    }
+
+
+def test_unseen_categories_are_counted_per_distinct_text(data: Path) -> None:
+    """Counted as a loop over the rows would: trimmed, missing tokens and blanks left out, examples sorted."""
+    transform, _, _ = _train(data)
+    colour = [" red", "purple", "", None, "NaN", "purple ", "Red", "mauve", "teal", "green"]
+    (found,) = unseen_categories(transform, {"colour": pa.array(colour, type=pa.string())})
+    assert (found.column, found.count, found.examples) == ("colour", 5, ("Red", "mauve", "purple"))
+    assert unseen_categories(transform, {"colour": pa.array(["red", "  "], type=pa.string())}) == []
 
 
 def test_csv_rows_keep_text_cells() -> None:

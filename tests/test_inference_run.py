@@ -22,6 +22,7 @@ from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.errors import InferenceError, IntegrityError
 from ml8s.inference import Predictor, read_model_dir, read_onnx_metadata, read_run_files
+from ml8s.inference.csv_rows import read_csv_columns
 
 ONNX = layout.model_export("onnx")
 HEADER_ONLY_PREDICTIONS = "predicted_class,probability_no,probability_yes\n"
@@ -70,6 +71,26 @@ def test_raw_rows_reproduce_the_training_matrix(trained: Trained) -> None:
     table = pq.read_table(trained.files(layout.FEATURE_MATRIX))
     matrix = np.column_stack([table.column(name).to_numpy() for name in predictor.transform.feature_names])
     np.testing.assert_array_equal(predictor.transform.encode(raw_rows(trained.data)), matrix)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "safetensors"])
+def test_text_columns_predict_what_rows_predict(trained: Trained, fmt: str) -> None:
+    """``ml8s predict`` reads its file as text columns (no dict per row): the same matrix and predictions as the
+    rows of the same file, for both model formats."""
+    run = trained.onnx if fmt == "onnx" else trained.safetensors
+    predictor = Predictor(read_run_files(f"file://{trained.root}", run.run_id))
+    rows = raw_rows(trained.data)
+    rows_csv = (trained.data / next(iter(sorted(p.name for p in trained.data.glob("*.csv"))))).read_bytes()
+    table = read_csv_columns(rows_csv, "part.csv")
+    first = rows[: table.rows]
+    np.testing.assert_array_equal(
+        predictor.transform.encode_cells(table.cells, table.rows), predictor.transform.encode(first)
+    )
+    by_cells, by_rows = predictor.predict_cells(table.cells, table.rows), predictor.predict(first)
+    assert by_cells.labels == by_rows.labels and by_cells.classes == by_rows.classes
+    np.testing.assert_array_equal(by_cells.probabilities, by_rows.probabilities)
+    empty = read_csv_columns(rows_csv.split(b"\n", 1)[0] + b"\n", "header.csv")
+    assert predictor.predict_cells(empty.cells, empty.rows).probabilities.shape == (0, len(predictor.classes))
 
 
 def test_onnx_metadata_carries_classes_features_and_rules(trained: Trained) -> None:

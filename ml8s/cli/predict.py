@@ -79,7 +79,7 @@ def _counter(text: str) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     from ml8s.inference import Predictor, read_run_files
-    from ml8s.inference.csv_rows import read_csv_rows
+    from ml8s.inference.csv_rows import read_csv_columns
     from ml8s.inference.output import render, unseen_categories
 
     if args.chain is None and (args.version is not None or args.anchor is not None):
@@ -95,8 +95,8 @@ def _predict(args: argparse.Namespace) -> int:
         data = _read(sys.stdin.buffer, where) if args.input == "-" else _read_file(args.input, where)
     except OSError as exc:
         raise PredictionInputError(f"cannot read --input {where}: {exc.strerror or exc}") from exc
-    table = read_csv_rows(data, where)
-    rows = table.rows
+    table = read_csv_columns(data, where)  # text columns: no Python object per cell
+    del data
     if args.id_column is not None and args.id_column not in table.columns:
         raise PredictionInputError(
             f"--id-column {args.id_column!r} is not a column of {where}; expected one of its header"
@@ -109,13 +109,14 @@ def _predict(args: argparse.Namespace) -> int:
             f"{where} has no column(s) {absent} in its header {list(table.columns)}; expected every column the "
             f"model's features use{_spacing_hint(absent, table.columns)}"
         )
-    unseen = unseen_categories(predictor.transform, rows)
+    unseen = unseen_categories(predictor.transform, table.cells)
     if unseen and args.strict:
         raise PredictionInputError(f"--strict: {unseen[0].message()} (and {len(unseen) - 1} more column(s))")
     for found in unseen:
         print(f"ml8s: warning: {found.message()}", file=sys.stderr)
-    ids = [row.get(args.id_column) for row in rows] if args.id_column is not None else []
-    out = render(predictor.predict(rows), args.format, precision=args.precision, id_column=args.id_column, ids=ids)
+    ids = table.cells[args.id_column].to_pylist() if args.id_column is not None else []
+    predictions = predictor.predict_cells(table.cells, table.rows)
+    out = render(predictions, args.format, precision=args.precision, id_column=args.id_column, ids=ids)
     if args.output == "-":
         write_binary(out)
     else:

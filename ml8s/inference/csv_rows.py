@@ -3,15 +3,25 @@
 Every cell stays text (typing is the transform's job, with the training rules); an empty cell is a missing
 value. A header with a blank or repeated name, a row with more or fewer cells than the header, or bytes
 that are not UTF-8 are refused.
+
+:func:`read_csv_columns` reads a file as text columns (Arrow's parser, as training reads its data: no Python
+object per cell), :func:`read_csv_rows` as one mapping per row (Python's csv module). Both accept the same files
+and refuse the others with the same errors: a file Arrow's parser refuses is read again by Python's for the
+error, and a file with a quote character is first checked by Python's strict reader, which refuses stray quotes
+(``"x"y``) that Arrow's would read as ``xy``.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ml8s.errors import PredictionInputError
+import pyarrow as pa
+
+from ml8s.data.csv_text import csv_table
+from ml8s.errors import DataError, PredictionInputError
 
 
 @dataclass(frozen=True)
@@ -26,12 +36,52 @@ class CsvRows:
     rows: list[dict[str, object]]
 
 
+@dataclass(frozen=True)
+class CsvColumns:
+    """A CSV file's header (``columns``, as :class:`CsvRows`'s) and its cells as text columns by name (an empty
+    cell is empty text), ``rows`` rows each. A dataclass: it holds Arrow arrays that never leave the process."""
+
+    columns: tuple[str, ...]
+    cells: dict[str, pa.Array]
+    rows: int
+
+
+def read_csv_columns(data: bytes, where: str) -> CsvColumns:
+    """The header and text columns of a CSV file; ``where`` names the file in errors.
+
+    Raises:
+        PredictionInputError: the bytes are not a well-formed UTF-8 CSV file with a header (as :func:`read_csv_rows`).
+    """
+    if b'"' in data:
+        for _ in _records(data, where):  # Python's strict reader's verdict on quoting, holding no row
+            pass
+    try:
+        table = csv_table(data, where)
+    except DataError:
+        # Arrow's reader refuses some files Python's accepts (a header without a newline): Python's reads them,
+        # and names the error where both refuse
+        rows = read_csv_rows(data, where)
+        cells = {name: pa.array([row[name] for row in rows.rows], type=pa.string()) for name in rows.columns}
+        return CsvColumns(columns=rows.columns, cells=cells, rows=len(rows.rows))
+    names = tuple(table.column_names)
+    return CsvColumns(
+        columns=names, cells={name: table.column(name).combine_chunks() for name in names}, rows=table.num_rows
+    )
+
+
 def read_csv_rows(data: bytes, where: str) -> CsvRows:
     """The header and rows of a CSV file; ``where`` names the file in errors.
 
     Raises:
         PredictionInputError: the bytes are not a well-formed UTF-8 CSV file with a header.
     """
+    records = _records(data, where)
+    names = next(records)
+    return CsvRows(columns=tuple(names), rows=[dict(zip(names, cells, strict=True)) for cells in records])
+
+
+def _records(data: bytes, where: str) -> Iterator[list[str]]:
+    """The header's names, then each row's cells (as many as the names), read by Python's strict csv reader."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -47,7 +97,7 @@ def read_csv_rows(data: bytes, where: str) -> CsvRows:
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise PredictionInputError(f"{where} repeats column(s) {repeated} in its header; expected unique names")
-        rows: list[dict[str, object]] = []
+        yield names
         for cells in reader:
             if not cells:
                 continue  # a blank line, as at the end of a file
@@ -55,7 +105,6 @@ def read_csv_rows(data: bytes, where: str) -> CsvRows:
                 raise PredictionInputError(
                     f"{where} line {reader.line_num} has {len(cells)} cells; expected {len(names)} as in the header"
                 )
-            rows.append(dict(zip(names, cells, strict=True)))
+            yield cells
     except csv.Error as exc:
         raise PredictionInputError(f"{where} is not valid CSV at line {reader.line_num}: {exc}") from exc
-    return CsvRows(columns=tuple(names), rows=rows)

@@ -9,13 +9,15 @@ import json
 from collections.abc import Sequence
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.missing import MISSING_TOKENS
 from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX, Predictions
-from ml8s.inference.transform import RawTransform, Rows
+from ml8s.inference.transform import Cells, RawTransform
 
 OutputFormat = Literal["csv", "json", "parquet"]
 EXAMPLES = 3
@@ -43,18 +45,23 @@ class Unseen(BaseModel):
         )
 
 
-def unseen_categories(transform: RawTransform, rows: Rows) -> list[Unseen]:
-    """Per categorical input column (sorted), the non-missing values outside its kept categories."""
+def unseen_categories(transform: RawTransform, cells: Cells) -> list[Unseen]:
+    """Per categorical input column (sorted), the non-missing values outside its kept categories, in ``cells``
+    (text columns, :data:`ml8s.inference.transform.Cells`). Each distinct text is judged once, not each cell."""
     found: list[Unseen] = []
     for column in sorted(transform.inputs, key=lambda c: c.name):
-        if column.kind != "categorical" or not column.categories:
+        if column.kind != "categorical" or not column.categories or column.name not in cells:
             continue
         known = set(column.categories)
-        values = [str(row.get(column.name, "")).strip() for row in rows]
-        outside = [v for v in values if v not in MISSING_TOKENS and v not in known]
+        coded = pc.dictionary_encode(pc.fill_null(cells[column.name], ""))
+        counts = np.bincount(np.asarray(coded.indices.to_numpy(), dtype=np.int64), minlength=len(coded.dictionary))
+        texts = [str(value).strip() for value in coded.dictionary.to_pylist()]
+        pairs = zip(texts, counts.tolist(), strict=True)
+        outside = [(text, count) for text, count in pairs if count and text not in MISSING_TOKENS and text not in known]
         if outside:
-            examples = tuple(sorted(set(outside))[:EXAMPLES])
-            found.append(Unseen(column=column.name, count=len(outside), examples=examples, known=column.categories))
+            examples = tuple(sorted({text for text, _ in outside})[:EXAMPLES])
+            count = sum(n for _, n in outside)
+            found.append(Unseen(column=column.name, count=count, examples=examples, known=column.categories))
     return found
 
 
@@ -70,23 +77,26 @@ def render(
 
     ``precision`` rounds probabilities to that many decimals (None: every digit, which reads back exactly).
     """
-    probs = predictions.probabilities.tolist()
-    rounded = [[p if precision is None else round(p, precision) for p in row] for row in probs]
+    # a list per class, each probability rounded once: the formats below read them by column or by row
+    columns = [
+        [p if precision is None else round(p, precision) for p in column]
+        for column in predictions.probabilities.T.tolist()
+    ]
     names = [f"{PROBABILITY_PREFIX}{c}" for c in predictions.classes]
     id_cells = [None if v is None else str(v) for v in ids]
     if fmt == "parquet":
-        columns: dict[str, pa.Array] = {}
+        arrays: dict[str, pa.Array] = {}
         if id_column is not None:
-            columns[id_column] = pa.array(id_cells, type=pa.string())
-        columns[PREDICTED] = pa.array(list(predictions.labels), type=pa.string())
-        for i, name in enumerate(names):
-            columns[name] = pa.array([row[i] for row in rounded], type=pa.float64())
+            arrays[id_column] = pa.array(id_cells, type=pa.string())
+        arrays[PREDICTED] = pa.array(list(predictions.labels), type=pa.string())
+        for name, column in zip(names, columns, strict=True):
+            arrays[name] = pa.array(column, type=pa.float64())
         sink = io.BytesIO()
-        pq.write_table(pa.table(columns), sink)
+        pq.write_table(pa.table(arrays), sink)
         return sink.getvalue()
     if fmt == "json":
         records = []
-        for n, (label, row) in enumerate(zip(predictions.labels, rounded, strict=True)):
+        for n, (label, *row) in enumerate(zip(predictions.labels, *columns, strict=True)):
             record: dict[str, object] = {id_column: id_cells[n]} if id_column is not None else {}
             record[PREDICTED] = label
             record.update(zip(names, row, strict=True))
@@ -95,7 +105,7 @@ def render(
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*([id_column] if id_column is not None else []), PREDICTED, *names])
-    for n, (label, row) in enumerate(zip(predictions.labels, rounded, strict=True)):
-        cells = [repr(float(p)) if precision is None else f"{p:.{precision}f}" for p in row]
-        writer.writerow([*([id_cells[n] or ""] if id_column is not None else []), label, *cells])
+    texts = [[repr(p) if precision is None else f"{p:.{precision}f}" for p in column] for column in columns]
+    leading = [[cell or "" for cell in id_cells]] if id_column is not None else []
+    writer.writerows(zip(*leading, predictions.labels, *texts, strict=True))
     return out.getvalue().encode("utf-8")

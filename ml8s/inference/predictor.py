@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.errors import InferenceError
 from ml8s.inference.model_files import ModelFiles, ServingMetadata
-from ml8s.inference.transform import Float32Array, RawTransform, Rows
+from ml8s.inference.transform import Cells, Float32Array, RawTransform, Rows
 
 ONNX_INPUT = "features"
 ONNX_OUTPUT = "logits"
@@ -77,17 +77,26 @@ class Predictor:
         Raises:
             PredictionInputError: a row lacks a needed column or holds a value of the wrong kind.
         """
-        matrix = self.transform.encode(rows)
-        n_classes = len(self.classes)
-        if len(rows) == 0:
+        return self._predicted(self.transform.encode(rows))
+
+    def predict_cells(self, cells: Cells, rows: int) -> Predictions:
+        """Predict ``rows`` rows given as text columns (:meth:`RawTransform.encode_cells`): no Python object per
+        cell, for files of millions of rows.
+
+        Raises:
+            PredictionInputError: a needed column is absent or holds a value of the wrong kind.
+        """
+        return self._predicted(self.transform.encode_cells(cells, rows))
+
+    def _predicted(self, matrix: Float32Array) -> Predictions:
+        rows, n_classes = len(matrix), len(self.classes)
+        if rows == 0:
             return Predictions(classes=self.classes, labels=(), probabilities=np.zeros((0, n_classes)))
         logits = self._score(matrix)
-        if logits.shape != (len(rows), n_classes):
-            raise InferenceError(
-                f"the model returned logits of shape {logits.shape}; expected {(len(rows), n_classes)}"
-            )
+        if logits.shape != (rows, n_classes):
+            raise InferenceError(f"the model returned logits of shape {logits.shape}; expected {(rows, n_classes)}")
         probs = probabilities(logits)
-        labels = tuple(self.classes[i] for i in probs.argmax(axis=1).tolist())
+        labels = tuple(np.asarray(self.classes, dtype=object)[probs.argmax(axis=1)].tolist())
         return Predictions(classes=self.classes, labels=labels, probabilities=probs)
 
 

@@ -26,6 +26,8 @@ SCHEMA_VERSIONS = (1, 2)  # 2: ``categories`` recorded (MAX_FEATURES hid some ke
 InputKind = Literal["numeric", "boolean", "categorical", "any"]
 Float32Array = npt.NDArray[np.float32]
 Rows = Sequence[Mapping[str, object]]
+# Text columns by name, one cell a row (null or blank: missing), as a CSV file's columns read as text
+Cells = Mapping[str, pa.Array]
 
 
 class InputColumn(BaseModel):
@@ -121,12 +123,22 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from a row, a cell is not of its column's kind, or a
                 feature's value is too large for float32.
         """
-        columns = self.typed_columns(rows)
+        return self.encode_cells(self.cells(rows), len(rows))
+
+    def encode_cells(self, cells: Cells, rows: int) -> Float32Array:
+        """The float32 feature matrix of ``rows`` rows given as text columns (:data:`Cells`): what
+        :meth:`encode` makes of rows, without a Python object per cell (``ml8s predict`` reads its CSV file so).
+
+        Raises:
+            PredictionInputError: a needed column is absent from ``cells``, a cell is not of its column's kind, or a
+                feature's value is too large for float32.
+        """
+        columns = self.typed_cells(cells)
         for column in self.inputs:
             if column.kind == "categorical" and not column.complete:
                 _refuse_unknown(column, columns[column.name])
         kept = {column.name: column.categories for column in self.inputs if column.kind == "categorical"}
-        wide = encode_columns(self.rules, columns, kept, len(rows))
+        wide = encode_columns(self.rules, columns, kept, rows)
         narrow = wide.astype(np.float32)
         if not np.isfinite(narrow).all():  # an infinity in the model's input: a NaN prediction, or a NaN loss
             row, feature = (int(i) for i in np.argwhere(~np.isfinite(narrow))[0])
@@ -143,15 +155,40 @@ class RawTransform(BaseModel):
         Raises:
             PredictionInputError: a needed column is absent from a row, or a cell is not of its column's kind.
         """
+        # a column's cells made just before it is typed: the first failing column's error comes first, whichever
+        return {column.name: self._typed(column, _column_cells(rows, column.name)) for column in self.inputs}
+
+    def cells(self, rows: Rows) -> dict[str, pa.Array]:
+        """The text columns (:data:`Cells`) of every input column of ``rows``.
+
+        Raises:
+            PredictionInputError: a needed column is absent from a row, or a cell is neither text, a number, a
+                boolean nor missing.
+        """
+        return {column.name: _column_cells(rows, column.name) for column in self.inputs}
+
+    def typed_cells(self, cells: Cells) -> dict[str, Column]:
+        """Every input column of ``cells``, typed as the schema's kinds.
+
+        Raises:
+            PredictionInputError: a needed column is absent, or a cell is not of its column's kind.
+        """
         columns: dict[str, Column] = {}
         for column in self.inputs:
-            cells = [_cell_text(_cell(row, column.name, i), column.name, i) for i, row in enumerate(rows)]
-            kind = "categorical" if column.kind == "any" else column.kind
-            try:
-                columns[column.name] = text_column(column.name, kind, pa.array(cells, type=pa.string()))
-            except DataError as exc:
-                raise PredictionInputError(exc.message) from exc
+            if column.name not in cells:
+                raise PredictionInputError(
+                    f"the rows have no column {column.name!r}; expected every column the model's features use"
+                )
+            columns[column.name] = self._typed(column, cells[column.name])
         return columns
+
+    @staticmethod
+    def _typed(column: InputColumn, cells: pa.Array) -> Column:
+        kind = "categorical" if column.kind == "any" else column.kind
+        try:
+            return text_column(column.name, kind, cells)
+        except DataError as exc:
+            raise PredictionInputError(exc.message) from exc
 
 
 def _check_rules(rules: Sequence[FeatureRule], where: str) -> None:
@@ -204,6 +241,10 @@ def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
     if stray:
         raise InferenceError(f"{where} records categories of {stray}; expected only columns with one-hot features")
     return tuple(inputs)
+
+
+def _column_cells(rows: Rows, name: str) -> pa.Array:
+    return pa.array([_cell_text(_cell(row, name, i), name, i) for i, row in enumerate(rows)], type=pa.string())
 
 
 def _cell(row: Mapping[str, object], name: str, index: int) -> object:
