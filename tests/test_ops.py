@@ -75,6 +75,35 @@ def test_tmp_cleanup_removes_only_old_tmp_entries(planted: Path) -> None:
     assert ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "-1", "--root", str(planted)).returncode == 2
 
 
+def test_tmp_cleanup_reports_what_is_no_regular_file_and_leaves_it(planted: Path, tmp_path: Path) -> None:
+    """A link to a directory, a dangling link, a FIFO, or a run's ``.tmp`` replaced by a link: never removed
+    (nor anything they point to), each named on stderr and in --json; a link to a file is removed, not its target."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.bin").write_bytes(b"keep")
+    run_tmp = planted / f"ml8s_training_runs/{RUN}/.tmp"
+    (run_tmp / "to-dir").symlink_to(outside)
+    (run_tmp / "dangling").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(run_tmp / "fifo")
+    (run_tmp / "to-file").symlink_to(outside / "precious.bin")
+    other = planted / "ml8s_training_runs" / ("b" * 12)
+    other.mkdir()
+    (other / ".tmp").symlink_to(outside)
+    store = LocalStore(str(planted))
+    expected = [store.uri(f"ml8s_training_runs/{RUN}/.tmp/{name}") for name in ("dangling", "fifo", "to-dir")] + [
+        store.uri(f"ml8s_training_runs/{'b' * 12}/.tmp")
+    ]
+    assert list(cleanup_tmp(store, 3, dry_run=True).left_alone) == sorted(expected)
+    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "0", "--root", str(planted))
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if line.startswith("ml8s: warning: left alone ")]
+    assert [line.split()[4].rstrip(":") for line in warned] == sorted(expected)
+    assert {p.name for p in run_tmp.iterdir()} == {"to-dir", "dangling", "fifo"}  # the link to a file removed
+    assert (outside / "precious.bin").read_bytes() == b"keep" and (other / ".tmp").is_symlink()
+    report = json.loads(ml8s(clean_env(), "tmp-cleanup", "--json", "--root", str(planted)).stdout)
+    assert report["left_alone"] == sorted(expected)
+
+
 def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:
     env = clean_env(TMP_RETENTION_DAYS="20")
     report = json.loads(ml8s(env, "tmp-cleanup", "--json", "--root", str(planted)).stdout)

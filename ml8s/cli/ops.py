@@ -69,6 +69,12 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
         print(f"{verb} {path} (its ml8s process has ended)")
     for entry in report.removed:
         print(f"{verb} {entry.uri} ({entry.size} bytes, {entry.age_days:.1f} days old)")
+    for uri in report.left_alone:
+        print(
+            f"ml8s: warning: left alone {uri}: no regular file (a symbolic link, FIFO, socket or device); "
+            "tmp-cleanup removes regular files only: check what it is and remove it by hand",
+            file=sys.stderr,
+        )
     print(f"{verb} {len(report.removed)} tmp entries older than {days:g} days; kept {report.kept} younger ones")
     return 0
 

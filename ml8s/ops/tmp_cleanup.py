@@ -7,6 +7,10 @@ alone: the store's time now (Store.clock: the time it gives a probe object writt
 deleted again) minus the time it gave the entry (the file's mtime locally, ``LastModified`` on S3), so
 a host whose clock runs days ahead removes nothing a correct one would keep. A live write is always
 younger: every write creates its tmp object fresh. The model chain's ``.tmp/`` is the chain GC's business.
+
+Only regular files are removed. What else a local store holds there (a symbolic link to a directory, a
+dangling link, a FIFO, a socket, a device; or the ``.tmp`` directory itself replaced by a link) is left alone
+and reported: removing it by rule could follow it, and it was not written by ml8s.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class CleanupReport(BaseModel):
     dry_run: bool
     removed: tuple[TmpEntry, ...]
     kept: int
+    left_alone: tuple[str, ...] = ()  # URIs of tmp entries that are no regular file: not removed, see above
 
 
 def retention_days(env: Mapping[str, str]) -> float:
@@ -84,7 +89,9 @@ def cleanup_tmp(
     current = store.clock(f"{layout.TMP_DIR}/ml8s-clock-{uuid.uuid4().hex}") if now is None else now
     removed: list[TmpEntry] = []
     kept = 0
-    for info in tmp_entries(store):
+    entries = tmp_entries(store)
+    listed = {info.key for info in entries}
+    for info in entries:
         age = (current - info.mtime) / _DAY_S
         # 0 means every entry (docs/audits.md): a just-written one is 0 days old on a clock of whole seconds
         if older_than_days > 0 and age <= older_than_days:
@@ -96,5 +103,22 @@ def cleanup_tmp(
             store.delete(info.key)
         removed.append(TmpEntry(uri=store.uri(info.key), size=info.size, age_days=round(age, 3)))
     return CleanupReport(
-        root_uri=store.root_uri, older_than_days=older_than_days, dry_run=dry_run, removed=tuple(removed), kept=kept
+        root_uri=store.root_uri,
+        older_than_days=older_than_days,
+        dry_run=dry_run,
+        removed=tuple(removed),
+        kept=kept,
+        left_alone=tuple(store.uri(key) for key in _irregular(store, listed)),
     )
+
+
+def _irregular(store: Store, listed: set[str]) -> list[str]:
+    """Keys of tmp entries (or ``.tmp`` directories) that are no regular file or directory and that the listing
+    left out (a link to a regular file is listed, and removing it removes the link alone), sorted."""
+    found = {
+        key
+        for prefix in (layout.RUNS_DIR, layout.INCIDENTS_DIR, QUARANTINE_DIR, layout.TMP_DIR)
+        for key in store.irregular(prefix)
+        if key not in listed and (is_tmp_key(key) or is_tmp_key(f"{key}/entry"))
+    }
+    return sorted(found)
