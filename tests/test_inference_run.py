@@ -20,7 +20,7 @@ from mlflow_support import artifact_dir, raw_rows, train_run, write_rows
 from ml8s.cli.main import main
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
-from ml8s.errors import InferenceError, IntegrityError
+from ml8s.errors import InferenceError, IntegrityError, PredictionInputError
 from ml8s.inference import Predictor, read_model_dir, read_onnx_metadata, read_run_files
 from ml8s.inference.csv_rows import read_csv_columns
 
@@ -91,6 +91,29 @@ def test_text_columns_predict_what_rows_predict(trained: Trained, fmt: str) -> N
     np.testing.assert_array_equal(by_cells.probabilities, by_rows.probabilities)
     empty = read_csv_columns(rows_csv.split(b"\n", 1)[0] + b"\n", "header.csv")
     assert predictor.predict_cells(empty.cells, empty.rows).probabilities.shape == (0, len(predictor.classes))
+
+
+def test_columns_of_typed_values_predict_what_their_rows_predict(trained: Trained) -> None:
+    """The MLflow model's path (a DataFrame's columns, no dict per row): the rows' predictions and errors."""
+    predictor = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
+    rows: list[dict[str, object]] = [dict(row) for row in raw_rows(trained.data)[:40]]
+    for n, row in enumerate(rows):  # typed cells, as a DataFrame holds them
+        row["tenure"] = None if n % 9 == 0 else float(str(row["tenure"]) or "nan")
+    values = {name: [row[name] for row in rows] for name in rows[0]}
+    by_values, by_rows = predictor.predict_values(values, len(rows)), predictor.predict(rows)
+    assert by_values.labels == by_rows.labels
+    np.testing.assert_array_equal(by_values.probabilities, by_rows.probabilities)
+    for change in ({"plan": [object()] * len(rows)}, {"tenure": ["x"] * len(rows)}):
+        with pytest.raises(PredictionInputError) as from_rows:
+            predictor.predict([{**row, **{k: v[i] for k, v in change.items()}} for i, row in enumerate(rows)])
+        with pytest.raises(PredictionInputError) as from_values:
+            predictor.predict_values({**values, **change}, len(rows))
+        assert from_values.value.message == from_rows.value.message
+    absent = {name: cells for name, cells in values.items() if name != "plan"}
+    with pytest.raises(PredictionInputError, match="row 1 has no column 'plan'"):
+        predictor.predict_values(absent, len(rows))
+    empty = predictor.predict_values({name: [] for name in absent}, 0)
+    assert empty.probabilities.shape == (0, len(predictor.classes)) == predictor.predict([]).probabilities.shape
 
 
 def test_onnx_metadata_carries_classes_features_and_rules(trained: Trained) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +87,14 @@ class Predictor:
             PredictionInputError: a needed column is absent or holds a value of the wrong kind.
         """
         return self._predicted(self.transform.encode_cells(cells, rows))
+
+    def predict_values(self, values: Mapping[str, Sequence[object]], rows: int) -> Predictions:
+        """Predict ``rows`` rows given by column (:meth:`RawTransform.encode_values`: a DataFrame's columns).
+
+        Raises:
+            PredictionInputError: a needed column is absent or holds a value of the wrong kind.
+        """
+        return self._predicted(self.transform.encode_values(values, rows))
 
     def _predicted(self, matrix: Float32Array) -> Predictions:
         rows, n_classes = len(matrix), len(self.classes)

@@ -90,8 +90,9 @@ class RawRowModel(PythonModel):
             raise InferenceError("the ml8s pyfunc model was not loaded; expected mlflow.pyfunc.load_model first")
         frame = pd.DataFrame(model_input)
         cells = frame.astype(object).where(frame.notna(), None)
-        rows: list[dict[str, object]] = [{str(k): v for k, v in r.items()} for r in cells.to_dict(orient="records")]
-        predictions = self._predictor.predict(rows)
+        # by column, a later column of a repeated name replacing an earlier one (as in a row's dict): no dict per row
+        values = {str(name): cells.iloc[:, i].tolist() for i, name in enumerate(cells.columns)}
+        predictions = self._predictor.predict_values(values, len(cells))
         columns = predictions.columns()
         out = {columns[0]: list(predictions.labels)}
         for i, name in enumerate(columns[1:]):

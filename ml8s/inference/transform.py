@@ -123,7 +123,17 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from a row, a cell is not of its column's kind, or a
                 feature's value is too large for float32.
         """
-        return self.encode_cells(self.cells(rows), len(rows))
+        return self._encoded(self.typed_columns(rows), len(rows))
+
+    def encode_values(self, values: Mapping[str, Sequence[object]], rows: int) -> Float32Array:
+        """:meth:`encode` of ``rows`` rows given by column (a DataFrame's columns: name -> cells in row order),
+        with the same cells, results and errors as the rows themselves, without a mapping per row.
+
+        Raises:
+            PredictionInputError: as :meth:`encode`.
+        """
+        typed = {column.name: self._typed(column, _values_cells(values, column.name, rows)) for column in self.inputs}
+        return self._encoded(typed, rows)
 
     def encode_cells(self, cells: Cells, rows: int) -> Float32Array:
         """The float32 feature matrix of ``rows`` rows given as text columns (:data:`Cells`): what
@@ -133,7 +143,9 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from ``cells``, a cell is not of its column's kind, or a
                 feature's value is too large for float32.
         """
-        columns = self.typed_cells(cells)
+        return self._encoded(self.typed_cells(cells), rows)
+
+    def _encoded(self, columns: dict[str, Column], rows: int) -> Float32Array:
         for column in self.inputs:
             if column.kind == "categorical" and not column.complete:
                 _refuse_unknown(column, columns[column.name])
@@ -241,6 +253,15 @@ def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
     if stray:
         raise InferenceError(f"{where} records categories of {stray}; expected only columns with one-hot features")
     return tuple(inputs)
+
+
+def _values_cells(values: Mapping[str, Sequence[object]], name: str, rows: int) -> pa.Array:
+    """The text cells of column ``name`` of rows given by column: what :func:`_column_cells` makes of the rows."""
+    if name not in values:
+        if rows:  # the first row lacks it, as every row does
+            _cell({}, name, 0)
+        return pa.array([], type=pa.string())
+    return pa.array([_cell_text(value, name, i) for i, value in enumerate(values[name])], type=pa.string())
 
 
 def _column_cells(rows: Rows, name: str) -> pa.Array:
