@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.missing import MISSING_TOKENS
+from ml8s.inference.cells import Cells
 from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX, Predictions
-from ml8s.inference.transform import Cells, RawTransform
+from ml8s.inference.transform import RawTransform
 
 OutputFormat = Literal["csv", "json", "parquet"]
 EXAMPLES = 3

@@ -17,8 +17,9 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.errors import InferenceError
+from ml8s.inference.cells import Cells, Rows
 from ml8s.inference.model_files import ModelFiles, ServingMetadata
-from ml8s.inference.transform import Cells, Float32Array, RawTransform, Rows
+from ml8s.inference.transform import Float32Array, RawTransform
 
 ONNX_INPUT = "features"
 ONNX_OUTPUT = "logits"

@@ -20,14 +20,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
 from ml8s.data.dataset import Column, text_column
 from ml8s.errors import DataError, InferenceError, PredictionInputError
+from ml8s.inference.cells import Cells, Rows, row_cells, value_cells
 from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_columns
 
 SCHEMA_VERSIONS = (1, 2)  # 2: ``categories`` recorded (MAX_FEATURES hid some kept categories)
 InputKind = Literal["numeric", "boolean", "categorical", "any"]
 Float32Array = npt.NDArray[np.float32]
-Rows = Sequence[Mapping[str, object]]
-# Text columns by name, one cell a row (null or blank: missing), as a CSV file's columns read as text
-Cells = Mapping[str, pa.Array]
 
 
 class InputColumn(BaseModel):
@@ -132,7 +130,9 @@ class RawTransform(BaseModel):
         Raises:
             PredictionInputError: as :meth:`encode`.
         """
-        typed = {column.name: self._typed(column, _values_cells(values, column.name, rows)) for column in self.inputs}
+        typed = {
+            column.name: self.typed_column(column, value_cells(values, column.name, rows)) for column in self.inputs
+        }
         return self._encoded(typed, rows)
 
     def encode_cells(self, cells: Cells, rows: int) -> Float32Array:
@@ -168,7 +168,7 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from a row, or a cell is not of its column's kind.
         """
         # a column's cells made just before it is typed: the first failing column's error comes first, whichever
-        return {column.name: self._typed(column, _column_cells(rows, column.name)) for column in self.inputs}
+        return {column.name: self.typed_column(column, row_cells(rows, column.name)) for column in self.inputs}
 
     def cells(self, rows: Rows) -> dict[str, pa.Array]:
         """The text columns (:data:`Cells`) of every input column of ``rows``.
@@ -177,7 +177,7 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from a row, or a cell is neither text, a number, a
                 boolean nor missing.
         """
-        return {column.name: _column_cells(rows, column.name) for column in self.inputs}
+        return {column.name: row_cells(rows, column.name) for column in self.inputs}
 
     def typed_cells(self, cells: Cells) -> dict[str, Column]:
         """Every input column of ``cells``, typed as the schema's kinds.
@@ -191,11 +191,13 @@ class RawTransform(BaseModel):
                 raise PredictionInputError(
                     f"the rows have no column {column.name!r}; expected every column the model's features use"
                 )
-            columns[column.name] = self._typed(column, cells[column.name])
+            columns[column.name] = self.typed_column(column, cells[column.name])
         return columns
 
     @staticmethod
-    def _typed(column: InputColumn, cells: pa.Array) -> Column:
+    def typed_column(column: InputColumn, cells: pa.Array) -> Column:
+        """The text ``cells`` of input column ``column`` typed as its kind (PredictionInputError where a present
+        cell is not of it)."""
         kind = "categorical" if column.kind == "any" else column.kind
         try:
             return text_column(column.name, kind, cells)
@@ -253,45 +255,6 @@ def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
     if stray:
         raise InferenceError(f"{where} records categories of {stray}; expected only columns with one-hot features")
     return tuple(inputs)
-
-
-def _values_cells(values: Mapping[str, Sequence[object]], name: str, rows: int) -> pa.Array:
-    """The text cells of column ``name`` of rows given by column: what :func:`_column_cells` makes of the rows."""
-    if name not in values:
-        if rows:  # the first row lacks it, as every row does
-            _cell({}, name, 0)
-        return pa.array([], type=pa.string())
-    return pa.array([_cell_text(value, name, i) for i, value in enumerate(values[name])], type=pa.string())
-
-
-def _column_cells(rows: Rows, name: str) -> pa.Array:
-    return pa.array([_cell_text(_cell(row, name, i), name, i) for i, row in enumerate(rows)], type=pa.string())
-
-
-def _cell(row: Mapping[str, object], name: str, index: int) -> object:
-    try:
-        return row[name]
-    except KeyError:
-        raise PredictionInputError(
-            f"row {index + 1} has no column {name!r}; expected every column the model's features use"
-        ) from None
-
-
-def _cell_text(value: object, name: str, index: int) -> str | None:
-    """A cell as CSV text: None for a missing value, numbers written so they read back exactly."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return None if math.isnan(value) else repr(value)
-    raise PredictionInputError(
-        f"row {index + 1} column {name!r} holds a {type(value).__name__}; expected text, a number, a boolean or None"
-    )
 
 
 def _refuse_unknown(column: InputColumn, typed: Column) -> None:

@@ -31,7 +31,7 @@ from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKin
 from ml8s.errors import Ml8sError, ServingError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.inference import Predictions
-from ml8s.inference.transform import Rows
+from ml8s.inference.cells import Rows
 from ml8s.serving.served import Served, ServedVersion, build_served
 from ml8s.weights import rebuild_weights
 

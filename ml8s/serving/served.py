@@ -13,7 +13,7 @@ from ml8s.chain import ChainVersion, ChainVersions
 from ml8s.contract import layout
 from ml8s.errors import NoModelGraphError
 from ml8s.inference import ModelFiles, Predictions, Predictor
-from ml8s.inference.transform import Rows
+from ml8s.inference.cells import Rows
 from ml8s.weights import WEIGHTS_FULL, VersionWeights, weights_file
 
 # The payload files ``predict`` needs (a pipeline version's exported graph, feature rules, and the

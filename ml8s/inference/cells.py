@@ -1,0 +1,86 @@
+"""Cells as the transform reads them: a column of text, one cell a row (null or blank: a missing value).
+
+Rows come as mappings (``ml8s.inference`` callers, the serving client), by column (a DataFrame's columns: the
+MLflow model) or as Arrow columns (a data file: ``ml8s predict``, a warm start's drift report). Whichever way,
+a cell becomes the text a CSV file would hold, so that a value is typed by the training rules alone: text as
+it is, a boolean ``true``/``false``, an integer in decimal, a float as its shortest exact text (NaN missing).
+Anything else is refused, naming the row (1 = the first) and the column.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ml8s.errors import PredictionInputError
+
+Rows = Sequence[Mapping[str, object]]
+# Text columns by name, one cell a row (null or blank: missing), as a CSV file's columns read as text
+Cells = Mapping[str, pa.Array]
+
+
+def row_cells(rows: Rows, name: str) -> pa.Array:
+    """The text cells of column ``name`` of ``rows``."""
+    return pa.array([_cell_text(_cell(row, name, i), name, i) for i, row in enumerate(rows)], type=pa.string())
+
+
+def value_cells(values: Mapping[str, Sequence[object]], name: str, rows: int) -> pa.Array:
+    """The text cells of column ``name`` of ``rows`` rows given by column: what :func:`row_cells` makes of the
+    same rows."""
+    if name not in values:
+        if rows:  # the first row lacks it, as every row does
+            raise absent_column(name, 0)
+        return pa.array([], type=pa.string())
+    return pa.array([_cell_text(value, name, i) for i, value in enumerate(values[name])], type=pa.string())
+
+
+def arrow_cells(values: pa.Array | pa.ChunkedArray, name: str, first_row: int) -> pa.Array:
+    """The text cells of an Arrow column whose first value is row ``first_row`` (0-based) of the rows: a text
+    column as it is (no Python object per cell), any other cell by cell, as :func:`row_cells` reads the same
+    values (``to_pylist`` rows)."""
+    column = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
+        column = column.cast(column.type.value_type)
+    if _is_text(column.type):
+        return column.cast(pa.string())
+    return pa.array(
+        [_cell_text(value, name, first_row + i) for i, value in enumerate(column.to_pylist())], type=pa.string()
+    )
+
+
+def absent_column(name: str, index: int) -> PredictionInputError:
+    """The error of row ``index`` (0-based) lacking column ``name``."""
+    return PredictionInputError(
+        f"row {index + 1} has no column {name!r}; expected every column the model's features use"
+    )
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
+
+
+def _cell(row: Mapping[str, object], name: str, index: int) -> object:
+    try:
+        return row[name]
+    except KeyError:
+        raise absent_column(name, index) from None
+
+
+def _cell_text(value: object, name: str, index: int) -> str | None:
+    """A cell as CSV text: None for a missing value, numbers written so they read back exactly."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return None if math.isnan(value) else repr(value)
+    raise PredictionInputError(
+        f"row {index + 1} column {name!r} holds a {type(value).__name__}; expected text, a number, a boolean or None"
+    )
