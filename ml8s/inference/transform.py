@@ -121,7 +121,7 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from a row, a cell is not of its column's kind, or a
                 feature's value is too large for float32.
         """
-        return self._encoded(self.typed_columns(rows), len(rows))
+        return self.encode_typed(self.typed_columns(rows), len(rows))
 
     def encode_values(self, values: Mapping[str, Sequence[object]], rows: int) -> Float32Array:
         """:meth:`encode` of ``rows`` rows given by column (a DataFrame's columns: name -> cells in row order),
@@ -133,7 +133,7 @@ class RawTransform(BaseModel):
         typed = {
             column.name: self.typed_column(column, value_cells(values, column.name, rows)) for column in self.inputs
         }
-        return self._encoded(typed, rows)
+        return self.encode_typed(typed, rows)
 
     def encode_cells(self, cells: Cells, rows: int) -> Float32Array:
         """The float32 feature matrix of ``rows`` rows given as text columns (:data:`Cells`): what
@@ -143,9 +143,14 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from ``cells``, a cell is not of its column's kind, or a
                 feature's value is too large for float32.
         """
-        return self._encoded(self.typed_cells(cells), rows)
+        return self.encode_typed(self.typed_cells(cells), rows)
 
-    def _encoded(self, columns: dict[str, Column], rows: int) -> Float32Array:
+    def encode_typed(self, columns: Mapping[str, Column], rows: int) -> Float32Array:
+        """The float32 feature matrix of ``rows`` rows given as typed input columns (:meth:`typed_columns`).
+
+        Raises:
+            PredictionInputError: a feature's value is too large for float32, or a category cannot be placed.
+        """
         for column in self.inputs:
             if column.kind == "categorical" and not column.complete:
                 _refuse_unknown(column, columns[column.name])

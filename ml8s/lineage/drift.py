@@ -18,21 +18,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ml8s.chain import ChainVersion, ChainVersions
 from ml8s.contract import TrainingMetadata, layout, parse
 from ml8s.contract._parse import Invalid
 from ml8s.contract.drift import ColumnDrift, DriftReport
 from ml8s.contract.training_state import Generation
-from ml8s.data.dataset import Column, parse_file
-from ml8s.data.fingerprint import Fingerprint, fingerprint_entries
-from ml8s.data.sources import read_verified
+from ml8s.data.dataset import Column
+from ml8s.data.fingerprint import Fingerprint
 from ml8s.errors import LineageDataError, LineageDriftError, PredictionInputError
 from ml8s.inference import MISSING, OTHER, FeatureRule, RawTransform
-from ml8s.inference.cells import absent_column, arrow_cells
 from ml8s.inference.transform import InputColumn
+from ml8s.lineage.columns import has_label, typed_columns
 
 MISSING_SHARE_BOUND = 0.2
 MEAN_BOUND_SIGMAS = 1.0
@@ -50,10 +47,8 @@ def drift_report(generations: list[Generation], fingerprint: Fingerprint, transf
         LineageDataError: a cell does not fit its column's kind (as encoding would).
     """
     tokens = {token for generation in generations for token in generation.files}
-    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
-    sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
-    try:
-        columns, rows = _labelled_columns(sub, transform)
+    try:  # column by column, as the rows with a label would be read
+        columns, rows = typed_columns(fingerprint, tokens, transform, has_label(transform.target_column))
     except PredictionInputError as exc:
         raise LineageDataError(f"generations {[g.index for g in generations]}: {exc.message}") from exc
     by_source: dict[str, list[FeatureRule]] = {}
@@ -78,53 +73,6 @@ def drift_report(generations: list[Generation], fingerprint: Fingerprint, transf
         columns=drifts,
         drifted=bool(new_categories or drifts),
     )
-
-
-def _labelled_columns(sub: Fingerprint, transform: RawTransform) -> tuple[dict[str, Column], int]:
-    """The typed input columns of the files' rows that have a label (a target value, not blank), and how many
-    rows that is. Column by column in Arrow, as the rows themselves would be read (``to_pylist`` rows, a row
-    without a label left out, ``RawTransform.typed_columns``), without a Python object per row: a row's place
-    in errors counts the labelled rows of every file before it.
-    """
-    pieces: dict[str, list[pa.Array]] = {column.name: [] for column in transform.inputs}
-    failed: dict[str, PredictionInputError] = {}  # column -> the error of its first row that cannot be read
-    rows = 0
-    for entry, data in read_verified(sub):
-        table = parse_file(entry, data, sub.data_root)
-        table = table.filter(_has_label(table, transform.target_column))
-        for column in transform.inputs:
-            if column.name in failed or not table.num_rows:
-                continue
-            if column.name not in table.column_names:
-                failed[column.name] = absent_column(column.name, rows)
-                continue
-            try:
-                pieces[column.name].append(arrow_cells(table.column(column.name), column.name, rows))
-            except PredictionInputError as exc:
-                failed[column.name] = exc
-        rows += table.num_rows
-    columns: dict[str, Column] = {}
-    for column in transform.inputs:  # a column read, then typed, then the next: the rows' first error first
-        if column.name in failed:
-            raise failed[column.name]
-        parts = pieces.pop(column.name)
-        columns[column.name] = transform.typed_column(
-            column, pa.concat_arrays(parts) if parts else pa.array([], type=pa.string())
-        )
-    return columns, rows
-
-
-def _has_label(table: pa.Table, target: str) -> pa.Array:
-    """Which rows have a target value that is neither missing nor empty text (a row without is not training's)."""
-    if target not in table.column_names:
-        return pa.array([False] * table.num_rows, type=pa.bool_())
-    values = table.column(target).combine_chunks()
-    if pa.types.is_dictionary(values.type):
-        values = values.cast(values.type.value_type)
-    present = pc.is_valid(values)
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-        present = pc.and_(present, pc.fill_null(pc.not_equal(values, ""), False))
-    return present
 
 
 def check_drift(report: DriftReport | None, policy: str, where: str) -> None:

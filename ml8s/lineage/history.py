@@ -12,14 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ml8s.contract.training_state import Generation
 from ml8s.data.dataset import parse_file
-from ml8s.data.fingerprint import Fingerprint, fingerprint_entries
+from ml8s.data.fingerprint import FileEntry, Fingerprint, fingerprint_entries
 from ml8s.data.missing import MISSING_TOKENS
 from ml8s.data.sources import read_verified
 from ml8s.errors import LineageDataError, LineageError, PredictionInputError, RecordsAppendError
 from ml8s.inference import RawTransform
+from ml8s.lineage.columns import Keep, typed_columns
 from ml8s.records import GenerationInfo, RecordSchema, RecordStore
 
 # A racer appends one generation at a time: a few re-reads always see it done.
@@ -57,15 +60,21 @@ def encode_generation(
         LineageDataError: a file is not in the fingerprint, a cell does not fit the lineage's transform, or a
             target value is not one of the lineage's classes.
     """
-    kept, labels = _kept_rows(generation, fingerprint, transform)
-    try:
-        x = transform.encode(kept)
+    _check_files(generation, fingerprint)
+    labels: list[IntArray] = []
+    try:  # column by column, as the rows with a class would be read (no dict per row)
+        columns, rows = typed_columns(
+            fingerprint, set(generation.files), transform, _with_class(transform, generation, labels)
+        )
+        if not rows:
+            raise _no_target(generation)
+        x = transform.encode_typed(columns, rows)
     except PredictionInputError as exc:
         raise LineageDataError(
             f"generation {generation.index} ({generation.partition}) does not fit the lineage's features: {exc.message}"
         ) from exc
-    y = np.array(labels, dtype=np.int64)
-    return EncodedGeneration(generation.index, x, y, _split(len(kept), test_size, random_seed, generation.index))
+    y = np.concatenate(labels)
+    return EncodedGeneration(generation.index, x, y, _split(rows, test_size, random_seed, generation.index))
 
 
 def held_out_rows(
@@ -83,20 +92,54 @@ def _kept_rows(
     generation: Generation, fingerprint: Fingerprint, transform: RawTransform
 ) -> tuple[list[dict[str, object]], list[int]]:
     """The generation's rows that have a target, and their class indices."""
-    tokens = set(generation.files)
-    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
-    if len(entries) != len(tokens):
-        raise LineageDataError(f"generation {generation.index}: not every file it lists is in DATA_ROOT as listed")
+    entries = _check_files(generation, fingerprint)
     sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
     rows: list[dict[str, object]] = []
     for entry, data in read_verified(sub):
         table = parse_file(entry, data, fingerprint.data_root)
         rows += table.to_pylist()
-    labels = [_class_index(row, transform, generation.index) for row in rows]
+    labels = [_class_index(row.get(transform.target_column), transform, generation.index) for row in rows]
     kept = [(row, label) for row, label in zip(rows, labels, strict=True) if label is not None]
     if not kept:
-        raise LineageDataError(f"generation {generation.index} ({generation.partition}) has no row with a target")
+        raise _no_target(generation)
     return [row for row, _ in kept], [label for _, label in kept]
+
+
+def _check_files(generation: Generation, fingerprint: Fingerprint) -> tuple[FileEntry, ...]:
+    """The fingerprint's entries of the generation's files (LineageDataError unless each is there)."""
+    tokens = set(generation.files)
+    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
+    if len(entries) != len(tokens):
+        raise LineageDataError(f"generation {generation.index}: not every file it lists is in DATA_ROOT as listed")
+    return entries
+
+
+def _no_target(generation: Generation) -> LineageDataError:
+    return LineageDataError(f"generation {generation.index} ({generation.partition}) has no row with a target")
+
+
+def _with_class(transform: RawTransform, generation: Generation, labels: list[IntArray]) -> Keep:
+    """The rows whose target is one of the lineage's classes (their class indices appended to ``labels``, a file
+    at a time); a target value that is none of them is refused as :func:`_class_index` refuses it, the first in
+    row order (a dictionary code is given in order of first occurrence)."""
+
+    def keep(table: pa.Table) -> pa.Array:
+        if transform.target_column not in table.column_names:
+            return pa.array([False] * table.num_rows, type=pa.bool_())
+        values = table.column(transform.target_column).combine_chunks()
+        if values.null_count == len(values):  # no label at all (Arrow's null type among them)
+            return pa.array([False] * len(values), type=pa.bool_())
+        if pa.types.is_dictionary(values.type):  # its dictionary's order is the writer's: coded again, in row order
+            values = values.cast(values.type.value_type)
+        coded = pc.dictionary_encode(values)
+        per_code = [_class_index(value, transform, generation.index) for value in coded.dictionary.to_pylist()]
+        lut = np.array([-1 if index is None else index for index in [*per_code, None]], dtype=np.int64)
+        codes = np.asarray(pc.fill_null(coded.indices, len(per_code)).to_numpy(), dtype=np.int64)
+        index = lut[codes]
+        labels.append(index[index >= 0])
+        return pa.array(index >= 0)
+
+    return keep
 
 
 def check_new_columns(generations: list[Generation], fingerprint: Fingerprint, transform: RawTransform) -> None:
@@ -166,8 +209,8 @@ def _append(history: RecordStore, schema: RecordSchema, encoded: EncodedGenerati
             attempt += 1
 
 
-def _class_index(row: dict[str, object], transform: RawTransform, generation: int) -> int | None:
-    value = row.get(transform.target_column)
+def _class_index(value: object, transform: RawTransform, generation: int) -> int | None:
+    """The class index of a target value (None: no label)."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return None
     if isinstance(value, bool):

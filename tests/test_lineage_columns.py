@@ -1,6 +1,7 @@
-"""A warm start's drift report reads its generations column by column (Arrow, no dict per row): the typed
-columns, row count and errors are those of reading the same files as rows (``to_pylist``), labelled rows
-only, through ``RawTransform.typed_columns``, with CSV text and typed Parquet files mixed."""
+"""A warm start reads its generations column by column (Arrow, no dict per row), for its drift report and its
+encoded generations: the typed columns, row count, matrix, classes and errors are those of reading the same
+files as rows (``to_pylist``) through ``RawTransform.typed_columns``, with CSV text and typed Parquet files
+mixed."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 from test_inference_rules import _dataset, _train
 
+from ml8s.contract.training_state import Generation
 from ml8s.data.dataset import Column, parse_file
 from ml8s.data.fingerprint import Fingerprint, fingerprint_local
 from ml8s.data.sources import read_verified
-from ml8s.errors import PredictionInputError
+from ml8s.errors import LineageDataError, PredictionInputError
 from ml8s.inference import RawTransform
-from ml8s.lineage.drift import _labelled_columns
+from ml8s.lineage.columns import has_label, typed_columns
+from ml8s.lineage.history import _kept_rows, _split, encode_generation
 
 
 def _by_rows(fingerprint: Fingerprint, transform: RawTransform) -> tuple[dict[str, Column], int]:
@@ -49,6 +52,26 @@ def _generations(data: Path) -> None:
     pq.write_table(pa.table({"amount": [1.0], "active": [True], "kind": ["m00"], "y": [None]}), data / "g4.parquet")
 
 
+def _labelled_columns(fingerprint: Fingerprint, transform: RawTransform) -> tuple[dict[str, Column], int]:
+    tokens = {entry.token for entry in fingerprint.entries}
+    return typed_columns(fingerprint, tokens, transform, has_label(transform.target_column))
+
+
+def _encoded_by_rows(fingerprint: Fingerprint, transform: RawTransform) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reference of ``encode_generation``: its rows' path (the rows with a class, encoded as rows)."""
+    generation = _generation(fingerprint)
+    kept, labels = _kept_rows(generation, fingerprint, transform)
+    try:
+        x = transform.encode(kept)
+    except PredictionInputError as exc:
+        raise LineageDataError(f"does not fit the lineage's features: {exc.message}") from exc
+    return x, np.array(labels, dtype=np.int64), _split(len(kept), 0.25, 7, generation.index)
+
+
+def _generation(fingerprint: Fingerprint) -> Generation:
+    return Generation(index=1, partition="", files=sorted(entry.token for entry in fingerprint.entries))
+
+
 def _same(left: dict[str, Column], right: dict[str, Column]) -> None:
     assert sorted(left) == sorted(right)
     for name, column in left.items():
@@ -67,6 +90,12 @@ def test_columns_read_as_the_rows_would_be(tmp_path: Path) -> None:
     expected, expected_rows = _by_rows(fingerprint, transform)
     assert rows == expected_rows == 110 + 2 + 2  # part.csv, g1's two labelled rows, g2's two
     _same(columns, expected)
+    encoded = encode_generation(_generation(fingerprint), fingerprint, transform, 7, 0.25)
+    x, y, split = _encoded_by_rows(fingerprint, transform)
+    assert len(y) == rows  # no target here is a missing-value token: both keep the same rows
+    np.testing.assert_array_equal(encoded.x, x)
+    np.testing.assert_array_equal(encoded.y, y)
+    np.testing.assert_array_equal(encoded.split, split)
 
 
 @pytest.mark.parametrize(
@@ -106,3 +135,37 @@ def test_errors_are_the_rows_first_error(tmp_path: Path, change: dict[str, objec
     with pytest.raises(PredictionInputError) as by_columns:
         _labelled_columns(fingerprint, transform)
     assert by_columns.value.message == by_rows.value.message
+    with pytest.raises(LineageDataError) as encoded_by_rows:
+        _encoded_by_rows(fingerprint, transform)
+    with pytest.raises(LineageDataError) as encoded:
+        encode_generation(_generation(fingerprint), fingerprint, transform, 7, 0.25)
+    assert encoded.value.message.endswith(encoded_by_rows.value.message)
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [
+        (["no", "maybe", "yes", "perhaps"], "has 'maybe', not one of the lineage's classes"),  # the first in row order
+        ([None, None, None, None], "has no row with a target"),
+        (["NA", " ", None, "null"], "has no row with a target"),  # missing-value tokens are no label
+    ],
+)
+def test_encoding_refuses_classes_as_the_rows_do(tmp_path: Path, targets: list[str | None], message: str) -> None:
+    data = tmp_path / "data"
+    _dataset(data)
+    transform, _, _ = _train(data)
+    generation_dir = tmp_path / "generation"
+    generation_dir.mkdir()
+    table = pa.table({"amount": [1.0] * 4, "active": [True] * 4, "colour": ["red"] * 4, "kind": ["m00"] * 4})
+    # a dictionary in another order than the rows' (sorted, reversed): the first bad class is the first row's
+    dictionary = pa.array(sorted({t for t in targets if t is not None}, reverse=True), type=pa.string())
+    indices = pa.array([None if t is None else dictionary.to_pylist().index(t) for t in targets], type=pa.int32())
+    y = pa.DictionaryArray.from_arrays(indices, dictionary)
+    pq.write_table(table.append_column("y", y), generation_dir / "g.parquet")
+    assert pq.read_table(generation_dir / "g.parquet").column("y").type == y.type
+    fingerprint = fingerprint_local(str(generation_dir))
+    with pytest.raises(LineageDataError, match=message) as by_rows:
+        _encoded_by_rows(fingerprint, transform)
+    with pytest.raises(LineageDataError) as encoded:
+        encode_generation(_generation(fingerprint), fingerprint, transform, 7, 0.25)
+    assert encoded.value.message == by_rows.value.message
