@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import make_context, write_small_churn
@@ -22,6 +23,7 @@ from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.errors import InferenceError, IntegrityError, PredictionInputError
 from ml8s.inference import Predictor, read_model_dir, read_onnx_metadata, read_run_files
+from ml8s.inference.cells import read_cells
 from ml8s.inference.csv_rows import read_csv_columns
 
 ONNX = layout.model_export("onnx")
@@ -114,6 +116,31 @@ def test_columns_of_typed_values_predict_what_their_rows_predict(trained: Traine
         predictor.predict_values(absent, len(rows))
     empty = predictor.predict_values({name: [] for name in absent}, 0)
     assert empty.probabilities.shape == (0, len(predictor.classes)) == predictor.predict([]).probabilities.shape
+
+
+def test_cells_read_from_tables_predict_and_fail_as_their_rows(trained: Trained) -> None:
+    """A promotion's held-out rows (tables read column by column, ``read_cells``): the rows' predictions, and
+    their first error where a later table lacks a column or holds a value no cell can be."""
+    predictor = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
+    first = pa.Table.from_pylist([dict(row) for row in raw_rows(trained.data)[:30]])
+    names = sorted(column.name for column in predictor.transform.inputs)
+    for second in (
+        first.slice(0, 5),
+        first.slice(0, 5).drop_columns(["plan"]),
+        first.slice(0, 5).set_column(first.column_names.index("tenure"), "tenure", pa.array([b"x"] * 5)),
+    ):
+        rows = first.to_pylist() + second.to_pylist()
+        read = read_cells([first, second], names)
+        try:
+            expected = predictor.predict(rows)
+        except PredictionInputError as exc:
+            with pytest.raises(PredictionInputError) as refused:
+                predictor.predict_cells(read.cells, read.rows, read.failed)
+            assert refused.value.message == exc.message and "row 31 " in exc.message
+            continue
+        got = predictor.predict_cells(read.cells, read.rows, read.failed)
+        assert got.labels == expected.labels
+        np.testing.assert_array_equal(got.probabilities, expected.probabilities)
 
 
 def test_onnx_metadata_carries_classes_features_and_rules(trained: Trained) -> None:

@@ -20,8 +20,9 @@ from ml8s.data.fingerprint import Fingerprint, fingerprint_local
 from ml8s.data.sources import read_verified
 from ml8s.errors import LineageDataError, PredictionInputError
 from ml8s.inference import RawTransform
+from ml8s.inference.cells import read_cells, row_cells
 from ml8s.lineage.columns import has_label, typed_columns
-from ml8s.lineage.history import _kept_rows, _split, encode_generation
+from ml8s.lineage.history import _class_index, _split, encode_generation, held_out_tables
 
 
 def _by_rows(fingerprint: Fingerprint, transform: RawTransform) -> tuple[dict[str, Column], int]:
@@ -55,6 +56,20 @@ def _generations(data: Path) -> None:
 def _labelled_columns(fingerprint: Fingerprint, transform: RawTransform) -> tuple[dict[str, Column], int]:
     tokens = {entry.token for entry in fingerprint.entries}
     return typed_columns(fingerprint, tokens, transform, has_label(transform.target_column))
+
+
+def _kept_rows(
+    generation: Generation, fingerprint: Fingerprint, transform: RawTransform
+) -> tuple[list[dict[str, object]], list[int]]:
+    """The reference: the generation's rows as mappings, those with a class kept, and their class indices."""
+    rows: list[dict[str, object]] = []
+    for entry, data in read_verified(fingerprint):
+        rows += parse_file(entry, data, fingerprint.data_root).to_pylist()
+    labels = [_class_index(row.get(transform.target_column), transform, generation.index) for row in rows]
+    kept = [(row, label) for row, label in zip(rows, labels, strict=True) if label is not None]
+    if not kept:
+        raise LineageDataError(f"generation {generation.index} ({generation.partition}) has no row with a target")
+    return [row for row, _ in kept], [label for _, label in kept]
 
 
 def _encoded_by_rows(fingerprint: Fingerprint, transform: RawTransform) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -96,6 +111,16 @@ def test_columns_read_as_the_rows_would_be(tmp_path: Path) -> None:
     np.testing.assert_array_equal(encoded.x, x)
     np.testing.assert_array_equal(encoded.y, y)
     np.testing.assert_array_equal(encoded.split, split)
+    # the held-out rows a promotion evaluates: the same cells of every column, the same labels
+    kept, labels = _kept_rows(_generation(fingerprint), fingerprint, transform)
+    chosen = [i for i in range(len(kept)) if split[i] == 1]
+    tables, classes = held_out_tables(_generation(fingerprint), fingerprint, transform, 7, 0.25)
+    assert classes == [transform.classes[labels[i]] for i in chosen]
+    names = ["active", "amount", "colour", "kind", "y"]
+    read = read_cells(tables, names)
+    assert read.rows == len(chosen) and not read.failed
+    for name in names:
+        assert read.cells[name].to_pylist() == row_cells([kept[i] for i in chosen], name).to_pylist(), name
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ Anything else is refused, naming the row (1 = the first) and the column.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,44 @@ from ml8s.errors import PredictionInputError
 Rows = Sequence[Mapping[str, object]]
 # Text columns by name, one cell a row (null or blank: missing), as a CSV file's columns read as text
 Cells = Mapping[str, pa.Array]
+
+
+@dataclass(frozen=True)
+class ReadCells:
+    """Text columns read from tables (:func:`read_cells`), ``rows`` rows each, and the error of each column's
+    first row that could not be read (a row without the column, or a value no cell can be): raised when a
+    transform types that column, in its turn, as the rows themselves would raise it. A dataclass: it holds
+    Arrow arrays and exceptions that never leave the process."""
+
+    cells: dict[str, pa.Array]
+    failed: dict[str, PredictionInputError]
+    rows: int
+
+
+def read_cells(tables: Iterable[pa.Table], names: Sequence[str]) -> ReadCells:
+    """The text cells of columns ``names`` of the tables' rows, one table after the other (each read once, so a
+    generator of tables keeps one in memory): what :func:`row_cells` makes of their ``to_pylist`` rows."""
+    pieces: dict[str, list[pa.Array]] = {name: [] for name in names}
+    failed: dict[str, PredictionInputError] = {}
+    rows = 0
+    for table in tables:
+        for name in names:
+            if name in failed or not table.num_rows:
+                continue
+            if name not in table.column_names:
+                failed[name] = absent_column(name, rows)
+                continue
+            try:
+                pieces[name].append(arrow_cells(table.column(name), name, rows))
+            except PredictionInputError as exc:
+                failed[name] = exc
+        rows += table.num_rows
+    cells = {
+        name: pa.concat_arrays(parts) if parts else pa.array([], type=pa.string())
+        for name, parts in pieces.items()
+        if name not in failed
+    }
+    return ReadCells(cells=cells, failed=failed, rows=rows)
 
 
 def row_cells(rows: Rows, name: str) -> pa.Array:

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.errors import InferenceError
+from ml8s.errors import InferenceError, PredictionInputError
 from ml8s.inference.cells import Cells, Rows
 from ml8s.inference.model_files import ModelFiles, ServingMetadata
 from ml8s.inference.transform import Float32Array, RawTransform
@@ -80,14 +80,16 @@ class Predictor:
         """
         return self._predicted(self.transform.encode(rows))
 
-    def predict_cells(self, cells: Cells, rows: int) -> Predictions:
+    def predict_cells(
+        self, cells: Cells, rows: int, failed: Mapping[str, PredictionInputError] | None = None
+    ) -> Predictions:
         """Predict ``rows`` rows given as text columns (:meth:`RawTransform.encode_cells`): no Python object per
         cell, for files of millions of rows.
 
         Raises:
             PredictionInputError: a needed column is absent or holds a value of the wrong kind.
         """
-        return self._predicted(self.transform.encode_cells(cells, rows))
+        return self._predicted(self.transform.encode_cells(cells, rows, failed))
 
     def predict_values(self, values: Mapping[str, Sequence[object]], rows: int) -> Predictions:
         """Predict ``rows`` rows given by column (:meth:`RawTransform.encode_values`: a DataFrame's columns).

@@ -135,7 +135,9 @@ class RawTransform(BaseModel):
         }
         return self.encode_typed(typed, rows)
 
-    def encode_cells(self, cells: Cells, rows: int) -> Float32Array:
+    def encode_cells(
+        self, cells: Cells, rows: int, failed: Mapping[str, PredictionInputError] | None = None
+    ) -> Float32Array:
         """The float32 feature matrix of ``rows`` rows given as text columns (:data:`Cells`): what
         :meth:`encode` makes of rows, without a Python object per cell (``ml8s predict`` reads its CSV file so).
 
@@ -143,7 +145,7 @@ class RawTransform(BaseModel):
             PredictionInputError: a needed column is absent from ``cells``, a cell is not of its column's kind, or a
                 feature's value is too large for float32.
         """
-        return self.encode_typed(self.typed_cells(cells), rows)
+        return self.encode_typed(self.typed_cells(cells, failed), rows)
 
     def encode_typed(self, columns: Mapping[str, Column], rows: int) -> Float32Array:
         """The float32 feature matrix of ``rows`` rows given as typed input columns (:meth:`typed_columns`).
@@ -184,14 +186,17 @@ class RawTransform(BaseModel):
         """
         return {column.name: row_cells(rows, column.name) for column in self.inputs}
 
-    def typed_cells(self, cells: Cells) -> dict[str, Column]:
-        """Every input column of ``cells``, typed as the schema's kinds.
+    def typed_cells(self, cells: Cells, failed: Mapping[str, PredictionInputError] | None = None) -> dict[str, Column]:
+        """Every input column of ``cells``, typed as the schema's kinds; ``failed``: the error of a column that
+        could not be read (:class:`ml8s.inference.cells.ReadCells`), raised in the column's turn.
 
         Raises:
-            PredictionInputError: a needed column is absent, or a cell is not of its column's kind.
+            PredictionInputError: a needed column is absent or failed, or a cell is not of its column's kind.
         """
         columns: dict[str, Column] = {}
         for column in self.inputs:
+            if failed and column.name in failed:
+                raise failed[column.name]
             if column.name not in cells:
                 raise PredictionInputError(
                     f"the rows have no column {column.name!r}; expected every column the model's features use"

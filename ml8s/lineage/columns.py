@@ -9,7 +9,7 @@ the kept rows of every file before it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,9 +17,8 @@ import pyarrow.compute as pc
 from ml8s.data.dataset import Column, parse_file
 from ml8s.data.fingerprint import Fingerprint, fingerprint_entries
 from ml8s.data.sources import read_verified
-from ml8s.errors import PredictionInputError
 from ml8s.inference import RawTransform
-from ml8s.inference.cells import absent_column, arrow_cells
+from ml8s.inference.cells import read_cells
 
 Keep = Callable[[pa.Table], pa.Array]  # a file's table -> which of its rows are read (a boolean per row)
 
@@ -35,32 +34,15 @@ def typed_columns(
     """
     entries = tuple(e for e in fingerprint.entries if e.token in tokens)
     sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
-    pieces: dict[str, list[pa.Array]] = {column.name: [] for column in transform.inputs}
-    failed: dict[str, PredictionInputError] = {}  # column -> the error of its first row that cannot be read
-    rows = 0
-    for entry, data in read_verified(sub):
-        table = parse_file(entry, data, fingerprint.data_root)
-        table = table.filter(keep(table))
-        for column in transform.inputs:
-            if column.name in failed or not table.num_rows:
-                continue
-            if column.name not in table.column_names:
-                failed[column.name] = absent_column(column.name, rows)
-                continue
-            try:
-                pieces[column.name].append(arrow_cells(table.column(column.name), column.name, rows))
-            except PredictionInputError as exc:
-                failed[column.name] = exc
-        rows += table.num_rows
-    columns: dict[str, Column] = {}
-    for column in transform.inputs:
-        if column.name in failed:
-            raise failed[column.name]
-        parts = pieces.pop(column.name)
-        columns[column.name] = transform.typed_column(
-            column, pa.concat_arrays(parts) if parts else pa.array([], type=pa.string())
-        )
-    return columns, rows
+    tables = (table.filter(keep(table)) for table in file_tables(sub))
+    read = read_cells(tables, [column.name for column in transform.inputs])
+    return transform.typed_cells(read.cells, read.failed), read.rows
+
+
+def file_tables(fingerprint: Fingerprint) -> Iterator[pa.Table]:
+    """Each file of ``fingerprint`` as a table (checked against its fingerprint as it is read), one at a time."""
+    for entry, data in read_verified(fingerprint):
+        yield parse_file(entry, data, fingerprint.data_root)
 
 
 def has_label(target: str) -> Keep:

@@ -22,7 +22,7 @@ from ml8s.data.missing import MISSING_TOKENS
 from ml8s.data.sources import read_verified
 from ml8s.errors import LineageDataError, LineageError, PredictionInputError, RecordsAppendError
 from ml8s.inference import RawTransform
-from ml8s.lineage.columns import Keep, typed_columns
+from ml8s.lineage.columns import Keep, file_tables, typed_columns
 from ml8s.records import GenerationInfo, RecordSchema, RecordStore
 
 # A racer appends one generation at a time: a few re-reads always see it done.
@@ -77,32 +77,31 @@ def encode_generation(
     return EncodedGeneration(generation.index, x, y, _split(rows, test_size, random_seed, generation.index))
 
 
-def held_out_rows(
+def held_out_tables(
     generation: Generation, fingerprint: Fingerprint, transform: RawTransform, random_seed: int, test_size: float
-) -> tuple[list[dict[str, object]], list[str]]:
-    """The raw rows of the generation's held-out split (the rows ``encode_generation`` holds out) and their
-    class labels: what a promotion rule evaluates any model of the lineage on."""
-    kept, labels = _kept_rows(generation, fingerprint, transform)
-    split = _split(len(kept), test_size, random_seed, generation.index)
-    chosen = [i for i in range(len(kept)) if split[i] == 1]
-    return [kept[i] for i in chosen], [transform.classes[labels[i]] for i in chosen]
+) -> tuple[list[pa.Table], list[str]]:
+    """The raw rows of the generation's held-out split (the rows ``encode_generation`` holds out), a table per
+    file, and their class labels: what a promotion rule evaluates any model of the lineage on.
 
-
-def _kept_rows(
-    generation: Generation, fingerprint: Fingerprint, transform: RawTransform
-) -> tuple[list[dict[str, object]], list[int]]:
-    """The generation's rows that have a target, and their class indices."""
+    Raises:
+        LineageDataError: as :func:`encode_generation` for its files and targets.
+    """
     entries = _check_files(generation, fingerprint)
     sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
-    rows: list[dict[str, object]] = []
-    for entry, data in read_verified(sub):
-        table = parse_file(entry, data, fingerprint.data_root)
-        rows += table.to_pylist()
-    labels = [_class_index(row.get(transform.target_column), transform, generation.index) for row in rows]
-    kept = [(row, label) for row, label in zip(rows, labels, strict=True) if label is not None]
-    if not kept:
+    indices: list[IntArray] = []
+    keep = _with_class(transform, generation, indices)
+    kept = [table.filter(keep(table)) for table in file_tables(sub)]  # the split needs every file's count first
+    rows = sum(table.num_rows for table in kept)
+    if not rows:
         raise _no_target(generation)
-    return [row for row, _ in kept], [label for _, label in kept]
+    split = _split(rows, test_size, random_seed, generation.index)
+    held: list[pa.Table] = []
+    start = 0
+    for table in kept:
+        held.append(table.filter(pa.array(split[start : start + table.num_rows] == 1)))
+        start += table.num_rows
+    labels = np.concatenate(indices)[split == 1]
+    return held, [transform.classes[i] for i in labels.tolist()]
 
 
 def _check_files(generation: Generation, fingerprint: Fingerprint) -> tuple[FileEntry, ...]:

@@ -31,8 +31,11 @@ from ml8s.pipeline.chain_commit import ChainCommit, require_signing_key
 from ml8s.store import Store
 
 if TYPE_CHECKING:  # onnxruntime and the data path load only where a candidate is evaluated
+    import pyarrow as pa
+
     from ml8s.contract.training_state import Generation
-    from ml8s.inference import Predictor, RawTransform
+    from ml8s.inference import Predictor
+    from ml8s.inference.cells import ReadCells
 
 _FILES = (layout.PAYLOAD_FEATURE_SCHEMA, layout.PAYLOAD_TRAINING_METADATA)
 # A part's regression must also exceed chance: McNemar's z, (worse - better) / sqrt(worse + better), above
@@ -84,8 +87,8 @@ def _compare(
         ours, theirs = _model(chain, candidate), _model(chain, served)
         scores = {}
         for name, generations in parts.items():
-            rows, labels = _evaluation_rows(ctx, generations, ours.transform)
-            scores[name] = _Score.of(ours, theirs, rows, labels)
+            cells, labels = _evaluation_cells(ctx, generations, ours, theirs)
+            scores[name] = _Score.of(ours, theirs, cells, labels)
     except (InferenceError, PredictionInputError) as exc:
         return "reject", f"v{served.counter} and the candidate cannot be compared on the same rows: {exc.message}"
     verdict: PromotionAction = "reject" if any(s.regressed(delta) for s in scores.values()) else "promote"
@@ -103,14 +106,16 @@ class _Score:
         self.rows, self.mine, self.other, self.worse, self.better = rows, mine, other, worse, better
 
     @classmethod
-    def of(cls, ours: Predictor, theirs: Predictor, rows: list[dict[str, object]], labels: list[str]) -> _Score:
-        if not rows:
+    def of(cls, ours: Predictor, theirs: Predictor, rows: ReadCells, labels: list[str]) -> _Score:
+        if not rows.rows:
             raise InferenceError("no held-out rows to evaluate on (TEST_SIZE holds none out)")
-        a = [p == y for p, y in zip(ours.predict(rows).labels, labels, strict=True)]
-        b = [p == y for p, y in zip(theirs.predict(rows).labels, labels, strict=True)]
+        mine = ours.predict_cells(rows.cells, rows.rows, rows.failed).labels
+        a = [p == y for p, y in zip(mine, labels, strict=True)]
+        other = theirs.predict_cells(rows.cells, rows.rows, rows.failed).labels
+        b = [p == y for p, y in zip(other, labels, strict=True)]
         worse = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
         better = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
-        return cls(len(rows), sum(a), sum(b), worse, better)
+        return cls(rows.rows, sum(a), sum(b), worse, better)
 
     @property
     def difference(self) -> float:
@@ -147,19 +152,25 @@ def _model(chain: ChainStore, version: ChainVersion) -> Predictor:
     )
 
 
-def _evaluation_rows(
-    ctx: RunContext, generations: Sequence[Generation], transform: RawTransform
-) -> tuple[list[dict[str, object]], list[str]]:
-    from ml8s.lineage.history import held_out_rows
+def _evaluation_cells(
+    ctx: RunContext, generations: Sequence[Generation], ours: Predictor, theirs: Predictor
+) -> tuple[ReadCells, list[str]]:
+    """The held-out rows of ``generations`` (labelled by the candidate's classes) as the text columns either model
+    reads: column by column, no dict per row, each model's errors those of the rows themselves."""
+    from ml8s.inference.cells import read_cells
+    from ml8s.lineage.history import held_out_tables
 
-    rows: list[dict[str, object]] = []
+    tables: list[pa.Table] = []
     labels: list[str] = []
     params = ctx.params
     for generation in generations:
-        more, classes = held_out_rows(generation, ctx.spec.fingerprint, transform, params.random_seed, params.test_size)
-        rows += more
+        more, classes = held_out_tables(
+            generation, ctx.spec.fingerprint, ours.transform, params.random_seed, params.test_size
+        )
+        tables += more
         labels += classes
-    return rows, labels
+    names = sorted({column.name for model in (ours, theirs) for column in model.transform.inputs})
+    return read_cells(tables, names), labels
 
 
 def _move_alias(ctx: RunContext, version: ChainVersion) -> None:
