@@ -143,6 +143,34 @@ def test_cells_read_from_tables_predict_and_fail_as_their_rows(trained: Trained)
         np.testing.assert_array_equal(got.probabilities, expected.probabilities)
 
 
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({2: {"tenure": "1e300"}, 4: {"monthly_charges": "-1e300"}}, "row 3 column 'tenure'"),  # the first row
+        ({2: {"tenure": "1e300", "monthly_charges": "1e300"}}, "row 3 column 'monthly_charges'"),  # its first feature
+    ],
+)
+def test_a_value_beyond_float32_names_its_first_row_then_feature(
+    trained: Trained, changes: dict[int, dict[str, str]], named: str
+) -> None:
+    """The matrix is narrowed a feature at a time: the error still names the first row in row order, and in that
+    row the first feature in matrix order, with the float64 value before narrowing."""
+    predictor = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
+    rows = [dict(row) for row in raw_rows(trained.data)[:6]]
+    for index, change in changes.items():
+        rows[index].update(change)
+    with pytest.raises(PredictionInputError) as refused:
+        predictor.predict(rows)
+    assert (
+        refused.value.message.startswith(named) and "too large for the model's float32 input" in refused.value.message
+    )
+    source = named.split("'")[1]
+    rule = next(r for r in predictor.transform.rules if r.source == source and r.kind == "numeric")
+    assert rule.scale_mean is not None and rule.scale_std is not None
+    value = (float(rows[int(named.split()[1]) - 1][source]) - rule.scale_mean) / rule.scale_std
+    assert f"gives feature {rule.name!r} the value {value:.6g}," in refused.value.message
+
+
 def test_onnx_metadata_carries_classes_features_and_rules(trained: Trained) -> None:
     meta = read_onnx_metadata(trained.files(ONNX).read_bytes())
     schema = json.loads(trained.files(layout.FEATURE_SCHEMA).read_bytes())

@@ -21,7 +21,7 @@ from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
 from ml8s.data.dataset import Column, text_column
 from ml8s.errors import DataError, InferenceError, PredictionInputError
 from ml8s.inference.cells import Cells, Rows, row_cells, value_cells
-from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_columns
+from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_each
 
 SCHEMA_VERSIONS = (1, 2)  # 2: ``categories`` recorded (MAX_FEATURES hid some kept categories)
 InputKind = Literal["numeric", "boolean", "categorical", "any"]
@@ -157,13 +157,20 @@ class RawTransform(BaseModel):
             if column.kind == "categorical" and not column.complete:
                 _refuse_unknown(column, columns[column.name])
         kept = {column.name: column.categories for column in self.inputs if column.kind == "categorical"}
-        wide = encode_columns(self.rules, columns, kept, rows)
-        narrow = wide.astype(np.float32)
-        if not np.isfinite(narrow).all():  # an infinity in the model's input: a NaN prediction, or a NaN loss
-            row, feature = (int(i) for i in np.argwhere(~np.isfinite(narrow))[0])
+        # Narrowed a feature at a time (the float64 matrix was twice the float32 one): the same casts.
+        narrow = np.empty((rows, len(self.rules)), dtype=np.float32)
+        worst: tuple[int, int, float] | None = None  # the first (row, feature) out of float32's range, its value
+        for feature, wide in enumerate(encode_each(self.rules, columns, kept)):
+            values = wide.astype(np.float32)
+            bad = np.flatnonzero(~np.isfinite(values))  # an infinity in the model's input: a NaN prediction or loss
+            if len(bad) and (worst is None or int(bad[0]) < worst[0]):
+                worst = (int(bad[0]), feature, float(wide[bad[0]]))
+            narrow[:, feature] = values
+        if worst is not None:
+            row, feature, value = worst
             rule = self.rules[feature]
             raise PredictionInputError(
-                f"row {row + 1} column {rule.source!r} gives feature {rule.name!r} the value {wide[row, feature]:.6g}, "
+                f"row {row + 1} column {rule.source!r} gives feature {rule.name!r} the value {value:.6g}, "
                 "too large for the model's float32 input; expected magnitudes below 3.4e38 after the feature's scaling"
             )
         return narrow
