@@ -14,6 +14,8 @@ exits non-zero if any of them failed to run. ``--quick`` is passed on to every b
 - bench_fingerprint.py: DATA_FINGERPRINT against ``sha256sum``;
 - bench_gpu.py: on a GPU node, the demo configuration trained on CUDA against the same machine's CPU, and the
   CUDA runs byte-compared (prints that there is nothing to compare where no GPU is visible);
+- bench_raw_rows.py: raw rows at scale (`ml8s predict`, a warm start's drift report, encoded generation and
+  promotion rows, read column by column) against ``pyarrow.csv.read_csv`` of the same file, with peak RSS;
 - bench_scale.py: ``ml8s run`` (EPOCHS=1) at 0.5M, 2M and 20M demo rows: wall time, peak RSS, the steps before
   training against ``pyarrow.csv.read_csv`` and µs per training step against a minimal torch loop (with
   ``--device cuda``, also against the step captured as a CUDA graph);

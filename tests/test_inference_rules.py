@@ -371,3 +371,24 @@ def test_a_matrix_value_beyond_float32_is_refused_not_written_as_an_infinity() -
         DataError, match=r"feature 'f' has a value too large for the float32 feature matrix \(magnitude 1e\+39"
     ):
         _float32("f", np.array([1.0, -1e39]))
+
+
+@pytest.mark.parametrize("precision", [0, 1, 3, 6, 17, None])
+def test_csv_probabilities_are_the_rounded_values_digits(precision: int | None) -> None:
+    """CSV cells are formatted straight from the probabilities: the same text as formatting round(p, N) (ties
+    at the last decimal, tiny and near-1 values included); JSON carries round(p, N) itself."""
+    from ml8s.inference.output import render
+    from ml8s.inference.predictor import Predictions
+
+    rng = np.random.default_rng(3)
+    first = np.concatenate([[0.0, 5e-7, 1.5e-6, 0.1234565, 0.5, 1 - 5e-7, 1e-300], rng.random(2000)])
+    probabilities = np.column_stack([first, 1 - first])
+    predictions = Predictions(classes=("no", "yes"), labels=("no",) * len(first), probabilities=probabilities)
+    lines = render(predictions, "csv", precision=precision).decode().splitlines()[1:]
+    for line, row in zip(lines, probabilities.tolist(), strict=True):
+        expected = [repr(p) if precision is None else f"{round(p, precision):.{precision}f}" for p in row]
+        assert line.split(",")[1:] == expected
+    records = json.loads(render(predictions, "json", precision=precision))
+    assert [r["probability_yes"] for r in records] == [
+        p if precision is None else round(p, precision) for p in probabilities[:, 1].tolist()
+    ]

@@ -78,13 +78,11 @@ def render(
 
     ``precision`` rounds probabilities to that many decimals (None: every digit, which reads back exactly).
     """
-    # a list per class, each probability rounded once: the formats below read them by column or by row
-    columns = [
-        [p if precision is None else round(p, precision) for p in column]
-        for column in predictions.probabilities.T.tolist()
-    ]
+    exact = predictions.probabilities.T.tolist()  # a list per class
     names = [f"{PROBABILITY_PREFIX}{c}" for c in predictions.classes]
     id_cells = [None if v is None else str(v) for v in ids]
+    # each probability rounded once, for the formats that carry numbers (CSV text is rounded as it is formatted)
+    columns = [] if fmt == "csv" else [c if precision is None else [round(p, precision) for p in c] for c in exact]
     if fmt == "parquet":
         arrays: dict[str, pa.Array] = {}
         if id_column is not None:
@@ -106,7 +104,9 @@ def render(
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*([id_column] if id_column is not None else []), PREDICTED, *names])
-    texts = [[repr(p) if precision is None else f"{p:.{precision}f}" for p in column] for column in columns]
+    # "%.Nf" is correctly rounded, as round() is: the digits of round(p, N) formatted to N places, without
+    # making the rounded float first (2M rows: 0.7 s a class instead of 2.2 s)
+    texts = [list(map(repr if precision is None else f"%.{precision}f".__mod__, column)) for column in exact]
     leading = [[cell or "" for cell in id_cells]] if id_column is not None else []
     writer.writerows(zip(*leading, predictions.labels, *texts, strict=True))
     return out.getvalue().encode("utf-8")
