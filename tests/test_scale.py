@@ -392,3 +392,35 @@ def test_the_data_steps_load_neither_torch_nor_mlflow(small_data: Path, tmp_path
     argv = [sys.executable, "-c", _DATA_STEPS_ONLY, str(small_data), str(tmp_path / "root")]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 1 and json.loads(done.stderr.strip().splitlines()[-1]) == [], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("cell", [*TRICKY, "", " 1", "1 ", "NA", "nan", "NaN", "1e999", "-1e999", "1e-999", "?"])
+def test_a_numeric_column_typed_by_one_cast_is_typed_as_by_the_pattern(
+    cell: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """text_column's fast path (one cast when every cell is a plain number) gives the slow way's values, or
+    leaves the cell to the slow way, whose error it then is."""
+    import ml8s.data.columns as columns
+    from ml8s.errors import DataError
+
+    cells = pa.array(["7", cell, None, "8"], type=pa.string())
+
+    def typed() -> tuple[str, list[float] | str]:
+        try:
+            column = columns.text_column("x", "numeric", cells)
+        except DataError as exc:
+            return "error", exc.message
+        return "values", np.asarray(column.values).view(np.uint64).tolist()
+
+    fast = typed()
+    monkeypatch.setattr(columns, "_plain_numbers", lambda cells: None)
+    assert fast == typed()
+
+
+def test_plain_numbers_take_the_one_cast() -> None:
+    from ml8s.data.columns import _plain_numbers
+
+    plain = _plain_numbers(pa.array(["1", "", None, "-2.5e3", "+.5"], type=pa.string()))
+    assert plain is not None and np.array_equal(plain, [1.0, np.nan, np.nan, -2500.0, 0.5], equal_nan=True)
+    for other in (" 1", "NA", "nan", "inf", "1e999", "x"):
+        assert _plain_numbers(pa.array(["1", other], type=pa.string())) is None, other
