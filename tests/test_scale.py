@@ -424,3 +424,58 @@ def test_plain_numbers_take_the_one_cast() -> None:
     assert plain is not None and np.array_equal(plain, [1.0, np.nan, np.nan, -2500.0, 0.5], equal_nan=True)
     for other in (" 1", "NA", "nan", "inf", "1e999", "x"):
         assert _plain_numbers(pa.array(["1", other], type=pa.string())) is None, other
+
+
+def _per_cell(name: str, kind: str, cells: pa.Array) -> tuple[str, list[float], list[str] | None, int]:
+    """The reference: every cell trimmed, tokens missing, checked and typed one by one (text_column's old way)."""
+    from ml8s.data.columns import present_text, typed_text
+
+    values = present_text(cells)
+    if kind == "boolean":
+        valid = pc.fill_null(
+            pc.or_kleene(pc.is_null(values), pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))), False
+        )
+        bad = np.flatnonzero(~np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool))
+        if len(bad):  # the error's text and row (1 = the first)
+            return str(values[int(bad[0])].as_py()), [], None, int(bad[0]) + 1
+    column = typed_text(name, kind, values)
+    return (
+        "",
+        np.asarray(column.values, dtype=np.float64).tolist(),
+        column.category_list() if kind == "categorical" else None,
+        0,
+    )
+
+
+DISTINCT_CASES = [
+    ["b", " a", "a ", "NA", None, "b", "\u00a0c\u00a0", "", "a", "?", "null", "B"],
+    [" TRUE", "false ", "", None, "True", "NA", "fAlSe"],
+    ["true", "yes", "false", "maybe", "yes"],  # the first bad row named
+    [None, None],
+    [],
+    ["x"] * 5,
+]
+
+
+@pytest.mark.parametrize("kind", ["categorical", "boolean"])
+@pytest.mark.parametrize("cells", DISTINCT_CASES)
+def test_text_typed_once_per_distinct_text_is_typed_as_per_cell(kind: str, cells: list[str | None]) -> None:
+    from ml8s.data.columns import text_column
+    from ml8s.errors import DataError
+
+    array = pa.array(cells, type=pa.string())
+    expected = _per_cell("c", kind, array)
+    try:
+        column = text_column("c", kind, array)
+    except DataError as exc:
+        bad, _, _, row = expected
+        assert row and f"has {bad!r} in row {row} (of {len(cells)})" in exc.message, exc.message
+        return
+    _, values, categories, row = expected
+    assert not row
+    assert np.array_equal(
+        np.asarray(column.values, dtype=np.float64), np.asarray(values, dtype=np.float64), equal_nan=True
+    )
+    assert column.values.dtype == (np.int32 if kind == "categorical" else np.float64)
+    if kind == "categorical":
+        assert column.category_list() == categories

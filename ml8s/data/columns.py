@@ -105,6 +105,8 @@ def text_column(name: str, kind: str, cells: pa.Array) -> Column:
     plain = _plain_numbers(cells) if kind == "numeric" else None
     if plain is not None:
         return Column(name=name, kind="numeric", values=plain)
+    if kind != "numeric":
+        return _by_distinct_text(name, kind, cells)
     values = present_text(cells)
     if kind != "categorical":
         if kind == "boolean":
@@ -128,6 +130,33 @@ def text_column(name: str, kind: str, cells: pa.Array) -> Column:
             "number; expected a decimal number within float64's range or an empty cell"
         )
     return column
+
+
+def _by_distinct_text(name: str, kind: str, cells: pa.Array) -> Column:
+    """A categorical or boolean column of text cells typed the way :func:`text_column` types every cell, but with
+    the rules applied once per distinct text (trimming, the tokens, the kind's check): the cells are dictionary
+    coded first, and a code's result is every row's with that code. A boolean cell that is not one names the
+    first such row, as the per-cell check does."""
+    if isinstance(cells, pa.ChunkedArray):
+        cells = cells.combine_chunks()
+    encoded = pc.dictionary_encode(cells)
+    indices = np.asarray(pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(), dtype=np.int64)
+    distinct = present_text(encoded.dictionary)  # a null (missing) cell takes the slot after the last code
+    if kind == "categorical":
+        typed = categorical(name, distinct)
+        lut = np.append(typed.values, -1).astype(np.int32)
+        return Column(name=name, kind="categorical", values=lut[indices], categories=typed.categories)
+    lower = pc.utf8_lower(distinct)
+    valid = pc.fill_null(pc.or_kleene(pc.is_null(distinct), pc.is_in(lower, pa.array(["true", "false"]))), False)
+    bad = np.append(~np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool), False)
+    if bad.any():
+        row = int(np.flatnonzero(bad[indices])[0])
+        raise DataError(
+            f"column {name!r} has {distinct[int(indices[row])].as_py()!r} in row {row + 1} (of {len(cells)}), "
+            "which is not boolean; expected true or false or an empty cell"
+        )
+    lut = np.append(floats(convert(pc.equal(lower, "true"), pa.float64())), np.nan)
+    return Column(name=name, kind="boolean", values=np.asarray(lut[indices], dtype=np.float64))
 
 
 def _plain_numbers(cells: pa.Array) -> FloatArray | None:
