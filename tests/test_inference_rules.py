@@ -22,7 +22,7 @@ from ml8s.identity.params import validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.inference import MAX_CATEGORIES, MISSING, OTHER, RawTransform
 from ml8s.inference.csv_rows import read_csv_columns, read_csv_rows
-from ml8s.inference.output import unseen_categories
+from ml8s.inference.output import Unseen, unseen_categories
 from ml8s.pipeline.features import feature_schema
 
 HEADER = "amount,active,colour,kind,y"
@@ -302,13 +302,22 @@ def test_csv_columns_read_what_csv_rows_read(blob: bytes) -> None:
     }
 
 
-def test_unseen_categories_are_counted_per_distinct_text(data: Path) -> None:
-    """Counted as a loop over the rows would: trimmed, missing tokens and blanks left out, examples sorted."""
+def test_unseen_categories_are_counted_in_the_typed_columns(data: Path) -> None:
+    """Counted as the model sees them: trimmed, missing tokens and blanks left out, examples sorted."""
     transform, _, _ = _train(data)
     colour = [" red", "purple", "", None, "NaN", "purple ", "Red", "mauve", "teal", "green"]
-    (found,) = unseen_categories(transform, {"colour": pa.array(colour, type=pa.string())})
+
+    def unseen(cells: list[str | None]) -> list[Unseen]:
+        typed = transform.typed_cells({**_other_cells(transform, len(cells)), "colour": pa.array(cells, pa.string())})
+        return unseen_categories(transform, typed)
+
+    (found,) = unseen(colour)
     assert (found.column, found.count, found.examples) == ("colour", 5, ("Red", "mauve", "purple"))
-    assert unseen_categories(transform, {"colour": pa.array(["red", "  "], type=pa.string())}) == []
+    assert unseen(["red", "  "]) == []
+
+
+def _other_cells(transform: RawTransform, rows: int) -> dict[str, pa.Array]:
+    return {column.name: pa.array([""] * rows, type=pa.string()) for column in transform.inputs}
 
 
 def test_csv_rows_keep_text_cells() -> None:

@@ -109,13 +109,14 @@ def _predict(args: argparse.Namespace) -> int:
             f"{where} has no column(s) {absent} in its header {list(table.columns)}; expected every column the "
             f"model's features use{_spacing_hint(absent, table.columns)}"
         )
-    unseen = unseen_categories(predictor.transform, table.cells)
+    typed = predictor.transform.typed_cells(table.cells)  # a cell not of its column's kind is refused here
+    unseen = unseen_categories(predictor.transform, typed)
     if unseen and args.strict:
         raise PredictionInputError(f"--strict: {unseen[0].message()} (and {len(unseen) - 1} more column(s))")
     for found in unseen:
         print(f"ml8s: warning: {found.message()}", file=sys.stderr)
     ids = table.cells[args.id_column].to_pylist() if args.id_column is not None else []
-    predictions = predictor.predict_cells(table.cells, table.rows)
+    predictions = predictor.predict_typed(typed, table.rows)
     out = render(predictions, args.format, precision=args.precision, id_column=args.id_column, ids=ids)
     if args.output == "-":
         write_binary(out)

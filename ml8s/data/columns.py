@@ -167,7 +167,7 @@ def _plain_numbers(cells: pa.Array) -> FloatArray | None:
     check, a pattern match and the cast."""
     text = pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
     try:
-        parsed = pc.call_function("cast", [text], pc.CastOptions.safe(pa.float64()))
+        parsed = convert(text, pa.float64())
     except pa.ArrowInvalid:
         return None
     values = floats(parsed)
@@ -200,6 +200,19 @@ def floats(array: pa.ChunkedArray | pa.Array) -> FloatArray:
 
 def _ints(array: pa.ChunkedArray | pa.Array) -> CodeArray:
     return np.asarray(array.to_numpy(), dtype=np.int32)
+
+
+def is_text(kind: pa.DataType) -> bool:
+    """Whether an Arrow type holds text (any of its string layouts)."""
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
+
+
+def decoded(array: pa.Array) -> pa.Array:
+    """A dictionary-coded array as its plain values (a Parquet file's categories); any other array as it is."""
+    if pa.types.is_dictionary(array.type):
+        plain: pa.Array = convert(array, array.type.value_type)
+        return plain
+    return array
 
 
 def convert(array: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:

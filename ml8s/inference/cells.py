@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ml8s.data.columns import convert, decoded, is_text
 from ml8s.errors import PredictionInputError
 
 Rows = Sequence[Mapping[str, object]]
@@ -80,11 +81,10 @@ def arrow_cells(values: pa.Array | pa.ChunkedArray, name: str, first_row: int) -
     """The text cells of an Arrow column whose first value is row ``first_row`` (0-based) of the rows: a text
     column as it is (no Python object per cell), any other cell by cell, as :func:`row_cells` reads the same
     values (``to_pylist`` rows)."""
-    column = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
-        column = column.cast(column.type.value_type)
-    if _is_text(column.type):
-        return column.cast(pa.string())
+    column = decoded(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+    if is_text(column.type):
+        text: pa.Array = convert(column, pa.string())
+        return text
     return pa.array(
         [_cell_text(value, name, first_row + i) for i, value in enumerate(column.to_pylist())], type=pa.string()
     )
@@ -95,10 +95,6 @@ def absent_column(name: str, index: int) -> PredictionInputError:
     return PredictionInputError(
         f"row {index + 1} has no column {name!r}; expected every column the model's features use"
     )
-
-
-def _is_text(kind: pa.DataType) -> bool:
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
 
 
 def _cell(row: Mapping[str, object], name: str, index: int) -> object:

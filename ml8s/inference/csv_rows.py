@@ -60,9 +60,11 @@ def read_csv_columns(data: bytes, where: str) -> CsvColumns:
     except DataError:
         # Arrow's reader refuses some files Python's accepts (a header without a newline): Python's reads them,
         # and names the error where both refuse
-        rows = read_csv_rows(data, where)
-        cells = {name: pa.array([row[name] for row in rows.rows], type=pa.string()) for name in rows.columns}
-        return CsvColumns(columns=rows.columns, cells=cells, rows=len(rows.rows))
+        records = _records(data, where)
+        header = next(records)
+        body = list(records)
+        cells = {name: pa.array([row[i] for row in body], type=pa.string()) for i, name in enumerate(header)}
+        return CsvColumns(columns=tuple(header), cells=cells, rows=len(body))
     names = tuple(table.column_names)
     return CsvColumns(
         columns=names, cells={name: table.column(name).combine_chunks() for name in names}, rows=table.num_rows

@@ -6,17 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.missing import MISSING_TOKENS
-from ml8s.inference.cells import Cells
+from ml8s.data.columns import Column
 from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX, Predictions
 from ml8s.inference.transform import RawTransform
 
@@ -46,22 +43,18 @@ class Unseen(BaseModel):
         )
 
 
-def unseen_categories(transform: RawTransform, cells: Cells) -> list[Unseen]:
-    """Per categorical input column (sorted), the non-missing values outside its kept categories, in ``cells``
-    (text columns, :data:`ml8s.inference.transform.Cells`). Each distinct text is judged once, not each cell."""
+def unseen_categories(transform: RawTransform, typed: Mapping[str, Column]) -> list[Unseen]:
+    """Per categorical input column (sorted), the present values outside its kept categories, counted in the
+    columns as the transform typed them (:meth:`RawTransform.typed_cells`): the values the model sees."""
     found: list[Unseen] = []
     for column in sorted(transform.inputs, key=lambda c: c.name):
-        if column.kind != "categorical" or not column.categories or column.name not in cells:
+        if column.kind != "categorical" or not column.categories or column.name not in typed:
             continue
         known = set(column.categories)
-        coded = pc.dictionary_encode(pc.fill_null(cells[column.name], ""))
-        counts = np.bincount(np.asarray(coded.indices.to_numpy(), dtype=np.int64), minlength=len(coded.dictionary))
-        texts = [str(value).strip() for value in coded.dictionary.to_pylist()]
-        pairs = zip(texts, counts.tolist(), strict=True)
-        outside = [(text, count) for text, count in pairs if count and text not in MISSING_TOKENS and text not in known]
+        outside = {v: n for v, n in typed[column.name].counts().items() if v is not None and v not in known}
         if outside:
-            examples = tuple(sorted({text for text, _ in outside})[:EXAMPLES])
-            count = sum(n for _, n in outside)
+            examples = tuple(sorted(outside)[:EXAMPLES])
+            count = sum(outside.values())
             found.append(Unseen(column=column.name, count=count, examples=examples, known=column.categories))
     return found
 

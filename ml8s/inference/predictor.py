@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ml8s.data.columns import Column
 from ml8s.errors import InferenceError, PredictionInputError
 from ml8s.inference.cells import Cells, Rows
 from ml8s.inference.model_files import ModelFiles, ServingMetadata
@@ -98,6 +99,15 @@ class Predictor:
             PredictionInputError: a needed column is absent or holds a value of the wrong kind.
         """
         return self._predicted(self.transform.encode_values(values, rows))
+
+    def predict_typed(self, columns: Mapping[str, Column], rows: int) -> Predictions:
+        """Predict ``rows`` rows given as typed input columns (:meth:`RawTransform.typed_cells`'s), as another
+        model with the same inputs typed them: a promotion types the held-out rows once for both models.
+
+        Raises:
+            PredictionInputError: a feature's value is too large for float32, or a category cannot be placed.
+        """
+        return self._predicted(self.transform.encode_typed(columns, rows))
 
     def _predicted(self, matrix: Float32Array) -> Predictions:
         rows, n_classes = len(matrix), len(self.classes)

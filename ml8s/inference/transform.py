@@ -184,15 +184,6 @@ class RawTransform(BaseModel):
         # a column's cells made just before it is typed: the first failing column's error comes first, whichever
         return {column.name: self.typed_column(column, row_cells(rows, column.name)) for column in self.inputs}
 
-    def cells(self, rows: Rows) -> dict[str, pa.Array]:
-        """The text columns (:data:`Cells`) of every input column of ``rows``.
-
-        Raises:
-            PredictionInputError: a needed column is absent from a row, or a cell is neither text, a number, a
-                boolean nor missing.
-        """
-        return {column.name: row_cells(rows, column.name) for column in self.inputs}
-
     def typed_cells(self, cells: Cells, failed: Mapping[str, PredictionInputError] | None = None) -> dict[str, Column]:
         """Every input column of ``cells``, typed as the schema's kinds; ``failed``: the error of a column that
         could not be read (:class:`ml8s.inference.cells.ReadCells`), raised in the column's turn.

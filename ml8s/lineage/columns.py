@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ml8s.data.columns import decoded, is_text
 from ml8s.data.dataset import Column, parse_file
 from ml8s.data.fingerprint import Fingerprint, fingerprint_entries
 from ml8s.data.sources import read_verified
@@ -32,17 +34,22 @@ def typed_columns(
     Raises:
         PredictionInputError: a kept row lacks an input column, or holds a value its column cannot (module doc).
     """
-    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
-    sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
-    tables = (table.filter(keep(table)) for table in file_tables(sub))
+    tables = (table.filter(keep(table)) for table in file_tables(fingerprint, tokens))
     read = read_cells(tables, [column.name for column in transform.inputs])
     return transform.typed_cells(read.cells, read.failed), read.rows
 
 
-def file_tables(fingerprint: Fingerprint) -> Iterator[pa.Table]:
-    """Each file of ``fingerprint`` as a table (checked against its fingerprint as it is read), one at a time."""
-    for entry, data in read_verified(fingerprint):
+def file_tables(fingerprint: Fingerprint, tokens: set[str]) -> Iterator[pa.Table]:
+    """Each file ``tokens`` names as a table (checked against ``fingerprint`` as it is read), one at a time."""
+    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
+    sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
+    for entry, data in read_verified(sub):
         yield parse_file(entry, data, fingerprint.data_root)
+
+
+def no_rows(table: pa.Table) -> pa.Array:
+    """A row mask that keeps none of ``table``'s rows."""
+    return pa.array(np.zeros(table.num_rows, dtype=bool))
 
 
 def has_label(target: str) -> Keep:
@@ -50,12 +57,10 @@ def has_label(target: str) -> Keep:
 
     def keep(table: pa.Table) -> pa.Array:
         if target not in table.column_names:
-            return pa.array([False] * table.num_rows, type=pa.bool_())
-        values = table.column(target).combine_chunks()
-        if pa.types.is_dictionary(values.type):
-            values = values.cast(values.type.value_type)
+            return no_rows(table)
+        values = decoded(table.column(target).combine_chunks())
         present = pc.is_valid(values)
-        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        if is_text(values.type):
             present = pc.and_(present, pc.fill_null(pc.not_equal(values, ""), False))
         return present
 

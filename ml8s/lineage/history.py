@@ -16,13 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ml8s.contract.training_state import Generation
+from ml8s.data.columns import decoded
 from ml8s.data.dataset import parse_file
 from ml8s.data.fingerprint import FileEntry, Fingerprint, fingerprint_entries
 from ml8s.data.missing import MISSING_TOKENS
 from ml8s.data.sources import read_verified
 from ml8s.errors import LineageDataError, LineageError, PredictionInputError, RecordsAppendError
 from ml8s.inference import RawTransform
-from ml8s.lineage.columns import Keep, file_tables, typed_columns
+from ml8s.lineage.columns import Keep, file_tables, no_rows, typed_columns
 from ml8s.records import GenerationInfo, RecordSchema, RecordStore
 
 # A racer appends one generation at a time: a few re-reads always see it done.
@@ -86,11 +87,11 @@ def held_out_tables(
     Raises:
         LineageDataError: as :func:`encode_generation` for its files and targets.
     """
-    entries = _check_files(generation, fingerprint)
-    sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
+    _check_files(generation, fingerprint)
     indices: list[IntArray] = []
     keep = _with_class(transform, generation, indices)
-    kept = [table.filter(keep(table)) for table in file_tables(sub)]  # the split needs every file's count first
+    # every file's count is needed before the split: the kept rows are held, as Arrow tables
+    kept = [table.filter(keep(table)) for table in file_tables(fingerprint, set(generation.files))]
     rows = sum(table.num_rows for table in kept)
     if not rows:
         raise _no_target(generation)
@@ -124,13 +125,12 @@ def _with_class(transform: RawTransform, generation: Generation, labels: list[In
 
     def keep(table: pa.Table) -> pa.Array:
         if transform.target_column not in table.column_names:
-            return pa.array([False] * table.num_rows, type=pa.bool_())
+            return no_rows(table)
         values = table.column(transform.target_column).combine_chunks()
         if values.null_count == len(values):  # no label at all (Arrow's null type among them)
-            return pa.array([False] * len(values), type=pa.bool_())
-        if pa.types.is_dictionary(values.type):  # its dictionary's order is the writer's: coded again, in row order
-            values = values.cast(values.type.value_type)
-        coded = pc.dictionary_encode(values)
+            return no_rows(table)
+        # decoded first: a dictionary's order is its writer's, and coded again its codes follow the rows' order
+        coded = pc.dictionary_encode(decoded(values))
         per_code = [_class_index(value, transform, generation.index) for value in coded.dictionary.to_pylist()]
         lut = np.array([-1 if index is None else index for index in [*per_code, None]], dtype=np.int64)
         codes = np.asarray(pc.fill_null(coded.indices, len(per_code)).to_numpy(), dtype=np.int64)

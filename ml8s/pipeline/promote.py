@@ -109,10 +109,11 @@ class _Score:
     def of(cls, ours: Predictor, theirs: Predictor, rows: ReadCells, labels: list[str]) -> _Score:
         if not rows.rows:
             raise InferenceError("no held-out rows to evaluate on (TEST_SIZE holds none out)")
-        mine = ours.predict_cells(rows.cells, rows.rows, rows.failed).labels
-        a = [p == y for p, y in zip(mine, labels, strict=True)]
-        other = theirs.predict_cells(rows.cells, rows.rows, rows.failed).labels
-        b = [p == y for p, y in zip(other, labels, strict=True)]
+        typed = ours.transform.typed_cells(rows.cells, rows.failed)
+        a = [p == y for p, y in zip(ours.predict_typed(typed, rows.rows).labels, labels, strict=True)]
+        if theirs.transform.inputs != ours.transform.inputs:  # another lineage's columns: typed its own way
+            typed = theirs.transform.typed_cells(rows.cells, rows.failed)
+        b = [p == y for p, y in zip(theirs.predict_typed(typed, rows.rows).labels, labels, strict=True)]
         worse = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
         better = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
         return cls(rows.rows, sum(a), sum(b), worse, better)
