@@ -83,9 +83,9 @@ def bucket(column: Column, kept: Collection[str]) -> Buckets:
 
 
 def present_labels(column: Column, kept: Collection[str]) -> list[str]:
-    """``bucket(column, kept).present()``, from the column's code counts: a label is some row's when a code that
-    becomes it occurs, so the rows need not be bucketed (one counting pass over the codes instead of a mapping
-    pass and a counting pass)."""
+    """The labels of :func:`bucket` that some row has, sorted, from the column's code counts: a label is some
+    row's when a code that becomes it occurs, so the rows need not be bucketed (one counting pass over the codes
+    instead of a mapping pass and a counting pass)."""
     per_code = _labels_per_code(column, kept)  # the last entry: code -1, missing
     counts = code_counts(column.values, len(column.categories))  # code -1's count first
     return sorted({per_code[i - 1] for i in np.flatnonzero(counts).tolist()})
