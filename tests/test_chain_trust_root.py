@@ -16,18 +16,21 @@ from test_chain_signing import KEY_A, KEY_B, KEY_C, ROOT, ROOT_KEY, intruder
 from test_chain_support import (  # noqa: F401  (fixtures)
     CHAIN,
     StoreSpec,
+    forge,
     local_or_radosgw_spec,
     meta,
     open_spec,
     payload,
     rgw_spec_fixture,
     set_head,
+    version_path,
 )
 
 from ml8s.chain import (
     ChainStore,
     ChainVersion,
     Follower,
+    PayloadKind,
     ReadTrust,
     SigningKey,
     TrustedReader,
@@ -418,3 +421,24 @@ def test_reproduce_refuses_a_forged_history_before_training(
     code, err = _cli(capsys, "chain", "reproduce", "--from", "0")
     assert code == 1 and "ml8s: CHAIN_CORRUPTION: version 3" in err, err
     assert "training run" not in err  # refused before the first re-training
+
+
+def test_forged_genesis_head_with_a_payload_is_refused(pinned_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Genesis is exempt from signatures because it holds nothing: a store writer's counter-0 block holding a
+    model, made the head (run index and trail deleted), is no genesis, for verify and every reader alike."""
+    root = pinned_env / "store"
+    chain = rooted(root)
+    genesis = chain.list()[0]
+    (version_path(root, genesis.version_dir) / paths.PAYLOAD).mkdir()  # forge() copies a payload directory
+    forged = forge(root, genesis, keep_original=True, new_payload=payload("evil"), payload_kind=PayloadKind.FULL)
+    set_head(root, forged)
+    for part in (paths.RUNS, paths.AUDIT):
+        shutil.rmtree(root / paths.ROOT / CHAIN / part)
+    assert "genesis" in verify_chain(fresh(chain), root=ROOT, require_signed=True).checks
+    with pytest.raises(UntrustedVersionError) as followed:
+        Follower(fresh(chain), trust=PINNED).poll()
+    with pytest.raises(UntrustedVersionError) as read:
+        TrustedReader(fresh(chain), trust=PINNED).head()
+    assert followed.value.check == read.value.check == "genesis"
+    code, err = _cli(capsys, "predict", "--chain", CHAIN, "--input", str(pinned_env / "rows.csv"))
+    assert code == 1 and err.startswith("ml8s: CHAIN_UNTRUSTED") and "genesis" in err, err

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import revocation, trust
+from ml8s.chain import _checks, revocation, trust
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.root import TrustRoot, load_root
 from ml8s.chain.trust import TrustPolicy
@@ -89,7 +89,10 @@ class TrustedReader:
         """``version`` itself when it is signed as required (``parent``: also that it names no older policy
         than its parent); UntrustedVersionError naming the check otherwise."""
         policies = self.policies(version.header.trust_policy_version)
-        problems = revocation.block_problems(version, policies, self.chain.name, parent)
+        # Genesis needs no signature because it holds nothing: a head forged at counter 0 with files would
+        # otherwise be served unsigned (predict --chain reads the head it checked).
+        problems = _checks.genesis(version) if version.counter == 0 else []
+        problems += revocation.block_problems(version, policies, self.chain.name, parent)
         if self.trust.require_signed:
             problems += revocation.required_problems(version, policies, self.trust.root)
         for check, reason in problems:
