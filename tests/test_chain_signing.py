@@ -12,7 +12,15 @@ from test_chain_support import CHAIN, meta, payload
 from ml8s.chain import ChainStore, ChainVersion, Follower, make_root, paths, verify_chain
 from ml8s.chain.commit import _seal, payload_files
 from ml8s.chain.signing import SigningKey
-from ml8s.chain.trust import SignedPolicy, TrustedKey, TrustPolicy, adopt_policy, policy_bytes, policy_key
+from ml8s.chain.trust import (
+    SignedPolicy,
+    TrustedKey,
+    TrustPolicy,
+    adopt_policy,
+    policy_bytes,
+    policy_file,
+    policy_key,
+)
 from ml8s.chain.wire import encode_block
 from ml8s.errors import ChainCorruptionError, ChainError, ConfigError, SigningRequiredError
 from ml8s.store import LocalStore
@@ -127,6 +135,29 @@ def test_policy_signed_by_an_untrusted_key(signed: ChainStore) -> None:
     intruder(signed, "evil", signer=KEY_C, policy=2)
     checks = verify_chain(ChainStore(signed.store, CHAIN)).checks
     assert {"trust_policy", "trust_policy_missing"} <= checks
+
+
+def test_one_key_of_a_threshold_cannot_downgrade_to_a_schema_1_policy(tmp_path: Path) -> None:
+    """Policy 1 needs A and B; A alone writes a schema-1 policy 2 (one signer, no threshold) trusting C, and C
+    commits: the downgrade is refused, so one leaked key of a threshold rotates nobody out (no root pinned)."""
+    chain = ChainStore(LocalStore(str(tmp_path)), CHAIN, signer=KEY_A)
+    chain.init()
+    adopt_policy(chain, [KEY_A, KEY_B], [KEY_A.public_key, KEY_B.public_key], threshold=2)
+    first = chain.store.get(policy_key(chain, 1))
+    policy = TrustPolicy(
+        chain_name=CHAIN,
+        version=2,
+        keys=(TrustedKey(key_id=KEY_C.key_id, public_key=KEY_C.public_key),),
+        signed_from=1,
+        previous_sha256=hashlib.sha256(first).hexdigest(),
+    )
+    legacy = SignedPolicy(policy=policy, signer_key_id=KEY_A.key_id, signature=KEY_A.sign(policy_bytes(policy)))
+    chain.store.put_if_absent(policy_key(chain, 2), policy_file(legacy))
+    intruder(chain, "evil", signer=KEY_C, policy=2)
+    assert {"trust_policy", "trust_policy_missing"} <= verify_chain(ChainStore(chain.store, CHAIN)).checks
+    with pytest.raises(ChainCorruptionError, match="cannot follow schema-2 policy 1") as refused:
+        Follower(ChainStore(chain.store, CHAIN)).poll()
+    assert refused.value.check == "trust_policy"
 
 
 def test_deleting_the_trust_policy_is_a_finding(signed: ChainStore) -> None:

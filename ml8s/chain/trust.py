@@ -140,6 +140,14 @@ def _signature_problem(
                 "trust_root",
                 f"a schema-1 policy (one signer, no root) does not chain to the pinned root {_id(root)}",
             )
+        if previous is not None and previous.schema_version == 2:
+            # adopt_policy writes schema 2 only: a schema-1 successor is one key's signature sidestepping the
+            # previous policy's threshold (rotating the other keys out), never a legacy policy
+            return (
+                "trust_policy",
+                f"a schema-1 policy (one signer, no threshold) cannot follow schema-2 policy {previous.version}; "
+                f"expected schema 2, signed by {previous.threshold} of its key(s)",
+            )
         key = (previous or policy).trusts(signed.signer_key_id)  # version 1 signs itself (trust on first use)
         if key is None or not signature_valid(key.public_key, signed.signature, data):
             return "trust_policy", "not signed by a key the previous policy trusts"
