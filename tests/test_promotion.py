@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 from serving_support import chain_at, meta, weights_series
+from test_chain_signing import KEY_A, ROOT, ROOT_KEY
 
-from ml8s.chain import ChainStore, PromotionLog, SigningKey, adopt_policy, verify_chain
+from ml8s.chain import ChainStore, PromotionLog, ReadTrust, SigningKey, adopt_policy, verify_chain
 from ml8s.chain.promotion import SignedDecision, decision_bytes, record_key
+from ml8s.chain.root import KeySignature, trusted_key
+from ml8s.chain.trust import SignedPolicy, policy_bytes, policy_file, policy_key
 from ml8s.cli.main import main
 from ml8s.errors import ChainCorruptionError, ChainRollbackError, SigningRequiredError
 from ml8s.serving import ClientConfig, FollowOptions, InferenceClient, follow
@@ -161,3 +164,40 @@ def test_a_gate_that_promoted_nothing_serves_nothing(tmp_path: Path) -> None:
         ChainStore(open_store(f"file://{tmp_path}/root"), "none"), FollowOptions(out=str(tmp_path / "o"), once=True)
     )
     assert held is None and not (tmp_path / "o" / "current").exists()
+
+
+def test_a_running_follower_checks_decisions_against_its_pinned_root(tmp_path: Path) -> None:
+    """The head stays put (so a poll checks no policy); a store writer rewrites policy 1 as self-signed by its
+    own key and appends a decision by that key promoting the rejected v3. With a root pinned, that policy is
+    not the chain's: the decision is refused and the promoted v2 stays served."""
+    chain = chain_at(f"file://{tmp_path}/root", "gate")
+    chain = ChainStore(chain.store, "gate", signer=KEY_A, trust_root=ROOT)
+    adopt_policy(chain, [ROOT_KEY, KEY_A], [KEY_A.public_key], root=ROOT)
+    for n, weights in enumerate(weights_series(11, torch.float32, 3)):
+        commit_weights(chain, weights, meta(f"gate-{n}"), interval=4)
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(2), "manual", KEY_A)
+    log.decide("reject", chain.get(3), "accuracy fell", KEY_A)
+    client = InferenceClient(
+        ChainStore(chain.store, "gate"), ClientConfig(), trust=ReadTrust(root=ROOT, require_signed=True)
+    )
+    client.refresh()
+    assert _served(client) == 2
+    v3, previous = chain.get(3), hashlib.sha256(chain.store.get(record_key(chain, 2))).hexdigest()
+    forged = log.decisions()[-1].decision.model_copy(
+        update={"sequence": 3, "action": "promote", "served_counter": 3, "served_block_hash": v3.block_hash}
+    )
+    forged = forged.model_copy(update={"previous_sha256": previous})
+    policy = SignedPolicy.model_validate_json(chain.store.get(policy_key(chain, 1))).policy
+    rewritten = policy.model_copy(update={"keys": (trusted_key(OTHER.public_key),)})
+    signature = KeySignature(key_id=OTHER.key_id, signature=OTHER.sign(policy_bytes(rewritten)))
+    (tmp_path / "root" / policy_key(chain, 1)).chmod(0o644)
+    (tmp_path / "root" / policy_key(chain, 1)).write_bytes(
+        policy_file(SignedPolicy(policy=rewritten, signatures=(signature,)))
+    )
+    record = SignedDecision(decision=forged, signer_key_id=OTHER.key_id, signature=OTHER.sign(decision_bytes(forged)))
+    chain.store.put_if_absent(record_key(chain, 3), record.model_dump_json().encode())
+    with pytest.raises(ChainCorruptionError, match="pinned root") as refused:
+        client.refresh()
+    assert refused.value.check == "promotion" and _served(client) == 2
+    assert "promotion" in verify_chain(ChainStore(chain.store, "gate"), root=ROOT).checks

@@ -94,7 +94,7 @@ def make_anchor(
     policies, problems = trust.load_policies(chain, root)
     if problems:
         raise ChainCorruptionError(None, problems[0][1], check=problems[0][0])
-    promotions = log_pin(PromotionLog(chain))  # a log that does not check is not anchored (ChainCorruptionError)
+    promotions = log_pin(PromotionLog(chain, root))  # a log that does not check is not anchored (ChainCorruptionError)
     checkpoint = Checkpoint(
         chain_name=chain.name,
         counter=head.counter,

@@ -171,7 +171,7 @@ class _Verifier:
         anchored = anchor_problems(self.chain, self.anchor, walked, self.now, self.root) if self.anchor else []
         for check, reason, counter in anchored:
             self.add(check, reason, counter=counter)
-        for check, reason in promotion_problems(self.chain) if head is not None else []:
+        for check, reason in promotion_problems(self.chain, self.root) if head is not None else []:
             self.add(check, reason)
         required = revocation.required_findings(walked, policies, self.root) if self.require_signed else []
         for check, reason, counter in required:

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ml8s.chain import revocation, trust
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion, Hex64, OptionalHex64
+from ml8s.chain.root import TrustRoot
 from ml8s.chain.signing import SigningKey, signature_valid
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import (
@@ -82,10 +83,14 @@ def record_key(chain: ChainVersions, sequence: int) -> str:
 
 
 class PromotionLog:
-    """The checked promotion log of one chain; verified records are cached (they are immutable)."""
+    """The checked promotion log of one chain; verified records are cached (they are immutable). Signatures
+    are checked against the policies that chain to ``root`` (default: the chain's own ``trust_root``)."""
 
-    def __init__(self, chain: ChainVersions) -> None:
+    def __init__(self, chain: ChainVersions, root: TrustRoot | None = None) -> None:
         self.chain = chain
+        # A reader's pinned root, not only a committer's: without it a rewritten trust/ whose self-signed
+        # policy 1 trusts a store writer's key passes as trust on first use, and that key's decisions with it
+        self.root = root if root is not None else chain.trust_root
         self._records: list[SignedDecision] = []
         self._hashes: list[str] = []  # the sha256 of each record's bytes, as checked
         self._last_sha256 = ""
@@ -200,7 +205,7 @@ class PromotionLog:
         return signed
 
     def _check_signature(self, signed: SignedDecision, where: str) -> None:
-        policies, problems = trust.load_policies(self.chain, self.chain.trust_root)
+        policies, problems = trust.load_policies(self.chain, self.root)
         wanted = signed.decision.trust_policy_version
         if problems:
             raise _corrupt(problems[0][1])
@@ -271,10 +276,10 @@ def _corrupt(reason: str) -> ChainCorruptionError:
     return ChainCorruptionError(None, reason, check="promotion")
 
 
-def promotion_problems(chain: ChainVersions) -> list[tuple[str, str]]:
+def promotion_problems(chain: ChainVersions, root: TrustRoot | None = None) -> list[tuple[str, str]]:
     """verify's findings of the promotion log: a decision that does not check, or a cut log (check
     ``promotion``); none for a chain without a gate."""
-    log = PromotionLog(chain)
+    log = PromotionLog(chain, root)
     try:
         gap = log.gap()
     except ChainError as exc:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain.models import ChainVersion, OptionalHex64
 from ml8s.chain.promotion import PromotionLog, read_record
+from ml8s.chain.root import TrustRoot
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
 from ml8s.store.operator_files import read_operator_file
@@ -104,8 +105,8 @@ class SeenPromotion(BaseModel):
 class PromotionReader:
     """The promoted version of a chain for a follower (module docstring)."""
 
-    def __init__(self, chain: ChainVersions, *, state_path: str | None = None) -> None:
-        self.log = PromotionLog(chain)
+    def __init__(self, chain: ChainVersions, *, state_path: str | None = None, root: TrustRoot | None = None) -> None:
+        self.log = PromotionLog(chain, root)
         self.chain = chain
         self._state = f"{state_path}.promotion.json" if state_path else None
         self._seen = self._load()
