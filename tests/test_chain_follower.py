@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -17,8 +18,8 @@ from test_chain_support import (  # noqa: F401  (fixtures)
     version_path,
 )
 
-from ml8s.chain import ChainStore, Follower
-from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError
+from ml8s.chain import ChainStore, Follower, PromotionLog, PromotionReader
+from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
 
 
 def test_tracks_new_heads(chain: ChainStore) -> None:
@@ -75,3 +76,23 @@ def test_broken_history_is_refused(chain: ChainStore, local_root: Path) -> None:
     with pytest.raises(ChainCorruptionError) as caught:
         restarted.poll()
     assert caught.value.check == "missing_parent"
+
+
+def test_a_state_that_cannot_be_saved_is_a_named_error(chain: ChainStore, tmp_path: Path) -> None:
+    """A full disk under the follower's state (its temporary file on /dev/full): CONFIG_ERROR naming the file,
+    never a bare OSError (INTERNAL_ERROR, a dead polling follower); nothing is left behind and the saved state
+    is kept."""
+    build(chain, 1)
+    state = tmp_path / "state.json"
+    Follower(chain, state_path=str(state)).poll()
+    saved = state.read_bytes()
+    chain.commit(payload("n"), meta("n", step=100))
+    full = Path(f"{state}.{os.getpid()}.tmp")
+    full.symlink_to("/dev/full")
+    with pytest.raises(ConfigError, match=r"cannot save the follower state .*state\.json: No space left"):
+        Follower(chain, state_path=str(state)).poll()
+    assert not full.is_symlink() and state.read_bytes() == saved
+    PromotionLog(chain).decide("promote", chain.head(), "manual", None)
+    Path(f"{state}.promotion.json.tmp").symlink_to("/dev/full")
+    with pytest.raises(ConfigError, match="cannot save the promotion state"):
+        PromotionReader(chain, state_path=str(state)).gated()

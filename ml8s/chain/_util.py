@@ -1,13 +1,15 @@
-"""Small helpers shared by the chain modules: hashes and timestamps."""
+"""Small helpers shared by the chain modules: hashes, timestamps and a follower's state files."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
 import re
 from collections.abc import Iterable
 
+from ml8s.errors import ConfigError
 from ml8s.store import LocalStore, ObjectInfo, Store
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -87,3 +89,24 @@ def prune_empty_dirs(
             continue
         removed.append(os.path.relpath(directory, store.root).replace(os.sep, "/"))
     return removed
+
+
+def save_state(path: str, tmp: str, data: bytes, what: str) -> None:
+    """Replace ``path`` with ``data`` by way of ``tmp`` (fsync, rename): a crash leaves the old state or the new.
+
+    Raises:
+        ConfigError: it cannot be written (a full disk, a read-only directory); ``tmp`` is removed, ``path`` kept.
+    """
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        # A named error: a polling follower says so and keeps serving; the old state stays a valid lower bound
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ConfigError(
+            f"cannot save the {what} {path}: {exc.strerror or exc}; expected a writable directory with free space"
+        ) from exc

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import evidence
-from ml8s.chain._util import utc_now
+from ml8s.chain._util import save_state, utc_now
 from ml8s.chain.anchor import Anchor, expired, issued_in_future, signature_problems
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion
@@ -225,8 +225,4 @@ class Follower:
         )
         if self.state_path:
             tmp = f"{self.state_path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as handle:
-                handle.write(self.last.model_dump_json().encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.state_path)
+            save_state(self.state_path, tmp, self.last.model_dump_json().encode("utf-8"), "follower state")

@@ -18,6 +18,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ml8s.chain._util import save_state
 from ml8s.chain.models import ChainVersion, OptionalHex64
 from ml8s.chain.promotion import PromotionLog, read_record
 from ml8s.chain.root import TrustRoot
@@ -155,9 +156,4 @@ class PromotionReader:
         if self._state is None:
             return
         seen = SeenPromotion(chain_name=self.chain.name, sequence=self._seen.sequence, sha256=self._seen.sha256)
-        tmp = f"{self._state}.tmp"
-        with open(tmp, "wb") as handle:
-            handle.write(seen.model_dump_json().encode())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self._state)
+        save_state(self._state, f"{self._state}.tmp", seen.model_dump_json().encode(), "promotion state")
