@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 from pathlib import Path
@@ -18,7 +19,8 @@ from test_chain_support import (  # noqa: F401  (fixtures)
     version_path,
 )
 
-from ml8s.chain import ChainStore, Follower, PromotionLog, PromotionReader
+from ml8s.chain import ChainStore, Follower, PromotionLog, PromotionReader, SigningKey, make_anchor
+from ml8s.chain.follower import SeenHead
 from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
 
 
@@ -96,3 +98,15 @@ def test_a_state_that_cannot_be_saved_is_a_named_error(chain: ChainStore, tmp_pa
     Path(f"{state}.promotion.json.tmp").symlink_to("/dev/full")
     with pytest.raises(ConfigError, match="cannot save the promotion state"):
         PromotionReader(chain, state_path=str(state)).gated()
+
+
+def test_a_foreign_state_is_refused_with_a_newer_anchor_too(chain: ChainStore, tmp_path: Path) -> None:
+    """The state file of another chain, given with an anchor of this one that is newer: still CONFIG_ERROR, never
+    silently replaced by the anchor's head (and then overwritten with this chain's)."""
+    build(chain, 3)
+    state = tmp_path / "state.json"
+    state.write_text(SeenHead(chain_name="other", counter=1, block_hash="ab" * 32).model_dump_json())
+    anchor = make_anchor(chain, SigningKey.generate(), dt.timedelta(days=1), dt.datetime.now(dt.UTC))
+    with pytest.raises(ConfigError, match="follows chain 'other'"):
+        Follower(chain, state_path=str(state), anchor=anchor)
+    assert "other" in state.read_text()

@@ -97,12 +97,11 @@ class Follower:
                 self.last = SeenHead.model_validate_json(data)
             except ValidationError as exc:
                 raise ConfigError(f"{state_path} is no follower state; expected a saved head") from exc
+            # Before renew: a newer anchor would replace the foreign head, and the next poll overwrite its file
+            if self.last.chain_name != chain.name:
+                raise ConfigError(f"{state_path} follows chain {self.last.chain_name!r}, not {chain.name!r}")
         if anchor is not None:
             self.renew(anchor)
-        if self.last is not None and self.last.chain_name != chain.name:
-            raise ConfigError(
-                f"{state_path or 'the anchor'} follows chain {self.last.chain_name!r}, not {chain.name!r}"
-            )
 
     def renew(self, anchor: Anchor) -> None:
         """Rely on ``anchor`` from now on (a fresh one, before the last expires); the newer of the head it
