@@ -12,15 +12,17 @@ import torch
 from serving_support import chain_at, meta, weights_series
 from test_chain_signing import KEY_A, ROOT, ROOT_KEY
 
-from ml8s.chain import ChainStore, PromotionLog, ReadTrust, SigningKey, adopt_policy, verify_chain
+from ml8s.chain import ChainStore, ChainVersion, PromotionLog, ReadTrust, SigningKey, adopt_policy, verify_chain
+from ml8s.chain.commit import _seal, payload_files
+from ml8s.chain.models import WeightsFields
 from ml8s.chain.promotion import SignedDecision, decision_bytes, record_key
 from ml8s.chain.root import KeySignature, trusted_key
 from ml8s.chain.trust import SignedPolicy, policy_bytes, policy_file, policy_key
 from ml8s.cli.main import main
-from ml8s.errors import ChainCorruptionError, ChainRollbackError, SigningRequiredError
+from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, SigningRequiredError
 from ml8s.serving import ClientConfig, FollowOptions, InferenceClient, follow
 from ml8s.store import open_store
-from ml8s.weights import commit_weights
+from ml8s.weights import WEIGHTS_FULL, commit_weights
 
 KEY, OTHER = SigningKey.generate(), SigningKey.generate()
 
@@ -201,3 +203,30 @@ def test_a_running_follower_checks_decisions_against_its_pinned_root(tmp_path: P
         client.refresh()
     assert refused.value.check == "promotion" and _served(client) == 2
     assert "promotion" in verify_chain(ChainStore(chain.store, "gate"), root=ROOT).checks
+
+
+def test_the_promoted_block_is_the_one_served_when_the_head_flips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower's one head read names an orphan sibling of the promoted v3 (the weights of v1); the decision
+    is then checked against a second read naming the real head. The version served is found from the head the
+    follower checked, so it must be the very block the decision names: ChainForkError, nothing served."""
+    chain = _chain(tmp_path / "root", "flip", signed=False)
+    PromotionLog(chain).decide("promote", chain.get(3), "manual", None)
+    v1 = chain.get(1)
+    weights = {WEIGHTS_FULL: chain.fetch_payload(v1, WEIGHTS_FULL)}
+    fields = WeightsFields(weights_hash=v1.header.weights_hash, weights_full_counter=3)
+    orphan = _seal(chain.get(2), meta("orphan"), payload_files(weights), weights=fields)
+    chain.write_version(orphan, weights, [])
+    reader = ChainStore(chain.store, "flip")
+    real, reads = reader.head, []
+
+    def flipping() -> ChainVersion:
+        reads.append(1)
+        return reader.load(orphan.version_dir) if len(reads) == 1 else real()
+
+    monkeypatch.setattr(reader, "head", flipping)
+    client = InferenceClient(reader, ClientConfig(), trust=ReadTrust())
+    with pytest.raises(ChainForkError, match="the promotion decision names"):
+        client.refresh()
+    assert client.served is None

@@ -151,12 +151,20 @@ class Follower:
         """A payload file of ``version``, sha256-checked, once its signature checks (TrustedReader)."""
         return self.reader.fetch_payload(version, name)
 
-    def version(self, counter: int) -> ChainVersion:
-        """Version ``counter`` of the chain ``current`` heads, checked: reached from it by hash links."""
+    def version(self, counter: int, block_hash: str = "") -> ChainVersion:
+        """Version ``counter`` of the chain ``current`` heads, checked: reached from it by hash links; with
+        ``block_hash`` (a promotion decision's), ChainForkError unless it is that block."""
         if self.current is None:
             raise VersionNotFoundError(f"chain {self.chain.name!r}: nothing polled yet; expected poll() first")
         for version in self.chain.walk(self.current):
             if version.counter == counter:
+                if block_hash and version.block_hash != block_hash:
+                    # the decision was checked against another read of the head: a head flipped in between
+                    raise ChainForkError(
+                        counter,
+                        f"chain {self.chain.name!r}: v{counter} is block {version.block_hash[:12]} on the head checked "
+                        f"({self.current.version_dir}), the promotion decision names {block_hash[:12]}",
+                    )
                 return self.reader.check(version)
             if version.counter < counter:
                 break

@@ -145,7 +145,8 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     if args.version is not None:
         version: ChainVersion | None = follower.version(args.version)
     elif promoted is not None:
-        version = follower.version(promoted.counter)  # checked like the head: reached from it by hash links
+        # checked like the head: the promoted block, reached from it by hash links
+        version = follower.version(promoted.counter, promoted.block_hash)
     else:
         version = follower.current
     if version is None:  # poll() always sets it; a guard for the type checker

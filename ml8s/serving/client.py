@@ -138,7 +138,7 @@ class InferenceClient:
         if self.promotions.gated(anchor.checkpoint.promotion if anchor is not None else None):
             promoted = self.promotions.served()
             # checked like the head: the promoted block must be reached from the checked head by hash links
-            self._pending = None if promoted is None else self.follower.version(promoted.counter)
+            self._pending = None if promoted is None else self.follower.version(promoted.counter, promoted.block_hash)
         target, served = self._pending, self._served
         same = served is not None and target is not None and served.info.block_hash == target.block_hash
         if target is None or target.counter == 0 or same:
