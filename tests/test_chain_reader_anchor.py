@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 from test_chain_support import CHAIN, meta, payload, set_head, version_path
 
-from ml8s.chain import ChainStore, SigningKey, adopt_policy, make_anchor, paths
+from ml8s.chain import ChainStore, Follower, SigningKey, adopt_policy, make_anchor, paths, verify_chain
+from ml8s.chain.root import KeySignature, trusted_key
+from ml8s.chain.trust import SignedPolicy, policy_bytes, policy_file, policy_key
 from ml8s.cli.main import main
+from ml8s.errors import UntrustedVersionError
 from ml8s.store import LocalStore
 
 KEY = SigningKey.generate()
+WRITER = SigningKey.generate()  # a store writer's own key: no policy of the operator lists it
 
 
 def _erase_the_newest(root: Path, chain: ChainStore) -> None:
@@ -77,3 +81,29 @@ def test_an_inference_client_built_without_trust_honours_the_settings(
     monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "false")
     client = InferenceClient(ChainStore(chain.store, "plain"), ClientConfig())
     assert client.refresh() and client.version is not None and client.version.counter == 1
+
+
+def test_a_follower_refuses_a_policy_replaced_since_its_anchor(tmp_path: Path) -> None:
+    """No root pinned: a store writer replaces policy 1 with one it self-signs that keeps the committer's key and
+    adds its own, then commits with that key. verify --anchor names it (anchor_policy); so does an anchored
+    follower, instead of serving the writer's version."""
+    chain = ChainStore(LocalStore(str(tmp_path)), CHAIN, signer=KEY)
+    chain.init()
+    adopt_policy(chain, KEY, [KEY.public_key])
+    chain.commit(payload("v1"), meta("v1"))
+    anchor = make_anchor(chain, KEY, dt.timedelta(days=1), dt.datetime.now(dt.UTC))
+    follower = Follower(ChainStore(chain.store, CHAIN), anchor=anchor)
+    follower.poll()
+    policy = SignedPolicy.model_validate_json(chain.store.get(policy_key(chain, 1))).policy
+    keys = tuple(sorted((trusted_key(KEY.public_key), trusted_key(WRITER.public_key)), key=lambda k: k.key_id))
+    replaced = policy.model_copy(update={"keys": keys})
+    signature = KeySignature(key_id=WRITER.key_id, signature=WRITER.sign(policy_bytes(replaced)))
+    (tmp_path / policy_key(chain, 1)).chmod(0o644)
+    (tmp_path / policy_key(chain, 1)).write_bytes(policy_file(SignedPolicy(policy=replaced, signatures=(signature,))))
+    ChainStore(chain.store, CHAIN, signer=WRITER).commit(payload("evil"), meta("evil"))
+    assert "anchor_policy" in verify_chain(ChainStore(chain.store, CHAIN), anchor=anchor).checks
+    for reader in (follower, Follower(ChainStore(chain.store, CHAIN), anchor=anchor)):
+        with pytest.raises(UntrustedVersionError) as refused:
+            reader.poll()
+        assert refused.value.check == "anchor_policy"
+    assert follower.current is not None and follower.current.counter == 1

@@ -143,8 +143,7 @@ def anchor_problems(
         found.append(
             ("anchor_expired", f"expired at {point.expires_at} (issued {point.issued_at}): frozen or replayed", None)
         )
-    if point.policy_sha256 and point.policy_sha256 not in _policy_hashes(chain, len(policies)):
-        found.append(("anchor_policy", "the trust policy the anchor pinned is no longer in the chain", None))
+    found += [(check, reason, None) for check, reason in pinned_policy_problems(chain, anchor, len(policies))]
     pinned = point.promotion
     held = raw_hashes(chain, pinned.sequence)
     found += [(check, reason, None) for check, reason in pin_problems(held, pinned, chain.name, "the anchor names")]
@@ -183,6 +182,15 @@ def _position_problems(point: Checkpoint, walked: list[tuple[int, str]]) -> list
         return [
             ("anchor_fork", f"version {point.counter} is {held}, the anchor says {point.block_hash}", point.counter)
         ]
+    return []
+
+
+def pinned_policy_problems(chain: ChainVersions, anchor: Anchor, count: int) -> Problems:
+    """``anchor_policy`` when no policy file of the chain's ``count`` valid ones hashes to the one the anchor pinned
+    (a policy replaced by another that still checks: without a root, one self-signed that adds a key)."""
+    pinned = anchor.checkpoint.policy_sha256
+    if pinned and pinned not in _policy_hashes(chain, count):
+        return [("anchor_policy", "the trust policy the anchor pinned is no longer in the chain")]
     return []
 
 

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import evidence
 from ml8s.chain._util import save_state, utc_now
-from ml8s.chain.anchor import Anchor, expired, issued_in_future, signature_problems
+from ml8s.chain.anchor import Anchor, expired, issued_in_future, pinned_policy_problems, signature_problems
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.trusted import ReadTrust, TrustedReader
@@ -186,7 +186,10 @@ class Follower:
                 f"{point.expires_at}; a frozen or replayed head cannot be told from the newest: renew the anchor",
                 check="anchor_expired",
             )
-        for check, reason in signature_problems(anchor, self.reader.policies(), self.reader.trust.root):
+        policies = self.reader.policies()
+        # verify's anchor_policy too: the policies may have been replaced since the last head moved
+        problems = signature_problems(anchor, policies, self.reader.trust.root)
+        for check, reason in problems + pinned_policy_problems(self.chain, anchor, len(policies)):
             raise UntrustedVersionError(point.counter, f"the anchor of {self.chain.name!r}: {reason}", check=check)
 
     def _check_new(self, head: ChainVersion, new: list[ChainVersion], seen: int) -> None:
