@@ -110,3 +110,20 @@ def test_a_foreign_state_is_refused_with_a_newer_anchor_too(chain: ChainStore, t
     with pytest.raises(ConfigError, match="follows chain 'other'"):
         Follower(chain, state_path=str(state), anchor=anchor)
     assert "other" in state.read_text()
+
+
+def test_a_sibling_head_seen_for_one_read_is_no_commit_that_landed_since(
+    chain: ChainStore, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower's one head read names an orphan sibling of v3 (a lost race's leftover); chain.json names v3
+    again for the evidence check's fresh read. v3, recorded as committed, is off the head the follower checked
+    and not above it: committed_off_chain, not excused as a commit that landed after the read."""
+    versions = build(chain, 3)
+    orphan = forge(local_root, versions[3], keep_original=True, creator="lost-race")
+    # what a lost race leaves: its version and the event sealed before its swap lost
+    chain.audit.append("sealed", counter=3, block_hash=orphan.block_hash, version_dir=orphan.version_dir)
+    reader = ChainStore(chain.store, chain.name)
+    monkeypatch.setattr(reader, "head", lambda: reader.load(orphan.version_dir))
+    with pytest.raises(ChainRollbackError) as refused:
+        Follower(reader).poll()
+    assert refused.value.check == "committed_off_chain"

@@ -86,14 +86,22 @@ def named_versions(chain: ChainVersions) -> tuple[list[Named], list[tuple[str, s
     return sorted(named, key=lambda n: (n.counter, n.version_dir, n.source)), problems
 
 
-def reachable_now(chain: ChainVersions, named: Named) -> bool:
+def reachable_now(chain: ChainVersions, named: Named, read: ChainVersion | None = None) -> bool:
     """Whether ``named`` is on the chain from the head as it is *now* (a fresh read, no cache): a commit
-    that landed after a verifier's listing is not evidence of anything."""
+    that landed after a verifier's listing is not evidence of anything. With ``read``, the head the reader
+    checked must be on that chain too: a commit that landed since descends from it, whereas a head flipped
+    to a sibling branch for the reader's one read (and back) does not."""
+    wanted = {named.counter: named.block_hash}
+    if read is not None:
+        if wanted.setdefault(read.counter, read.block_hash) != read.block_hash:
+            return False  # the read head and the committed version are siblings at one counter
     reader = ChainVersions(chain.store, chain.name)
     try:
         for version in reader.walk():
-            if version.counter <= named.counter:
-                return version.block_hash == named.block_hash
+            if version.counter in wanted and wanted.pop(version.counter) != version.block_hash:
+                return False
+            if not wanted:
+                return True
     except ChainError:
         return False
     return False
@@ -141,7 +149,7 @@ def findings(
         if not item.intent and item.version_dir not in reachable:
             sources.setdefault(item.version_dir, []).append(item)
     for version_dir, items in sorted(sources.items()):
-        if reachable_now(chain, items[0]):
+        if reachable_now(chain, items[0], walked[0] if walked else None):
             continue  # committed after the verifier's listing
         said = ", ".join(sorted({i.source.removeprefix(chain.prefix + "/") for i in items}))
         gone = "" if version_dir in present else " (its directory is gone)"

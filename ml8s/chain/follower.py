@@ -203,7 +203,7 @@ class Follower:
             if item.intent or item.counter <= seen:
                 continue
             off = item.counter > head.counter or walked.get(item.counter, item.block_hash) != item.block_hash
-            if off and not evidence.reachable_now(self.chain, item):  # not a commit that landed since the read
+            if off and not evidence.reachable_now(self.chain, item, head):  # not a commit that landed since the read
                 raise ChainRollbackError(
                     item.counter,
                     f"chain {self.chain.name!r}: {item.version_dir} was committed ({item.source}) but is not on the "
