@@ -83,6 +83,31 @@ def test_an_inference_client_built_without_trust_honours_the_settings(
     assert client.refresh() and client.version is not None and client.version.counter == 1
 
 
+def test_a_delta_consumer_built_without_trust_honours_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeltaConsumer, the other serving reader, takes CHAIN_REQUIRE_SIGNED from the settings too: built without
+    ``trust=`` it rebuilt an unsigned version that ``ml8s follow`` and the inference client refuse."""
+    import torch
+    from serving_support import chain_at, weights_series
+    from serving_support import meta as weights_meta
+
+    from ml8s.errors import UntrustedVersionError
+    from ml8s.serving import DeltaConsumer
+    from ml8s.weights import commit_weights
+
+    chain = chain_at(f"file://{tmp_path / 'root'}", "plain")
+    commit_weights(chain, weights_series(7, torch.float32, 1)[0], weights_meta("plain-1"), interval=4)
+    monkeypatch.delenv("CHAIN_TRUST_ROOT", raising=False)
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "true")
+    with pytest.raises(UntrustedVersionError) as refused:
+        DeltaConsumer(ChainStore(chain.store, "plain")).get_checkpoint_sync(1)
+    assert refused.value.check in {"unsigned", "trust_root_missing"}
+    monkeypatch.setenv("CHAIN_REQUIRE_SIGNED", "false")
+    served = DeltaConsumer(ChainStore(chain.store, "plain")).get_checkpoint_sync(1)
+    assert served is not None and served.info.counter == 1
+
+
 def test_a_follower_refuses_a_policy_replaced_since_its_anchor(tmp_path: Path) -> None:
     """No root pinned: a store writer replaces policy 1 with one it self-signs that keeps the committer's key and
     adds its own, then commits with that key. verify --anchor names it (anchor_policy); so does an anchored

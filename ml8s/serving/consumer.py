@@ -24,6 +24,7 @@ import torch
 
 from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
 from ml8s.errors import VersionNotFoundError, WeightsMismatchError
+from ml8s.identity.settings import PlatformSettings
 from ml8s.serving.served import Served, build_served
 from ml8s.weights import VersionWeights, apply_hop, rebuild_weights
 
@@ -41,6 +42,10 @@ class DeltaConsumer:
         trust: ReadTrust | None = None,
         anchor: Anchor | None = None,
     ) -> None:
+        """``trust``: the pinned root and CHAIN_REQUIRE_SIGNED; by default from the platform settings, as the
+        inference client reads them: a consumer built without it never reads what ``ml8s follow`` refuses."""
+        if trust is None:
+            trust = ReadTrust.from_settings(PlatformSettings.load())
         self.chain, self._executor = chain, executor
         self.follower = Follower(chain, trust=trust, anchor=anchor)
 
