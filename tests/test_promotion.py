@@ -209,10 +209,17 @@ def test_the_promoted_block_is_the_one_served_when_the_head_flips(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The follower's one head read names an orphan sibling of the promoted v3 (the weights of v1); the decision
-    is then checked against a second read naming the real head. The version served is found from the head the
+    is then checked against a second read naming the real head (the records and events of v3 and v4 deleted, so
+    the follower's evidence check has nothing to object). The version served is found from the head the
     follower checked, so it must be the very block the decision names: ChainForkError, nothing served."""
     chain = _chain(tmp_path / "root", "flip", signed=False)
     PromotionLog(chain).decide("promote", chain.get(3), "manual", None)
+    base = tmp_path / "root" / chain.prefix
+    for later in (chain.get(3), chain.get(4)):
+        (base / "runs" / f"{later.header.full_config_hash}.json").unlink()
+        for event in (base / "audit").iterdir():
+            if later.version_dir in event.read_text():
+                event.unlink()
     v1 = chain.get(1)
     weights = {WEIGHTS_FULL: chain.fetch_payload(v1, WEIGHTS_FULL)}
     fields = WeightsFields(weights_hash=v1.header.weights_hash, weights_full_counter=3)
