@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.session
@@ -37,6 +39,8 @@ MiB = 1024 * 1024
 CUT_SHORT = (boto.HTTPClientError, boto.IncompleteReadError, boto.FlexibleChecksumError)  # while reading a body
 _DIGEST = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
 _SLOW = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "OperationAborted"}
+# botocore's own check ends in "$", which lets a trailing newline through (it then breaks every signature)
+_REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
 
 
 class S3Base(Store):
@@ -69,14 +73,14 @@ class S3Base(Store):
         self.root_uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.multipart_threshold, self.part_size, self.page_size = multipart_threshold, part_size, page_size
         self.attempts, self._bucket_seen = int(attempts), False
-        endpoint = first(env, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "FLYTE_AWS_ENDPOINT")
+        endpoint = _endpoint(env)
         core = botocore.session.get_session()
         core.set_config_variable("ignore_configured_endpoint_urls", True)  # the endpoint is the one from env
         session = boto3.session.Session(
             aws_access_key_id=first(env, "AWS_ACCESS_KEY_ID", "FLYTE_AWS_ACCESS_KEY_ID"),
             aws_secret_access_key=first(env, "AWS_SECRET_ACCESS_KEY", "FLYTE_AWS_SECRET_ACCESS_KEY"),
             aws_session_token=first(env, "AWS_SESSION_TOKEN"),
-            region_name=first(env, "AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1",
+            region_name=_region(env),
             botocore_session=core,
         )
         # Bounded waits: a hung endpoint fails a request within seconds (and the chain's retry loop says so on
@@ -188,6 +192,30 @@ if TYPE_CHECKING:
 
 def first(env: Mapping[str, str], *names: str) -> str | None:
     return next((env[n] for n in names if env.get(n)), None)
+
+
+def _endpoint(env: Mapping[str, str]) -> str | None:
+    """The endpoint URL from env, or None (AWS); ConfigError naming the variable when it is no http(s) URL
+    (botocore raised a bare ValueError at client creation, or failed each request later)."""
+    name = next((n for n in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "FLYTE_AWS_ENDPOINT") if env.get(n)), "")
+    if not name:
+        return None
+    value = env[name]
+    try:
+        parts = urlsplit(value)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port out of range or not a number, a bracket left open
+        valid = False
+    if not valid or value != value.strip():
+        raise ConfigError(f"{name}={value!r} is not an S3 endpoint; expected http(s)://HOST[:PORT]")
+    return value
+
+
+def _region(env: Mapping[str, str]) -> str:
+    name = next((n for n in ("AWS_REGION", "AWS_DEFAULT_REGION") if env.get(n)), "")
+    if name and not _REGION.fullmatch(env[name]):
+        raise ConfigError(f"{name}={env[name]!r} is not a region name; expected one such as us-east-1")
+    return env[name] if name else "us-east-1"
 
 
 def unquote(etag: str) -> str:

@@ -1,0 +1,41 @@
+"""The S3 backend against what a hostile operator or endpoint hands it: settings with bad values, keys the
+store cannot address, credentials written into URIs. Each case was an unnamed error, a misread or a leak."""
+
+from __future__ import annotations
+
+import pytest
+
+from ml8s.errors import ConfigError
+from ml8s.store import S3Store
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_MAX_ATTEMPTS": "1"}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AWS_ENDPOINT_URL", "not a url"),
+        ("AWS_ENDPOINT_URL", "127.0.0.1:9000"),  # no scheme
+        ("AWS_ENDPOINT_URL", "http://[::1"),
+        ("AWS_ENDPOINT_URL", "ftp://127.0.0.1:9"),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:99999"),
+        ("FLYTE_AWS_ENDPOINT", "minio:9000"),
+        ("AWS_REGION", "bad region!"),
+        ("AWS_DEFAULT_REGION", "us-east-1\n"),  # botocore's own check lets it through; every signature breaks
+    ],
+)
+def test_a_bad_endpoint_or_region_is_a_config_error_naming_it(name: str, value: str) -> None:
+    """These were a bare ValueError or botocore's InvalidRegionError (``ml8s: INTERNAL_ERROR``), or a
+    connection error per request."""
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", **CREDENTIALS, name: value}
+    if name == "FLYTE_AWS_ENDPOINT":
+        del env["AWS_ENDPOINT_URL"]
+    with pytest.raises(ConfigError, match=rf"^CONFIG_ERROR: {name}=.* expected"):
+        S3Store("s3://bkt/p", env=env)
+
+
+def test_an_endpoint_with_credentials_is_not_echoed() -> None:
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": "http://user:s3cret@127.0.0.1:99999"}
+    with pytest.raises(ConfigError) as info:
+        S3Store("s3://bkt/p", env=env)
+    assert "s3cret" not in str(info.value)
