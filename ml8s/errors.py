@@ -331,15 +331,16 @@ class DeltaIntegrityError(DeltaError):
 class UriError(ConfigError):
     """A URI setting is malformed or names something unusable.
 
-    It keeps ConfigError's code (a malformed variable, as before). ``problem`` and ``expected`` (the phrase
-    after "expected") are there for callers (``--root``, ``--mlflow-tracking-uri``) that name the value their
-    own way.
+    It keeps ConfigError's code (a malformed variable, as before). ``text`` (the value, without credentials),
+    ``problem`` and ``expected`` (the phrase after "expected") are there for callers (``--root``,
+    ``--mlflow-tracking-uri``) that name the value their own way.
     """
 
     code = "CONFIG_ERROR"
 
     def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
         super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
+        self.text = without_credentials(text)  # the value as a message may show it
         self.problem = problem
         self.expected = expected
 

@@ -3,9 +3,13 @@ store cannot address, credentials written into URIs. Each case was an unnamed er
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from ml8s.errors import ConfigError
+from ml8s.cli.args import root_arg, tracking_uri_arg
+from ml8s.errors import ConfigError, RootUriError
+from ml8s.identity.uri import parse_root_uri
 from ml8s.store import S3Store
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_MAX_ATTEMPTS": "1"}
@@ -39,3 +43,25 @@ def test_an_endpoint_with_credentials_is_not_echoed() -> None:
     with pytest.raises(ConfigError) as info:
         S3Store("s3://bkt/p", env=env)
     assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://AKIAEXAMPLE:s3cretKey@my-bucket/runs",
+        "s3://AKIAEXAMPLE:s3cret/Key+x@my-bucket/runs",  # a secret with "/" ends the authority before the "@"
+        "s3://:s3cretKey@my-bucket",
+    ],
+)
+def test_credentials_in_a_root_or_tracking_uri_are_never_echoed(uri: str) -> None:
+    """The bucket ('AKIAEXAMPLE:s3cretKey@my-bucket') was quoted as invalid, secret and all; ``--root`` echoed
+    the whole value."""
+    with pytest.raises(RootUriError) as info:
+        parse_root_uri(uri, variable="PIPELINE_ROOT_URI")
+    assert "s3cret" not in str(info.value) and "credentials" in str(info.value)
+    with pytest.raises(argparse.ArgumentTypeError) as usage:
+        root_arg(uri)
+    assert "s3cret" not in str(usage.value)
+    with pytest.raises(argparse.ArgumentTypeError) as tracking:
+        tracking_uri_arg("mongodb://bot:s3cretKey@db/mlflow")  # a scheme MLflow has no registry for
+    assert "s3cret" not in str(tracking.value)

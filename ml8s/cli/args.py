@@ -42,7 +42,7 @@ def tracking_uri_arg(text: str) -> str:
     try:
         return check_tracking_uri(text.strip(), variable="--mlflow-tracking-uri")
     except TrackingUriError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} {exc.problem}; expected {exc.expected}") from exc
+        raise argparse.ArgumentTypeError(f"{exc.text!r} {exc.problem}; expected {exc.expected}") from exc
 
 
 def root_arg(text: str) -> str:
@@ -50,7 +50,7 @@ def root_arg(text: str) -> str:
     try:
         return parse_root_uri(text, variable="--root").uri
     except RootUriError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {exc.expected}") from exc
+        raise argparse.ArgumentTypeError(f"{exc.text!r}: expected {exc.expected}") from exc
 
 
 def open_root(uri: str) -> Store:

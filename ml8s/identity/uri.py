@@ -6,9 +6,10 @@ trailing slashes. A valid input normalizes exactly as it always has, so no RUN_I
 
 What is rejected, each with a :class:`~ml8s.errors.RootUriError` naming the variable: an empty value; another
 scheme (``gs://``, ``http://``, ``S3://``); ``s3:`` or ``file:`` without the two slashes; ``s3://`` without a
-bucket or with an invalid bucket name; an S3 prefix with empty (``//``), ``.`` or ``..`` segments (S3 keeps them
-literally, so ``a/../b`` would be a different prefix than it reads); a path starting with ``~`` (nothing here
-expands it, so it would name a directory called ``~``). The store's own parser accepts what this one returns.
+bucket or with an invalid bucket name (credentials, ``s3://KEY:SECRET@bucket``, refused and not echoed); an S3
+prefix with empty (``//``), ``.`` or ``..`` segments (S3 keeps them literally, so ``a/../b`` would be a different
+prefix than it reads); a path starting with ``~`` (nothing here expands it, so it would name a directory called
+``~``). The store's own parser accepts what this one returns.
 
 It also checks MLFLOW_TRACKING_URI (:func:`check_tracking_uri`): only a registry that outlives the process
 and that MLflow can register a model at.
@@ -99,6 +100,15 @@ def _s3(rest: str, variable: str, text: str) -> RootUri:
     bucket, _, prefix = rest.rstrip("/").partition("/")
     if bucket == "":
         raise RootUriError(variable, text, "names no bucket", "s3://BUCKET/PREFIX")
+    if ":" in bucket or "@" in bucket:
+        # user:password@ before the bucket; a secret key may hold a "/", which ends the authority early, so
+        # neither the value nor the bucket is shown
+        raise RootUriError(
+            variable,
+            "s3://…",
+            "holds credentials or another ':' or '@' before its bucket (not shown)",
+            "s3://BUCKET/PREFIX, with credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        )
     if not _valid_bucket(bucket):
         raise RootUriError(
             variable,
