@@ -4,11 +4,13 @@ store cannot address, credentials written into URIs. Each case was an unnamed er
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
+from s3_servers import S3Endpoint
 
 from ml8s.cli.args import root_arg, tracking_uri_arg
-from ml8s.errors import ConfigError, RootUriError
+from ml8s.errors import ConfigError, RootUriError, UnsafeObjectError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import S3Store
 
@@ -65,3 +67,16 @@ def test_credentials_in_a_root_or_tracking_uri_are_never_echoed(uri: str) -> Non
     with pytest.raises(argparse.ArgumentTypeError) as tracking:
         tracking_uri_arg("mongodb://bot:s3cretKey@db/mlflow")  # a scheme MLflow has no registry for
     assert "s3cret" not in str(tracking.value)
+
+
+@pytest.mark.parametrize("stray", ["x//y", "/x/y", "x/./y", "x/../y", "x/y/.."])
+def test_a_listed_key_the_store_cannot_address_is_refused(moto_server: S3Endpoint, stray: str) -> None:
+    """S3 keeps ``x//y`` literally, the store's keys fold it to ``x/y``: the listing offered ``x//y``, and
+    reading or deleting it (GC, tmp cleanup and quarantine delete what they list) reached ``x/y``."""
+    store = S3Store(f"s3://{moto_server.make_bucket()}/some/prefix", env=moto_server.env())
+    store.put_atomic("x/y", b"ours", tmp_key=".tmp/x-y")
+    moto_server.client().put_object(Bucket=store.bucket, Key=f"some/prefix/{stray}", Body=b"stray")
+    for prefix in ("", "x") if stray.startswith("x") else ("",):
+        with pytest.raises(UnsafeObjectError, match=rf"some/prefix/{re.escape(stray)} has an empty, '.' or '..'"):
+            store.list(prefix)
+    assert store.get("x/y") == b"ours"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Protocol
 
-from ml8s.errors import NotFoundError, ObjectTooLargeError
+from ml8s.errors import NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.store.base import ObjectInfo, Versioned, WriteResult
 from ml8s.store.s3.client import CUT_SHORT, MiB, S3Base, unquote
 
@@ -145,6 +145,7 @@ class S3Reads(S3Base):
                 # S3 prefixes are strings, not directories: keep ``rel`` itself and the keys below it, as locally;
                 # "folder" keys (ending in "/", the root's own marker shows as "") are not objects of the store
                 if name and not name.endswith("/") and (not rel or name == rel or name.startswith(f"{rel}/")):
+                    self._addressable(name)
                     etag, mtime = unquote(item.get("ETag", "")), stamp.timestamp() if stamp else 0.0
                     found.append(ObjectInfo(key=name, size=item.get("Size", 0), checksum=etag, mtime=mtime))
         return sorted(found, key=lambda info: info.key)
@@ -152,6 +153,17 @@ class S3Reads(S3Base):
     def delete(self, key: str) -> None:
         with self._errors("DELETE", key):
             self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def _addressable(self, name: str) -> None:
+        """UnsafeObjectError for a listed key that ``_key`` would map to another object: ``a//b``, ``/a``,
+        ``a/../b`` (S3 keeps them literally). Listed, it would be read as, or deleted as, ``a/b`` (GC, tmp
+        cleanup and quarantine delete what they list), or fail as missing after a fingerprint counted it."""
+        if any(part in ("", ".", "..") for part in name.split("/")):
+            found = f"s3://{self.bucket}/{self.prefix}/{name}" if self.prefix else f"s3://{self.bucket}/{name}"
+            raise UnsafeObjectError(
+                f"{found} has an empty, '.' or '..' segment, so this store cannot address it (it would read or "
+                "delete another key); expected keys of non-empty segments: rename or remove it"
+            )
 
 
 def _check_length(uri: str, size: int, max_bytes: int | None, close: Callable[[], None]) -> None:
