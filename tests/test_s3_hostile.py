@@ -4,17 +4,51 @@ store cannot address, credentials written into URIs. Each case was an unnamed er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from s3_servers import S3Endpoint
 
 from ml8s.cli.args import root_arg, tracking_uri_arg
-from ml8s.errors import ConfigError, RootUriError, UnsafeObjectError
+from ml8s.errors import ConfigError, RootUriError, StoreError, UnsafeObjectError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import S3Store
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_MAX_ATTEMPTS": "1"}
+
+
+@contextlib.contextmanager
+def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on 127.0.0.1 that answers every request alike: its URL, and the requests it got."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"{self.command} {self.path}")
+            self.send_response(status)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize(
@@ -80,3 +114,16 @@ def test_a_listed_key_the_store_cannot_address_is_refused(moto_server: S3Endpoin
         with pytest.raises(UnsafeObjectError, match=rf"some/prefix/{re.escape(stray)} has an empty, '.' or '..'"):
             store.list(prefix)
     assert store.get("x/y") == b"ours"
+
+
+def test_an_endpoint_that_redirects_is_a_store_error_after_one_request() -> None:
+    """A proxy sending http to https (301, an HTML body): botocore's region redirector asked HeadBucket for the
+    bucket's region, got a 301 and asked again, ~80 requests deep, until a RecursionError (INTERNAL_ERROR)."""
+    moved = {"Location": "https://minio.example/", "Content-Type": "text/html"}
+    with answering(301, b"<html>Moved</html>", moved) as (url, seen):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        for action in (lambda: store.get("k"), lambda: store.put_if_absent("k", b"x"), lambda: store.list("")):
+            seen.clear()
+            with pytest.raises(StoreError, match=r"HTTP 301: redirected to https://minio.example/; expected AWS_END"):
+                action()
+            assert len(seen) == 1, seen

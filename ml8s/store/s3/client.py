@@ -98,6 +98,9 @@ class S3Base(Store):
         self.endpoint = self._client.meta.endpoint_url
         # botocore retries in silence (a hung endpoint: AWS_MAX_ATTEMPTS x 30 s); each failed attempt is said
         self._client.meta.events.register("needs-retry.s3", self._say_failed_attempt)
+        if endpoint:
+            for client in (self._client, self._once):
+                client.meta.events.register_last("before-parameter-build.s3", _no_region_redirects)
 
     def _say_failed_attempt(
         self, attempts: int, caught_exception: Exception | None = None, response: object = None, **kwargs: object
@@ -153,7 +156,7 @@ class S3Base(Store):
         if not isinstance(exc, ClientError):
             return StoreError(f"{op} {uri}: {exc}{want}")
         code, status = exc.response.get("Error", {}).get("Code", ""), http_status(exc)
-        detail = f"{op} {uri}: HTTP {status}" + (f" {code}" if code != str(status) else "")
+        detail = f"{op} {uri}: HTTP {status}" + (f" {code}" if code and code != str(status) else "")
         if code == "NoSuchBucket" or (code in ("404", "NotFound") and not self._bucket_exists()):
             return StoreError(f"{detail}: bucket {self.bucket!r} does not exist at {self.endpoint}; create it first")
         if status == 412 or code == "PreconditionFailed":
@@ -166,7 +169,13 @@ class S3Base(Store):
             return StoreError(f"{detail}: access denied; expected credentials allowed to {op} in {self.bucket!r}")
         if status in (409, 429) or status >= 500 or code in _SLOW:
             return RetryableStoreError(f"{detail} ({tried}): a transient failure, retry later{want}")
-        return StoreError(f"{detail}: {exc.response.get('Error', {}).get('Message') or exc}{want}")
+        if status in (301, 302, 303, 307, 308):
+            to = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("location", "")
+            return StoreError(
+                f"{detail}: redirected{f' to {to}' if to else ''}; expected AWS_ENDPOINT_URL to name the S3 endpoint "
+                "itself (its scheme, host and port)"
+            )
+        return StoreError(f"{detail}: {exc.response.get('Error', {}).get('Message') or 'no S3 error in the answer'}{want}")
 
     def _bucket_exists(self) -> bool:
         """HeadObject's 404 has no body, so a missing bucket looks like a missing key: ask (once)."""
@@ -192,6 +201,15 @@ if TYPE_CHECKING:
 
 def first(env: Mapping[str, str], *names: str) -> str | None:
     return next((env[n] for n in names if env.get(n)), None)
+
+
+def _no_region_redirects(context: dict[str, object], **kwargs: object) -> None:
+    """Mark a request as redirected already, so botocore's region redirector leaves it alone: an AWS region
+    means nothing to a custom endpoint, and a 301 from one (a proxy sending http to https) made the
+    redirector ask HeadBucket for the region, whose 301 asked again, ~80 requests deep: a RecursionError."""
+    redirect = context.get("s3_redirect")
+    if isinstance(redirect, dict):
+        redirect["redirected"] = True
 
 
 def _endpoint(env: Mapping[str, str]) -> str | None:
