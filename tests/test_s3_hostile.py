@@ -27,6 +27,8 @@ def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[tup
     seen: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # answers a PUT's "Expect: 100-continue" at once (1.0: botocore waits 1 s)
+
         def answer(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             seen.append(f"{self.command} {self.path}")
@@ -43,7 +45,7 @@ def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[tup
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", seen
     finally:
