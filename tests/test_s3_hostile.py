@@ -129,3 +129,28 @@ def test_an_endpoint_that_redirects_is_a_store_error_after_one_request() -> None
             with pytest.raises(StoreError, match=r"HTTP 301: redirected to https://minio.example/; expected AWS_END"):
                 action()
             assert len(seen) == 1, seen
+
+
+def _listing(keys: list[str], truncated: bool) -> bytes:
+    contents = "".join(
+        f"<Contents><Key>{key}</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><ETag>&quot;e&quot;</ETag>"
+        "<Size>3</Size></Contents>"
+        for key in keys
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Name>bkt</Name><IsTruncated>{str(truncated).lower()}</IsTruncated>{contents}</ListBucketResult>"
+    ).encode()
+
+
+def test_a_listing_the_server_cuts_short_is_an_error_and_keys_outside_the_root_are_not_listed() -> None:
+    """botocore's paginator ends in silence on IsTruncated without NextContinuationToken: the listing lacked
+    every key after the first page. A key outside the root was listed as if under it (``q/a`` as ``p/q/a``)."""
+    xml = {"Content-Type": "application/xml"}
+    with answering(200, _listing(["p/a.csv"], truncated=True), xml) as (url, _):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        with pytest.raises(StoreError, match=r"LIST s3://bkt/p: .* \(IsTruncated\) but sent no NextContinuationToken"):
+            store.list("")
+    with answering(200, _listing(["p/a.csv", "q/a.csv", "pq/b.csv"], truncated=False), xml) as (url, _):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        assert [info.key for info in store.list("")] == ["a.csv"]

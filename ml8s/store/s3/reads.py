@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Protocol
 
-from ml8s.errors import NotFoundError, ObjectTooLargeError, UnsafeObjectError
+from ml8s.errors import NotFoundError, ObjectTooLargeError, StoreError, UnsafeObjectError
 from ml8s.store.base import ObjectInfo, Versioned, WriteResult
 from ml8s.store.s3.client import CUT_SHORT, MiB, S3Base, unquote
 
@@ -140,14 +140,28 @@ class S3Reads(S3Base):
                 Prefix=self._key(rel) if rel else root,
                 PaginationConfig={"PageSize": self.page_size},
             )
-            for item in (item for page in pages for item in page.get("Contents", [])):
-                name, stamp = item.get("Key", "").removeprefix(root), item.get("LastModified")
-                # S3 prefixes are strings, not directories: keep ``rel`` itself and the keys below it, as locally;
-                # "folder" keys (ending in "/", the root's own marker shows as "") are not objects of the store
-                if name and not name.endswith("/") and (not rel or name == rel or name.startswith(f"{rel}/")):
-                    self._addressable(name)
-                    etag, mtime = unquote(item.get("ETag", "")), stamp.timestamp() if stamp else 0.0
-                    found.append(ObjectInfo(key=name, size=item.get("Size", 0), checksum=etag, mtime=mtime))
+            for page in pages:
+                for item in page.get("Contents", []):
+                    full, stamp = item.get("Key", ""), item.get("LastModified")
+                    name = full.removeprefix(root)
+                    # S3 prefixes are strings, not directories: keep ``rel`` itself and the keys below it, as
+                    # locally; "folder" keys (ending in "/", the root's own marker shows as "") are not objects
+                    # of the store, nor is a key outside the root that a broken server lists
+                    if (
+                        full.startswith(root)
+                        and name
+                        and not name.endswith("/")
+                        and (not rel or name == rel or name.startswith(f"{rel}/"))
+                    ):
+                        self._addressable(name)
+                        etag, mtime = unquote(item.get("ETag", "")), stamp.timestamp() if stamp else 0.0
+                        found.append(ObjectInfo(key=name, size=item.get("Size", 0), checksum=etag, mtime=mtime))
+                if page.get("IsTruncated") and not page.get("NextContinuationToken"):
+                    # botocore's paginator stops there in silence: the keys after this page would be left out
+                    raise StoreError(
+                        f"LIST {self.uri(rel)}: {self.endpoint} said the listing goes on (IsTruncated) but sent no "
+                        "NextContinuationToken; expected a token to fetch the rest (a short listing loses objects)"
+                    )
         return sorted(found, key=lambda info: info.key)
 
     def delete(self, key: str) -> None:
