@@ -14,7 +14,7 @@ import pytest
 from s3_servers import S3Endpoint
 
 from ml8s.cli.args import root_arg, tracking_uri_arg
-from ml8s.errors import ConfigError, RootUriError, StoreError, UnsafeObjectError
+from ml8s.errors import ConfigError, ObjectTooLargeError, RootUriError, StoreError, UnsafeObjectError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import S3Store
 
@@ -32,12 +32,13 @@ def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[tup
         def answer(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             seen.append(f"{self.command} {self.path}")
+            chunked = headers.get("Transfer-Encoding") == "chunked"
             self.send_response(status)
-            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            for name, value in (headers if chunked else {**headers, "Content-Length": str(len(body))}).items():
                 self.send_header(name, value)
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(body)
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if chunked else body)
 
         do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = answer
 
@@ -154,3 +155,18 @@ def test_a_listing_the_server_cuts_short_is_an_error_and_keys_outside_the_root_a
     with answering(200, _listing(["p/a.csv", "q/a.csv", "pq/b.csv"], truncated=False), xml) as (url, _):
         store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
         assert [info.key for info in store.list("")] == ["a.csv"]
+
+
+def test_an_answer_without_content_length_is_read_and_one_without_etag_is_a_store_error() -> None:
+    """Both were a KeyError (``ml8s: INTERNAL_ERROR``): a GET answered in chunks (no Content-Length, plain
+    HTTP/1.1) could not be read at all, and an answer without an ETag failed every read and conditional PUT."""
+    with answering(200, b"hey", {"ETag": '"e"', "Transfer-Encoding": "chunked"}) as (url, _):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        assert store.get_versioned("k").data == b"hey" and store.digest("k").size == 3
+        with pytest.raises(ObjectTooLargeError):
+            store.get("k", max_bytes=2)
+    with answering(200, b"", {}) as (url, _):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        for op, action in (("GET", store.get), ("HEAD", store.checksum), ("conditional PUT", store.put_if_absent)):
+            with pytest.raises(StoreError, match=rf"^STORE_ERROR: {op} s3://bkt/p/k: {url} answered without an ETag"):
+                action("k", *([b"x"] if op.endswith("PUT") else []))

@@ -126,6 +126,16 @@ class S3Base(Store):
             raise StoreError(f"invalid key {key!r} under {self.root_uri}: empty, or with '.' or '..'")
         return "/".join([self.prefix, *parts] if self.prefix else parts)
 
+    def _etag(self, etag: str | None, op: str, key: str) -> str:
+        """The unquoted ETag of an answer; a StoreError naming the endpoint when it sent none (was a KeyError)."""
+        if not etag:
+            landed = " (the write may have landed all the same)" if "PUT" in op else ""
+            raise StoreError(
+                f"{op} {self.uri(key)}: {self.endpoint} answered without an ETag; expected one, as S3 sends with "
+                f"every object{landed}"
+            )
+        return unquote(etag)
+
     def _delete_quietly(self, full_key: str) -> None:
         try:
             self._client.delete_object(Bucket=self.bucket, Key=full_key)
@@ -175,7 +185,8 @@ class S3Base(Store):
                 f"{detail}: redirected{f' to {to}' if to else ''}; expected AWS_ENDPOINT_URL to name the S3 endpoint "
                 "itself (its scheme, host and port)"
             )
-        return StoreError(f"{detail}: {exc.response.get('Error', {}).get('Message') or 'no S3 error in the answer'}{want}")
+        message = exc.response.get("Error", {}).get("Message") or "no S3 error in the answer"
+        return StoreError(f"{detail}: {message}{want}")
 
     def _bucket_exists(self) -> bool:
         """HeadObject's 404 has no body, so a missing bucket looks like a missing key: ask (once)."""

@@ -106,11 +106,13 @@ class S3Reads(S3Base):
             with self._errors("GET", key, f"version {if_match}" if if_match else ""):
                 response = self._client.get_object(**request)
                 try:
-                    _check_length(self.uri(key), response["ContentLength"], max_bytes, response["Body"].close)
+                    # no Content-Length (a chunked answer): max_bytes is still checked as the body streams in
+                    announced = response.get("ContentLength", 0)
+                    _check_length(self.uri(key), announced, max_bytes, response["Body"].close)
                     for chunk in response["Body"].iter_chunks(MiB):
                         out.write(chunk)
                         _check_length(self.uri(key), out.tell(), max_bytes, response["Body"].close)
-                    return unquote(response["ETag"])
+                    return self._etag(response.get("ETag"), "GET", key)
                 except CUT_SHORT:
                     if attempt == self.attempts:
                         raise
@@ -121,7 +123,7 @@ class S3Reads(S3Base):
         """The object's ETag (unquoted), from one HeadObject: what a listing reports, without the listing."""
         with self._errors("HEAD", key):
             head = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
-        return unquote(head["ETag"])
+        return self._etag(head.get("ETag"), "HEAD", key)
 
     def exists(self, key: str) -> bool:
         try:

@@ -61,7 +61,8 @@ class S3Writes(S3Base):
                         ChecksumSHA256=sha,
                         ContentMD5=md5,
                     )
-                    parts.append(_part(number, out["ETag"], out.get("ChecksumSHA256")))
+                    etag = self._etag(out.get("ETag"), "part PUT", tmp_key)
+                    parts.append(_part(number, etag, out.get("ChecksumSHA256")))
         try:
             etag = self._validate(tmp_key, digest)
         except IntegrityError:
@@ -124,8 +125,9 @@ class S3Writes(S3Base):
         with self._errors("HEAD", key):
             head = self._client.head_object(Bucket=self.bucket, Key=self._key(key), ChecksumMode="ENABLED")
         kms = encrypted(head)
-        self._check(key, digest, head["ContentLength"], head["ETag"], head.get("ChecksumSHA256"), kms)
-        return unquote(head["ETag"])
+        etag = self._etag(head.get("ETag"), "HEAD", key)
+        self._check(key, digest, head.get("ContentLength", -1), etag, head.get("ChecksumSHA256"), kms)
+        return etag
 
     def _check(self, key: str, digest: Digest, size: int, etag: str, checksum: str | None, kms: bool) -> None:
         """The size must match, a reported sha256 must match, and the ETag be our md5 (encrypted: the sha256)."""
