@@ -170,3 +170,17 @@ def test_an_answer_without_content_length_is_read_and_one_without_etag_is_a_stor
         for op, action in (("GET", store.get), ("HEAD", store.checksum), ("conditional PUT", store.put_if_absent)):
             with pytest.raises(StoreError, match=rf"^STORE_ERROR: {op} s3://bkt/p/k: {url} answered without an ETag"):
                 action("k", *([b"x"] if op.endswith("PUT") else []))
+
+
+def test_an_answer_that_does_not_parse_is_a_store_error() -> None:
+    """botocore's parser raises a bare ValueError on a malformed timestamp or number (``ml8s: INTERNAL_ERROR``)."""
+    with answering(200, b"hey", {"ETag": '"e"', "Last-Modified": "yesterday"}) as (url, _):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        for op, action in (("GET", store.get), ("HEAD", store.checksum)):
+            with pytest.raises(StoreError, match=rf"^STORE_ERROR: {op} s3://bkt/p/k: {url} sent an answer that does"):
+                action("k")
+    listing = _listing(["p/a.csv"], truncated=False).replace(b"2024-01-01T00:00:00.000Z", b"yesterday")
+    with answering(200, listing, {"Content-Type": "application/xml"}) as (url, _):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        with pytest.raises(StoreError, match=r"^STORE_ERROR: LIST s3://bkt/p: .* does not parse \(Invalid timestamp"):
+            store.list("")

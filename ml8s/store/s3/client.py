@@ -149,6 +149,11 @@ class S3Base(Store):
             yield
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, op, self.uri(key), f"; expected {expected}" if expected else "", attempts) from exc
+        except ValueError as exc:  # botocore's parser on a malformed header or field (a timestamp, a number)
+            raise StoreError(
+                f"{op} {self.uri(key)}: {self.endpoint} sent an answer that does not parse ({exc}); expected an "
+                "S3 answer"
+            ) from exc
 
     def _error(self, exc: ClientError | BotoCoreError, op: str, uri: str, want: str, tries: int | None) -> StoreError:
         tried = f"{tries or self.attempts} attempt(s)"
