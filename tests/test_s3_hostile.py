@@ -14,7 +14,8 @@ import pytest
 from s3_servers import S3Endpoint
 
 from ml8s.cli.args import root_arg, tracking_uri_arg
-from ml8s.errors import ConfigError, ObjectTooLargeError, RootUriError, StoreError, UnsafeObjectError
+from ml8s.data.sources import fingerprint_data, read_verified
+from ml8s.errors import ConfigError, DataError, ObjectTooLargeError, RootUriError, StoreError, UnsafeObjectError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import S3Store
 
@@ -184,3 +185,17 @@ def test_an_answer_that_does_not_parse_is_a_store_error() -> None:
         store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
         with pytest.raises(StoreError, match=r"^STORE_ERROR: LIST s3://bkt/p: .* does not parse \(Invalid timestamp"):
             store.list("")
+
+
+def test_a_data_root_naming_an_object_at_the_bucket_top_is_that_object(moto_server: S3Endpoint) -> None:
+    """DATA_ROOT=s3://bucket/data.csv was 'lists no objects' (only s3://bucket/dir/data.csv named an object)."""
+    bucket = moto_server.make_bucket()
+    moto_server.client().put_object(Bucket=bucket, Key="data.csv", Body=b"a,b\n1,2\n")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in moto_server.env().items():
+            patch.setenv(name, value)
+        found = fingerprint_data(f"s3://{bucket}/data.csv")
+        assert [(e.relative_path, e.size) for e in found.entries] == [("data.csv", 8)]
+        assert [data for _, data in read_verified(found)] == [b"a,b\n1,2\n"]
+        with pytest.raises(DataError, match="lists no objects"):
+            fingerprint_data(f"s3://{moto_server.make_bucket()}")  # a bucket is a prefix, never an object

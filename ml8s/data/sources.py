@@ -35,7 +35,9 @@ def fingerprint_data(data_root: str) -> Fingerprint:
         store = open_store(data_root)
         listed = store.list("")
         parent, _, name = data_root.rpartition("/")
-        if not listed and name and parent.count("/") >= 3:  # no key under the prefix: maybe it names one object
+        # no key under the prefix: maybe it names one object, at the bucket's top too (parent "s3://bucket"),
+        # not the bucket itself ("s3://bucket": parent "s3:/")
+        if not listed and name and parent != "s3:/":
             store = open_store(parent)
             listed = [o for o in store.list(name) if o.key == name]
         # Folder keys ("prefix/", "prefix/sub/") are dropped here, so no reader downstream ever sees one.
