@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from s3_servers import S3Endpoint
+from s3_servers import S3Endpoint, free_port
 
 from ml8s.cli.args import root_arg, tracking_uri_arg
 from ml8s.data.sources import fingerprint_data, read_verified
-from ml8s.errors import ConfigError, DataError, ObjectTooLargeError, RootUriError, StoreError, UnsafeObjectError
+from ml8s.errors import (
+    ConfigError,
+    DataError,
+    ObjectTooLargeError,
+    RootUriError,
+    StoreError,
+    StoreUnavailableError,
+    UnsafeObjectError,
+)
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import S3Store
 
@@ -199,3 +208,14 @@ def test_a_data_root_naming_an_object_at_the_bucket_top_is_that_object(moto_serv
         assert [data for _, data in read_verified(found)] == [b"a,b\n1,2\n"]
         with pytest.raises(DataError, match="lists no objects"):
             fingerprint_data(f"s3://{moto_server.make_bucket()}")  # a bucket is a prefix, never an object
+
+
+def test_a_password_in_the_endpoint_stays_out_of_the_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    """Each failed attempt's warning named the endpoint, and botocore's message its URL, password and all; only
+    ml8s's own log handler scrubbed it, not pytest's, Flyte's or a library user's."""
+    url = f"http://bot:s3cret@127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.WARNING, logger="ml8s.store.s3"):
+        with pytest.raises(StoreUnavailableError):
+            S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url}).get("k")
+    said = [record.getMessage() for record in caplog.records if record.name == "ml8s.store.s3"]
+    assert said and not any("s3cret" in line for line in said), said

@@ -28,6 +28,7 @@ from ml8s.errors import (
     RetryableStoreError,
     StoreError,
     StoreUnavailableError,
+    without_credentials,
 )
 from ml8s.store.base import Store
 
@@ -95,7 +96,9 @@ class S3Base(Store):
         self._client: S3Client = session.client("s3", endpoint_url=endpoint, config=config)
         once = config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))  # see _conditional_put
         self._once: S3Client = session.client("s3", endpoint_url=endpoint, config=once)
-        self.endpoint = self._client.meta.endpoint_url
+        # shown in every error and warning: a user:password in AWS_ENDPOINT_URL stays out of them, whatever
+        # handler (not only ml8s's scrubbing one) the warnings reach
+        self.endpoint = without_credentials(self._client.meta.endpoint_url)
         # botocore retries in silence (a hung endpoint: AWS_MAX_ATTEMPTS x 30 s); each failed attempt is said
         self._client.meta.events.register("needs-retry.s3", self._say_failed_attempt)
         if endpoint:
@@ -107,12 +110,13 @@ class S3Base(Store):
     ) -> None:
         """A WARNING per failed attempt of a request (connection, timeout, 5xx, throttling), none otherwise."""
         if caught_exception is not None:
-            why = str(caught_exception).splitlines()[0] if str(caught_exception) else type(caught_exception).__name__
+            said = str(caught_exception).splitlines()[0] if str(caught_exception) else type(caught_exception).__name__
+            why = without_credentials(said)  # botocore's message quotes the request URL
         else:
             status, code = _status_and_code(response)
             if status < 500 and code not in _SLOW:
                 return  # an answer (2xx, or a 4xx that is not retried): nothing to say
-            why = f"HTTP {status} {code}".rstrip()
+            why = f"HTTP {status} {code if code != str(status) else ''}".rstrip()
         operation = getattr(kwargs.get("operation"), "name", "request")
         more = "; trying again" if attempts < self.attempts else ""
         log.warning(
