@@ -61,8 +61,9 @@ class S3Writes(S3Base):
                         ChecksumSHA256=sha,
                         ContentMD5=md5,
                     )
-                    etag = self._etag(out.get("ETag"), "part PUT", tmp_key)
-                    parts.append(_part(number, etag, out.get("ChecksumSHA256")))
+                    self._etag(out.get("ETag"), "part PUT", tmp_key)  # refuses an answer without one
+                    # as the server sent it (quoted): what CompleteMultipartUpload compares
+                    parts.append(_part(number, out["ETag"], out.get("ChecksumSHA256")))
         try:
             etag = self._validate(tmp_key, digest)
         except IntegrityError:
