@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import pathlib
 import re
 import threading
 from collections.abc import Iterator
@@ -219,3 +220,20 @@ def test_a_password_in_the_endpoint_stays_out_of_the_warnings(caplog: pytest.Log
             S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url}).get("k")
     said = [record.getMessage() for record in caplog.records if record.name == "ml8s.store.s3"]
     assert said and not any("s3cret" in line for line in said), said
+
+
+def test_a_download_into_a_full_disk_is_a_store_error_and_leaves_no_file(tmp_path: pathlib.Path) -> None:
+    """The local side of a download failed as a bare OSError (``ml8s: INTERNAL_ERROR``); LocalStore's names it."""
+    with answering(200, b"x" * 70_000, {"ETag": '"e"'}) as (url, _):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        full = tmp_path / "weights.bin"
+        full.symlink_to("/dev/full")  # the link is removed, never the device
+        # /dev/full refuses the sink's truncate (EINVAL) before any write (ENOSPC): either is named
+        with pytest.raises(
+            StoreError, match=rf"^STORE_ERROR: (no space left writing|cannot write) {re.escape(str(full))}"
+        ):
+            store.download("k", str(full))
+        assert not full.is_symlink() and pathlib.Path("/dev/full").exists()
+        (tmp_path / "file").write_bytes(b"")
+        with pytest.raises(StoreError, match=r"^STORE_ERROR: cannot write .*/file/w\.bin: "):
+            store.download("k", str(tmp_path / "file" / "w.bin"))

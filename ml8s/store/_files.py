@@ -141,9 +141,14 @@ def _writing(path: str, *, remove: bool = True) -> Iterator[None]:
         if remove:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        if exc.errno == errno.ENOSPC:
-            raise StoreError(f"no space left writing {path}") from exc
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise write_error(path, exc) from exc
+
+
+def write_error(path: str, exc: OSError) -> StoreError:
+    """The StoreError of an OSError while writing the local file ``path`` (ENOSPC named)."""
+    if exc.errno == errno.ENOSPC:
+        return StoreError(f"no space left writing {path}")
+    return StoreError(f"cannot write {path}: {exc.strerror or exc}")
 
 
 def _write_hashed(out: BinaryIO, data: bytes) -> tuple[str, int]:

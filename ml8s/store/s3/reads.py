@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Protocol
 
 from ml8s.errors import NotFoundError, ObjectTooLargeError, StoreError, UnsafeObjectError
+from ml8s.store._files import write_error
 from ml8s.store.base import ObjectInfo, Versioned, WriteResult
 from ml8s.store.s3.client import CUT_SHORT, MiB, S3Base, unquote
 
@@ -74,16 +75,18 @@ class S3Reads(S3Base):
         return Versioned(data=buffer.getvalue(), token=token)
 
     def download(self, key: str, path: str) -> WriteResult:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with open(path, "wb") as handle:
                 sink = _HashSink(handle)
                 self._read(key, None, sink)
                 handle.flush()
                 os.fsync(handle.fileno())
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+            if isinstance(exc, OSError):  # the local side (a full disk, no directory): as LocalStore.download says it
+                raise write_error(path, exc) from exc
             raise
         return WriteResult(key=key, size=sink.tell(), sha256=sink.hexdigest())
 
