@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from ml8s.errors import ResolutionRefusedError, StoreError
 from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp
+from ml8s.ops.tmp_local import cleanup_local_tmp
 from ml8s.store import LocalStore
+from ml8s.tempdirs import OWNER_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = "abcdef012345"
@@ -102,6 +105,26 @@ def test_tmp_cleanup_reports_what_is_no_regular_file_and_leaves_it(planted: Path
     assert (outside / "precious.bin").read_bytes() == b"keep" and (other / ".tmp").is_symlink()
     report = json.loads(ml8s(clean_env(), "tmp-cleanup", "--json", "--root", str(planted)).stdout)
     assert report["left_alone"] == sorted(expected)
+
+
+def test_local_tmp_cleanup_is_not_held_by_a_planted_fifo_owner_file(tmp_path: Path) -> None:
+    """$TMPDIR is anyone's: an ``ml8s-*`` directory whose owner file is a FIFO (or a link, or a directory) is
+    not judged dead and is left alone; the cleanup does not wait on it for a writer that never comes."""
+    for name, make in (
+        ("ml8s-fifo", os.mkfifo),
+        ("ml8s-dir", os.mkdir),
+        ("ml8s-link", lambda p: os.symlink(tmp_path / "nowhere", p)),
+    ):
+        (tmp_path / name).mkdir()
+        make(tmp_path / name / OWNER_FILE)
+    (tmp_path / "ml8s-dead").mkdir()
+    (tmp_path / "ml8s-dead" / OWNER_FILE).write_text("1\n")
+    found: list[list[str]] = []
+    worker = threading.Thread(target=lambda: found.append(cleanup_local_tmp(str(tmp_path))), daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    assert found == [[str(tmp_path / "ml8s-dead")]], "tmp-cleanup blocked on a FIFO in $TMPDIR"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ml8s-dir", "ml8s-fifo", "ml8s-link"]
 
 
 def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:
