@@ -14,7 +14,7 @@ import pytest
 from test_verify import clean_env, ml8s
 
 from ml8s.contract import layout
-from ml8s.errors import ResolutionRefusedError, StoreError
+from ml8s.errors import ResolutionRefusedError, StoreError, UnsafeObjectError
 from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp
@@ -105,6 +105,29 @@ def test_tmp_cleanup_reports_what_is_no_regular_file_and_leaves_it(planted: Path
     assert (outside / "precious.bin").read_bytes() == b"keep" and (other / ".tmp").is_symlink()
     report = json.loads(ml8s(clean_env(), "tmp-cleanup", "--json", "--root", str(planted)).stdout)
     assert report["left_alone"] == sorted(expected)
+
+
+def test_tmp_cleanup_neither_writes_nor_lists_through_a_linked_directory_on_the_way(
+    planted: Path, tmp_path: Path
+) -> None:
+    """The root's ``.tmp`` linked out of the root: refused before the clock's probe is written through it.
+    ``ml8s_training_runs`` linked out: left alone and named, nothing behind it listed, removed or failed on."""
+    outside = tmp_path / "outside"
+    (outside / RUN / ".tmp").mkdir(parents=True)
+    precious = plant(outside, f"{RUN}/.tmp/precious.bin", 10)
+    (planted / ".tmp").symlink_to(outside)
+    store = LocalStore(str(planted))
+    with pytest.raises(UnsafeObjectError, match=r"/\.tmp is no directory"):
+        cleanup_tmp(store, 3)
+    assert sorted(p.name for p in outside.iterdir()) == [RUN]  # no clock probe left (or made) there
+    (planted / ".tmp").unlink()
+    (planted / "ml8s_training_runs").rename(tmp_path / "runs")
+    (planted / "ml8s_training_runs").symlink_to(outside)
+    for dry_run in (True, False):
+        report = cleanup_tmp(store, 3, dry_run=dry_run)
+        assert [entry.uri for entry in report.removed] == [store.uri(rel) for rel in STALE[1:]]
+        assert report.left_alone == (store.uri("ml8s_training_runs"),)
+    assert precious.read_bytes() == b"x"
 
 
 def test_local_tmp_cleanup_is_not_held_by_a_planted_fifo_owner_file(tmp_path: Path) -> None:

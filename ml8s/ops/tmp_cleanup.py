@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import layout
-from ml8s.errors import ConfigError
+from ml8s.errors import ConfigError, UnsafeObjectError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import ObjectInfo, Store
 
@@ -68,15 +68,24 @@ def is_tmp_key(key: str) -> bool:
     return len(parts) >= 3 and parts[0] in (layout.INCIDENTS_DIR, QUARANTINE_DIR) and parts[1] == layout.TMP_DIR
 
 
-def tmp_entries(store: Store) -> list[ObjectInfo]:
-    """Every tmp entry under the pipeline root, sorted by key."""
-    listed = [
-        *store.list(f"{layout.RUNS_DIR}/"),
-        *store.list(f"{layout.INCIDENTS_DIR}/{layout.TMP_DIR}/"),
-        *store.list(f"{QUARANTINE_DIR}/{layout.TMP_DIR}/"),
-        *store.list(f"{layout.TMP_DIR}/"),
-    ]
+_LISTED = (
+    layout.RUNS_DIR,
+    f"{layout.INCIDENTS_DIR}/{layout.TMP_DIR}",
+    f"{QUARANTINE_DIR}/{layout.TMP_DIR}",
+    layout.TMP_DIR,
+)
+
+
+def tmp_entries(store: Store, skip: frozenset[str] = frozenset()) -> list[ObjectInfo]:
+    """Every tmp entry under the pipeline root, sorted by key; a listed prefix with a component in ``skip``
+    (a symbolic link: listing it would walk wherever it points) is not listed."""
+    listed = [info for prefix in _LISTED if not _through(prefix, skip) for info in store.list(f"{prefix}/")]
     return sorted((info for info in listed if is_tmp_key(info.key)), key=lambda info: info.key)
+
+
+def _through(prefix: str, keys: frozenset[str]) -> bool:
+    parts = prefix.split("/")
+    return any("/".join(parts[: n + 1]) in keys for n in range(len(parts)))
 
 
 def cleanup_tmp(
@@ -86,11 +95,16 @@ def cleanup_tmp(
     store's current time (default: Store.clock, measured with a probe object under the root's ``.tmp/``)."""
     if older_than_days < 0:
         raise ConfigError(f"--older-than-days {older_than_days}: expected a number of days >= 0")
+    odd = frozenset(_irregular(store))
+    if layout.TMP_DIR in odd:  # the clock's probe (and every staged write) would land wherever it points
+        raise UnsafeObjectError(
+            f"{store.uri(layout.TMP_DIR)} is no directory (a symbolic link?); expected the directory where the "
+            "store stages its writes: nothing written or removed; check what it is and remove it by hand"
+        )
     current = store.clock(f"{layout.TMP_DIR}/ml8s-clock-{uuid.uuid4().hex}") if now is None else now
     removed: list[TmpEntry] = []
     kept = 0
-    entries = tmp_entries(store)
-    listed = {info.key for info in entries}
+    entries = tmp_entries(store, odd)
     for info in entries:
         age = (current - info.mtime) / _DAY_S
         # 0 means every entry (docs/audits.md): a just-written one is 0 days old on a clock of whole seconds
@@ -108,17 +122,17 @@ def cleanup_tmp(
         dry_run=dry_run,
         removed=tuple(removed),
         kept=kept,
-        left_alone=tuple(store.uri(key) for key in _irregular(store, listed)),
+        left_alone=tuple(store.uri(key) for key in sorted(odd - {info.key for info in entries})),
     )
 
 
-def _irregular(store: Store, listed: set[str]) -> list[str]:
-    """Keys of tmp entries (or ``.tmp`` directories) that are no regular file or directory and that the listing
-    left out (a link to a regular file is listed, and removing it removes the link alone), sorted."""
+def _irregular(store: Store) -> list[str]:
+    """Keys of tmp entries, ``.tmp`` directories or directories on the way to them that are no regular file or
+    directory (a link to a regular file is listed too, and removing it removes the link alone), sorted."""
     found = {
         key
         for prefix in (layout.RUNS_DIR, layout.INCIDENTS_DIR, QUARANTINE_DIR, layout.TMP_DIR)
         for key in store.irregular(prefix)
-        if key not in listed and (is_tmp_key(key) or is_tmp_key(f"{key}/entry"))
+        if is_tmp_key(key) or is_tmp_key(f"{key}/entry") or any(_through(p, frozenset([key])) for p in _LISTED)
     }
     return sorted(found)
