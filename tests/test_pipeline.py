@@ -121,6 +121,35 @@ def test_a_damaged_completed_run_is_named_at_the_gate_not_returned(
         assert forced["force_rerun"]["reproduced"] is True
 
 
+@pytest.mark.parametrize(
+    ("rel", "damage", "said"),
+    [
+        ("config_snapshot.json", b"[]\n", "is not a valid JSON object: expected a JSON object, found a JSON list"),
+        ("config_snapshot.json", b"[" * 100_000, "is not a valid JSON object: JSON nested too deeply to parse"),
+        ("data_fingerprint.json", b"[1]\n", "is missing or unreadable: expected a JSON object, found a JSON list"),
+        ("manifest.json", b"\xff\xfe{}", "is not UTF-8 (invalid start byte at byte 0)"),
+    ],
+)
+def test_a_stored_record_that_is_no_json_object_is_named_at_the_gate(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path, rel: str, damage: bytes, said: str
+) -> None:
+    """Valid JSON of another shape, JSON too deep for Python's parser, bytes that are no UTF-8: a STORE_ERROR
+    naming the file (was an INTERNAL_ERROR: AttributeError, RecursionError, UnicodeDecodeError), nothing written."""
+    data, root, manifest = completed
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy)
+    (run_dir(copy, str(manifest["run_id"])) / rel).write_bytes(damage)
+    before = tree(copy)
+    proc = ml8s(env_for(data, copy), "run", check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-2000:]
+    assert (
+        last.startswith(f"ml8s: STORE_ERROR: {(run_dir(copy, str(manifest['run_id'])) / rel).as_uri()} ")
+        and said in last
+    )
+    assert tree(copy) == before
+
+
 def test_a_gate_hit_says_when_the_local_registry_it_names_is_gone(
     completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pydantic
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.identity.variables import CANONICALIZATION_VERSION, CanonicalConfig, JsonValue, canonical_json
@@ -47,3 +48,21 @@ def compute_identity(config: CanonicalConfig, data_fingerprint: str, *, strict: 
 def canonical_bytes(obj: object) -> bytes:
     """Deterministic JSON bytes for artifacts: sorted keys, 2-space indent, trailing newline."""
     return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def json_loads(data: bytes | str) -> object:
+    """``json.loads``, where JSON nested deeper than Python's parser can follow (``[[[[…`` in a damaged or planted
+    file) is a ValueError like any other malformed JSON, not a RecursionError that no caller expects."""
+    try:
+        value: object = json.loads(data)
+    except RecursionError as exc:
+        raise ValueError(f"JSON nested too deeply to parse ({exc})") from None
+    return value
+
+
+def json_object(data: bytes | str) -> dict[str, pydantic.JsonValue]:
+    """:func:`json_loads` of a record that must be a JSON object; ValueError when it is other JSON (``[]``, ``1``)."""
+    value = json_loads(data)
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, found a JSON {type(value).__name__}")
+    return {str(key): item for key, item in value.items()}

@@ -7,7 +7,6 @@ starting the workflow.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
 import socket
@@ -18,6 +17,7 @@ from ml8s import log
 from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, Incident, Manifest, layout
 from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
+from ml8s.identity.hashing import json_object
 from ml8s.identity.settings import worker_id
 from ml8s.identity.uri import sqlite_path
 from ml8s.store import Store
@@ -58,6 +58,11 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
             raise StoreError(
                 f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.MANIFEST)} does not; "
                 "the run was finalized by an incompatible writer or tampered with (run `ml8s verify`)"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise StoreError(
+                f"{ctx.uri(layout.MANIFEST)} is not UTF-8 ({exc.reason} at byte {exc.start}); expected the manifest "
+                "JSON ml8s wrote: the run was tampered with (run `ml8s verify`)"
             ) from exc
         recorded = _check_artifacts_present(ctx, store, manifest)
         ctx.log("gate", "success.marker found and snapshot matches: returning the stored manifest")
@@ -127,7 +132,7 @@ def clear_run(ctx: RunContext, store: Store) -> None:
 
 def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
     try:
-        stored = json.loads(store.get(ctx.key(layout.CONFIG_SNAPSHOT)))
+        stored = json_object(store.get(ctx.key(layout.CONFIG_SNAPSHOT)))
     except NotFoundError:
         if completed:
             raise StoreError(
@@ -136,7 +141,7 @@ def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
             ) from None
         return
     except ValueError as exc:
-        raise StoreError(f"{ctx.uri(layout.CONFIG_SNAPSHOT)} is not valid JSON: {exc}") from exc
+        raise StoreError(f"{ctx.uri(layout.CONFIG_SNAPSHOT)} is not a valid JSON object: {exc}") from exc
     computed = ctx.identity
     stored_hash = str(stored.get("full_config_hash", ""))
     if stored_hash != computed.full_config_hash:
@@ -164,10 +169,10 @@ def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
         )
 
 
-def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, object]) -> str:
+def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, JsonValue]) -> str:
     """The fingerprint of data_fingerprint.json, which must agree with the snapshot's."""
     try:
-        recorded = str(json.loads(store.get(ctx.key(layout.DATA_FINGERPRINT))).get("fingerprint", ""))
+        recorded = str(json_object(store.get(ctx.key(layout.DATA_FINGERPRINT))).get("fingerprint", ""))
     except (NotFoundError, ValueError) as exc:
         raise StoreError(f"{ctx.uri(layout.DATA_FINGERPRINT)} is missing or unreadable: {exc}") from exc
     if recorded != snapshot.get("data_fingerprint"):
@@ -180,11 +185,16 @@ def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, obj
 
 def _recorded_sha256(ctx: RunContext, store: Store) -> dict[str, str]:
     try:
-        metadata = json.loads(store.get(ctx.key(layout.TRAINING_METADATA)))
+        artifacts = json_object(store.get(ctx.key(layout.TRAINING_METADATA))).get("artifacts")
     except (NotFoundError, ValueError):
         return {}
-    artifacts = metadata.get("artifacts", {})
-    return {str(rel): str(entry["sha256"]) for rel, entry in sorted(artifacts.items())}
+    if not isinstance(artifacts, dict):  # only compared after the re-run: a damaged record compares nothing
+        return {}
+    return {
+        str(rel): str(entry["sha256"])
+        for rel, entry in sorted(artifacts.items())
+        if isinstance(entry, dict) and "sha256" in entry
+    }
 
 
 def _incident(ctx: RunContext, store: Store, kind: str, stored: dict[str, JsonValue]) -> None:
