@@ -323,6 +323,22 @@ def test_runs_list_shows_incomplete_runs(tmp_path: Path) -> None:
     assert ml8s(clean_env(), "runs", "list", "--root", str(tmp_path / "empty")).stdout == "no runs\n"
 
 
+def test_runs_list_takes_records_nested_too_deep_for_the_parser_as_unreadable(tmp_path: Path) -> None:
+    full_hash = "f" * 64
+    plant(tmp_path, f"ml8s_training_runs/{RUN}/{layout.CONFIG_SNAPSHOT}", 0).write_text(
+        json.dumps({"full_config_hash": full_hash})
+    )
+    for rel in (layout.MANIFEST, layout.SUCCESS_MARKER):
+        plant(tmp_path, f"ml8s_training_runs/{RUN}/{rel}", 0).write_bytes(b"[" * 100_000)
+    plant(tmp_path, f"ml8s_incidents/{RUN}/run_id_hash_collision-{full_hash}.json", 0).write_bytes(b"{" * 100_000)
+    runs = list_runs(LocalStore(str(tmp_path)))
+    assert [(r.run_id, r.status, r.full_config_hash, r.model_version) for r in runs] == [
+        (RUN, "complete", full_hash, "")
+    ]
+    (tmp_path / f"ml8s_training_runs/{RUN}/{layout.CONFIG_SNAPSHOT}").write_bytes(b"[" * 100_000)
+    assert [(r.status, r.full_config_hash) for r in list_runs(LocalStore(str(tmp_path)))] == [("complete", "")]
+
+
 def test_runs_list_names_what_is_no_run_apart_from_the_runs(tmp_path: Path) -> None:
     # A folder named like no RUN_ID was listed as an "incomplete" run; a stray file was skipped in silence.
     plant(tmp_path, f"ml8s_training_runs/{RUN}/config_snapshot.json", 0)

@@ -307,6 +307,12 @@ def test_manifest_edited(tampered: Run) -> None:
     assert_fails(verify(tampered), "manifest", "artifact_root is file:///elsewhere")
 
 
+def test_manifest_nested_too_deep_for_the_parser_fails_its_check(tampered: Run) -> None:
+    # json.loads raises RecursionError (no ValueError) on such input: it was an INTERNAL_ERROR, not a verdict
+    (tampered.directory / layout.MANIFEST).write_bytes(b"[" * 100_000)
+    assert_fails(verify(tampered), "manifest", "nested too deeply")
+
+
 # ------------------------------------------------------------------------------------------- MLflow
 
 

@@ -13,10 +13,10 @@ Every expected value comes from ``ml8s.modeling.families``, the definitions trai
 
 from __future__ import annotations
 
-import json
 import math
 
 from ml8s.contract import ConfigSnapshot, FeatureSchema, Invalid, Metrics, TrainingMetadata, layout, parse
+from ml8s.identity.hashing import json_loads
 from ml8s.identity.model_code import is_plugin
 from ml8s.modeling import families
 
@@ -27,7 +27,9 @@ def safetensors_shapes(head: bytes) -> list[list[int]] | None:
         return None
     size = int.from_bytes(head[:8], "little")
     try:
-        header = json.loads(head[8 : 8 + size])
+        header = json_loads(head[8 : 8 + size])
+        if not isinstance(header, dict):
+            return None
         return [[int(d) for d in v["shape"]] for k, v in header.items() if k != "__metadata__"]
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -8,13 +8,12 @@ file and the problem, so a check that merely *uses* a file skips, and the check 
 
 from __future__ import annotations
 
-import json
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ml8s.errors import IntegrityError
-from ml8s.identity.hashing import canonical_bytes
+from ml8s.identity.hashing import canonical_bytes, json_loads
 
 
 class Unavailable(Exception):
@@ -33,7 +32,7 @@ def parse(rel: str, data: bytes, model: type[M]) -> M:
     """Validate ``data`` as ``model``; also require the canonical JSON form the pipeline writes
     (sorted keys, 2-space indent, trailing newline), so a reformatted file is noticed too."""
     try:
-        raw: object = json.loads(data)
+        raw = json_loads(data)
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise Invalid(f"{rel} is not valid UTF-8 JSON: {exc}") from exc
     try:

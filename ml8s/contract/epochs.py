@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.identity.hashing import json_loads
+
 
 class EpochRecord(BaseModel):
     """One epoch: its number (from 1), mean train loss, held-out figures (None when not evaluated), end time."""
@@ -32,7 +34,7 @@ def epochs_bytes(started_ms: int | None, records: Sequence[EpochRecord]) -> byte
 
 def read_epochs(data: bytes) -> tuple[int | None, list[EpochRecord]]:
     """The start time and records of ``logs/epochs.json`` (ValueError when malformed)."""
-    body = json.loads(data)
+    body = json_loads(data)
     if not isinstance(body, dict) or not isinstance(body.get("epochs"), list):
         raise ValueError("expected a JSON object with an 'epochs' list")
     started = body.get("started_ms")

@@ -8,7 +8,6 @@ written by name, contiguous, with the dtypes a DELTA supports, so every FULL can
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping
 
@@ -18,6 +17,7 @@ import torch
 from ml8s.deltas.dtypes import tensor_kind
 from ml8s.deltas.hashing import check_hex_digest, weights_hash
 from ml8s.errors import DeltaFormatError, DeltaIntegrityError
+from ml8s.identity.hashing import json_loads
 
 HASH_KEY = "ml8s.weights_hash"
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit on its JSON header
@@ -55,7 +55,7 @@ def read_full_hash(full: bytes) -> str:
     if length > min(len(full) - _LENGTH.size, _MAX_HEADER_BYTES):
         raise DeltaFormatError(f"FULL payload header length {length} exceeds the {len(full)}-byte payload")
     try:
-        header = json.loads(full[_LENGTH.size : _LENGTH.size + length].decode("utf-8"))
+        header = json_loads(full[_LENGTH.size : _LENGTH.size + length].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise DeltaFormatError(f"FULL payload header is not JSON: {exc}") from None
     metadata = header.get("__metadata__") if isinstance(header, dict) else None

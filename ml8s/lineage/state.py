@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from pydantic import ValidationError
 
 from ml8s.contract.training_state import METADATA_KEY, TrainingState
 from ml8s.errors import LineageError
+from ml8s.identity.hashing import json_loads
 
 
 def read_training_state(data: bytes, where: str) -> TrainingState:
@@ -37,8 +36,8 @@ def _metadata(data: bytes) -> dict[str, str]:
     if size > len(data) - 8:
         raise ValueError(f"a header of {size} bytes in a file of {len(data)}")
     try:
-        header = json.loads(data[8 : 8 + size])
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        header = json_loads(data[8 : 8 + size])
+    except ValueError as exc:
         raise ValueError(f"the header is not JSON ({exc})") from exc
     meta = header.get("__metadata__") if isinstance(header, dict) else None
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):

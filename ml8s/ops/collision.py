@@ -13,7 +13,6 @@ The resolution is appended to the incident log as ``ml8s_incidents/{RUN_ID}/reso
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import socket
 
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import MovedFile, Resolution, layout
 from ml8s.errors import IntegrityError, NotFoundError, ResolutionRefusedError
+from ml8s.identity.hashing import json_loads
 from ml8s.identity.settings import worker_id
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
 from ml8s.store import Store
@@ -49,11 +49,11 @@ def collision_incidents(store: Store, run_id: str) -> dict[str, str]:
         if not info.key.rpartition("/")[2].startswith(COLLISION.lower() + "-"):
             continue
         try:
-            record = json.loads(store.get(info.key))
-            stored = str(record["stored"]["full_config_hash"])
+            record = json_loads(store.get(info.key))
+            stored = str(record["stored"]["full_config_hash"]) if isinstance(record, dict) else ""
         except (NotFoundError, ValueError, KeyError, TypeError):
             continue
-        if record.get("kind") == COLLISION and len(stored) == 64:
+        if isinstance(record, dict) and record.get("kind") == COLLISION and len(stored) == 64:
             found[info.key] = stored
     return found
 
@@ -89,7 +89,7 @@ def resolve_collision(store: Store, run_id: str, *, reason: str = "") -> Outcome
 
 def _current_hash(store: Store, run_id: str) -> str | None:
     try:
-        snapshot = json.loads(store.get(f"{layout.run_prefix(run_id)}/{layout.CONFIG_SNAPSHOT}"))
+        snapshot = json_loads(store.get(f"{layout.run_prefix(run_id)}/{layout.CONFIG_SNAPSHOT}"))
     except NotFoundError:
         return None
     except ValueError:

@@ -10,7 +10,6 @@ the table say why). MLflow is asked only when some run recorded a registration.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import layout
 from ml8s.errors import NotFoundError
+from ml8s.identity.hashing import json_loads
 from ml8s.ops.collision import collision_incidents
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
 from ml8s.store import Store
@@ -149,7 +149,7 @@ def _keys_by(store: Store, top: str, depth: int, strays: set[str]) -> dict[tuple
 def _read_json(store: Store, key: str) -> dict[str, object]:
     """A JSON object from the store; {} when missing or unreadable."""
     try:
-        value: object = json.loads(store.get(key))
+        value: object = json_loads(store.get(key))
     except (NotFoundError, ValueError):
         return {}
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}

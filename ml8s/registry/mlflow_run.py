@@ -31,6 +31,7 @@ from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.contract.epochs import EpochRecord, read_epochs
 from ml8s.errors import NotFoundError, RegistryError
+from ml8s.identity.hashing import json_loads
 from ml8s.identity.variables import JsonValue
 from ml8s.store import Store
 
@@ -187,7 +188,7 @@ def _number(value: object) -> TypeGuard[int | float]:
 def _read_json(ctx: RunContext, store: Store, rel: str, path: tuple[str, ...]) -> object:
     """A JSON value of an artifact (None when the file or the path is absent)."""
     try:
-        data: object = json.loads(store.get(ctx.key(rel)))
+        data = json_loads(store.get(ctx.key(rel)))
     except NotFoundError:
         return None
     except ValueError:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError
 
 from ml8s.errors import ShardFormatError, ShardInputError, ShardVersionError
+from ml8s.identity.hashing import json_loads
 from ml8s.shards import dtypes, layout
 from ml8s.shards.format import FORMAT_VERSION, ShardHeader, TensorEntry
 from ml8s.shards.plan import PlanConfig
@@ -88,8 +89,8 @@ def encode_metadata(meta: CheckpointMetadata) -> bytes:
 def decode_metadata(data: bytes, where: str) -> CheckpointMetadata:
     """Parse metadata JSON; ShardVersionError for another format version, ShardFormatError for anything malformed."""
     try:
-        raw: object = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json_loads(data)
+    except ValueError as exc:
         raise ShardFormatError(f"{where}: not JSON ({exc})", check="metadata_invalid") from None
     if isinstance(raw, dict) and raw.get("format_version") != FORMAT_VERSION:
         found = raw.get("format_version")
