@@ -53,3 +53,17 @@ def test_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path: Path) -> None:
         (problem,) = open_bundle(path).problems
         assert problem == f"{path}: {words}, not read; expected an audit bundle"
     assert open_bundle(str(tmp_path / "missing")).problems == (f"{tmp_path / 'missing'} does not exist",)
+
+
+@pytest.mark.parametrize(("keep", "whole"), [(513, 0), (600, 1), (2100, 1)])
+def test_a_tar_cut_short_inside_a_whole_gzip_is_a_problem_not_an_internal_error(
+    tmp_path: Path, keep: int, whole: int
+) -> None:
+    """tarfile reads headers and members lazily: a cut tar raised ReadError from the member loop (INTERNAL_ERROR)."""
+    tar = tar_bytes({"b/bundle.json": b"{}", "b/run/manifest.json": b"x" * 1000})
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(gzip.compress(tar[:keep]))
+    opened = open_bundle(str(cut))
+    assert opened.problems == (f"{cut} is cut short after {whole} whole member(s) (unexpected end of data); "
+                               "expected a whole tar.gz",)  # fmt: skip
+    assert opened.members == ({"bundle.json": b"{}"} if whole else {})

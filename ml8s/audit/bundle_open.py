@@ -92,18 +92,21 @@ def open_bundle(path: str) -> OpenedBundle:
     members: dict[str, bytes] = {}
     problems: list[str] = []
     tops: set[str] = set()
-    with archive:
-        for info in archive:
-            top, _, rel = info.name.partition("/")
-            parts = rel.split("/")
-            if not info.isreg() or not top or not rel or "" in parts or ".." in parts or "." in parts:
-                problems.append(f"unsafe or unexpected member {info.name!r} (type {info.type!r})")
-                continue
-            if rel in members:
-                problems.append(f"member {info.name!r} appears twice")
-            extracted = archive.extractfile(info)
-            members[rel] = extracted.read() if extracted else b""
-            tops.add(top)
+    try:
+        with archive:
+            for info in archive:
+                top, _, rel = info.name.partition("/")
+                parts = rel.split("/")
+                if not info.isreg() or not top or not rel or "" in parts or ".." in parts or "." in parts:
+                    problems.append(f"unsafe or unexpected member {info.name!r} (type {info.type!r})")
+                    continue
+                if rel in members:
+                    problems.append(f"member {info.name!r} appears twice")
+                extracted = archive.extractfile(info)
+                members[rel] = extracted.read() if extracted else b""
+                tops.add(top)
+    except (EOFError, tarfile.TarError) as exc:  # the tar cut short inside a whole gzip: its headers read lazily
+        problems.append(f"{path} is cut short after {len(members)} whole member(s) ({exc}); expected a whole tar.gz")
     if len(tops) > 1:
         problems.append(f"members under several top directories: {sorted(tops)}")
     return OpenedBundle(path, min(tops, default=""), members, tuple(problems))
