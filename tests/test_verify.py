@@ -307,6 +307,15 @@ def test_manifest_edited(tampered: Run) -> None:
     assert_fails(verify(tampered), "manifest", "artifact_root is file:///elsewhere")
 
 
+@pytest.mark.parametrize("rel", [layout.CONFIG_SNAPSHOT, layout.MANIFEST])
+def test_a_sparse_record_is_refused_unread(tampered: Run, rel: str) -> None:
+    # Read whole before: a sparse 64 GiB record (truncate -s 64G) made verify and audit bundle allocate 64 GiB.
+    # Just past the bound here: other checks still stream the file to hash it.
+    size = 16 * 1024 * 1024 + 1
+    os.truncate(tampered.directory / rel, size)
+    assert_fails(verify(tampered), rel.removesuffix(".json"), f"{rel} holds {size} bytes", "(not read)")
+
+
 def test_manifest_nested_too_deep_for_the_parser_fails_its_check(tampered: Run) -> None:
     # json.loads raises RecursionError (no ValueError) on such input: it was an INTERNAL_ERROR, not a verdict
     (tampered.directory / layout.MANIFEST).write_bytes(b"[" * 100_000)

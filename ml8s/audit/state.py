@@ -11,7 +11,16 @@ from collections.abc import Mapping
 
 from ml8s.audit.offline import Digest
 from ml8s.chain import Anchor
-from ml8s.contract import ConfigSnapshot, FingerprintRecord, Manifest, TrainingMetadata, Unavailable, layout, parse
+from ml8s.contract import (
+    ConfigSnapshot,
+    FingerprintRecord,
+    Invalid,
+    Manifest,
+    TrainingMetadata,
+    Unavailable,
+    layout,
+    parse,
+)
 from ml8s.errors import NotFoundError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import ObjectInfo, Store, open_store
@@ -65,6 +74,10 @@ class RunState:
         if rel not in self._bytes:
             if rel not in self.listing():
                 raise Unavailable(f"{rel} is missing")
+            if (
+                size := self.listing()[rel].size
+            ) > _SMALL:  # only records are read whole: a sparse 64 GiB one is no OOM
+                raise Invalid(f"{rel} holds {size} bytes; expected a record of at most {_SMALL} bytes (not read)")
             try:
                 self._bytes[rel] = self.store.get(f"{self.prefix}/{rel}")
             except NotFoundError as exc:
