@@ -339,6 +339,21 @@ def test_runs_list_takes_records_nested_too_deep_for_the_parser_as_unreadable(tm
     assert [(r.status, r.full_config_hash) for r in list_runs(LocalStore(str(tmp_path)))] == [("complete", "")]
 
 
+def test_runs_list_lists_a_run_whose_records_are_no_regular_file_or_sparse(tmp_path: Path) -> None:
+    """One run's config_snapshot.json a FIFO, manifest.json a sparse 64 GiB file: it was STORE_UNSAFE_OBJECT (no
+    listing at all) or a 64 GiB read; now that run is listed without its hash and model, the others as ever."""
+    other = "b" * 12
+    plant(tmp_path, f"ml8s_training_runs/{other}/{layout.CONFIG_SNAPSHOT}", 0).write_text('{"full_config_hash": "x"}')
+    plant(tmp_path, f"ml8s_training_runs/{RUN}/{layout.SUCCESS_MARKER}", 0)
+    os.mkfifo(tmp_path / f"ml8s_training_runs/{RUN}/{layout.CONFIG_SNAPSHOT}")
+    os.truncate(plant(tmp_path, f"ml8s_training_runs/{RUN}/{layout.MANIFEST}", 0), 64 * 1024**3)
+    runs = list_runs(LocalStore(str(tmp_path)))
+    assert [(r.run_id, r.status, r.full_config_hash, r.model_version) for r in runs] == [
+        (RUN, "complete", "", ""),
+        (other, "incomplete", "x", ""),
+    ]
+
+
 def test_runs_list_names_what_is_no_run_apart_from_the_runs(tmp_path: Path) -> None:
     # A folder named like no RUN_ID was listed as an "incomplete" run; a stray file was skipped in silence.
     plant(tmp_path, f"ml8s_training_runs/{RUN}/config_snapshot.json", 0)
