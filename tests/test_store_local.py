@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
+from ml8s.errors import (
+    IntegrityError,
+    NotFoundError,
+    PreconditionFailedError,
+    RetryableStoreError,
+    StoreError,
+    UnsafeObjectError,
+)
 from ml8s.ops.runs import list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp
 from ml8s.store import LocalStore, open_store
@@ -236,6 +243,23 @@ def test_conditional_writes_stage_under_the_root_tmp(tmp_path: Path, monkeypatch
     report = cleanup_tmp(store, 7)
     assert [e.uri for e in report.removed] == [store.uri(".tmp/success.marker.1.dead.new")] and report.kept == 1
     assert not stale.exists() and young.exists()
+
+
+def test_conditional_writes_never_stage_through_a_linked_root_tmp(tmp_path: Path) -> None:
+    """The root's ``.tmp`` linked out of the store: put_if_absent (a GC's clock probe, its audit events, a run's
+    marker) and put_if_match wrote their staging file where it pointed, and left it there on a crash."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / ".tmp").symlink_to(outside)
+    store = LocalStore(str(root))
+    with pytest.raises(UnsafeObjectError, match=r"/\.tmp: a symbolic link; expected the store's staging directory"):
+        store.put_if_absent("ml8s_chain/c/.tmp/probe", b"")
+    with pytest.raises(UnsafeObjectError):
+        store.put_if_match("ml8s_chain/c/chain.json", b"{}", None)
+    assert os.listdir(outside) == [] and not (root / "ml8s_chain").exists()
+    (root / ".tmp").unlink()
+    assert store.put_if_absent("ml8s_chain/c/.tmp/probe", b"")  # absent: created as ever
 
 
 def test_delete_removes_empty_directories_up_to_the_root(tmp_path: Path) -> None:

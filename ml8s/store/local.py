@@ -23,7 +23,14 @@ import secrets
 import stat
 from collections.abc import Iterator
 
-from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, RetryableStoreError, StoreError
+from ml8s.errors import (
+    IntegrityError,
+    NotFoundError,
+    PreconditionFailedError,
+    RetryableStoreError,
+    StoreError,
+    UnsafeObjectError,
+)
 from ml8s.store._files import (
     StagedWriter,
     copy_hashed,
@@ -34,7 +41,7 @@ from ml8s.store._files import (
     size_or_none,
     write_file,
 )
-from ml8s.store._safe import irregular, open_regular, read_regular, unlink_nofollow
+from ml8s.store._safe import irregular, kind, open_regular, read_regular, unlink_nofollow
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 
 LOCK_DIR = ".ml8s-locks"
@@ -235,9 +242,17 @@ class LocalStore(Store):
         return os.path.join(self.root, *parts)
 
     def _scratch(self, final: str) -> str:
-        """A fresh file name under the root's ``.tmp/`` for staging a conditional write to ``final``."""
+        """A fresh file name under the root's ``.tmp/`` for staging a conditional write to ``final``; UnsafeObjectError
+        when ``.tmp`` is a link (a write staged through it would land, and be left on a crash, wherever it points)."""
+        directory = os.path.join(self.root, TMP_DIR)
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISDIR(mode := os.lstat(directory).st_mode):
+                raise UnsafeObjectError(
+                    f"cannot stage a write to {final} under {self.uri(TMP_DIR)}: {kind(mode)}; expected the store's "
+                    "staging directory (nothing written): check what it is and remove it by hand"
+                )
         name = f"{os.path.basename(final)[:64]}.{os.getpid()}.{secrets.token_hex(8)}.new"
-        return os.path.join(self.root, TMP_DIR, name)
+        return os.path.join(directory, name)
 
     def _move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
         """Move the fsynced tmp file, hashed while written, to ``key`` if it still has the size written."""
