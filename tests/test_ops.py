@@ -130,6 +130,19 @@ def test_tmp_cleanup_neither_writes_nor_lists_through_a_linked_directory_on_the_
     assert precious.read_bytes() == b"x"
 
 
+def test_tmp_cleanup_reports_a_file_name_that_is_no_utf8(planted: Path) -> None:
+    """Such a name was listed with surrogates: --json removed the entry, then failed to print what it removed
+    (INTERNAL_ERROR). Now the report shows the odd bytes as escapes."""
+    name = os.fsencode(planted / f"ml8s_training_runs/{RUN}/.tmp") + b"/stale-\xff.bin"
+    with open(name, "wb") as handle:
+        handle.write(b"x")
+    os.utime(name, (time.time() - 10 * DAY,) * 2)
+    report = cleanup_tmp(LocalStore(str(planted)), 3)
+    assert not os.path.lexists(name)
+    uris = [entry["uri"] for entry in json.loads(report.model_dump_json())["removed"]]
+    assert LocalStore(str(planted)).uri(f"ml8s_training_runs/{RUN}/.tmp/stale-\\xff.bin") in uris
+
+
 def test_local_tmp_cleanup_is_not_held_by_a_planted_fifo_owner_file(tmp_path: Path) -> None:
     """$TMPDIR is anyone's: an ``ml8s-*`` directory whose owner file is a FIFO (or a link, or a directory) is
     not judged dead and is left alone; the cleanup does not wait on it for a writer that never comes."""

@@ -115,15 +115,21 @@ def cleanup_tmp(
             continue
         if not dry_run:
             store.delete(info.key)
-        removed.append(TmpEntry(uri=store.uri(info.key), size=info.size, age_days=round(age, 3)))
+        removed.append(TmpEntry(uri=_shown(store.uri(info.key)), size=info.size, age_days=round(age, 3)))
     return CleanupReport(
         root_uri=store.root_uri,
         older_than_days=older_than_days,
         dry_run=dry_run,
         removed=tuple(removed),
         kept=kept,
-        left_alone=tuple(store.uri(key) for key in sorted(odd - {info.key for info in entries})),
+        left_alone=tuple(_shown(store.uri(key)) for key in sorted(odd - {info.key for info in entries})),
     )
+
+
+def _shown(uri: str) -> str:
+    """``uri`` as text a report can hold: a local file name's bytes that are no UTF-8 (listed as surrogates, which
+    no JSON encoder takes) as ``\\xff`` escapes, so a report of what was removed is never lost to a crash."""
+    return uri.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _irregular(store: Store) -> list[str]:
