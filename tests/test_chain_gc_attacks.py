@@ -136,6 +136,18 @@ def test_fifo_under_the_chain_refuses(root: Path) -> None:
         collect_garbage(open_chain(root), grace_s=0, dry_run=False)
 
 
+@pytest.mark.parametrize("where", [f"{paths.TMP}/upload-\\xff", f"{paths.VERSIONS}/v\\xff/block.pb"])
+def test_a_name_that_is_no_utf8_refuses_not_crashes(root: Path, where: str) -> None:
+    """Its gc_delete audit event could not be serialized: GC exited with INTERNAL_ERROR (nothing deleted)."""
+    path = os.fsencode(chain_dir(root)) + b"/" + where.encode().replace(b"\\xff", b"\xff")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(b"x")
+    with pytest.raises(GcRefusedError, match=r"\\xff.* or its name is no UTF-8"):
+        collect_garbage(open_chain(root), grace_s=0, dry_run=False)
+    assert os.path.exists(path)
+
+
 def test_delete_never_follows_a_link_swapped_in_after_the_check(root: Path, tmp_path: Path) -> None:
     """The race past GC's check: the store's own deletion stops at the link, nothing outside goes."""
     outside = tmp_path / "outside"
