@@ -3,6 +3,7 @@ deleted and mtimes aged, an anchor; and GC on a host whose clock runs ahead (iss
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -30,7 +31,8 @@ from ml8s.chain._util import utc_now
 from ml8s.chain.commit import _seal, payload_files
 from ml8s.chain.models import ChainHead
 from ml8s.chain.wire import head_json
-from ml8s.errors import ChainCorruptionError, GcRefusedError, UnsafeObjectError
+from ml8s.cli.args import hours_arg
+from ml8s.errors import ChainCorruptionError, ConfigError, GcRefusedError, UnsafeObjectError
 from ml8s.store import LocalStore
 
 DAY = 86400.0
@@ -146,6 +148,20 @@ def test_a_name_that_is_no_utf8_refuses_not_crashes(root: Path, where: str) -> N
     with pytest.raises(GcRefusedError, match=r"\\xff.* or its name is no UTF-8"):
         collect_garbage(open_chain(root), grace_s=0, dry_run=False)
     assert os.path.exists(path)
+
+
+@pytest.mark.parametrize("grace", ["nan", "-1"])
+def test_a_grace_period_that_is_nan_or_negative_deletes_nothing(root: Path, grace: str) -> None:
+    """NaN compares false with every age: ``--grace-hours nan --execute`` deleted a commit's upload written a
+    moment before, as garbage (and printed "grace_s": NaN, no JSON)."""
+    upload = chain_dir(root) / paths.TMP / "upload-in-flight"
+    upload.parent.mkdir(exist_ok=True)
+    upload.write_bytes(b"x")
+    with pytest.raises(ConfigError, match="expected a finite number of seconds >= 0"):
+        collect_garbage(open_chain(root), grace_s=float(grace) * 3600, dry_run=False)
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a finite number of hours >= 0"):
+        hours_arg(grace)
+    assert upload.read_bytes() == b"x" and hours_arg("0") == 0.0
 
 
 def test_delete_never_follows_a_link_swapped_in_after_the_check(root: Path, tmp_path: Path) -> None:

@@ -33,6 +33,8 @@ the store cannot steer it into deleting anything else. Safety, in order:
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import evidence, paths
@@ -43,7 +45,7 @@ from ml8s.chain.integrity import verify_chain
 from ml8s.chain.models import ChainVersion
 from ml8s.chain.trusted import ReadTrust
 from ml8s.chain.versions import ChainVersions
-from ml8s.errors import ChainError, GcRefusedError
+from ml8s.errors import ChainError, ConfigError, GcRefusedError
 from ml8s.store import ObjectInfo
 
 DEFAULT_GRACE_S = 24 * 3600.0
@@ -96,6 +98,8 @@ def collect_garbage(
     store's current time (default: Store.clock, one probe object written and deleted under ``.tmp/``);
     ``local_now``: this host's, only reported (``clock_skew_s``); ``trust``: the pinned root and
     CHAIN_REQUIRE_SIGNED, checked as every reader checks them (a chain they refuse is not collected)."""
+    if not 0 <= grace_s < math.inf:  # NaN compares false with every age: each candidate, in-flight ones too, "old"
+        raise ConfigError(f"grace period {grace_s} s: expected a finite number of seconds >= 0")
     refuse_irregular(chain)
     chain.require_head()  # a chain never initialized is named as such, not reported as corrupted
     trust = trust or ReadTrust()

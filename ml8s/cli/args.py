@@ -8,6 +8,7 @@ Exit codes of every command: 0 success (or PASS), 1 FAIL or a named ml8s error (
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -33,6 +34,18 @@ def run_id_arg(text: str) -> str:
     if not is_run_id(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a RUN_ID; expected 12 lowercase hex digits")
     return text
+
+
+def hours_arg(text: str) -> float:
+    """argparse type of a grace period in hours: ``nan`` or a negative value would make every candidate old
+    enough to delete (a usage error instead)."""
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = math.nan
+    if not 0 <= hours < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of hours >= 0")
+    return hours
 
 
 def tracking_uri_arg(text: str) -> str:

@@ -39,7 +39,7 @@ from ml8s.chain import (
     to_stderr,
     verify_chain,
 )
-from ml8s.cli.args import add_require_signed, guarded, open_root
+from ml8s.cli.args import add_require_signed, guarded, hours_arg, open_root
 from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_versions, tensorboard
 from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
@@ -92,7 +92,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--publish", choices=["mlflow"], default=None, help="also tag the registered model and the head run's versions"
     )
     verbs.choices["anchor"].add_argument("--ttl-hours", type=float, default=24.0, help="validity (default 24)")
-    verbs.choices["gc"].add_argument("--grace-hours", type=float, default=24.0, help="keep younger garbage")
+    verbs.choices["gc"].add_argument("--grace-hours", type=hours_arg, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
     verbs.choices["gc"].add_argument(
         "--anchor",
