@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -13,8 +15,9 @@ from pathlib import Path
 import pytest
 from test_verify import clean_env, ml8s
 
+from ml8s.cli.ops import _days
 from ml8s.contract import layout
-from ml8s.errors import ResolutionRefusedError, StoreError, UnsafeObjectError
+from ml8s.errors import ConfigError, ResolutionRefusedError, StoreError, UnsafeObjectError
 from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp
@@ -141,6 +144,16 @@ def test_tmp_cleanup_reports_a_file_name_that_is_no_utf8(planted: Path) -> None:
     assert not os.path.lexists(name)
     uris = [entry["uri"] for entry in json.loads(report.model_dump_json())["removed"]]
     assert LocalStore(str(planted)).uri(f"ml8s_training_runs/{RUN}/.tmp/stale-\\xff.bin") in uris
+
+
+def test_tmp_cleanup_refuses_a_retention_that_is_nan_or_infinite(planted: Path) -> None:
+    """NaN compares false with every age: cleanup_tmp(store, nan) removed every tmp entry, in-flight ones too."""
+    for days in (math.nan, math.inf, -1.0):
+        with pytest.raises(ConfigError, match="expected a finite number of days >= 0"):
+            cleanup_tmp(LocalStore(str(planted)), days)
+    assert remaining(planted) == set(STALE + KEPT)
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a finite number of days >= 0"):
+        _days("inf")
 
 
 def test_local_tmp_cleanup_is_not_held_by_a_planted_fifo_owner_file(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -19,8 +20,8 @@ def _days(text: str) -> float:
         days = float(text)
     except ValueError:
         days = -1.0
-    if not days >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of days >= 0")
+    if not 0 <= days < math.inf:  # inf kept everything but printed "Infinity" in --json, which is no JSON
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of days >= 0")
     return days
 
 

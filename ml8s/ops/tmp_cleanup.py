@@ -15,6 +15,7 @@ and reported: removing it by rule could follow it, and it was not written by ml8
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Mapping
@@ -93,8 +94,8 @@ def cleanup_tmp(
 ) -> CleanupReport:
     """Delete the tmp entries older than ``older_than_days`` (strictly; 0: every one), unless ``dry_run``. ``now``: the
     store's current time (default: Store.clock, measured with a probe object under the root's ``.tmp/``)."""
-    if older_than_days < 0:
-        raise ConfigError(f"--older-than-days {older_than_days}: expected a number of days >= 0")
+    if not 0 <= older_than_days < math.inf:  # NaN compares false with every age: each entry, in-flight too, "old"
+        raise ConfigError(f"--older-than-days {older_than_days}: expected a finite number of days >= 0")
     odd = frozenset(_irregular(store))
     if layout.TMP_DIR in odd:  # the clock's probe (and every staged write) would land wherever it points
         raise UnsafeObjectError(
