@@ -297,6 +297,21 @@ def test_resolve_collision_refuses_without_a_recorded_collision(tmp_path: Path) 
     assert [(r.run_id, r.status) for r in list_runs(LocalStore(str(tmp_path)))] == [(RUN, "complete")]
 
 
+def test_resolve_collision_copies_nothing_through_a_link_in_the_run(tmp_path: Path) -> None:
+    """A link planted in the colliding run was listed and followed: the file it named, outside the root and
+    maybe readable by root alone, was copied into the quarantine, where whoever can read the store reads it."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root only")
+    root = tmp_path / "root"
+    directory = forge_collision(root, RUN, "f" * 64)
+    record_incident(root, "f" * 64)
+    (directory / "model" / "notes.txt").symlink_to(secret)
+    before = files(directory)
+    with pytest.raises(ResolutionRefusedError, match=r"model/notes.txt is no regular file .*nothing was moved"):
+        resolve_collision(LocalStore(str(root)), RUN)
+    assert files(directory) == before and not (root / "ml8s_quarantine").exists()
+
+
 def record_incident(root: Path, stored: str) -> None:
     record = {"kind": "RUN_ID_HASH_COLLISION", "run_id": RUN, "stored": {"full_config_hash": stored}}
     path = root / layout.incident_key(RUN, "RUN_ID_HASH_COLLISION", "a" * 64)

@@ -100,6 +100,12 @@ def _current_hash(store: Store, run_id: str) -> str | None:
 def _move(store: Store, run_id: str, full_hash: str) -> tuple[MovedFile, ...]:
     """Copy every object (verified), then delete the originals: marker first, snapshot last."""
     source, target = layout.run_prefix(run_id), quarantine_prefix(run_id, full_hash)
+    if odd := store.irregular(source):  # a link's target (a file outside the root) would be copied into the store
+        raise ResolutionRefusedError(
+            f"{', '.join(store.uri(key) for key in odd[:5])} is no regular file or directory (a symbolic link, FIFO "
+            f"or device); expected only the files of run {run_id}: remove it by hand, then resolve again (nothing "
+            "was moved)"
+        )
     tmp_key = f"{QUARANTINE_DIR}/{layout.TMP_DIR}/quarantine-{worker_id()}.bin"
     moved: list[MovedFile] = []
     infos = [i for i in store.list(source + "/") if i.key.startswith(source + "/")]
