@@ -316,6 +316,17 @@ def test_a_sparse_record_is_refused_unread(tampered: Run, rel: str) -> None:
     assert_fails(verify(tampered), rel.removesuffix(".json"), f"{rel} holds {size} bytes", "(not read)")
 
 
+@pytest.mark.parametrize(("rel", "check"), [(layout.CONFIG_SNAPSHOT, "config_snapshot"), ("metrics.json", "artifacts")])
+def test_a_record_replaced_by_a_link_is_not_followed(tampered: Run, tmp_path: Path, rel: str, check: str) -> None:
+    # Followed before: a link to a file outside the root (readable by root alone) had it read, and carried into
+    # an audit bundle (--allow-failed), even a PASS when the link named a copy of the right bytes.
+    copy = tmp_path / "copy"
+    shutil.copy(tampered.directory / rel, copy)
+    (tampered.directory / rel).unlink()
+    (tampered.directory / rel).symlink_to(copy)
+    assert_fails(verify(tampered), check, f"{rel}: cannot read ", "a symbolic link; expected a regular file")
+
+
 def test_manifest_nested_too_deep_for_the_parser_fails_its_check(tampered: Run) -> None:
     # json.loads raises RecursionError (no ValueError) on such input: it was an INTERNAL_ERROR, not a verdict
     (tampered.directory / layout.MANIFEST).write_bytes(b"[" * 100_000)

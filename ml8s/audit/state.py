@@ -21,7 +21,7 @@ from ml8s.contract import (
     layout,
     parse,
 )
-from ml8s.errors import NotFoundError
+from ml8s.errors import IntegrityError, NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.identity.uri import parse_root_uri
 from ml8s.store import ObjectInfo, Store, open_store
 from ml8s.store.root_shape import check_local_root
@@ -70,18 +70,20 @@ class RunState:
         return self._listing
 
     def read(self, rel: str) -> bytes:
-        """A file's bytes; :class:`Unavailable` when it is missing."""
+        """A file's bytes; :class:`Unavailable` when it is missing, :class:`Invalid` when it is larger than a record
+        (only records are read whole: a sparse 64 GiB one must not be) or a link (its target may lie outside the
+        root and be readable by root alone: an audit bundle would carry it)."""
         if rel not in self._bytes:
             if rel not in self.listing():
                 raise Unavailable(f"{rel} is missing")
-            if (
-                size := self.listing()[rel].size
-            ) > _SMALL:  # only records are read whole: a sparse 64 GiB one is no OOM
+            if (size := self.listing()[rel].size) > _SMALL:
                 raise Invalid(f"{rel} holds {size} bytes; expected a record of at most {_SMALL} bytes (not read)")
             try:
-                self._bytes[rel] = self.store.get(f"{self.prefix}/{rel}")
+                self._bytes[rel] = self.store.get(f"{self.prefix}/{rel}", max_bytes=_SMALL)
             except NotFoundError as exc:
                 raise Unavailable(f"{rel} is missing") from exc
+            except (UnsafeObjectError, ObjectTooLargeError) as exc:
+                raise Invalid(f"{rel}: {exc.message}") from exc
         return self._bytes[rel]
 
     def digest(self, rel: str) -> Digest:
@@ -89,7 +91,10 @@ class RunState:
         if rel not in self._digests:
             info = self.listing()[rel]
             if rel in self._bytes or info.size <= _SMALL:
-                data = self.read(rel)
+                try:
+                    data = self.read(rel)
+                except Invalid as exc:  # a link where an artifact belongs: the checksum check FAILs, never SKIPs
+                    raise IntegrityError(str(exc)) from exc
                 self._digests[rel] = (hashlib.sha256(data).hexdigest(), len(data))
             else:
                 with owned_tempdir("ml8s-verify-") as tmp:
