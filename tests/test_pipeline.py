@@ -150,6 +150,25 @@ def test_a_stored_record_that_is_no_json_object_is_named_at_the_gate(
     assert tree(copy) == before
 
 
+def test_a_record_past_its_bound_is_refused_unread_at_the_gate(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    """Read whole before: a sparse 64 GiB config_snapshot.json made a re-run allocate 64 GiB. Just past the
+    16 MiB bound here (a file of zeros, so the unbounded read failed otherwise: as invalid JSON)."""
+    data, root, manifest = completed
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy)
+    record = run_dir(copy, str(manifest["run_id"])) / "config_snapshot.json"
+    os.truncate(record, 16 * 1024 * 1024 + 1)
+    proc = ml8s(env_for(data, copy), "run", check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-2000:]
+    assert last == (
+        f"ml8s: STORE_OBJECT_TOO_LARGE: {record.as_uri()} holds {16 * 1024 * 1024 + 1} bytes; expected at most "
+        f"{16 * 1024 * 1024} (not read)"
+    )
+
+
 def test_a_gate_hit_says_when_the_local_registry_it_names_is_gone(
     completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
 ) -> None:

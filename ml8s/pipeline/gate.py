@@ -22,6 +22,9 @@ from ml8s.identity.settings import worker_id
 from ml8s.identity.uri import sqlite_path
 from ml8s.store import Store
 
+# a record is a few KiB: a sparse 64 GiB one (or a link to /dev/zero) is refused unread, not read into memory
+_RECORD_MAX_BYTES = 16 * 1024 * 1024
+
 
 class GateDecision(BaseModel):
     """What the gate found. ``manifest`` is the stored manifest text when ``completed``."""
@@ -53,7 +56,7 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
         return GateDecision(completed=False, force_rerun=True, previous_sha256=previous)
     if completed:
         try:
-            manifest = store.get(ctx.key(layout.MANIFEST)).decode("utf-8")
+            manifest = store.get(ctx.key(layout.MANIFEST), max_bytes=_RECORD_MAX_BYTES).decode("utf-8")
         except NotFoundError as exc:
             raise StoreError(
                 f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.MANIFEST)} does not; "
@@ -132,7 +135,7 @@ def clear_run(ctx: RunContext, store: Store) -> None:
 
 def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
     try:
-        stored = json_object(store.get(ctx.key(layout.CONFIG_SNAPSHOT)))
+        stored = json_object(store.get(ctx.key(layout.CONFIG_SNAPSHOT), max_bytes=_RECORD_MAX_BYTES))
     except NotFoundError:
         if completed:
             raise StoreError(
@@ -172,7 +175,9 @@ def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
 def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, JsonValue]) -> str:
     """The fingerprint of data_fingerprint.json, which must agree with the snapshot's."""
     try:
-        recorded = str(json_object(store.get(ctx.key(layout.DATA_FINGERPRINT))).get("fingerprint", ""))
+        recorded = str(
+            json_object(store.get(ctx.key(layout.DATA_FINGERPRINT), max_bytes=_RECORD_MAX_BYTES)).get("fingerprint", "")
+        )
     except (NotFoundError, ValueError) as exc:
         raise StoreError(f"{ctx.uri(layout.DATA_FINGERPRINT)} is missing or unreadable: {exc}") from exc
     if recorded != snapshot.get("data_fingerprint"):
@@ -185,7 +190,9 @@ def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, Jso
 
 def _recorded_sha256(ctx: RunContext, store: Store) -> dict[str, str]:
     try:
-        artifacts = json_object(store.get(ctx.key(layout.TRAINING_METADATA))).get("artifacts")
+        artifacts = json_object(store.get(ctx.key(layout.TRAINING_METADATA), max_bytes=_RECORD_MAX_BYTES)).get(
+            "artifacts"
+        )
     except (NotFoundError, ValueError):
         return {}
     if not isinstance(artifacts, dict):  # only compared after the re-run: a damaged record compares nothing
