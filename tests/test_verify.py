@@ -459,3 +459,26 @@ def test_verify_workflow_returns_the_report_and_renders_a_deck(verified_run: Run
     [(name, html)] = probe["decks"]
     assert name == "verification" and "<table" in html
     assert all(f"<code>{check}</code>" in html for check in CHECKS)
+
+
+def test_a_large_artifact_is_hashed_where_it_lies_not_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file over the record bound was downloaded into $TMPDIR to be hashed (a sparse 64 GiB artifact wrote
+    64 GiB there); it is hashed as it streams from the store, and a link there is an integrity failure."""
+    import hashlib
+
+    from ml8s.audit.state import RunState
+    from ml8s.errors import IntegrityError
+    from ml8s.store import LocalStore
+
+    run = tmp_path / "root" / layout.run_prefix("r")
+    (run / "features").mkdir(parents=True)
+    data = os.urandom(1 << 20) * 17  # over the 16 MiB read whole
+    (run / "features/feature_matrix.parquet").write_bytes(data)
+    (run / "linked").symlink_to(run / "features/feature_matrix.parquet")
+    store = LocalStore(str(tmp_path / "root"))
+    state = RunState("", "r", {}, store=store)
+    monkeypatch.setattr(store, "download", None)  # a copy fails the test
+    assert state.digest("features/feature_matrix.parquet") == (hashlib.sha256(data).hexdigest(), len(data))
+    state._listing = {**state.listing(), "linked": state.listing()["features/feature_matrix.parquet"]}
+    with pytest.raises(IntegrityError, match="linked"):
+        state.digest("linked")
