@@ -421,3 +421,17 @@ def test_runs_list_names_what_is_no_run_apart_from_the_runs(tmp_path: Path) -> N
         "ml8s_training_runs/notes",
     ]
     assert named == sorted(f"file://{tmp_path}/{rel}" for rel in expected)
+
+
+def test_resolve_collision_reads_an_incident_or_snapshot_whole_only_up_to_the_record_bound(tmp_path: Path) -> None:
+    """A sparse incident or snapshot of 64 GiB was read into memory whole; each is refused unread, named."""
+    from ml8s.errors import ObjectTooLargeError
+
+    store = LocalStore(str(tmp_path))
+    run_id = "ab" * 6
+    incident = tmp_path / layout.INCIDENTS_DIR / run_id / "run_id_hash_collision-1.json"
+    incident.parent.mkdir(parents=True)
+    with open(incident, "wb") as handle:
+        handle.truncate(layout.RECORD_MAX_BYTES + 1)  # sparse: one byte over the bound
+    with pytest.raises(ObjectTooLargeError, match=r"run_id_hash_collision-1\.json"):
+        resolve_collision(store, run_id)

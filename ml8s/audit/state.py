@@ -27,7 +27,7 @@ from ml8s.store import ObjectInfo, Store, open_store
 from ml8s.store.root_shape import check_local_root
 from ml8s.tempdirs import owned_tempdir
 
-_SMALL = 16 * 1024 * 1024  # files up to this size are read whole (and kept); larger ones are streamed
+_SMALL = layout.RECORD_MAX_BYTES  # files up to this size are read whole (and kept); larger ones are streamed
 
 
 class RunState:

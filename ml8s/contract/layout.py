@@ -7,6 +7,9 @@ from ml8s.identity.versions import records_training_state
 
 RUNS_DIR = "ml8s_training_runs"
 INCIDENTS_DIR = "ml8s_incidents"
+# A run's records (snapshot, fingerprint, metadata, manifest, an incident) are a few KiB: every reader that
+# reads one whole reads at most this, so a sparse 64 GiB file or a link to /dev/zero is refused unread.
+RECORD_MAX_BYTES = 16 * 1024 * 1024
 
 CONFIG_SNAPSHOT = "config_snapshot.json"
 DATA_FINGERPRINT = "data_fingerprint.json"

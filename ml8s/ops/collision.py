@@ -49,7 +49,7 @@ def collision_incidents(store: Store, run_id: str) -> dict[str, str]:
         if not info.key.rpartition("/")[2].startswith(COLLISION.lower() + "-"):
             continue
         try:
-            record = json_loads(store.get(info.key))
+            record = json_loads(store.get(info.key, max_bytes=layout.RECORD_MAX_BYTES))
             stored = str(record["stored"]["full_config_hash"]) if isinstance(record, dict) else ""
         except (NotFoundError, ValueError, KeyError, TypeError):
             continue
@@ -89,7 +89,9 @@ def resolve_collision(store: Store, run_id: str, *, reason: str = "") -> Outcome
 
 def _current_hash(store: Store, run_id: str) -> str | None:
     try:
-        snapshot = json_loads(store.get(f"{layout.run_prefix(run_id)}/{layout.CONFIG_SNAPSHOT}"))
+        snapshot = json_loads(
+            store.get(f"{layout.run_prefix(run_id)}/{layout.CONFIG_SNAPSHOT}", max_bytes=layout.RECORD_MAX_BYTES)
+        )
     except NotFoundError:
         return None
     except ValueError:
@@ -158,5 +160,5 @@ def _record(
     )
     if store.put_if_absent(key, resolution.to_bytes()):
         return Outcome(record_uri=store.uri(key), already_resolved=False, resolution=resolution)
-    existing = Resolution.model_validate_json(store.get(key))
+    existing = Resolution.model_validate_json(store.get(key, max_bytes=layout.RECORD_MAX_BYTES))
     return Outcome(record_uri=store.uri(key), already_resolved=True, resolution=existing)

@@ -24,7 +24,6 @@ from ml8s.store import Store
 
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 _FULL_HASH = re.compile(r"^[0-9a-f]{64}$")
-_RECORD_MAX_BYTES = 16 * 1024 * 1024  # a snapshot or manifest is a few KiB: a sparse 64 GiB one is not read
 
 
 class RunEntry(BaseModel):
@@ -151,7 +150,7 @@ def _read_json(store: Store, key: str) -> dict[str, object]:
     """A JSON object from the store; {} when missing or unreadable: a damaged run is listed (``ml8s verify`` says
     what is wrong with it), never a reason to list none."""
     try:
-        value: object = json_loads(store.get(key, max_bytes=_RECORD_MAX_BYTES))
+        value: object = json_loads(store.get(key, max_bytes=layout.RECORD_MAX_BYTES))
     except (NotFoundError, UnsafeObjectError, ObjectTooLargeError, ValueError):
         return {}
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}

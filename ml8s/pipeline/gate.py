@@ -22,9 +22,6 @@ from ml8s.identity.settings import worker_id
 from ml8s.identity.uri import sqlite_path
 from ml8s.store import Store
 
-# a record is a few KiB: a sparse 64 GiB one (or a link to /dev/zero) is refused unread, not read into memory
-_RECORD_MAX_BYTES = 16 * 1024 * 1024
-
 
 class GateDecision(BaseModel):
     """What the gate found. ``manifest`` is the stored manifest text when ``completed``."""
@@ -56,7 +53,7 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
         return GateDecision(completed=False, force_rerun=True, previous_sha256=previous)
     if completed:
         try:
-            manifest = store.get(ctx.key(layout.MANIFEST), max_bytes=_RECORD_MAX_BYTES).decode("utf-8")
+            manifest = _read_record(ctx, store, layout.MANIFEST).decode("utf-8")
         except NotFoundError as exc:
             raise StoreError(
                 f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.MANIFEST)} does not; "
@@ -135,7 +132,7 @@ def clear_run(ctx: RunContext, store: Store) -> None:
 
 def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
     try:
-        stored = json_object(store.get(ctx.key(layout.CONFIG_SNAPSHOT), max_bytes=_RECORD_MAX_BYTES))
+        stored = json_object(_read_record(ctx, store, layout.CONFIG_SNAPSHOT))
     except NotFoundError:
         if completed:
             raise StoreError(
@@ -175,9 +172,7 @@ def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
 def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, JsonValue]) -> str:
     """The fingerprint of data_fingerprint.json, which must agree with the snapshot's."""
     try:
-        recorded = str(
-            json_object(store.get(ctx.key(layout.DATA_FINGERPRINT), max_bytes=_RECORD_MAX_BYTES)).get("fingerprint", "")
-        )
+        recorded = str(json_object(_read_record(ctx, store, layout.DATA_FINGERPRINT)).get("fingerprint", ""))
     except (NotFoundError, ValueError) as exc:
         raise StoreError(f"{ctx.uri(layout.DATA_FINGERPRINT)} is missing or unreadable: {exc}") from exc
     if recorded != snapshot.get("data_fingerprint"):
@@ -190,9 +185,7 @@ def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, Jso
 
 def _recorded_sha256(ctx: RunContext, store: Store) -> dict[str, str]:
     try:
-        artifacts = json_object(store.get(ctx.key(layout.TRAINING_METADATA), max_bytes=_RECORD_MAX_BYTES)).get(
-            "artifacts"
-        )
+        artifacts = json_object(_read_record(ctx, store, layout.TRAINING_METADATA)).get("artifacts")
     except (NotFoundError, ValueError):
         return {}
     if not isinstance(artifacts, dict):  # only compared after the re-run: a damaged record compares nothing
@@ -221,3 +214,8 @@ def _incident(ctx: RunContext, store: Store, kind: str, stored: dict[str, JsonVa
         store.put_atomic(key, record.to_bytes(), tmp_key=tmp)
     except Ml8sError as exc:
         ctx.log("gate", f"could not record the {kind} incident at {store.uri(key)}: {exc}")
+
+
+def _read_record(ctx: RunContext, store: Store, rel: str) -> bytes:
+    """A record of the run, read whole up to the records' bound (a sparse 64 GiB file is refused unread)."""
+    return store.get(ctx.key(rel), max_bytes=layout.RECORD_MAX_BYTES)
