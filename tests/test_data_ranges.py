@@ -8,6 +8,7 @@ naming the variable or the file, column and row, before anything is written.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -182,7 +183,18 @@ def test_read_only_pipeline_root_is_named(tmp_path: Path, monkeypatch: pytest.Mo
         root.chmod(0o755)
 
 
-@pytest.mark.parametrize("what", ["garbage", "directory", "fifo"])
+def _damaged_sqlite(database: Path) -> None:
+    """A real SQLite file whose header survived and whose pages did not (a disk error, a half-copied file)."""
+    connection = sqlite3.connect(database)
+    connection.execute("CREATE TABLE runs (x BLOB)")
+    connection.executemany("INSERT INTO runs VALUES (?)", [(bytes(4000),)] * 8)
+    connection.commit()
+    connection.close()
+    good = database.read_bytes()
+    database.write_bytes(good[:100] + b"\xa5" * (len(good) - 100))
+
+
+@pytest.mark.parametrize("what", ["garbage", "directory", "fifo", "header only", "damaged pages"])
 def test_an_mlflow_database_that_is_no_sqlite_file_fails_before_training(tmp_path: Path, what: str) -> None:
     # It used to be found at registration, after the whole run had trained and written its artifacts.
     data = write_small_churn(tmp_path / "data", rows=60, files=1)
@@ -191,10 +203,20 @@ def test_an_mlflow_database_that_is_no_sqlite_file_fails_before_training(tmp_pat
         database.write_bytes(b"not a database at all\n")
     elif what == "directory":
         database.mkdir()
+    elif what == "header only":  # SQLite's magic and nothing a database needs: MLflow cannot open it
+        database.write_bytes(b"SQLite format 3\x00" + bytes(84))
+    elif what == "damaged pages":
+        _damaged_sqlite(database)
     else:
         os.mkfifo(database)
     env = _env(data, tmp_path / "root", MLFLOW_TRACKING_URI=f"sqlite:///{database}")
-    expected = {"garbage": "is not an SQLite database", "directory": "is a directory", "fifo": "is a FIFO"}[what]
+    expected = {
+        "garbage": "is not an SQLite database",
+        "directory": "is a directory",
+        "fifo": "is a FIFO",
+        "header only": "is not a readable SQLite database (file is not a database)",
+        "damaged pages": "is not a readable SQLite database (",
+    }[what]
     _fails(env, ConfigError, "MLFLOW_TRACKING_URI=", str(database), expected, "expected an MLflow SQLite database")
     assert not (tmp_path / "root").exists()
 
@@ -204,5 +226,11 @@ def test_an_empty_mlflow_database_file_is_a_new_database(tmp_path: Path) -> None
     database.touch()  # what `touch mlflow.db` gives: SQLite opens it as an empty database
     env = {"PIPELINE_ROOT_URI": str(tmp_path / "root"), "MLFLOW_TRACKING_URI": f"sqlite:///{database}"}
     preflight.check_writable_root(PlatformSettings.load(env))  # no error
-    database.write_bytes(b"SQLite format 3\x00" + bytes(84))
+    sqlite3.connect(database).execute("CREATE TABLE t (x)").connection.close()  # a sound database: no error
     preflight.check_writable_root(PlatformSettings.load(env))
+    locked = sqlite3.connect(database, isolation_level=None)
+    locked.execute("BEGIN EXCLUSIVE")  # another writer holding it is no damage: registration waits for it
+    try:
+        preflight.check_writable_root(PlatformSettings.load(env))
+    finally:
+        locked.close()

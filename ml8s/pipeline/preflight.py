@@ -12,6 +12,8 @@ not probed: a write there needs credentials the first write will exercise anyway
 from __future__ import annotations
 
 import os
+import sqlite3
+from urllib.parse import quote
 
 from ml8s import log
 from ml8s.contract import layout
@@ -22,6 +24,9 @@ from ml8s.mlflow_probe import is_tracking_server, mlflow_unanswered, probe_bound
 from ml8s.store.root_shape import check_local_root, kind_of
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
+# SQLITE_CORRUPT and SQLITE_NOTADB: what SQLite answers for a file it cannot read as a database, unlike a busy
+# or locked one (another writer) or a hot journal a read-only connection may not roll back, which are no damage.
+_DAMAGED = (11, 26)
 
 
 def check_root_shape(settings: PlatformSettings) -> str | None:
@@ -68,6 +73,27 @@ def _sqlite_database(uri: str, database: str) -> None:
             "expected an MLflow SQLite database file, or no file there yet (checked before training: nothing "
             "was written)"
         )
+    if start:
+        _readable_schema(uri, database)
+
+
+def _readable_schema(uri: str, database: str) -> None:
+    """A file with SQLite's header can still be no database (the header alone, pages overwritten or cut off):
+    MLflow found it only at registration, after the run had trained. Reading the schema table (page 1 and the
+    pages it names, not the whole file) finds that now; ``mode=ro`` so the check writes nothing."""
+    try:
+        connection = sqlite3.connect(f"file:{quote(os.path.abspath(database))}?mode=ro", uri=True, timeout=0)
+        try:
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.DatabaseError as exc:
+        if (exc.sqlite_errorcode & 0xFF) not in _DAMAGED:
+            return  # registration opens it read-write, under its lock, and names what it finds then
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI={uri!r}: {database} is not a readable SQLite database ({exc}); expected an MLflow "
+            "SQLite database file, or no file there yet (checked before training: nothing was written)"
+        ) from exc
 
 
 def check_tracking_reachable(settings: PlatformSettings, timeout_s: float | None = None) -> None:
