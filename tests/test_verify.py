@@ -366,6 +366,30 @@ def test_mlflow_run_tag_changed(verified_run: Run, registry: tuple[Any, str]) ->
     assert_fails(verify_at(verified_run, uri), "mlflow", "MLflow run tag full_config_hash")
 
 
+def test_a_version_registered_from_the_same_run_under_another_root_passes(
+    verified_run: Run, registry: tuple[Any, str]
+) -> None:
+    """Roots sharing one MLflow share its one version per full_config_hash: the same configuration and data run
+    under a second root reuses the first root's version, tagged with the first root's run folder. Every run of
+    the second root used to FAIL verify, forever (FORCE_RERUN reuses the same version)."""
+    client, uri = registry
+    ref = _manifest(verified_run)
+    elsewhere = f"file:///other/root/{layout.RUNS_DIR}/{verified_run.run_id}"
+
+    def tag(version: str, run: str) -> None:
+        client.set_model_version_tag(ref["model_name"], ref["model_version"], "artifact_uri", version)
+        client.set_tag(ref["mlflow_run_id"], "artifact_uri", run)
+
+    tag(f"{elsewhere}/model", f"{elsewhere}/model")
+    report = verify_at(verified_run, uri)
+    assert report.status is Status.PASS, report.check("mlflow").reason
+    assert any(elsewhere in line and "another pipeline root" in line for line in report.check("mlflow").details)
+    another_run = elsewhere.replace(verified_run.run_id, "0" * 12)
+    for version, run in ((f"{another_run}/model",) * 2, (f"{elsewhere}/model", "tampered"), (elsewhere,) * 2):
+        tag(version, run)
+        assert_fails(verify_at(verified_run, uri), "mlflow", "tag artifact_uri is")
+
+
 def test_mlflow_version_deleted(verified_run: Run, registry: tuple[Any, str]) -> None:
     client, uri = registry
     ref = _manifest(verified_run)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.contract import ConfigSnapshot, Manifest, Unavailable
+from ml8s.contract import ConfigSnapshot, Manifest, Unavailable, layout
 from ml8s.errors import RegistryError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
@@ -146,13 +146,29 @@ def read_view(uri: str, ref: MlflowRef, full_config_hash: str) -> MlflowView:
     )
 
 
+def registered_from_other_root(view: MlflowView, snapshot: ConfigSnapshot, artifact_root: str) -> str:
+    """The ARTIFACT_ROOT of this RUN_ID under another pipeline root that the version and its run were registered
+    from, or "".
+
+    Registration keeps one version per FULL_CONFIG_HASH in an MLflow shared by several roots: the same
+    configuration and data run under a second root reuses the first root's version, whose ``artifact_uri`` names
+    the first root's run folder (same RUN_ID, so byte-identical artifacts). A tag naming any other folder is not
+    this."""
+    tagged = view.version_tags.get("artifact_uri", "")
+    if tagged == f"{artifact_root}/model" or view.run_tags.get("artifact_uri") != tagged:
+        return ""
+    other = tagged.removesuffix("/model")
+    return other if other != tagged and other.endswith(f"/{layout.RUNS_DIR}/{snapshot.run_id}") else ""
+
+
 def view_problems(view: MlflowView, ref: MlflowRef, snapshot: ConfigSnapshot, artifact_root: str) -> list[str]:
-    """The version and its run carry the contract tags of this run, once, registered from the run's MLflow model."""
+    """The version and its run carry the contract tags of this run, once, registered from the run's MLflow model
+    (logged from this run's folder, or the same RUN_ID's under another root: :func:`registered_from_other_root`)."""
     expected = {
         "run_id": snapshot.run_id,
         "full_config_hash": snapshot.full_config_hash,
         "data_fingerprint": snapshot.data_fingerprint,
-        "artifact_uri": f"{artifact_root}/model",
+        "artifact_uri": f"{registered_from_other_root(view, snapshot, artifact_root) or artifact_root}/model",
     }
     problems: list[str] = []
     for owner, tags in (("model version", view.version_tags), ("MLflow run", view.run_tags)):

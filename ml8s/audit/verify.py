@@ -49,6 +49,11 @@ def check_mlflow(state: RunState) -> CheckResult:
         notes.append(f"MLFLOW_TRACKING_URI={choice.ignored} ignored: manifest.json records the registry")
     if choice.uri != ref.tracking_uri and ref.tracking_uri:
         notes.append(f"manifest.json records tracking_uri {ref.tracking_uri}")
+    if other := mlflow_refs.registered_from_other_root(view, snapshot, state.artifact_root):
+        notes.append(
+            f"registered from this RUN_ID's folder under another pipeline root sharing this MLflow: {other} "
+            "(one version per full_config_hash)"
+        )
     return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, state.artifact_root), ok, notes)
 
 
