@@ -19,9 +19,11 @@ from cli_support import ml8s_many
 from conftest import write_small_churn
 from forked_cli import ML8S, forked_ml8s
 
-from ml8s.chain import ChainStore, verify_chain
+from ml8s.chain import ChainStore, ReadTrust, verify_chain
 from ml8s.contract import layout
+from ml8s.errors import ConfigError, Ml8sError, WarmStartNotFoundError
 from ml8s.lineage import read_training_state
+from ml8s.lineage.parent import find_parent
 from ml8s.store import LocalStore
 
 CHAIN = "ml8s-model"
@@ -246,6 +248,28 @@ def test_bad_lineage_inputs_fail_before_any_write(
     assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in (root / layout.RUNS_DIR).iterdir()) == runs  # nothing under any ARTIFACT_ROOT
     assert _head(root) == head
+
+
+@pytest.mark.parametrize(
+    ("request_", "error", "says"),
+    [
+        ("latest", ConfigError, "WARM_START='latest' is invalid"),
+        (-1, ConfigError, "WARM_START='-1' is invalid"),
+        (3, WarmStartNotFoundError, "WARM_START='3': chain 'ml8s-model' at file://"),
+        ("0123456789ab", WarmStartNotFoundError, "WARM_START='0123456789ab': chain 'ml8s-model' at file://"),
+    ],
+)
+def test_warm_start_on_a_root_with_no_chain_names_the_value(
+    tmp_path: Path, request_: str | int, error: type[Ml8sError], says: str
+) -> None:
+    """A typo, or a version on a chain not made yet, used to be CHAIN_VERSION_NOT_FOUND "not initialized", a
+    chain error that named neither WARM_START nor its value (the table of docs/continuous.md promises these)."""
+    chain = ChainStore(LocalStore(str(tmp_path)), CHAIN)
+    assert find_parent(chain, "head", ReadTrust()) == (None, None)  # head on no chain: the lineage's cold start
+    with pytest.raises(error) as caught:
+        find_parent(chain, request_, ReadTrust())
+    assert type(caught.value) is error and says in str(caught.value), str(caught.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("policy", ["retrain", "fail"])

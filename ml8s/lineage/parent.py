@@ -57,25 +57,32 @@ def find_parent(
 ) -> tuple[ChainVersion | None, ChainVersion | None]:
     """The version WARM_START names and the checked head it was found from (None, None: no chain yet)."""
     text = text_of(request)
-    if text == "head" and chain.read_head() is None:
-        missing = chain.missing_head()
-        if missing is not None:
-            raise missing
-        return None, None  # no chain yet: the lineage's cold start
-    follower = reader(chain, trust)
-    head = follower.current
-    if text == "head":
-        return (head if head is not None and head.counter > 0 else None), head
-    if isinstance(request, int) and not isinstance(request, bool) and 0 < request < 10**12:
-        try:
-            return follower.version(request), head
-        except VersionNotFoundError as exc:
-            raise WarmStartNotFoundError(f"WARM_START={request}: {exc}") from exc
-    if not _HEX.fullmatch(text):
+    counter = isinstance(request, int) and not isinstance(request, bool) and 0 < request < 10**12
+    if text != "head" and not counter and not _HEX.fullmatch(text):
+        # before the chain is read: a chain not made yet would otherwise be named instead of the typo
         raise ConfigError(
             f"WARM_START={text!r} is invalid; expected empty (cold start), head, a version number >= 1, or a block "
             "or content hash (12 to 64 hex digits)"
         )
+    if chain.read_head() is None:
+        missing = chain.missing_head()
+        if missing is not None:
+            raise missing
+        if text == "head":
+            return None, None  # no chain yet: the lineage's cold start
+        raise WarmStartNotFoundError(
+            f"WARM_START={text!r}: chain {chain.name!r} at {chain.uri()} has no version yet; expected a version on "
+            "it, or WARM_START=head (a cold start on a chain with no model)"
+        )
+    follower = reader(chain, trust)
+    head = follower.current
+    if text == "head":
+        return (head if head is not None and head.counter > 0 else None), head
+    if isinstance(request, int) and counter:
+        try:
+            return follower.version(request), head
+        except VersionNotFoundError as exc:
+            raise WarmStartNotFoundError(f"WARM_START={request}: {exc}") from exc
     wanted = text.lower()
     found = [
         v
