@@ -141,6 +141,27 @@ def test_malformed_settings_name_the_variable(env: dict[str, str], message: str)
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize("name", ["TARGET_COLUMN", "EXCLUDE_COLUMNS", "DATA_ROOT", "PIPELINE_ROOT_URI"])
+def test_a_value_with_bytes_that_are_not_utf8_is_a_config_error(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`TARGET_COLUMN=$'\\xff'` reaches Python as a lone surrogate: it used to be an INTERNAL_ERROR from the
+    identity's hashing (a user value) or a REGISTRY_ERROR after training (a platform one)."""
+    from ml8s.cli.main import build_parser
+
+    data = write_small_churn(tmp_path / "data", rows=40, files=1)
+    env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path / "root")}
+    env[name] = env.get(name, "") + "caf\udce9"  # "café" written in Latin-1
+    with pytest.raises(ConfigError, match=rf"^CONFIG_ERROR: {name}='.*' holds bytes that are not UTF-8"):
+        bootstrap(env)
+    assert not (tmp_path / "root").exists()
+    if name == "PIPELINE_ROOT_URI":  # read when the command line is built: a usage error of --root's commands
+        monkeypatch.setenv(name, env[name])
+        with pytest.raises(SystemExit) as caught:
+            build_parser().parse_args(["runs", "list"])
+        assert caught.value.code == 2 and "holds bytes that are not UTF-8" in capsys.readouterr().err
+
+
 def test_an_s3_root_loads_without_mlflow() -> None:
     settings = PlatformSettings.load(S3_ROOT)
     assert (settings.pipeline_root_uri, settings.mlflow_tracking_uri) == ("s3://ml8s-runs/team", "")

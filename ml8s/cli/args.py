@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ml8s.errors import Ml8sError, RootUriError, TrackingUriError
+from ml8s.errors import ConfigError, Ml8sError, RootUriError, TrackingUriError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
@@ -61,6 +61,10 @@ def tracking_uri_arg(text: str) -> str:
 def root_arg(text: str) -> str:
     """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
     try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text!r} holds bytes that are not UTF-8; expected UTF-8 text") from None
+    try:
         return parse_root_uri(text, variable="--root").uri
     except RootUriError as exc:
         raise argparse.ArgumentTypeError(f"{exc.text!r}: expected {exc.expected}") from exc
@@ -79,7 +83,10 @@ def open_root(uri: str) -> Store:
 def add_root(parser: argparse.ArgumentParser) -> None:
     # The text, not the parsed root: argparse parses a default only when --root is absent, so a malformed
     # PIPELINE_ROOT_URI is a usage error of the commands that use it and of no other.
-    default = explicit_or_env("PIPELINE_ROOT_URI", os.environ) or DEFAULT_PIPELINE_ROOT
+    try:
+        default = explicit_or_env("PIPELINE_ROOT_URI", os.environ) or DEFAULT_PIPELINE_ROOT
+    except ConfigError:  # not UTF-8: root_arg refuses the text, for these commands alone
+        default = os.environ["PIPELINE_ROOT_URI"].strip()
     parser.add_argument(
         "--root",
         type=root_arg,

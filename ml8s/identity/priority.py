@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ml8s.errors import ConfigError
+
 
 def explicit_or_env(name: str, env: Mapping[str, str], explicit: Mapping[str, str] | None = None) -> str | None:
     """The trimmed text of variable ``name`` by the priority above; None when neither level gives one.
@@ -27,5 +29,18 @@ def explicit_or_env(name: str, env: Mapping[str, str], explicit: Mapping[str, st
     """
     for value in ((explicit or {}).get(name.lower()), env.get(name)):
         if value is not None and value.strip():
-            return value.strip()
+            return _utf8(name, value.strip())
     return None
+
+
+def _utf8(name: str, value: str) -> str:
+    """``value`` unless it holds bytes that are not UTF-8 (Python keeps them as lone surrogates): every value is
+    written as UTF-8 (canonical JSON, manifests, MLflow, paths), and those writes failed deep inside a run."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{name}={value!r} holds bytes that are not UTF-8 (the first at character {exc.start + 1}); "
+            "expected UTF-8 text"
+        ) from exc
+    return value
