@@ -116,3 +116,18 @@ def test_a_file_turned_into_a_loop_after_fingerprinting_is_named(tmp_path: Path)
     with pytest.raises(DataChangedError, match=r"part-001\.csv was fingerprinted but cannot be read now: it is a "):
         snapshot(ctx, ctx.open_store())
     assert _written(root) == []
+
+
+@pytest.mark.parametrize("where", ["file", "directory"])
+def test_a_name_that_is_not_utf8_is_a_data_error(tmp_path: Path, where: str) -> None:
+    """A Latin-1 file name (`p\\xe9.csv`) enters the fingerprint as text: it used to be an INTERNAL_ERROR there."""
+    data = write_small_churn(tmp_path / "data", rows=60, files=1)
+    (data / "café.csv").write_bytes((data / "part-000.csv").read_bytes())  # UTF-8 names are data like any other
+    assert "café.csv" in [e.relative_path for e in fingerprint_local(str(data), progress=False).entries]
+    latin1 = os.fsdecode(b"caf\xe9")
+    if where == "file":
+        (data / f"{latin1}.csv").write_bytes((data / "part-000.csv").read_bytes())
+    else:
+        (data / latin1).mkdir()
+    with pytest.raises(DataError, match=r"^DATA_ERROR: DATA_ROOT holds '.*caf\\udce9.*', a name with bytes that are"):
+        fingerprint_local(str(data))

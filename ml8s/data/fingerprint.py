@@ -165,6 +165,11 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
     for name in names:
         path = os.path.join(directory, name)
         child_rel = f"{rel}/{name}" if rel else name
+        if not name.isascii() and not _utf8(name):  # it enters the fingerprint, the snapshot and the manifest
+            raise DataError(
+                f"DATA_ROOT holds {path!r}, a name with bytes that are not UTF-8; expected UTF-8 file and directory "
+                "names (rename it, e.g. `convmv -f latin1 -t utf8`)"
+            )
         if os.path.isdir(path):
             real = os.path.realpath(path)
             if real in ancestors:
@@ -181,6 +186,14 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
             raise DataError(
                 f"DATA_ROOT holds {path}{link}, {kind_of(path)}; expected only regular files and directories"
             )
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _progress(done: int, total: int, started: float) -> None:
