@@ -93,3 +93,28 @@ def test_a_missing_or_garbage_template_is_refused(tmp_path: Path, monkeypatch: p
     with pytest.raises(RegistryError, match="not a readable sqlite database"):
         ensure_schema(f"sqlite:///{root}/mlflow.db")
     assert list(root.iterdir()) == []
+
+
+def test_a_missing_template_fails_at_bootstrap_not_after_training(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It used to be found when registration copied it, after the whole run had trained and written its files."""
+    from ml8s.errors import ConfigError
+    from ml8s.identity.settings import PlatformSettings
+    from ml8s.pipeline import preflight
+
+    assert preflight._TEMPLATE_ENV == TEMPLATE_ENV
+    settings = PlatformSettings.load({"PIPELINE_ROOT_URI": str(tmp_path / "root")})
+    for bad, says in ((tmp_path / "absent.db", "does not exist"), (tmp_path, "is a directory")):
+        monkeypatch.setenv(TEMPLATE_ENV, str(bad))
+        with pytest.raises(ConfigError, match=f"^CONFIG_ERROR: {TEMPLATE_ENV}=.* {says}; expected an empty MLflow"):
+            preflight.check_writable_root(settings)
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "mlflow.db").touch()  # an empty file is a new database: made from the template too
+    with pytest.raises(ConfigError, match="is a directory"):
+        preflight.check_writable_root(settings)
+    shutil.copyfile(template, tmp_path / "root" / "mlflow.db")  # a database already there needs no template
+    preflight.check_writable_root(settings)
+    monkeypatch.setenv(TEMPLATE_ENV, str(template))
+    (tmp_path / "root" / "mlflow.db").unlink()
+    preflight.check_writable_root(settings)

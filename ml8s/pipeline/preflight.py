@@ -24,6 +24,8 @@ from ml8s.mlflow_probe import is_tracking_server, mlflow_unanswered, probe_bound
 from ml8s.store.root_shape import check_local_root, kind_of
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
+# ml8s.registry.schema.TEMPLATE_ENV, named here: importing ml8s.registry would cost every bootstrap 0.3 s
+_TEMPLATE_ENV = "ML8S_MLFLOW_SCHEMA_TEMPLATE"
 # SQLITE_CORRUPT and SQLITE_NOTADB: what SQLite answers for a file it cannot read as a database, unlike a busy
 # or locked one (another writer) or a hot journal a read-only connection may not roll back, which are no damage.
 _DAMAGED = (11, 26)
@@ -49,6 +51,26 @@ def check_writable_root(settings: PlatformSettings) -> None:
     database = sqlite_path(settings.mlflow_tracking_uri)
     if database and os.path.lexists(database):
         _sqlite_database(settings.mlflow_tracking_uri, database)
+    if database and (not os.path.lexists(database) or os.path.getsize(database) == 0):
+        _schema_template(settings.mlflow_tracking_uri)
+
+
+def _schema_template(uri: str) -> None:
+    """The template a new local MLflow database is copied from must be there: it used to be found missing at
+    registration, after the whole run had trained. (Its schema is checked when it is copied.)"""
+    template = os.environ.get(_TEMPLATE_ENV, "")
+    if not template or (os.path.isfile(template) and os.access(template, os.R_OK)):
+        return
+    if not os.path.lexists(template):
+        what = "does not exist"
+    elif os.path.isdir(template):
+        what = "is a directory"
+    else:
+        what = f"is {kind_of(template)} this process cannot read (uid {os.geteuid()})"
+    raise ConfigError(
+        f"{_TEMPLATE_ENV}={template} {what}; expected an empty MLflow database to create {uri} from, or unset it "
+        "(checked before training: nothing was written)"
+    )
 
 
 def _sqlite_database(uri: str, database: str) -> None:
