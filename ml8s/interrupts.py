@@ -43,6 +43,19 @@ class Interrupted(KeyboardInterrupt):
         return signal.Signals(self.signum).name
 
 
+class _Fired:
+    """The signal :func:`stopping_on_signals` last turned into :class:`Interrupted`, kept after it returns."""
+
+    signum: int | None = None
+
+
+def interrupted() -> Interrupted | None:
+    """The stop a signal caused in the last :func:`stopping_on_signals` block, even where code it ran turned the
+    :class:`Interrupted` into its own error: a C extension importing when the signal came answers ``ImportError:
+    import numpy failed`` or ``initialization failed``, not the interrupt (None: no signal came)."""
+    return None if _Fired.signum is None else Interrupted(_Fired.signum)
+
+
 class _Deferral:
     """The main thread's deferral state: how deep in :func:`signals_deferred`, and the signal held."""
 
@@ -58,11 +71,13 @@ def stopping_on_signals() -> Iterator[None]:
         yield
         return
     fired: list[int] = []
+    _Fired.signum = None
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if fired:
             return
         fired.append(signum)
+        _Fired.signum = signum
         if _Deferral.depth:
             _Deferral.held = signum
             return

@@ -7,6 +7,7 @@ module-scoped lineage (a cold v1, a warm v2) is copied by each test that changes
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -27,7 +28,8 @@ from forked_cli import ML8S, forked_ml8s
 from test_lineage import add_generation
 
 from ml8s.chain import ChainStore
-from ml8s.errors import RecordsAppendError
+from ml8s.cli.args import guarded
+from ml8s.errors import RecordsAppendError, StoreError
 from ml8s.interrupts import Interrupted, signals_deferred, stopping_on_signals
 from ml8s.store import LocalStore
 from ml8s.tempdirs import owned_tempdir
@@ -374,6 +376,35 @@ def test_signals_deferred_raises_the_held_signal_once_on_leaving() -> None:
         time.sleep(0.01)
         raise ValueError("the body failed after the signal")
     assert replaced.value.exit_code == 130 and isinstance(replaced.value.__context__, ValueError)
+
+
+@pytest.mark.parametrize("becomes", [ImportError, StoreError], ids=["c-extension-import", "wrapped"])
+def test_a_signal_that_code_turned_into_its_own_error_still_exits_as_interrupted(
+    becomes: type[Exception], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SIGTERM while `ml8s run` imported onnx or numpy (`[run] loading onnx and MLflow`) came out of the C
+    extension's init as `ImportError: import numpy failed`, without the interrupt as its cause: the run said
+    INTERNAL_ERROR, "an ml8s bug", and exited 2 instead of INTERRUPTED and 143."""
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except Interrupted:
+            raise becomes("initialization failed") from None  # what numpy's import makes of it
+        return 0
+
+    assert guarded(handler)(argparse.Namespace()) == 143
+    assert capsys.readouterr().err.splitlines() == [
+        "ml8s: INTERRUPTED: stopped by SIGTERM; its temp files removed, its child processes stopped"
+    ]
+
+    def failing(args: argparse.Namespace) -> int:
+        raise becomes("a real failure, no signal")
+
+    # the earlier signal is not counted: each command starts without one
+    assert guarded(failing)(argparse.Namespace()) == (2 if becomes is ImportError else 1)
+    assert "INTERRUPTED" not in capsys.readouterr().err
 
 
 def test_a_closed_terminal_stops_like_a_signal_unless_nohup_ignores_it() -> None:

@@ -18,7 +18,7 @@ from ml8s.errors import ConfigError, Ml8sError, RootUriError, TrackingUriError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
-from ml8s.interrupts import Interrupted, stopping_on_signals
+from ml8s.interrupts import Interrupted, interrupted, stopping_on_signals
 
 if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
     from ml8s.store import Store
@@ -133,20 +133,20 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
                 code = handler(args)
             sys.stdout.flush()  # buffered output's write error is this handler's: named below, not lost at exit
             return code
+        except Interrupted as exc:
+            return _stopped(exc)
         except Ml8sError as exc:
+            if (stop := interrupted()) is not None:  # the signal, not what the code it hit made of it
+                return _stopped(stop)
             print(f"ml8s: {exc}", file=sys.stderr)
             return 1
-        except Interrupted as exc:
-            print(
-                f"ml8s: INTERRUPTED: stopped by {exc.name}; its temp files removed, its child processes stopped",
-                file=sys.stderr,
-            )
-            return exc.exit_code
         except BrokenPipeError:
             # Python would print a traceback while flushing stdout at exit: point stdout at devnull first.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
         except Exception as exc:
+            if (stop := interrupted()) is not None:  # e.g. ImportError: a signal while torch or onnx was imported
+                return _stopped(stop)
             # A bug of ours, not the user's input: still one line; the traceback is for ML8S_LOG_LEVEL=DEBUG.
             if os.environ.get("ML8S_LOG_LEVEL", "").upper() == "DEBUG":
                 raise
@@ -162,3 +162,11 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
             return 2
 
     return run
+
+
+def _stopped(stop: Interrupted) -> int:
+    print(
+        f"ml8s: INTERRUPTED: stopped by {stop.name}; its temp files removed, its child processes stopped",
+        file=sys.stderr,
+    )
+    return stop.exit_code
