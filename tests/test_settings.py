@@ -197,6 +197,9 @@ def test_a_training_run_needs_mlflow_before_it_reads_data(tmp_path: Path) -> Non
         ("s3://bucket/mlruns", "has scheme 's3', for which MLflow has no model registry"),
         ("./mlruns", "is MLflow's file store, which this MLflow refuses unless MLFLOW_ALLOW_FILE_STORE=true"),
         ("file:///srv/mlruns", "is MLflow's file store"),
+        # SQLAlchemy found no dialect "SQLITE" only at registration, after the run had trained
+        ("SQLITE:////srv/mlflow.db", "has scheme 'SQLITE'; a database URL's scheme is lower-case ('sqlite')"),
+        ("PostgreSQL://ml@db/mlflow", "has scheme 'PostgreSQL'; a database URL's scheme is lower-case"),
     ],
 )
 def test_a_tracking_uri_that_would_lose_or_refuse_the_model_fails_at_load(

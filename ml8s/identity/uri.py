@@ -168,6 +168,10 @@ def check_tracking_uri(uri: str, variable: str = "MLFLOW_TRACKING_URI") -> str:
     found = _SCHEME.match(uri)
     scheme = found.group(1).lower() if found and len(found.group(1)) > 1 else ""  # "C:" is a drive, not a scheme
     engine = scheme.split("+", 1)[0]
+    if engine in _DATABASE_ENGINES and found and found.group(1) != scheme:
+        # SQLAlchemy's dialect names are case-sensitive: "SQLITE:" failed at registration, after training
+        problem = f"has scheme {found.group(1)!r}; a database URL's scheme is lower-case ({scheme!r})"
+        raise TrackingUriError(variable, uri, problem, _TRACKING_EXPECTED)
     if engine == "sqlite":
         if not sqlite_path(uri):
             problem = "is an in-memory SQLite database: a model registered there is gone when the process ends"
