@@ -194,7 +194,7 @@ def _damaged_sqlite(database: Path) -> None:
     database.write_bytes(good[:100] + b"\xa5" * (len(good) - 100))
 
 
-@pytest.mark.parametrize("what", ["garbage", "directory", "fifo", "header only", "damaged pages"])
+@pytest.mark.parametrize("what", ["garbage", "directory", "fifo", "header only", "damaged pages", "under a file"])
 def test_an_mlflow_database_that_is_no_sqlite_file_fails_before_training(tmp_path: Path, what: str) -> None:
     # It used to be found at registration, after the whole run had trained and written its artifacts.
     data = write_small_churn(tmp_path / "data", rows=60, files=1)
@@ -207,6 +207,9 @@ def test_an_mlflow_database_that_is_no_sqlite_file_fails_before_training(tmp_pat
         database.write_bytes(b"SQLite format 3\x00" + bytes(84))
     elif what == "damaged pages":
         _damaged_sqlite(database)
+    elif what == "under a file":  # a typo in the path: nothing can be created there
+        database.write_text("notes\n")
+        database = database / "sub" / "mlflow.db"
     else:
         os.mkfifo(database)
     env = _env(data, tmp_path / "root", MLFLOW_TRACKING_URI=f"sqlite:///{database}")
@@ -216,6 +219,7 @@ def test_an_mlflow_database_that_is_no_sqlite_file_fails_before_training(tmp_pat
         "fifo": "is a FIFO",
         "header only": "is not a readable SQLite database (file is not a database)",
         "damaged pages": "is not a readable SQLite database (",
+        "under a file": "mlflow.db is a file; expected an MLflow SQLite database file in a directory",
     }[what]
     _fails(env, ConfigError, "MLFLOW_TRACKING_URI=", str(database), expected, "expected an MLflow SQLite database")
     assert not (tmp_path / "root").exists()

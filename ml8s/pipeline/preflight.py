@@ -51,8 +51,24 @@ def check_writable_root(settings: PlatformSettings) -> None:
     database = sqlite_path(settings.mlflow_tracking_uri)
     if database and os.path.lexists(database):
         _sqlite_database(settings.mlflow_tracking_uri, database)
+    elif database:
+        _new_database_folder(settings.mlflow_tracking_uri, database)
     if database and (not os.path.lexists(database) or os.path.getsize(database) == 0):
         _schema_template(settings.mlflow_tracking_uri)
+
+
+def _new_database_folder(uri: str, database: str) -> None:
+    """A database to be created needs a directory, or a path one can be made at: under a file (a typo in the
+    path) it used to fail at registration, after the whole run had trained."""
+    existing = os.path.dirname(os.path.abspath(database))
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI={uri!r}: {existing} is {kind_of(existing)}; expected an MLflow SQLite database "
+            "file in a directory, or a path one can be created at (checked before training: nothing was written)"
+        )
+    _writable_dir("MLFLOW_TRACKING_URI", uri, existing)
 
 
 def _schema_template(uri: str) -> None:
