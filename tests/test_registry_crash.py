@@ -213,3 +213,16 @@ def test_a_writer_killed_mid_transaction_leaves_no_wedge(tmp_path: Path) -> None
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         names = [row[0] for row in connection.execute("SELECT name FROM experiments")]
     assert "ml8s_killed_writer" not in tables and not any(n.endswith("-half-written") for n in names)
+
+
+def test_a_percent_encoded_sqlite_path_is_the_file_mlflow_opens(tmp_path: Path) -> None:
+    """SQLAlchemy (so MLflow) opens sqlite:////srv/my%20runs/mlflow.db as "/srv/my runs/mlflow.db"; ml8s checked,
+    locked and created "my%20runs": a run trained, then failed at registration (No such file or directory)."""
+    from ml8s.identity.uri import sqlite_path
+
+    (tmp_path / "my runs").mkdir()
+    uri = f"sqlite:///{tmp_path}/my%20runs/mlflow.db"
+    assert sqlite_path(uri) == f"{tmp_path}/my runs/mlflow.db"
+    assert sqlite_path(f"sqlite:///{tmp_path}/100%25.db?mode=rw") == f"{tmp_path}/100%.db"
+    ensure_schema(uri)  # created complete, where MLflow will look
+    assert sorted(p.name for p in (tmp_path / "my runs").iterdir()) == ["mlflow.db"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
@@ -225,4 +225,5 @@ def sqlite_path(uri: str) -> str:
         return ""
     path, _, query = rest[3:].partition("?")
     in_memory = path in ("", ":memory:") or path.startswith("file::memory:") or "mode=memory" in query
-    return "" if in_memory else path
+    # SQLAlchemy, so MLflow, opens the percent-decoded path (sqlite:////srv/my%20runs/m.db is "/srv/my runs/m.db")
+    return "" if in_memory else unquote(path)

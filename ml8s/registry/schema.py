@@ -236,7 +236,7 @@ def _create(path: str, uri: str) -> None:
 
     directory = os.path.dirname(os.path.abspath(path))
     tmp = f"{path}{CREATING_SUFFIX}{os.getpid()}"
-    engine = sqlalchemy.create_engine("sqlite:///" + os.path.abspath(tmp))
+    engine = sqlalchemy.create_engine("sqlite:///" + quote(os.path.abspath(tmp)))  # a "%" in it is no escape
     # A crash discards the file, so nothing needs syncing until the one fsync before the rename.
     sqlalchemy.event.listen(engine, "connect", _unsynced)
     log.info("creating the MLflow schema of %s in %s, renamed into place when complete", uri, tmp)
