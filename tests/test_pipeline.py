@@ -184,7 +184,15 @@ def test_a_gate_hit_says_when_the_local_registry_it_names_is_gone(
     stored.write_text(json.dumps(moved, indent=2, sort_keys=True) + "\n")
     env = {**env_for(data, copy), "ML8S_LOG_LEVEL": "WARNING"}
     present = ml8s(env, "run")
-    assert "REGISTRY_GONE" not in present.stderr, present.stderr
+    assert "REGISTRY_GONE" not in present.stderr and "REGISTRY_VERSION_GONE" not in present.stderr, present.stderr
+    from mlflow import MlflowClient
+
+    MlflowClient(f"sqlite:///{database}").delete_model_version("ml8s-model", "1")  # MLflow's own delete (a mark)
+    deleted = ml8s(env, "run")
+    assert json.loads(deleted.stdout) == moved
+    warning = next(line for line in deleted.stderr.splitlines() if "REGISTRY_VERSION_GONE" in line)
+    assert " WARNING [gate] REGISTRY_VERSION_GONE: model version 1 of 'ml8s-model', which manifest.json " in warning
+    assert f"deleted from the MLflow database {database} " in warning and "FORCE_RERUN=true" in warning
     database.unlink()
     gone = ml8s(env, "run")
     assert json.loads(gone.stdout) == moved and not database.exists()  # returned as stored; nothing registered

@@ -10,6 +10,8 @@ import datetime
 import logging
 import os
 import socket
+import sqlite3
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
@@ -100,13 +102,26 @@ def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> Ma
 
 
 def _warn_if_registry_gone(ctx: RunContext, manifest: Manifest) -> None:
-    """Say so when the local MLflow database the manifest names no longer exists: the model version the returned
-    manifest names is gone with it. A warning, not a refusal: the run's artifacts are intact and the registry is
-    outside the run (``ml8s verify`` fails its mlflow check). Only a ``sqlite:///`` file is checked: anything
-    else would load MLflow, which a gate hit never does."""
+    """Say so when the local MLflow database the manifest names no longer exists, or no longer holds the model
+    version the returned manifest names (deleted in MLflow). A warning, not a refusal: the run's artifacts are
+    intact and the registry is outside the run (``ml8s verify`` fails its mlflow check). Only a ``sqlite:///``
+    file is checked: anything else would load MLflow, which a gate hit never does."""
     uri = manifest.mlflow.get("tracking_uri", "")
     path = sqlite_path(uri)
-    if path and not os.path.exists(path):
+    name, version = manifest.mlflow.get("model_name", "?"), manifest.mlflow.get("model_version", "?")
+    if path and os.path.exists(path):
+        if _registered(path, name, version) is False:
+            logging.getLogger("ml8s").warning(
+                "REGISTRY_VERSION_GONE: model version %s of %r, which manifest.json names, is deleted from the MLflow "
+                "database %s (`ml8s verify` fails its mlflow check; FORCE_RERUN=true trains and registers the run "
+                "again)",
+                version,
+                name,
+                path,
+                extra={"step": "gate"},
+            )
+        return
+    if path:
         # at WARNING (the other gate lines are INFO): ML8S_LOG_LEVEL=WARNING still shows it
         logging.getLogger("ml8s").warning(
             "REGISTRY_GONE: the MLflow database %s that manifest.json names (%s) does not exist: model version %s of "
@@ -114,10 +129,27 @@ def _warn_if_registry_gone(ctx: RunContext, manifest: Manifest) -> None:
             "the run again)",
             path,
             uri,
-            manifest.mlflow.get("model_version", "?"),
-            manifest.mlflow.get("model_name", "?"),
+            version,
+            name,
             extra={"step": "gate"},
         )
+
+
+def _registered(path: str, name: str, version: str) -> bool | None:
+    """Whether the MLflow sqlite database at ``path`` holds model version ``version`` of ``name``, not deleted
+    (MLflow deletes a version by marking its stage); None where it cannot tell (locked, another schema, damaged):
+    the gate says nothing then. Read-only and without MLflow, as a gate hit stays cheap."""
+    try:
+        connection = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True, timeout=0)
+        try:
+            rows = connection.execute(
+                "SELECT current_stage FROM model_versions WHERE name = ? AND version = ?", (name, int(version))
+            ).fetchall()
+        finally:
+            connection.close()
+    except (sqlite3.Error, ValueError):
+        return None
+    return any(stage != "Deleted_Internal" for (stage,) in rows)
 
 
 def clear_run(ctx: RunContext, store: Store) -> None:
