@@ -20,6 +20,7 @@ from serving_support import chain_at, meta, weights_series
 
 from ml8s.chain import local_file
 from ml8s.deltas import encode_full
+from ml8s.errors import ConfigError
 from ml8s.serving import ClientConfig, InferenceClient, ModelDirectory, ServedVersion
 from ml8s.serving.directory import CURRENT, VERSION_FILE, VERSIONS, served_files
 from ml8s.weights import commit_weights
@@ -215,3 +216,25 @@ def test_a_follower_waiting_for_a_chain_says_so_once(tmp_path: Path) -> None:
         follow(chain, FollowOptions(out=str(tmp_path / "out"), poll_interval_s=0.5), warn=warned.append, sleep=sleep)
     assert len(polls) == 4 and len(warned) == 1, warned
     assert "waiting for a version to serve" in warned[0] and "keeping None" not in warned[0]
+
+
+@pytest.mark.parametrize("failing", ["fsync", "symlink"])
+def test_a_full_disk_is_a_named_error_and_keeps_current(
+    tmp_path: Path, versions: list[tuple[ServedVersion, Files]], monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """No space left for the new version (its files, or the swap's link): CONFIG_ERROR naming --out, not an
+    internal error; ``current`` still names the old version and nothing half-written is left."""
+    (_, old_files), (info, files) = versions
+    out = _prepared(tmp_path, versions, "normal")
+    served = os.readlink(out / CURRENT)
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, failing, full)
+    with pytest.raises(ConfigError, match=r"--out .*No space left on device; expected a writable directory"):
+        ModelDirectory(str(out)).publish_files(info, files)
+    monkeypatch.undo()
+    assert os.readlink(out / CURRENT) == served and _holds(out / CURRENT, old_files)
+    assert not [n for n in os.listdir(out) if n.startswith(".current-")]
+    assert not [n for n in os.listdir(out / VERSIONS) if n.startswith(".tmp-")]

@@ -121,14 +121,21 @@ class ModelDirectory:
                 where = os.path.join(self.versions, copies[0])
                 warn(f"ml8s: {where}: its files differ from chain version {info.counter}'s payload; rewriting them")
             dest = self._free_name(name)
-            self._write(os.path.join(self.versions, dest), files)
+            try:
+                self._write(os.path.join(self.versions, dest), files)
+            except OSError as exc:  # a full disk, a read-only mount: the current version stays as it was
+                raise ConfigError(
+                    f"--out {self.root}: cannot write {VERSIONS}/{dest}: {exc.strerror or exc}; expected a "
+                    "writable directory with room for the version"
+                ) from exc
         previous = self.target()
         if previous != dest:
             self._check_current()
             link = os.path.join(self.root, f".{CURRENT}-{uuid.uuid4().hex}")
-            os.symlink(os.path.join(VERSIONS, dest), link)
             try:
+                os.symlink(os.path.join(VERSIONS, dest), link)
                 os.replace(link, os.path.join(self.root, CURRENT))  # the swap: one rename
+                fsync_dir(self.root)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     os.unlink(link)
@@ -136,7 +143,6 @@ class ModelDirectory:
                     f"--out {self.root}: cannot point {CURRENT} at {VERSIONS}/{dest}: {exc.strerror or exc}; "
                     "expected a writable directory"
                 ) from exc
-            fsync_dir(self.root)
         self._prune(dest, previous)
         return os.path.join(self.versions, dest)
 
