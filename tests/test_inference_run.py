@@ -458,3 +458,23 @@ def test_ml8s_predict_formats_ids_precision_and_unseen_categories(
     )
     code, _, err = _predict_cli(capsys, *args, "--id-column", "nope")
     assert code == 1 and "--id-column 'nope' is not a column of" in err
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+@pytest.mark.parametrize("name", ["predicted_class", "probability_yes"])
+def test_an_id_column_named_like_a_prediction_column_is_refused(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, name: str
+) -> None:
+    """Such an id was overwritten by the prediction in JSON and Parquet (the ids lost) and repeated the CSV
+    header: refused before anything is written."""
+    rows = [{**row, name: row["customer_id"]} for row in raw_rows(trained.data)[:2]]
+    rows_csv = write_rows(tmp_path / "rows.csv", rows)
+    target = tmp_path / f"out.{fmt}"
+    args = ["--run", trained.onnx.run_id, "--root", str(trained.root), "--input", str(rows_csv)]
+    code, out, err = _predict_cli(capsys, *args, "--id-column", name, "--format", fmt, "--output", str(target))
+    assert (code, out) == (1, "") and not target.exists()
+    assert err == (
+        f"ml8s: PREDICTION_INPUT_INVALID: --id-column {name!r} is also the name of a prediction column; expected "
+        "a column named other than ['predicted_class', 'probability_no', 'probability_yes'] (rename it in the "
+        "input)\n"
+    )

@@ -103,6 +103,7 @@ def _predict(args: argparse.Namespace) -> int:
         )
     files = read_run_files(args.root, args.run) if args.run is not None else _chain_files(args)
     predictor = Predictor(files)
+    _check_id_column(args.id_column, predictor.classes)
     absent = sorted({column.name for column in predictor.transform.inputs} - set(table.columns))
     if absent:  # a file without rows too: its header is what the next file with rows will have
         raise PredictionInputError(
@@ -210,6 +211,18 @@ def _write_atomically(path: str, data: bytes) -> None:
         return InferenceError(f"cannot write --output {path}: {reason}")
 
     write_output(path, data, fail)
+
+
+def _check_id_column(id_column: str | None, classes: tuple[str, ...]) -> None:
+    """An id named like a prediction column would be overwritten by it (JSON, Parquet) or repeat its header (CSV)."""
+    from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX
+
+    outputs = [PREDICTED, *(f"{PROBABILITY_PREFIX}{c}" for c in classes)]
+    if id_column in outputs:
+        raise PredictionInputError(
+            f"--id-column {id_column!r} is also the name of a prediction column; expected a column named other "
+            f"than {outputs} (rename it in the input)"
+        )
 
 
 def _spacing_hint(absent: list[str], columns: tuple[str, ...]) -> str:
