@@ -238,3 +238,20 @@ def test_a_full_disk_is_a_named_error_and_keeps_current(
     assert os.readlink(out / CURRENT) == served and _holds(out / CURRENT, old_files)
     assert not [n for n in os.listdir(out) if n.startswith(".current-")]
     assert not [n for n in os.listdir(out / VERSIONS) if n.startswith(".tmp-")]
+
+
+def test_a_current_link_to_another_directory_is_swapped_to_this_one(
+    tmp_path: Path, versions: list[tuple[ServedVersion, Files]]
+) -> None:
+    """``current`` pointing at the same version's directory of another --out (an operator's link) was taken for
+    this directory's copy by its basename: never swapped, so ``current`` served files this follower never
+    wrote nor checked (and removed whenever the other follower prunes them)."""
+    (info, files), _ = versions
+    elsewhere = tmp_path / "elsewhere"
+    foreign = ModelDirectory(str(elsewhere)).publish_files(info, files)
+    out = tmp_path / "out"
+    (out / VERSIONS).mkdir(parents=True)
+    os.symlink(foreign, out / CURRENT)
+    dest = ModelDirectory(str(out)).publish_files(info, files)
+    assert os.readlink(out / CURRENT) == os.path.join(VERSIONS, os.path.basename(dest))
+    assert _holds(out / CURRENT, files) and os.path.dirname(dest) == str(out / VERSIONS)

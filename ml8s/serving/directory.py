@@ -96,11 +96,15 @@ class ModelDirectory:
             return None
 
     def target(self) -> str | None:
-        """The name of the version directory ``current`` names (None: no ``current`` link)."""
+        """The name of the version directory ``current`` names (None: no ``current`` link). A link the follower
+        did not write (``/elsewhere/versions/v...``) is returned whole, so it matches no name under ``versions/``
+        and is swapped: its basename alone would pass another directory's files for this one's."""
         try:
-            return os.path.basename(os.path.normpath(os.readlink(os.path.join(self.root, CURRENT))))
+            link = os.readlink(os.path.join(self.root, CURRENT))
         except OSError:
             return None
+        parent, name = os.path.split(os.path.normpath(link))
+        return name if parent == VERSIONS else link
 
     def publish(self, served: Served, warn: Callable[[str], None] = lambda _: None) -> str:
         """Write ``served`` (unless a directory holds exactly its files already) and point ``current`` at it.
