@@ -96,6 +96,24 @@ def test_a_directory_where_current_belongs_is_named_and_kept(
     assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
 
 
+def test_a_file_where_current_belongs_is_named_and_kept(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A regular file was silently renamed over (deleted) by the swap."""
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    (out / "current").unlink()
+    (out / "current").write_text("keep me")
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"ml8s: CONFIG_ERROR: --out {out}: {out / 'current'} is a file, not the symlink a follower keeps there; "
+        "expected a symlink or nothing (move the file away: ml8s does not delete it)"
+    ]
+    assert (out / "current").read_text() == "keep me"
+
+
 def test_follow_pinned(committed: tuple[str, list[str]], tmp_path: Path) -> None:
     out = tmp_path / "pinned"
     assert main(["follow", "--out", str(out), "--pinned", "2"]) == 0

@@ -151,13 +151,15 @@ class ModelDirectory:
         return os.path.join(self.versions, dest)
 
     def _check_current(self) -> None:
-        """``current`` must be the link a follower keeps (or absent): a real directory there is someone's, and
-        a rename cannot replace it, so it is named before anything is fetched (and never deleted)."""
+        """``current`` must be the link a follower keeps (or absent): a real directory or file there is someone's
+        (a rename cannot replace a directory, and would delete a file), so it is named before anything is fetched
+        (and never deleted)."""
         path = os.path.join(self.root, CURRENT)
-        if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.lexists(path) and not os.path.islink(path):
+            what = "directory" if os.path.isdir(path) else "file"
             raise ConfigError(
-                f"--out {self.root}: {path} is a directory, not the symlink a follower keeps there; expected a "
-                "symlink or nothing (move the directory away: ml8s does not delete it)"
+                f"--out {self.root}: {path} is a {what}, not the symlink a follower keeps there; expected a "
+                f"symlink or nothing (move the {what} away: ml8s does not delete it)"
             )
 
     def _free_name(self, name: str) -> str:
