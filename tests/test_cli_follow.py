@@ -15,6 +15,7 @@ from serving_support import weights_series
 from ml8s.chain import ChainStore
 from ml8s.cli.main import main
 from ml8s.deltas import weights_hash
+from ml8s.serving import ModelDirectory
 from ml8s.store import open_store
 
 CLI_ENV = {"PIPELINE_ROOT_URI": "", "CHAIN_NAME": "", "DELTA_BASE_INTERVAL": "3"}
@@ -181,3 +182,23 @@ def test_a_restarted_follower_rewrites_a_damaged_version_directory(
         == (committed[1][-1])
     )
     assert [n for n in os.listdir(out / "versions") if n.startswith(".")] == []  # nothing left aside
+
+
+def test_a_second_follower_of_the_same_directory_is_refused(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A follower starting removed a running one's half-written version as a killed writer's leftover; the
+    running one then failed its rename (or both wrote the same name). One holds the directory's lock now."""
+    out = tmp_path / "serve"
+    running = ModelDirectory(str(out), exclusive=True)
+    os.makedirs(out / "versions" / ".tmp-running")  # the running follower's version, half written
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 1
+    assert capsys.readouterr().err == (
+        f"ml8s: CONFIG_ERROR: --out {out}: another follower holds {out / '.follower.lock'}; expected one "
+        "follower per directory (stop it, or give this one its own --out)\n"
+    )
+    assert (out / "versions" / ".tmp-running").is_dir() and not (out / "current").exists()
+    running.close()
+    assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
+    assert main(["follow", "--out", str(out), "--once"]) == 0  # each run released it

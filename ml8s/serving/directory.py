@@ -8,6 +8,7 @@ Layout of ``DIR``::
         <every other payload file>  e.g. model.onnx, feature_schema.json, manifest.json
         ml8s_version.json           chain, counter, block hash, semver, kind, weights hash
     .follower-state.json            the last head accepted (a restarted follower still refuses a rollback)
+    .follower.lock                  locked (flock) by the running follower: a second one is refused
 
 A version is written into a hidden sibling (``versions/.tmp-...``), flushed, renamed to a name no
 directory holds yet, then ``current`` is pointed at it by creating a new symlink (``.current-<uuid>``) and
@@ -29,6 +30,7 @@ follower does not hash its model on every poll.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import shutil
@@ -47,6 +49,7 @@ CURRENT = "current"
 VERSIONS = "versions"
 VERSION_FILE = "ml8s_version.json"
 STATE_FILE = ".follower-state.json"
+LOCK_FILE = ".follower.lock"  # held by the running follower (flock)
 KEEP = 2  # the current version and the one before it
 
 
@@ -73,15 +76,46 @@ def served_files(served: Served) -> dict[str, bytes]:
 class ModelDirectory:
     """``DIR`` as laid out in the module docstring; one follower writes it at a time."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, exclusive: bool = False) -> None:
+        """``exclusive``: hold ``.follower.lock`` while this object lives, refusing a second holder (a follower
+        starting would remove a running one's half-written version as a killed writer's leftover)."""
         self.root = os.path.abspath(root)
         self.versions = os.path.join(self.root, VERSIONS)
+        self._lock: int | None = None
         try:
             os.makedirs(self.versions, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"--out {root}: {exc.strerror or exc}; expected a writable directory") from exc
-        self._check_current()
-        self._remove_leftovers()  # of a follower killed mid-publish
+        if exclusive:
+            self._lock = self._exclusive()
+        try:
+            self._check_current()
+            self._remove_leftovers()  # of a follower killed mid-publish
+        except BaseException:
+            self.close()  # no caller holds this object to close it
+            raise
+
+    def _exclusive(self) -> int:
+        path = os.path.join(self.root, LOCK_FILE)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"--out {self.root}: cannot open {path}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise ConfigError(
+                f"--out {self.root}: another follower holds {path}; expected one follower per directory (stop "
+                "it, or give this one its own --out)"
+            ) from exc
+        return fd
+
+    def close(self) -> None:
+        """Release ``.follower.lock`` (``exclusive``); the process exiting releases it too."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     @property
     def state_path(self) -> str:

@@ -41,7 +41,23 @@ def follow(
     polled, then return; a refused head (rollback, fork, a version that does not verify) is raised. Otherwise
     poll forever: a refused head is reported through ``warn`` and the directory keeps the last good version.
     """
-    directory = ModelDirectory(options.out)
+    directory = ModelDirectory(options.out, exclusive=True)
+    try:
+        return _follow(directory, chain, options, anchor, trust, report, warn, sleep)
+    finally:
+        directory.close()
+
+
+def _follow(
+    directory: ModelDirectory,
+    chain: ChainVersions,
+    options: FollowOptions,
+    anchor: Anchor | None,
+    trust: ReadTrust | None,
+    report: Callable[[ServedVersion], None],
+    warn: Callable[[str], None],
+    sleep: Callable[[float], None],
+) -> ServedVersion | None:
     config = ClientConfig(
         pinned=options.pinned, poll_interval_s=options.poll_interval_s, state_path=directory.state_path
     )
