@@ -202,3 +202,21 @@ def test_a_second_follower_of_the_same_directory_is_refused(
     running.close()
     assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
     assert main(["follow", "--out", str(out), "--once"]) == 0  # each run released it
+
+
+def test_an_empty_out_is_refused_not_the_working_directory(
+    committed: tuple[str, list[str]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--out "$UNSET"``: abspath("") is the working directory, which got versions/, current and the state."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    capsys.readouterr()
+    assert main(["follow", "--out", "", "--once"]) == 1
+    assert capsys.readouterr().err == (
+        "ml8s: CONFIG_ERROR: --out '' is empty; expected the path of the directory to keep current\n"
+    )
+    assert list(work.iterdir()) == []

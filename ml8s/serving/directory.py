@@ -79,6 +79,8 @@ class ModelDirectory:
     def __init__(self, root: str, *, exclusive: bool = False) -> None:
         """``exclusive``: hold ``.follower.lock`` while this object lives, refusing a second holder (a follower
         starting would remove a running one's half-written version as a killed writer's leftover)."""
+        if not root:  # abspath("") is the working directory: an unset variable would fill it
+            raise ConfigError(f"--out {root!r} is empty; expected the path of the directory to keep current")
         self.root = os.path.abspath(root)
         self.versions = os.path.join(self.root, VERSIONS)
         self._lock: int | None = None
