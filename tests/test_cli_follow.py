@@ -220,3 +220,17 @@ def test_an_empty_out_is_refused_not_the_working_directory(
         "ml8s: CONFIG_ERROR: --out '' is empty; expected the path of the directory to keep current\n"
     )
     assert list(work.iterdir()) == []
+
+
+def test_a_filesystem_without_locks_is_followed_unlocked(
+    committed: tuple[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a lock held elsewhere refuses: flock failing otherwise (ENOLCK on some NFS mounts) is no second
+    follower, and such a directory was followed before the lock existed."""
+
+    def no_locks(*_: object) -> None:
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr("fcntl.flock", no_locks)
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()

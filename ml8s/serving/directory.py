@@ -97,7 +97,7 @@ class ModelDirectory:
             self.close()  # no caller holds this object to close it
             raise
 
-    def _exclusive(self) -> int:
+    def _exclusive(self) -> int | None:
         path = os.path.join(self.root, LOCK_FILE)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -105,12 +105,15 @@ class ModelDirectory:
             raise ConfigError(f"--out {self.root}: cannot open {path}: {exc.strerror or exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+        except BlockingIOError as exc:
             os.close(fd)
             raise ConfigError(
                 f"--out {self.root}: another follower holds {path}; expected one follower per directory (stop "
                 "it, or give this one its own --out)"
             ) from exc
+        except OSError:  # a filesystem without locks (ENOLCK): followed unlocked, as before locks were taken
+            os.close(fd)
+            return None
         return fd
 
     def close(self) -> None:
