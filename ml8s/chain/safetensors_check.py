@@ -122,7 +122,7 @@ def check_safetensors(path: str) -> SafetensorsSummary:
     count = 0
     start = 8 + length
     for name, entry in sorted(header.items()):
-        begin, end, elements, dtype, rank = _entry(path, name, entry)
+        begin, end, elements, dtype, rank = _entry(path, name, entry, size - start)
         spans.append((begin, end, name))
         layout.append(f"{name}:{dtype}:{rank}d")
         tensors.append(TensorSpan(name=name, dtype=dtype, shape=entry["shape"], begin=start + begin, end=start + end))
@@ -138,25 +138,36 @@ def check_safetensors(path: str) -> SafetensorsSummary:
     )
 
 
-def _entry(path: str, name: str, entry: object) -> tuple[int, int, int, str, int]:
-    """(begin, end, element count, dtype, rank) of one tensor entry, every field checked."""
+def _entry(path: str, name: str, entry: object, data_size: int) -> tuple[int, int, int, str, int]:
+    """(begin, end, element count, dtype, rank) of one tensor entry, every field checked.
+
+    The element count stops growing once it passes the data section: a shape of thousands of 2**62
+    dimensions would otherwise make a product of millions of digits (quadratic time, and an integer too
+    long to print in the error).
+    """
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         _fail(path, f"tensor {name!r}: expected an object with exactly dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         _fail(path, f"tensor {name!r}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
     if not isinstance(shape, list) or not all(_is_int(d) and 0 <= d <= MAX_DIM for d in shape):
-        _fail(path, f"tensor {name!r}: shape {shape!r} must be a list of integers in [0, 2**62]")
+        _fail(path, f"tensor {name!r}: shape {_brief(shape)} must be a list of integers in [0, 2**62]")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) and o >= 0 for o in offsets):
-        _fail(path, f"tensor {name!r}: data_offsets {offsets!r} must be two non-negative integers")
-    elements = 1
+        _fail(path, f"tensor {name!r}: data_offsets {_brief(offsets)} must be two non-negative integers")
+    elements = 0 if 0 in shape else 1
     for dim in shape:
+        if elements > data_size:
+            break
         elements *= dim
+    if elements > data_size:
+        _fail(
+            path, f"tensor {name!r}: {dtype} x a {len(shape)}-d shape needs more than the {data_size}-byte data section"
+        )
     begin, end = offsets
     if end < begin or end - begin != elements * DTYPE_BYTES[dtype]:
         _fail(
             path,
-            f"tensor {name!r}: data_offsets {offsets} span {end - begin} bytes, but {dtype} x {shape} needs "
+            f"tensor {name!r}: data_offsets {offsets} span {end - begin} bytes, but {dtype} x {_brief(shape)} needs "
             f"{elements * DTYPE_BYTES[dtype]}",
         )
     return begin, end, elements, dtype, len(shape)
@@ -172,6 +183,12 @@ def _tiles(path: str, spans: list[tuple[int, int, str]], data_size: int) -> None
         position = end
     if position != data_size:
         _fail(path, f"the tensors end at data byte {position}, the data section has {data_size} bytes (truncated?)")
+
+
+def _brief(value: object) -> str:
+    """A header value for an error message, cut short: a hostile header can hold megabytes in one field."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
 
 
 def _is_int(value: object) -> bool:
