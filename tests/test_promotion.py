@@ -237,3 +237,15 @@ def test_the_promoted_block_is_the_one_served_when_the_head_flips(
     with pytest.raises(ChainForkError, match="the promotion decision names"):
         client.refresh()
     assert client.served is None
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [(b'{"decision": ', "Invalid JSON"), (b"[]", "should be"), (b'{"decision": {}}', "decision.")],
+)
+def test_a_malformed_decision_record_says_what_is_wrong(tmp_path: Path, data: bytes, problem: str) -> None:
+    chain = chain_at(f"file://{tmp_path / 'root'}", "plain")
+    chain.store.put_if_absent(record_key(chain, 1), data)
+    with pytest.raises(ChainCorruptionError, match=f"is no promotion decision \\(.*{problem}") as caught:
+        PromotionLog(chain).decisions()
+    assert "\n" not in str(caught.value)

@@ -403,3 +403,17 @@ def test_a_restarted_follower_removes_the_state_files_a_kill_left(tmp_path: Path
     ModelDirectory(str(out))
     assert not any(path.exists() for path in left)
     assert state.exists() and Path(f"{state}.promotion.json").exists() and (out / "operator-notes.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b'{"checkpoint": ', "the document: Invalid JSON"),
+        (b"[]", "the document: Input should be"),
+        (b'{"checkpoint": {}, "public_key": "", "signature": ""}', "checkpoint.chain_name: Field required"),
+    ],
+)
+def test_an_anchor_that_is_not_one_says_what_is_wrong(data: bytes, problem: str) -> None:
+    with pytest.raises(ConfigError, match=f"--anchor a.json is no ml8s chain anchor \\({problem}") as caught:
+        read_anchor(data, where="--anchor a.json")
+    assert "\n" not in str(caught.value)

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import trust
-from ml8s.chain._util import rfc3339
+from ml8s.chain._util import first_problem, rfc3339
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import Block, ChainVersion, Hex64, OptionalHex64, Rfc3339
 from ml8s.chain.promotion import PromotionLog
@@ -120,7 +120,9 @@ def read_anchor(data: bytes, *, where: str) -> Anchor:
     try:
         return Anchor.model_validate_json(data)
     except ValidationError as exc:
-        raise ConfigError(f"{where} is no ml8s chain anchor: {exc.error_count()} problem(s)") from exc
+        raise ConfigError(
+            f"{where} is no ml8s chain anchor ({first_problem(exc)}); expected what ml8s chain anchor --out writes"
+        ) from exc
 
 
 def anchor_problems(

@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import revocation, trust
+from ml8s.chain._util import first_problem
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion, Hex64, OptionalHex64
 from ml8s.chain.root import TrustRoot
@@ -179,7 +180,7 @@ class PromotionLog:
         try:
             signed = SignedDecision.model_validate_json(data)
         except ValidationError as exc:
-            raise _corrupt(f"{where} is no promotion decision: {exc.error_count()} problem(s)") from exc
+            raise _corrupt(f"{where} is no promotion decision ({first_problem(exc)})") from exc
         decision = signed.decision
         expected = (self.chain.name, sequence, self._last_sha256)
         if (decision.chain_name, decision.sequence, decision.previous_sha256) != expected:
