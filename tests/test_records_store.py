@@ -238,3 +238,17 @@ def test_stray_files_are_ignored(tmp_path: Path) -> None:
     (history_dir(tmp_path) / "notes.txt").write_text("hello")
     assert history.open().rows == SIZES
     assert GenerationInfo.model_validate_json((history_dir(tmp_path) / "gen-000000.json").read_bytes()).rows == 40
+
+
+def test_a_directory_in_place_of_a_generation_file_is_named_even_of_the_right_size(tmp_path: Path) -> None:
+    """A directory's st_size (4096) is 256 records of 16 bytes: it passed the size check, then opening it to
+    hash or map it raised IsADirectoryError, and open(verify_hash=False) accepted it."""
+    history = write_history(str(tmp_path), (40, 256))
+    path = history_dir(tmp_path) / "gen-000001.f32"
+    path.unlink()
+    path.mkdir()
+    # where st_size is not 4096 (another file system) the old code raised RecordsExtraBytesError instead
+    for verify_hash in (True, False):
+        for action in (history.open, functools.partial(history.open_mapped, str(tmp_path / "cache"))):
+            with pytest.raises(GenerationMissingError, match=r"gen-000001\.f32 is no regular file"):
+                action(verify_hash=verify_hash)

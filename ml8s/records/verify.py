@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 
 from ml8s.errors import (
     GenerationMissingError,
@@ -72,10 +73,17 @@ def check_size(found: int, info: GenerationInfo, where: str) -> None:
 def check_local_file(path: str, info: GenerationInfo, where: str, *, verify_hash: bool) -> None:
     """A generation's file on local disk: present, the right size, and (``verify_hash``) the right sha256."""
     try:
-        size = os.stat(path).st_size
+        found = os.stat(path)
     except FileNotFoundError as exc:
         raise GenerationMissingError(f"{where} does not exist; expected generation {info.generation}") from exc
-    check_size(size, info, where)
+    # A directory's st_size can equal rows x record_size (4096 bytes: 256 records of 16): it would pass the
+    # size check, then opening it to hash or map it raised IsADirectoryError (or, unhashed, it passed).
+    if not stat.S_ISREG(found.st_mode):
+        raise GenerationMissingError(
+            f"{where} is no regular file (mode {stat.filemode(found.st_mode)}); expected the record file of "
+            f"generation {info.generation}"
+        )
+    check_size(found.st_size, info, where)
     if verify_hash:
         check_sha256(file_sha256(path), info, where)
 
