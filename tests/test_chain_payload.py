@@ -54,6 +54,12 @@ BAD: dict[str, bytes] = {
     "dim Infinity": raw(b'{"t": {"dtype": "F32", "shape": [Infinity], "data_offsets": [0, 8]}}', b"x" * 8),
     "20000 dims of 2**62": raw({"t": {**T, "shape": [2**62] * 20000}}, b"x" * 8),
     "a million dims, one field": raw({"t": {**T, "shape": [1] * 10**6 + [-1]}}, b"x" * 8),
+    "lone surrogate in a tensor name": raw(
+        b'{"a\\ud800": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', b"x" * 8
+    ),
+    "lone surrogate in metadata": raw(
+        b'{"__metadata__": {"k": "\\udc00"}, "t": ' + json.dumps(T).encode() + b"}", b"x" * 8
+    ),
     "dim 10**30": raw({"t": {**T, "shape": [10**30]}}, b"x" * 8),
     "million parameters, no data": raw({"t": {**T, "shape": [10**6], "data_offsets": [0, 4 * 10**6]}}),
     "offsets reversed": raw({"t": {**T, "data_offsets": [8, 0]}}, b"x" * 8),
@@ -79,6 +85,8 @@ def test_bad_structure_is_one_named_error(tmp_path: Path, case: str) -> None:
         check_safetensors(str(path))
     assert "\n" not in str(caught.value)
     assert len(str(caught.value)) < 1000  # a hostile header's megabyte field is not echoed whole
+    if "surrogate" in case:  # Python decodes "\\ud800", safetensors refuses it; UTF-8 cannot encode it
+        assert "lone UTF-16 surrogate" in str(caught.value), caught.value
     if case.endswith("named twice"):  # each entry alone is valid: only the repetition is wrong
         assert "twice" in str(caught.value), caught.value
 
@@ -144,3 +152,10 @@ def test_file_changed_after_hashing_fails_the_commit(tmp_path: Path) -> None:
     with pytest.raises(ChecksumError, match="changed while committing"):
         chain.commit({"model.safetensors": source}, meta("changed"))
     assert chain.head().counter == 0 and verify_chain(chain, strict_orphans=True).ok
+
+
+def test_a_surrogate_pair_is_text_and_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "emoji.safetensors"
+    path.write_bytes(raw(b'{"w\\ud83d\\ude00": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', b"x" * 8))
+    assert check_safetensors(str(path)).tensors == 1
+    assert list(load_file(str(path))) == ["w\U0001f600"]

@@ -107,6 +107,8 @@ def check_safetensors(path: str) -> SafetensorsSummary:
         header = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         _fail(path, f"the header names {exc.args[0]!r} twice (JSON readers disagree on which one counts)")
+    except _LoneSurrogate as exc:
+        _fail(path, f"the header's string {_brief(exc.args[0])} escapes a lone UTF-16 surrogate, which is no text")
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         _fail(path, f"the header is not UTF-8 JSON ({type(exc).__name__})")
     if not isinstance(header, dict):
@@ -199,11 +201,22 @@ class _DuplicateKey(ValueError):
     """A JSON object names a key twice (Python keeps the last, other readers the first)."""
 
 
+class _LoneSurrogate(ValueError):
+    """A JSON string escapes half a UTF-16 pair ("\\ud800"): Python decodes it, safetensors refuses it, and
+    the architecture fingerprint (a UTF-8 encoding of the names) cannot be taken."""
+
+
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     unique: dict[str, object] = {}
     for key, value in pairs:
         if key in unique:
             raise _DuplicateKey(key)
+        for text in (key, value):
+            if isinstance(text, str) and not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _LoneSurrogate(text) from None
         unique[key] = value
     return unique
 
