@@ -249,3 +249,21 @@ def test_a_malformed_decision_record_says_what_is_wrong(tmp_path: Path, data: by
     with pytest.raises(ChainCorruptionError, match=f"is no promotion decision \\(.*{problem}") as caught:
         PromotionLog(chain).decisions()
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("verb", ["promote", "reject"])
+def test_a_reason_that_is_not_utf8_is_a_usage_error_and_nothing_is_decided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """An argument's non-UTF-8 bytes reach Python as lone surrogates: the decision could not be serialized
+    (INTERNAL_ERROR PydanticSerializationError, exit 2 with a crash report) instead of a usage error."""
+    chain = chain_at(f"file://{tmp_path / 'root'}", "plain")
+    commit_weights(chain, weights_series(11, torch.float32, 1)[0], meta("plain-0"), interval=4)
+    monkeypatch.setenv("PIPELINE_ROOT_URI", f"file://{tmp_path / 'root'}")
+    monkeypatch.setenv("CHAIN_NAME", "plain")
+    with pytest.raises(SystemExit) as exited:
+        main(["chain", verb, "1", "--reason", "by hand \udcff"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --reason" in err and "not UTF-8" in err and "INTERNAL_ERROR" not in err
+    assert PromotionLog(chain).decisions() == []

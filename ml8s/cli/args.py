@@ -58,12 +58,19 @@ def tracking_uri_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{exc.text!r} {exc.problem}; expected {exc.expected}") from exc
 
 
-def root_arg(text: str) -> str:
-    """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
+def text_arg(text: str) -> str:
+    """argparse type of free text that is recorded (a decision's --reason): Python keeps an argument's bytes
+    that are not UTF-8 as lone surrogates, which no JSON record can hold."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise argparse.ArgumentTypeError(f"{text!r} holds bytes that are not UTF-8; expected UTF-8 text") from None
+    return text
+
+
+def root_arg(text: str) -> str:
+    """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
+    text_arg(text)
     try:
         return parse_root_uri(text, variable="--root").uri
     except RootUriError as exc:

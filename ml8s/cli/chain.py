@@ -39,7 +39,7 @@ from ml8s.chain import (
     to_stderr,
     verify_chain,
 )
-from ml8s.cli.args import add_require_signed, guarded, hours_arg, open_root
+from ml8s.cli.args import add_require_signed, guarded, hours_arg, open_root, text_arg
 from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_versions, tensorboard
 from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
@@ -113,7 +113,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_tensorboard_flags(verbs.choices["tensorboard"])
     for name in ("promote", "reject"):
         verbs.choices[name].add_argument("counter", type=int, help="the version's counter")
-        verbs.choices[name].add_argument("--reason", default="", help="recorded with the decision")
+        verbs.choices[name].add_argument("--reason", default="", type=text_arg, help="recorded with the decision")
     verbs.choices["reproduce"].add_argument(
         "--from", dest="start", required=True, type=int, metavar="K", help="re-train versions K+1 .. head"
     )
