@@ -159,3 +159,22 @@ def test_a_surrogate_pair_is_text_and_accepted(tmp_path: Path) -> None:
     path.write_bytes(raw(b'{"w\\ud83d\\ude00": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', b"x" * 8))
     assert check_safetensors(str(path)).tensors == 1
     assert list(load_file(str(path))) == ["w\U0001f600"]
+
+
+def test_a_payload_path_that_is_not_utf8_is_refused_before_the_run_is_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The block records the payload's absolute path (artifact_root): a name holding the byte 0xff failed
+    to encode only after the run claim was written (INTERNAL_ERROR UnicodeEncodeError, exit 2)."""
+    from ml8s.cli.main import main
+
+    root = tmp_path / "root"
+    monkeypatch.delenv("CHAIN_NAME", raising=False)
+    assert main(["chain", "init", "--root", str(root), "--chain", CHAIN]) == 0
+    not_utf8 = tmp_path / "model-\udcff.safetensors"
+    not_utf8.write_bytes(good(tmp_path).read_bytes())
+    capsys.readouterr()
+    assert main(["chain", "commit", "--root", str(root), "--chain", CHAIN, "--payload", str(not_utf8)]) == 1
+    assert "CONFIG_ERROR" in capsys.readouterr().err
+    runs = root / paths.ROOT / CHAIN / paths.RUNS
+    assert not runs.exists() or not list(runs.iterdir())

@@ -270,12 +270,16 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
         raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
     if interval < 1:
         raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
+    try:  # the block records it: bytes that are not UTF-8 used to fail only after the run was claimed
+        artifact_root = os.path.abspath(path).encode("utf-8").decode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"--payload {path!r}: its absolute path is not UTF-8; expected a UTF-8 path") from None
     summary = check_safetensors(path)
     with hashed_checkpoint(chain, path, summary, interval) as (source, weights_hash):
         meta = CommitMeta(
             run_id=source.sha256[:12],
             full_config_hash=source.sha256,
-            artifact_root=os.path.abspath(path),
+            artifact_root=artifact_root,
             architecture=summary.architecture,
             parameter_count=summary.parameter_count,
             steps_since_parent=steps,
