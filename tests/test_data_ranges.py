@@ -219,7 +219,7 @@ def test_an_mlflow_database_that_is_no_sqlite_file_fails_before_training(tmp_pat
         "fifo": "is a FIFO",
         "header only": "is not a readable SQLite database (file is not a database)",
         "damaged pages": "is not a readable SQLite database (",
-        "under a file": "mlflow.db is a file; expected an MLflow SQLite database file in a directory",
+        "under a file": "mlflow.db is a file, expected an MLflow SQLite database file in a directory",
     }[what]
     _fails(env, ConfigError, "MLFLOW_TRACKING_URI=", str(database), expected, "expected an MLflow SQLite database")
     assert not (tmp_path / "root").exists()

@@ -21,7 +21,7 @@ from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri, sqlite_path  # not ml8s.registry's: it imports MLflow's logging
 from ml8s.mlflow_probe import is_tracking_server, mlflow_unanswered, probe_bound
-from ml8s.store.root_shape import check_local_root, kind_of
+from ml8s.store.root_shape import check_local_root, creatable_directory, kind_of
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 # ml8s.registry.schema.TEMPLATE_ENV, named here: importing ml8s.registry would cost every bootstrap 0.3 s
@@ -60,14 +60,12 @@ def check_writable_root(settings: PlatformSettings) -> None:
 def _new_database_folder(uri: str, database: str) -> None:
     """A database to be created needs a directory, or a path one can be made at: under a file (a typo in the
     path) it used to fail at registration, after the whole run had trained."""
-    existing = os.path.dirname(os.path.abspath(database))
-    while not os.path.lexists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ConfigError(
-            f"MLFLOW_TRACKING_URI={uri!r}: {existing} is {kind_of(existing)}; expected an MLflow SQLite database "
-            "file in a directory, or a path one can be created at (checked before training: nothing was written)"
-        )
+    existing = creatable_directory(
+        os.path.dirname(os.path.abspath(database)),
+        f"MLFLOW_TRACKING_URI={uri!r}",
+        "an MLflow SQLite database file in a directory, or a path one can be created at (checked before training: "
+        "nothing was written)",
+    )
     _writable_dir("MLFLOW_TRACKING_URI", uri, existing)
 
 

@@ -19,14 +19,19 @@ def check_local_root(uri: str, *, variable: str = "PIPELINE_ROOT_URI") -> str | 
     created there (a file, a FIFO, a symlink loop); the nearest existing directory, or None for an S3 root."""
     if not uri.startswith("file://"):
         return None
-    existing = uri[len("file://") :]
+    return creatable_directory(
+        uri[len("file://") :], f"{variable}={uri!r}", "a directory (or a path one can be created at)"
+    )
+
+
+def creatable_directory(path: str, said: str, expected: str) -> str:
+    """The nearest existing directory at or above ``path`` (where the missing rest can be created); ConfigError
+    "``said``: EXISTING is KIND, expected ``expected``" when what stands there is no directory."""
+    existing = path
     while not os.path.lexists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise ConfigError(
-            f"{variable}={uri!r}: {existing} is {kind_of(existing)}, expected a directory "
-            "(or a path one can be created at)"
-        )
+        raise ConfigError(f"{said}: {existing} is {kind_of(existing)}, expected {expected}")
     return existing
 
 
