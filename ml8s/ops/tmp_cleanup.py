@@ -23,9 +23,10 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import layout
-from ml8s.errors import ConfigError, UnsafeObjectError
+from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import ObjectInfo, Store
+from ml8s.text import shown
 
 QUARANTINE_DIR = "ml8s_quarantine"
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$")
@@ -97,11 +98,7 @@ def cleanup_tmp(
     if not 0 <= older_than_days < math.inf:  # NaN compares false with every age: each entry, in-flight too, "old"
         raise ConfigError(f"--older-than-days {older_than_days}: expected a finite number of days >= 0")
     odd = frozenset(_irregular(store))
-    if layout.TMP_DIR in odd:  # the clock's probe (and every staged write) would land wherever it points
-        raise UnsafeObjectError(
-            f"{store.uri(layout.TMP_DIR)} is no directory (a symbolic link?); expected the directory where the "
-            "store stages its writes: nothing written or removed; check what it is and remove it by hand"
-        )
+    # a linked root .tmp: the clock's probe is refused by the store itself (UnsafeObjectError, nothing written)
     current = store.clock(f"{layout.TMP_DIR}/ml8s-clock-{uuid.uuid4().hex}") if now is None else now
     removed: list[TmpEntry] = []
     kept = 0
@@ -116,21 +113,15 @@ def cleanup_tmp(
             continue
         if not dry_run:
             store.delete(info.key)
-        removed.append(TmpEntry(uri=_shown(store.uri(info.key)), size=info.size, age_days=round(age, 3)))
+        removed.append(TmpEntry(uri=shown(store.uri(info.key)), size=info.size, age_days=round(age, 3)))
     return CleanupReport(
         root_uri=store.root_uri,
         older_than_days=older_than_days,
         dry_run=dry_run,
         removed=tuple(removed),
         kept=kept,
-        left_alone=tuple(_shown(store.uri(key)) for key in sorted(odd - {info.key for info in entries})),
+        left_alone=tuple(shown(store.uri(key)) for key in sorted(odd - {info.key for info in entries})),
     )
-
-
-def _shown(uri: str) -> str:
-    """``uri`` as text a report can hold: a local file name's bytes that are no UTF-8 (listed as surrogates, which
-    no JSON encoder takes) as ``\\xff`` escapes, so a report of what was removed is never lost to a crash."""
-    return uri.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _irregular(store: Store) -> list[str]:
