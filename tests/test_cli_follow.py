@@ -79,40 +79,37 @@ def test_follow_once_swaps_current(
     assert main(["follow", "--out", str(out), "--once"]) == 0  # nothing new: unchanged
 
 
-def test_a_directory_where_current_belongs_is_named_and_kept(
-    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("kind", ["directory", "file"])
+def test_something_else_where_current_belongs_is_named_and_kept(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
+    """An operator's directory or file where ``current`` belongs: the follower names it and keeps it (a file was
+    silently renamed over, so deleted, by the swap); once it is moved away, following goes on."""
     out = tmp_path / "serve"
     assert main(["follow", "--out", str(out), "--once"]) == 0
     (out / "current").unlink()
-    (out / "current").mkdir()  # an operator's copy, say
-    (out / "current" / "mine.txt").write_text("keep me")
+    if kind == "directory":
+        (out / "current").mkdir()  # an operator's copy, say
+        kept = out / "current" / "mine.txt"
+    else:
+        kept = out / "current"
+    kept.write_text("keep me")
     capsys.readouterr()
     assert main(["follow", "--out", str(out), "--once"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"ml8s: CONFIG_ERROR: --out {out}: {out / 'current'} is a directory")
-    assert (out / "current" / "mine.txt").read_text() == "keep me"
+    assert len(err) == 1 and err[0].startswith(f"ml8s: CONFIG_ERROR: --out {out}: {out / 'current'} is a {kind}")
+    if kind == "file":
+        assert err[0].endswith(
+            "is a file, not the symlink a follower keeps there; expected a symlink or nothing (move the file away: "
+            "ml8s does not delete it)"
+        )
+    assert kept.read_text() == "keep me"
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".current-")) == []  # no swap link left
-    shutil.rmtree(out / "current")
+    if kind == "directory":
+        shutil.rmtree(out / "current")
+    else:
+        kept.unlink()
     assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
-
-
-def test_a_file_where_current_belongs_is_named_and_kept(
-    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A regular file was silently renamed over (deleted) by the swap."""
-    out = tmp_path / "serve"
-    assert main(["follow", "--out", str(out), "--once"]) == 0
-    (out / "current").unlink()
-    (out / "current").write_text("keep me")
-    capsys.readouterr()
-    assert main(["follow", "--out", str(out), "--once"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [
-        f"ml8s: CONFIG_ERROR: --out {out}: {out / 'current'} is a file, not the symlink a follower keeps there; "
-        "expected a symlink or nothing (move the file away: ml8s does not delete it)"
-    ]
-    assert (out / "current").read_text() == "keep me"
 
 
 def test_follow_pinned(committed: tuple[str, list[str]], tmp_path: Path) -> None:
