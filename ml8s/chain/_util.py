@@ -9,8 +9,6 @@ import os
 import re
 from collections.abc import Iterable
 
-from pydantic import ValidationError
-
 from ml8s.errors import ConfigError
 from ml8s.store import LocalStore, ObjectInfo, Store
 
@@ -112,11 +110,3 @@ def save_state(path: str, tmp: str, data: bytes, what: str) -> None:
         raise ConfigError(
             f"cannot save the {what} {path}: {exc.strerror or exc}; expected a writable directory with free space"
         ) from exc
-
-
-def first_problem(exc: ValidationError) -> str:
-    """The first validation problem as 'field: reason' (one line, without the input, which may be huge or hostile)."""
-    first = exc.errors(include_input=False, include_url=False)[0]
-    at = ".".join(str(part) for part in first["loc"]) or "the document"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{at}: {' '.join(first['msg'].split())}{more}"

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import trust
-from ml8s.chain._util import first_problem, rfc3339
+from ml8s.chain._util import rfc3339
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import Block, ChainVersion, Hex64, OptionalHex64, Rfc3339
 from ml8s.chain.promotion import PromotionLog
@@ -51,6 +51,7 @@ from ml8s.chain.signing import SigningKey, key_id, signature_valid
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainCorruptionError, ConfigError, NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.identity.hashing import canonical_bytes
+from ml8s.text import first_problem
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 ISSUE_TOLERANCE = dt.timedelta(minutes=5)  # how far ahead of the verifier's clock an anchor's issue time may be

@@ -47,6 +47,8 @@ from ml8s.chain.trusted import ReadTrust
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainError, ConfigError, GcRefusedError
 from ml8s.store import ObjectInfo
+from ml8s.text import is_utf8
+from ml8s.text import shown as text_shown
 
 DEFAULT_GRACE_S = 24 * 3600.0
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -149,24 +151,16 @@ def refuse_irregular(chain: ChainVersions) -> None:
     """GcRefusedError when anything under the chain (or on the way to it) is no regular file or directory."""
     found = chain.store.irregular(chain.prefix)
     # a name that is no UTF-8 (listed with surrogates) cannot go into the gc_delete event that must precede it
-    found += [info.key for info in chain.objects(chain.prefix) if not _utf8(info.key)]
+    found += [info.key for info in chain.objects(chain.prefix) if not is_utf8(info.key)]
     if found:
         more = f" (+{len(found) - _SHOWN} more)" if len(found) > _SHOWN else ""
         shown = ", ".join(chain.store.uri(k) for k in found[:_SHOWN]) + more
-        shown = shown.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        shown = text_shown(shown)
         raise GcRefusedError(
             f"chain {chain.name!r}: {shown} is no regular file or directory (a symbolic link, FIFO or device), "
             "or its name is no UTF-8; expected only files and directories under the chain, named as ml8s names "
             "them: remove it, then verify, then run GC again"
         )
-
-
-def _utf8(key: str) -> bool:
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def protected(chain: ChainVersions, report: VerifyReport) -> dict[str, str]:

@@ -27,7 +27,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ml8s.chain import revocation, trust
-from ml8s.chain._util import first_problem
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion, Hex64, OptionalHex64
 from ml8s.chain.root import TrustRoot
@@ -42,6 +41,7 @@ from ml8s.errors import (
     VersionNotFoundError,
 )
 from ml8s.identity.hashing import canonical_bytes
+from ml8s.text import first_problem
 
 PROMOTIONS = "promotions"
 _RECORD = re.compile(r"^([0-9]{10})\.json$")

@@ -21,6 +21,7 @@ from typing import NoReturn
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import ConfigError
+from ml8s.text import is_utf8
 
 MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit
 MAX_DIM = 2**62
@@ -212,11 +213,8 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
         if key in unique:
             raise _DuplicateKey(key)
         for text in (key, value):
-            if isinstance(text, str) and not text.isascii():
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise _LoneSurrogate(text) from None
+            if isinstance(text, str) and not text.isascii() and not is_utf8(text):
+                raise _LoneSurrogate(text)
         unique[key] = value
     return unique
 

@@ -19,6 +19,7 @@ from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
 from ml8s.interrupts import Interrupted, interrupted, stopping_on_signals
+from ml8s.text import is_utf8
 
 if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
     from ml8s.store import Store
@@ -61,10 +62,8 @@ def tracking_uri_arg(text: str) -> str:
 def text_arg(text: str) -> str:
     """argparse type of free text that is recorded (a decision's --reason): Python keeps an argument's bytes
     that are not UTF-8 as lone surrogates, which no JSON record can hold."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(f"{text!r} holds bytes that are not UTF-8; expected UTF-8 text") from None
+    if not is_utf8(text):
+        raise argparse.ArgumentTypeError(f"{text!r} holds bytes that are not UTF-8; expected UTF-8 text")
     return text
 
 

@@ -46,6 +46,7 @@ from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.output_files import write_new
 from ml8s.store.operator_files import read_operator_file
+from ml8s.text import is_utf8
 
 MAX_STEPS = 2**63 - 1
 _CREATING = ("init", "commit", "trust", "root")  # verbs that may start a chain: they keep the default name
@@ -270,10 +271,9 @@ def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) ->
         raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
     if interval < 1:
         raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
-    try:  # the block records it: bytes that are not UTF-8 used to fail only after the run was claimed
-        artifact_root = os.path.abspath(path).encode("utf-8").decode("utf-8")
-    except UnicodeEncodeError:
-        raise ConfigError(f"--payload {path!r}: its absolute path is not UTF-8; expected a UTF-8 path") from None
+    artifact_root = os.path.abspath(path)
+    if not is_utf8(artifact_root):  # the block records it: such a path used to fail only after the run was claimed
+        raise ConfigError(f"--payload {path!r}: its absolute path is not UTF-8; expected a UTF-8 path")
     summary = check_safetensors(path)
     with hashed_checkpoint(chain, path, summary, interval) as (source, weights_hash):
         meta = CommitMeta(

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from ml8s.errors import IntegrityError
 from ml8s.identity.hashing import canonical_bytes, json_loads
+from ml8s.text import first_problem
 
 
 class Unavailable(Exception):
@@ -39,9 +40,7 @@ def parse(rel: str, data: bytes, model: type[M]) -> M:
         # JSON mode: a strict model takes a JSON array for a tuple field, as it reads the file it wrote.
         parsed = model.model_validate_json(data)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        raise Invalid(f"{rel} is not a valid record: {where}: {error['msg']}") from exc
+        raise Invalid(f"{rel} is not a valid record: {first_problem(exc)}") from exc
     try:
         canonical = canonical_bytes(raw)
     except ValueError:  # NaN or Infinity: JSON that ml8s never writes

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ml8s.errors import DataError
+from ml8s.text import is_utf8
 
 HEADER_MAX = 1024 * 1024  # bytes a header row may span (quoted newlines included)
 # Arrow cuts CSV text into blocks at newlines; unless told that values may hold one (RFC 4180 allows a newline
@@ -215,18 +216,10 @@ def _first_bad_record(data: bytes, header: list[str]) -> tuple[int, str] | None:
                 continue  # an empty line: Arrow skips it, and it is not counted
             row += 1
             for name, cell in zip(header, record, strict=False):
-                if not cell.isascii() and not _is_utf8(cell):
+                if not cell.isascii() and not is_utf8(cell):
                     return row, f"has bytes that are not UTF-8 in column {name!r}; expected UTF-8 text"
             if len(record) != len(header):
                 return row, f"has {len(record)} field(s); expected {len(header)}, as in the header"
     except csv.Error:
         return None  # Python's reader stops where Arrow's did not (e.g. its field size limit): no row to name
     return None
-
-
-def _is_utf8(cell: str) -> bool:
-    try:
-        cell.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

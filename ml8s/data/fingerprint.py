@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import DataError
 from ml8s.store.root_shape import kind_of
+from ml8s.text import is_utf8
 
 _PROGRESS_BYTES = 256 * 1024 * 1024  # show progress only when there is that much to hash
 
@@ -165,7 +166,7 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
     for name in names:
         path = os.path.join(directory, name)
         child_rel = f"{rel}/{name}" if rel else name
-        if not name.isascii() and not _utf8(name):  # it enters the fingerprint, the snapshot and the manifest
+        if not name.isascii() and not is_utf8(name):  # it enters the fingerprint, the snapshot and the manifest
             raise DataError(
                 f"DATA_ROOT holds {path!r}, a name with bytes that are not UTF-8; expected UTF-8 file and directory "
                 "names (rename it, e.g. `convmv -f latin1 -t utf8`)"
@@ -186,14 +187,6 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
             raise DataError(
                 f"DATA_ROOT holds {path}{link}, {kind_of(path)}; expected only regular files and directories"
             )
-
-
-def _utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _progress(done: int, total: int, started: float) -> None:

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 from ml8s.contract.training_state import METADATA_KEY, TrainingState
 from ml8s.errors import LineageError
 from ml8s.identity.hashing import json_loads
+from ml8s.text import first_problem
 
 
 def read_training_state(data: bytes, where: str) -> TrainingState:
@@ -22,9 +23,7 @@ def read_training_state(data: bytes, where: str) -> TrainingState:
     except KeyError:
         raise LineageError(f"{where} has no {METADATA_KEY} metadata entry; expected a training state") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise LineageError(f"{where} holds no valid training state: {loc}: {first['msg']}") from exc
+        raise LineageError(f"{where} holds no valid training state: {first_problem(exc)}") from exc
     except ValueError as exc:
         raise LineageError(f"{where} is not a safetensors training state: {exc}") from exc
 

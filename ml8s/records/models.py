@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -10,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ml8s.errors import RecordsFormatError
 from ml8s.identity import canonical_bytes
 from ml8s.records.schema import RecordSchema
+from ml8s.text import first_problem
 
 HISTORY_FORMAT = "ml8s-records/1"
 INDEX_NAME = "history.json"
@@ -88,7 +88,4 @@ def parse_model(model: type[_M], data: bytes, where: str) -> _M:
     try:
         return model.model_validate_json(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(part) for part in first["loc"]) or "<root>"
-        reason = re.sub(r"\s+", " ", first["msg"])
-        raise RecordsFormatError(f"{where}: not a valid {model.__name__} ({at}: {reason})") from exc
+        raise RecordsFormatError(f"{where}: not a valid {model.__name__} ({first_problem(exc)})") from exc

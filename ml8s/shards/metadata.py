@@ -16,6 +16,7 @@ from ml8s.identity.hashing import json_loads
 from ml8s.shards import dtypes, layout
 from ml8s.shards.format import FORMAT_VERSION, ShardHeader, TensorEntry
 from ml8s.shards.plan import PlanConfig
+from ml8s.text import first_problem
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -99,13 +100,8 @@ def decode_metadata(data: bytes, where: str) -> CheckpointMetadata:
         return CheckpointMetadata.model_validate(raw)
     except ValidationError as exc:
         raise ShardFormatError(
-            f"{where}: not checkpoint metadata: {_first_error(exc)}", check="metadata_invalid"
+            f"{where}: not checkpoint metadata: {first_problem(exc)}", check="metadata_invalid"
         ) from None
-
-
-def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']} ({exc.error_count()} error(s))"
 
 
 def metadata_problems(meta: CheckpointMetadata, prefix: str) -> list[tuple[str, str]]:
