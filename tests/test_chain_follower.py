@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
 from pathlib import Path
 
@@ -80,24 +79,32 @@ def test_broken_history_is_refused(chain: ChainStore, local_root: Path) -> None:
     assert caught.value.check == "missing_parent"
 
 
-def test_a_state_that_cannot_be_saved_is_a_named_error(chain: ChainStore, tmp_path: Path) -> None:
-    """A full disk under the follower's state (its temporary file on /dev/full): CONFIG_ERROR naming the file,
-    never a bare OSError (INTERNAL_ERROR, a dead polling follower); nothing is left behind and the saved state
-    is kept."""
+def test_a_state_that_cannot_be_saved_is_a_named_error(
+    chain: ChainStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk under the follower's state: CONFIG_ERROR naming the file, never a bare OSError (INTERNAL_ERROR,
+    a dead polling follower); nothing is left behind and the saved state is kept."""
+    import errno
+
+    import ml8s.output_files
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
     build(chain, 1)
-    state = tmp_path / "state.json"
+    (tmp_path / "serve").mkdir()
+    state = tmp_path / "serve" / "state.json"
     Follower(chain, state_path=str(state)).poll()
     saved = state.read_bytes()
     chain.commit(payload("n"), meta("n", step=100))
-    full = Path(f"{state}.{os.getpid()}.tmp")
-    full.symlink_to("/dev/full")
-    with pytest.raises(ConfigError, match=r"cannot save the follower state .*state\.json: No space left"):
-        Follower(chain, state_path=str(state)).poll()
-    assert not full.is_symlink() and state.read_bytes() == saved
     PromotionLog(chain).decide("promote", chain.head(), "manual", None)
-    Path(f"{state}.promotion.json.tmp").symlink_to("/dev/full")
-    with pytest.raises(ConfigError, match="cannot save the promotion state"):
-        PromotionReader(chain, state_path=str(state)).gated()
+    with monkeypatch.context() as patched:  # os.fsync fails from here on: the store writes nothing meanwhile
+        patched.setattr(ml8s.output_files.os, "fsync", full)
+        with pytest.raises(ConfigError, match=r"cannot save the follower state .*state\.json: No space left"):
+            Follower(chain, state_path=str(state)).poll()
+        with pytest.raises(ConfigError, match="cannot save the promotion state"):
+            PromotionReader(chain, state_path=str(state)).gated()
+    assert sorted(p.name for p in state.parent.iterdir()) == ["state.json"] and state.read_bytes() == saved
 
 
 def test_a_foreign_state_is_refused_with_a_newer_anchor_too(chain: ChainStore, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -10,6 +9,7 @@ import re
 from collections.abc import Iterable
 
 from ml8s.errors import ConfigError
+from ml8s.output_files import replace_file
 from ml8s.store import LocalStore, ObjectInfo, Store
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -91,22 +91,16 @@ def prune_empty_dirs(
     return removed
 
 
-def save_state(path: str, tmp: str, data: bytes, what: str) -> None:
-    """Replace ``path`` with ``data`` by way of ``tmp`` (fsync, rename): a crash leaves the old state or the new.
+def save_state(path: str, data: bytes, what: str) -> None:
+    """Replace ``path`` with ``data`` (ml8s.output_files.replace_file: beside it, fsync, rename, the directory
+    fsynced): a crash leaves the old state or the new.
 
     Raises:
-        ConfigError: it cannot be written (a full disk, a read-only directory); ``tmp`` is removed, ``path`` kept.
+        ConfigError: it cannot be written (a full disk, a read-only directory); the old state is kept.
     """
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
+
+    def fail(reason: str) -> ConfigError:
         # A named error: a polling follower says so and keeps serving; the old state stays a valid lower bound
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise ConfigError(
-            f"cannot save the {what} {path}: {exc.strerror or exc}; expected a writable directory with free space"
-        ) from exc
+        return ConfigError(f"cannot save the {what} {path}: {reason}; expected a writable directory with free space")
+
+    replace_file(path, data, 0o644, fail)

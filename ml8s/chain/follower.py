@@ -234,5 +234,4 @@ class Follower:
             chain_name=self.chain.name, counter=head.counter, block_hash=head.block_hash, policy_version=policy_version
         )
         if self.state_path:
-            tmp = f"{self.state_path}.{os.getpid()}.tmp"
-            save_state(self.state_path, tmp, self.last.model_dump_json().encode("utf-8"), "follower state")
+            save_state(self.state_path, self.last.model_dump_json().encode("utf-8"), "follower state")

@@ -156,4 +156,4 @@ class PromotionReader:
         if self._state is None:
             return
         seen = SeenPromotion(chain_name=self.chain.name, sequence=self._seen.sequence, sha256=self._seen.sha256)
-        save_state(self._state, f"{self._state}.tmp", seen.model_dump_json().encode(), "promotion state")
+        save_state(self._state, seen.model_dump_json().encode(), "promotion state")
