@@ -28,6 +28,6 @@ def shown(text: str) -> str:
 def first_problem(exc: ValidationError) -> str:
     """The first validation problem as 'field: reason' (one line, without the input, which may be huge or hostile)."""
     first = exc.errors(include_input=False, include_url=False)[0]
-    at = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    at = ".".join(str(part) for part in first["loc"]) or "the document"
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"{at}: {' '.join(first['msg'].split())}{more}"
