@@ -24,7 +24,8 @@ from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
 from ml8s.features import loaded
 from ml8s.features.column_names import SPLIT, TARGET
-from ml8s.features.matrix import ROW_GROUP, map_matrix32, write_encoded
+from ml8s.features.matrix import ROW_GROUP, write_encoded
+from ml8s.features.matrix_mapped import map_matrix32
 from ml8s.features.matrix_read import read_matrix, read_matrix32, read_split32
 from ml8s.features.prepared import prepare
 from ml8s.features.rules import encode, fit_rules

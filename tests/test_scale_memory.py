@@ -24,7 +24,7 @@ from ml8s.data.columns import Column
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
-from ml8s.features import matrix
+from ml8s.features import matrix, matrix_mapped
 from ml8s.features import prepared as row_preparing
 from ml8s.features import rules as rule_fitting
 from ml8s.features.matrix_read import read_matrix32
@@ -142,13 +142,13 @@ def test_handed_over_rows_are_the_decoded_rows(
 ) -> None:
     """``ml8s run`` trains on the rows its features step left, not on the file decoded again: the same arrays."""
     monkeypatch.setattr(matrix, "ROW_GROUP", 97)  # several row groups, and row slices across them
-    monkeypatch.setattr(matrix, "_ROWS_PER_WRITE", 40)
+    monkeypatch.setattr(matrix_mapped, "_ROWS_PER_WRITE", 40)
     prepared, rules, kept = _prepared(small_data)
     path = tmp_path / "feature_matrix.parquet"
     _write(path, prepared, rules, kept, hand=True)
-    handed = matrix.map_matrix32(str(path))
-    assert not matrix._handed  # taken: a second map decodes the file
-    decoded = matrix.map_matrix32(str(path))
+    handed = matrix_mapped.map_matrix32(str(path))
+    assert not matrix_mapped._handed  # taken: a second map decodes the file
+    decoded = matrix_mapped.map_matrix32(str(path))
     assert handed.names == decoded.names == [rule.name for rule in rules]
     for field in ("features", "target", "split"):
         got, want = getattr(handed, field), getattr(decoded, field)
@@ -185,7 +185,7 @@ def test_row_groups_of_features_alive_at_a_time(
     monkeypatch.setattr(matrix, "encode_each", encode_each)
     for hand in (True, False):
         _write(tmp_path / f"{hand}.parquet", prepared, rules, kept, hand=hand)
-    matrix._handed.clear()
+    matrix_mapped._handed.clear()
     assert len(alive) == 2 * -(-len(prepared.target) // 97) > 4
     monkeypatch.setattr(matrix, "encode_each", real)
     monkeypatch.setattr(matrix, "overlaps", lambda rows, features, train_rows: not overlap)
@@ -208,10 +208,10 @@ def test_rows_handed_over_for_a_file_rewritten_since_are_not_used(small_data: Pa
     path = tmp_path / "feature_matrix.parquet"
     _write(path, prepared, rules, kept, hand=True)
     _write(path, other, other_rules, other_kept, hand=False)  # the file now holds other rows
-    mapped = matrix.map_matrix32(str(path))
+    mapped = matrix_mapped.map_matrix32(str(path))
     assert mapped.names == [rule.name for rule in other_rules] and len(mapped.target) == 50
     np.testing.assert_array_equal(mapped.target, other.target[np.argsort(other.split, kind="stable")])
-    assert mapped.features.shape == (50, 3) and not matrix._handed
+    assert mapped.features.shape == (50, 3) and not matrix_mapped._handed
 
 
 @pytest.mark.parametrize("classes", [2, 3, 9])
@@ -256,7 +256,7 @@ def test_release_drops_one_split_of_the_mapped_rows_from_the_process(small_data:
     )
     path = tmp_path / "feature_matrix.parquet"
     _write(path, big, rules, kept, hand=False)
-    mapped = matrix.map_matrix32(str(path))
+    mapped = matrix_mapped.map_matrix32(str(path))
     assert mapped.region is not None
     address = mapped.features.ctypes.data
     row_kib = mapped.features.shape[1] * 4 / 1024
@@ -284,14 +284,14 @@ def test_training_on_rows_grouped_by_split_gives_the_bits_of_the_file_order(tmp_
     compute_features(ctx.spec, features)
     fit.train(ctx.spec, features, str(tmp_path / "grouped"))
 
-    def file_order(path: str) -> matrix.MappedMatrix:
+    def file_order(path: str) -> matrix_mapped.MappedMatrix:
         rows, target, split, names = read_matrix32(path)
-        return matrix.MappedMatrix(rows, target.astype(np.int32), split.astype(np.int8), names)
+        return matrix_mapped.MappedMatrix(rows, target.astype(np.int32), split.astype(np.int8), names)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fit, "map_matrix32", file_order)
         fit.train(ctx.spec, features, str(tmp_path / "file_order"))
-    grouped = matrix.map_matrix32(str(Path(features) / "feature_matrix.parquet"))
+    grouped = matrix_mapped.map_matrix32(str(Path(features) / "feature_matrix.parquet"))
     assert list(grouped.split) != list(file_order(str(Path(features) / "feature_matrix.parquet")).split)
     for name in ("model_native.safetensors", "training_state.safetensors", "metrics.json"):
         assert (tmp_path / "grouped" / name).read_bytes() == (tmp_path / "file_order" / name).read_bytes(), name
@@ -306,7 +306,8 @@ def test_a_refused_release_leaves_the_rows_resident_and_usable() -> None:
 
     rows = np.arange(8192 * 4, dtype=np.float32).reshape(-1, 4)
     split = np.repeat(np.array([0, 1], dtype=np.int8), [6144, 2048])
-    mapped = matrix.MappedMatrix(rows, np.zeros(len(rows), dtype=np.int32), split, ["a", "b", "c", "d"], Refusing())  # type: ignore[arg-type]
+    target = np.zeros(len(rows), dtype=np.int32)
+    mapped = matrix_mapped.MappedMatrix(rows, target, split, ["a", "b", "c", "d"], Refusing())  # type: ignore[arg-type]
     mapped.release(0)
     mapped.release(1)
     assert float(mapped.features.sum()) == float(rows.sum())

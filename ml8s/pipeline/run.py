@@ -73,6 +73,7 @@ def _run(ctx: RunContext) -> str:
     check_writable_root(ctx.settings)  # before the first write; a completed run reads only (a read-only root)
     check_tracking_reachable(ctx.settings)  # an absent MLflow server fails now, not after training
     from ml8s.context import publish  # only on the path that trains; neither these nor the data steps need torch
+    from ml8s.features.matrix_deferred import deferred_matrix
     from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.snapshot import snapshot
 
@@ -85,13 +86,16 @@ def _run(ctx: RunContext) -> str:
     with owned_tempdir(f"ml8s-{ctx.run_id}-") as tmp:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
         compute_features(spec, features, hand_over=spec.params.train_world_size == 1)  # ranks are processes
-        publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
-        # Torch is loaded once the typed columns are gone, and MLflow and onnx once the model is trained: the
-        # data steps' memory and time never include them.
-        ctx.log("run", "loading torch")
-        from ml8s.pipeline.train import train_all_ranks
+        # A large matrix's file is still being written from the rows handed over (ml8s.features.matrix_deferred):
+        # the features are published once training ends, when the file is whole.
+        with deferred_matrix():
+            # Torch is loaded once the typed columns are gone, and MLflow and onnx once the model is trained: the
+            # data steps' memory and time never include them.
+            ctx.log("run", "loading torch")
+            from ml8s.pipeline.train import train_all_ranks
 
-        summary = train_all_ranks(spec, features, model)  # TRAIN_WORLD_SIZE processes
+            summary = train_all_ranks(spec, features, model)  # TRAIN_WORLD_SIZE processes
+        publish.publish(ctx, store, publish.local_files(features, publish.FEATURES))
         publish.publish(
             ctx,
             store,

@@ -27,7 +27,8 @@ from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.contract.epochs import EpochRecord
 from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
 from ml8s.errors import RankError, TrainingError
-from ml8s.features.matrix import MappedMatrix, map_matrix32
+from ml8s.features.matrix_deferred import raise_if_failed
+from ml8s.features.matrix_mapped import MappedMatrix, map_matrix32
 from ml8s.identity.model_code import MODEL_CODE_KEY
 from ml8s.identity.versions import records_training_state
 from ml8s.modeling.determinism import seed_everything
@@ -294,6 +295,7 @@ def _fit(
         del train_idx, perm
         total, batches = stepper(order)
         del order  # the next epoch's order is made without this one beside it
+        raise_if_failed()  # the matrix file written meanwhile (ml8s run): a full disk stops training now
         steps += batches
         mean = float(total.item()) / max(batches, 1)
         if not np.isfinite(mean):
