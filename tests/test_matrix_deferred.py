@@ -130,3 +130,29 @@ def test_only_a_matrix_large_beside_its_training_rows_is_deferred() -> None:
     assert not matrix_deferred.defers(2_000_000, group, 1_600_000)
     assert matrix_deferred.defers(20_000_000, group, 16_000_000)
     assert not matrix_deferred.defers(20_000_000, group, 1_000_000)
+
+
+def test_ml8s_run_publishes_the_file_written_while_training(
+    fitted: tuple[Prepared, list[FeatureRule], dict[str, list[str]]],
+    small_data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole run with the file written while training runs: the file published once training ends is the
+    direct write's, and no write is left behind."""
+    import ml8s.pipeline.run as run
+
+    monkeypatch.setattr(matrix, "ROW_GROUP", 1024 * 1024)  # the run's own row group
+    started: list[str] = []
+    real_start = matrix_deferred.start
+    monkeypatch.setattr(matrix_deferred, "start", lambda path, *args: started.append(path) or real_start(path, *args))
+    monkeypatch.setattr(matrix_deferred, "defers", lambda rows, group, train_rows: True)
+    env = {k: v for k, v in os.environ.items() if k != "FORCE_RERUN"}
+    root = tmp_path / "root"
+    env.update(DATA_ROOT=str(small_data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="1")
+    run.run_pipeline(env)
+    assert len(started) == 1 and not matrix_deferred._pending
+    (published,) = root.glob("ml8s_training_runs/*/features/feature_matrix.parquet")
+    direct = tmp_path / "direct.parquet"
+    _write(direct, fitted, hand=False)
+    assert published.read_bytes() == direct.read_bytes()

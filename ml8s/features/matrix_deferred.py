@@ -141,6 +141,7 @@ def start(
     row_group: int,
 ) -> None:
     """Write ``path`` in a thread from the scratch rows in ``fd`` (taken: the thread closes it)."""
+    _finish(cancel=True)  # one a failed step left (none when every write runs inside deferred_matrix)
     writer = _Writer(path, open_writer, fd, split, grouped_target, features, row_group)
     _pending.append(writer)
     writer.thread.start()

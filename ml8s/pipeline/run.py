@@ -85,10 +85,10 @@ def _run(ctx: RunContext) -> str:
     snapshot(ctx, store)
     with owned_tempdir(f"ml8s-{ctx.run_id}-") as tmp:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
-        compute_features(spec, features, hand_over=spec.params.train_world_size == 1)  # ranks are processes
-        # A large matrix's file is still being written from the rows handed over (ml8s.features.matrix_deferred):
-        # the features are published once training ends, when the file is whole.
+        # A large matrix's file is written from the rows handed over while training runs (matrix_deferred): the
+        # features are published once training ends, when the file is whole.
         with deferred_matrix():
+            compute_features(spec, features, hand_over=spec.params.train_world_size == 1)  # ranks are processes
             # Torch is loaded once the typed columns are gone, and MLflow and onnx once the model is trained: the
             # data steps' memory and time never include them.
             ctx.log("run", "loading torch")
