@@ -154,9 +154,21 @@ def _damage(version: Path, how: str) -> None:
     elif how == "a-directory":
         weights.unlink()
         weights.mkdir()
+    elif how == "a-link":  # the same bytes, but in a file this follower did not write
+        aside = version.parent.parent / "aside.safetensors"
+        aside.write_bytes(weights.read_bytes())
+        weights.unlink()
+        weights.symlink_to(aside)
+    elif how in ("a-fifo", "a-fifo-version-file"):  # opening one to read blocked until a writer came: forever
+        path = weights if how == "a-fifo" else version / "ml8s_version.json"
+        path.unlink()
+        os.mkfifo(path)
 
 
-@pytest.mark.parametrize("how", ["flipped", "truncated", "appended", "removed", "stray", "a-directory"])
+@pytest.mark.parametrize(
+    "how",
+    ["flipped", "truncated", "appended", "removed", "stray", "a-directory", "a-link", "a-fifo", "a-fifo-version-file"],
+)
 def test_a_restarted_follower_rewrites_a_damaged_version_directory(
     committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
 ) -> None:

@@ -40,9 +40,9 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from ml8s.deltas import encode_full
-from ml8s.errors import ConfigError
+from ml8s.errors import ConfigError, StoreError
 from ml8s.serving.served import Served, ServedVersion
-from ml8s.store import fsync_dir
+from ml8s.store import fsync_dir, read_regular
 from ml8s.weights import WEIGHTS_FULL
 
 CURRENT = "current"
@@ -50,6 +50,7 @@ VERSIONS = "versions"
 VERSION_FILE = "ml8s_version.json"
 STATE_FILE = ".follower-state.json"
 LOCK_FILE = ".follower.lock"  # held by the running follower (flock)
+VERSION_FILE_MAX = 64 * 1024  # ml8s_version.json is a few hundred bytes
 KEEP = 2  # the current version and the one before it
 
 
@@ -127,11 +128,14 @@ class ModelDirectory:
         return os.path.join(self.root, STATE_FILE)
 
     def current(self) -> ServedVersion | None:
-        """The version ``current`` points at, None when there is none (or it is unreadable)."""
+        """The version ``current`` points at, None when there is none (or it is unreadable, or no regular file:
+        a FIFO put there would block a plain ``open`` forever)."""
         try:
-            with open(os.path.join(self.root, CURRENT, VERSION_FILE), "rb") as handle:
-                return ServedVersion.model_validate_json(handle.read())
-        except (OSError, ValidationError):
+            data = read_regular(
+                os.path.join(self.root, CURRENT, VERSION_FILE), VERSION_FILE, max_bytes=VERSION_FILE_MAX
+            )
+            return ServedVersion.model_validate_json(data)
+        except (StoreError, ValidationError):
             return None
 
     def target(self) -> str | None:
@@ -215,15 +219,16 @@ class ModelDirectory:
 
     @staticmethod
     def _intact(path: str, files: dict[str, bytes]) -> bool:
-        """``path`` holds exactly ``files``, byte for byte (a regular file each, nothing else)."""
+        """``path`` holds exactly ``files``, byte for byte (a regular file each, nothing else). Read without
+        blocking or following a link: a FIFO there would hang a plain ``open``, and a link's target is no file
+        this follower wrote."""
         try:
             if os.path.islink(path) or sorted(os.listdir(path)) != sorted(files):
                 return False
             for name, data in sorted(files.items()):
-                with open(os.path.join(path, name), "rb") as handle:
-                    if handle.read(len(data) + 1) != data:
-                        return False
-        except OSError:  # absent, not a directory, a file that is a directory, unreadable
+                if read_regular(os.path.join(path, name), name, max_bytes=len(data)) != data:
+                    return False
+        except (OSError, StoreError):  # absent, not a directory, no regular file, larger, unreadable
             return False
         return True
 

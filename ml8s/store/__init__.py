@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ml8s.errors import ConfigError
 from ml8s.store._files import StagedWriter, fsync_dir
+from ml8s.store._safe import read_regular
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 from ml8s.store.local import LocalStore
 
@@ -23,6 +24,7 @@ __all__ = [
     "WriteResult",
     "fsync_dir",
     "open_store",
+    "read_regular",
 ]
 
 
