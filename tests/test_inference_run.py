@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,7 +24,7 @@ from ml8s.cli.main import main
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.errors import InferenceError, IntegrityError, PredictionInputError
-from ml8s.inference import Predictor, read_model_dir, read_onnx_metadata, read_run_files
+from ml8s.inference import ModelFiles, Predictor, read_model_dir, read_onnx_metadata, read_run_files
 from ml8s.inference.cells import read_cells
 from ml8s.inference.csv_rows import read_csv_columns
 
@@ -404,6 +406,48 @@ def test_missing_file_and_mismatched_metadata_are_refused(copy: Trained) -> None
         read_run_files(f"file://{copy.root}", copy.onnx.run_id)
     with pytest.raises(InferenceError, match=r"feature_schema\.json is missing; expected the model's feature_schema"):
         read_model_dir(str(copy.files("model")), "onnx")  # a directory without the three files side by side
+
+
+def _resealed(trained: Trained, run: RunContext, model: bytes) -> ModelFiles:
+    """The run's files with ``model`` as its model, and training metadata recording that model's checksum: files
+    that pass the checksums (an edit made consistently, a payload committed so) yet may not load or fit."""
+    files = read_run_files(f"file://{trained.root}", run.run_id)
+    metadata = json.loads(files.training_metadata)
+    rel = layout.model_export(metadata["export"]["format"])
+    metadata["artifacts"][rel] = {"sha256": hashlib.sha256(model).hexdigest(), "size": len(model)}
+    return files.model_copy(update={"model": model, "training_metadata": json.dumps(metadata).encode()})
+
+
+def _onnx_of_width(features: int, classes: int) -> bytes:
+    weights = onnx.numpy_helper.from_array(np.ones((features, classes), np.float32), "W")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["features", "W"], ["logits"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, ["rows", features])],
+        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["rows", classes])],
+        [weights],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def test_model_files_that_pass_their_checksums_but_do_not_load_or_fit_are_refused(trained: Trained) -> None:
+    """onnxruntime's errors (InvalidProtobuf, InvalidArgument) and safetensors' derive from Exception, not the
+    RuntimeError that was caught: a model that did not load or fit was INTERNAL_ERROR, exit 2."""
+    with pytest.raises(InferenceError, match=r"model\.onnx cannot be loaded by onnxruntime: .*INVALID_PROTOBUF"):
+        Predictor(_resealed(trained, trained.onnx, b"garbage"))
+    with pytest.raises(InferenceError, match=r"model\.safetensors does not load into its recorded spec"):
+        Predictor(_resealed(trained, trained.safetensors, b"garbage, not safetensors"))
+    with pytest.raises(InferenceError, match=r"cannot read an ONNX model's metadata"):
+        read_onnx_metadata(b"garbage")
+    features = len(Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id)).transform.feature_names)
+    with pytest.raises(
+        InferenceError, match=rf"features is tensor\(float\) \['rows', 3\]; expected .* \[rows, {features}\]"
+    ):
+        Predictor(_resealed(trained, trained.onnx, _onnx_of_width(3, 2)))
+    with pytest.raises(InferenceError, match=r"logits is tensor\(float\) \['rows', 5\]; expected .* \[rows, 2\]"):
+        Predictor(_resealed(trained, trained.onnx, _onnx_of_width(features, 5)))
 
 
 def test_safetensors_run_predicts_with_torch_like_the_onnx_run(trained: Trained) -> None:

@@ -79,7 +79,15 @@ def read_onnx_metadata(model: bytes) -> dict[str, str]:
 
     try:
         session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
-    except RuntimeError as exc:
+    except Exception as exc:
+        if not onnxruntime_error(exc):
+            raise
         raise InferenceError(f"cannot read an ONNX model's metadata: {exc}") from exc
     meta: dict[str, str] = session.get_modelmeta().custom_metadata_map
     return dict(sorted(meta.items()))
+
+
+def onnxruntime_error(exc: Exception) -> bool:
+    """Whether ``exc`` is onnxruntime's own error. Its pybind11 classes (InvalidProtobuf, InvalidArgument, Fail,
+    ...) derive from Exception directly, not from RuntimeError, and share no base to catch them by."""
+    return isinstance(exc, RuntimeError) or type(exc).__module__.startswith("onnxruntime.")

@@ -20,6 +20,7 @@ from ml8s.data.columns import Column
 from ml8s.errors import InferenceError, PredictionInputError
 from ml8s.inference.cells import Cells, Rows
 from ml8s.inference.model_files import ModelFiles, ServingMetadata
+from ml8s.inference.onnx_metadata import onnxruntime_error
 from ml8s.inference.transform import Float32Array, RawTransform
 
 ONNX_INPUT = "features"
@@ -67,7 +68,10 @@ class Predictor:
                 f"{list(recorded[1])}; expected those of feature_schema.json"
             )
         self.model_format = metadata.export.format
-        self._score = _onnx_scorer(files) if self.model_format == "onnx" else _torch_scorer(files, metadata)
+        if self.model_format == "onnx":
+            self._score = _onnx_scorer(files, len(self.transform.feature_names), len(self.classes))
+        else:
+            self._score = _torch_scorer(files, metadata)
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -133,7 +137,9 @@ def probabilities(logits: Float32Array) -> npt.NDArray[np.float64]:
     return np.asarray(exp / exp.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
-def _onnx_scorer(files: ModelFiles) -> Scorer:
+def _onnx_scorer(files: ModelFiles, features: int, classes: int) -> Scorer:
+    """onnxruntime's session of ``model.onnx``, checked to take ``features`` columns and give ``classes`` logits
+    (the checksums prove the files are the run's, not that they fit together)."""
     import onnxruntime  # here, not at the top: feature engineering imports this package without it
 
     options = onnxruntime.SessionOptions()
@@ -141,16 +147,33 @@ def _onnx_scorer(files: ModelFiles) -> Scorer:
     options.inter_op_num_threads = 1
     try:
         session = onnxruntime.InferenceSession(files.model, sess_options=options, providers=["CPUExecutionProvider"])
-    except RuntimeError as exc:  # onnxruntime's own errors (InvalidProtobuf, Fail) derive from RuntimeError
+    except Exception as exc:
+        if not onnxruntime_error(exc):
+            raise
         raise InferenceError(f"{files.source}: model.onnx cannot be loaded by onnxruntime: {exc}") from exc
     names = ([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
     if names != ([ONNX_INPUT], [ONNX_OUTPUT]):
         raise InferenceError(
             f"{files.source}: model.onnx has inputs/outputs {names}; expected {ONNX_INPUT}/{ONNX_OUTPUT}"
         )
+    for arg, width, what in (
+        (session.get_inputs()[0], features, "features"),
+        (session.get_outputs()[0], classes, "classes"),
+    ):
+        shape = list(arg.shape)
+        if arg.type != "tensor(float)" or len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != width):
+            raise InferenceError(
+                f"{files.source}: model.onnx's {arg.name} is {arg.type} {shape}; expected tensor(float) [rows, {width}]"
+                f" (the {width} {what} of feature_schema.json)"
+            )
 
     def score(matrix: Float32Array) -> Float32Array:
-        (logits,) = session.run([ONNX_OUTPUT], {ONNX_INPUT: matrix})
+        try:
+            (logits,) = session.run([ONNX_OUTPUT], {ONNX_INPUT: matrix})
+        except Exception as exc:
+            if not onnxruntime_error(exc):
+                raise
+            raise InferenceError(f"{files.source}: model.onnx failed to score {len(matrix)} rows: {exc}") from exc
         return np.asarray(logits, dtype=np.float32)
 
     return score
@@ -159,6 +182,7 @@ def _onnx_scorer(files: ModelFiles) -> Scorer:
 def _torch_scorer(files: ModelFiles, metadata: ServingMetadata) -> Scorer:
     import safetensors.torch
     import torch
+    from safetensors import SafetensorError
 
     from ml8s.contract import ModelSpec
     from ml8s.modeling.networks import build_model
@@ -166,7 +190,7 @@ def _torch_scorer(files: ModelFiles, metadata: ServingMetadata) -> Scorer:
     try:
         model = build_model(ModelSpec.model_validate(metadata.model.spec))
         model.load_state_dict(safetensors.torch.load(files.model))
-    except (ValidationError, RuntimeError) as exc:
+    except (ValidationError, RuntimeError, SafetensorError) as exc:  # SafetensorError: not a RuntimeError
         raise InferenceError(f"{files.source}: model.safetensors does not load into its recorded spec: {exc}") from exc
     model.eval()
 
