@@ -88,6 +88,9 @@ def test_bad_rank_or_world_size(tmp_path: Path, rank: int, world: int) -> None:
     [
         ({"a": torch.zeros(2, dtype=torch.float8_e4m3fnuz)}, "cannot be stored"),
         ({"": torch.zeros(2)}, "name"),
+        ({"a\ud800": torch.zeros(2)}, "name of 1..65535 UTF-8 bytes"),  # a lone surrogate: UnicodeEncodeError
+        ({"a": torch.zeros(2).to_sparse()}, "a torch.sparse_coo tensor on cpu; expected a dense"),  # RuntimeError
+        ({"a": torch.zeros(2, device="meta")}, "on meta; expected a dense tensor holding its data"),  # no data to copy
         ([TensorPiece("a", torch.zeros(2)), TensorPiece("a", torch.ones(2))], "given twice"),
         ([TensorPiece("a", torch.zeros(4, 2), row_start=3, global_rows=6)], "rows 3..7 of 6"),
         ([TensorPiece("a", torch.tensor(1.0), row_start=0, global_rows=1)], "dim-0 slice"),

@@ -35,6 +35,7 @@ from ml8s.shards.hashing import DataHasher
 from ml8s.shards.metadata import CheckpointMetadata, ShardFileInfo, ShardReceipt, build_metadata, encode_metadata
 from ml8s.shards.plan import PlanConfig, TensorPiece, check_world, split_state_dict
 from ml8s.store import Store
+from ml8s.text import is_utf8
 
 MiB = 1024 * 1024
 
@@ -172,8 +173,12 @@ def _pieces(tensors: Sequence[TensorPiece] | Mapping[str, torch.Tensor], where: 
     for i, p in enumerate(pieces):
         what = f"{where}: tensor {p.name!r}"
         dtypes.dtype_name(p.tensor.dtype, where=what)
-        if not p.name or len(p.name.encode()) > 0xFFFF:
+        if not p.name or not is_utf8(p.name) or len(p.name.encode()) > 0xFFFF:
             raise ShardInputError(f"{what}: expected a name of 1..65535 UTF-8 bytes")
+        if p.tensor.layout != torch.strided or p.tensor.is_meta:  # a shard holds each element's bytes in row order
+            raise ShardInputError(
+                f"{what}: a {p.tensor.layout} tensor on {p.tensor.device}; expected a dense tensor holding its data"
+            )
         if i and p.name == pieces[i - 1].name:
             raise ShardInputError(f"{what} given twice; expected one piece per tensor in a shard")
         if p.tensor.dim() > MAX_NDIM:
