@@ -14,6 +14,7 @@ from ml8s.deltas import (
     apply_delta,
     apply_delta_in_place,
     encode_delta,
+    encode_full,
     read_delta_header,
     weights_hash,
 )
@@ -174,6 +175,19 @@ def test_non_float_tensors_are_refused(dtype: torch.dtype) -> None:
     delta = encode_delta(make_weights(12, torch.float32), make_weights(13, torch.float32))
     with pytest.raises(DeltaDtypeError):
         apply_delta(base, delta)
+
+
+def test_sparse_tensors_are_refused_by_name() -> None:
+    """A sparse tensor passed the dtype and device checks, then failed reading its bits (RuntimeError, or
+    NotImplementedError from encode_full): not the named error the API promises."""
+    dense = {"w": torch.zeros(4)}
+    sparse = {"w": torch.zeros(4).to_sparse()}
+    delta = encode_delta(dense, {"w": torch.ones(4)})
+    calls = [lambda: weights_hash(sparse), lambda: encode_full(sparse), lambda: encode_delta(sparse, dense)]
+    calls += [lambda: encode_delta(dense, sparse), lambda: apply_delta(sparse, delta)]
+    for call in calls:
+        with pytest.raises(DeltaDtypeError, match=r"'w' is a torch.sparse_coo tensor; .* carry dense tensors"):
+            call()
 
 
 def test_in_place_needs_contiguous_targets() -> None:

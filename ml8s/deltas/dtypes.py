@@ -61,13 +61,15 @@ def tensor_kind(tensor: torch.Tensor, name: str) -> TensorKind:
     """The kind of a CPU tensor of a supported dtype.
 
     Raises:
-        DeltaDtypeError: another dtype, or a tensor that does not live on the CPU.
+        DeltaDtypeError: another dtype, a tensor that does not live on the CPU, or a sparse one.
     """
     kind = _BY_TORCH.get(tensor.dtype)
     if kind is None:
         raise DeltaDtypeError(f"tensor {name!r} has dtype {tensor.dtype}; weights payloads carry {_SUPPORTED}")
     if tensor.device.type != "cpu":
         raise DeltaDtypeError(f"tensor {name!r} is on {tensor.device}; weights payloads read and write CPU tensors")
+    if tensor.layout != torch.strided:  # its raw bits are no row-major run of elements
+        raise DeltaDtypeError(f"tensor {name!r} is a {tensor.layout} tensor; weights payloads carry dense tensors")
     return kind
 
 
