@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-from serving_support import weights_series
+from serving_support import chain_at, meta, weights_series
 
 from ml8s.chain import ChainStore
 from ml8s.cli.main import main
 from ml8s.deltas import weights_hash
-from ml8s.serving import ModelDirectory
+from ml8s.serving import DeltaProducer, ModelDirectory
 from ml8s.store import open_store
 
 CLI_ENV = {"PIPELINE_ROOT_URI": "", "CHAIN_NAME": "", "DELTA_BASE_INTERVAL": "3"}
@@ -243,3 +243,30 @@ def test_a_filesystem_without_locks_is_followed_unlocked(
     monkeypatch.setattr("fcntl.flock", no_locks)
     out = tmp_path / "serve"
     assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
+
+
+def test_a_payload_file_in_a_folder_is_followed_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A payload name may hold folders ('cfg/a.json'): the follower wrote it without its folder (CONFIG_ERROR
+    blaming --out, on every poll), and a listing of the top folder alone could never match it."""
+    root = f"file://{tmp_path}/root"
+    for key, value in {**CLI_ENV, "PIPELINE_ROOT_URI": root, "CHAIN_NAME": "nested"}.items():
+        monkeypatch.setenv(key, value)
+    producer = DeltaProducer(chain_at(root, "nested"), interval=3)
+    producer.publish_sync({"w": torch.ones(4)}, meta("nested"), extra={"cfg/deep/a.json": b"{}", "cfg/b.txt": b"b"})
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    version = out / os.readlink(out / "current")
+    assert (version / "cfg" / "deep" / "a.json").read_bytes() == b"{}" and (
+        version / "cfg" / "b.txt"
+    ).read_bytes() == b"b"
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    assert "rewriting" not in capsys.readouterr().err and os.readlink(out / "current") == f"versions/{version.name}"
+    (version / "cfg" / "deep" / "a.json").write_bytes(b"{ }")
+    (version / "cfg" / "stray").mkdir()
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    assert "rewriting them" in capsys.readouterr().err
+    assert os.readlink(out / "current") == f"versions/{version.name}-r1"
+    assert (out / "current" / "cfg" / "deep" / "a.json").read_bytes() == b"{}"

@@ -5,7 +5,7 @@ Layout of ``DIR``::
     current -> versions/v0000000042_3ebfd8f7f7f3      a symlink, replaced atomically
     versions/v0000000042_3ebfd8f7f7f3/
         model_native.safetensors    the version's full weights (safetensors, recording its weights hash)
-        <every other payload file>  e.g. model.onnx, feature_schema.json, manifest.json
+        <every other payload file>  e.g. model.onnx, feature_schema.json, manifest.json (cfg/a.json: in cfg/)
         ml8s_version.json           chain, counter, block hash, semver, kind, weights hash
     .follower-state.json            the last head accepted (a restarted follower still refuses a rollback)
     .follower.lock                  locked (flock) by the running follower: a second one is refused
@@ -35,7 +35,7 @@ import itertools
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pydantic import ValidationError
 
@@ -223,7 +223,7 @@ class ModelDirectory:
         blocking or following a link: a FIFO there would hang a plain ``open``, and a link's target is no file
         this follower wrote."""
         try:
-            if os.path.islink(path) or sorted(os.listdir(path)) != sorted(files):
+            if os.path.islink(path) or _tree(path) != (set(files), _folders(files) - {""}):
                 return False
             for name, data in sorted(files.items()):
                 if read_regular(os.path.join(path, name), name, max_bytes=len(data)) != data:
@@ -239,12 +239,15 @@ class ModelDirectory:
         try:
             # ml8s_version.json last: a directory with it is complete
             order = [*sorted(n for n in files if n != VERSION_FILE), VERSION_FILE]
+            for folder in sorted(_folders(files)):  # a payload name may hold folders ("config/a.json")
+                os.makedirs(os.path.join(tmp, folder), exist_ok=True)
             for name in order:
                 with open(os.path.join(tmp, name), "wb") as handle:
                     handle.write(files[name])
                     handle.flush()
                     os.fsync(handle.fileno())
-            fsync_dir(tmp)
+            for folder in sorted(_folders(files), reverse=True):
+                fsync_dir(os.path.join(tmp, folder))
             os.rename(tmp, final)
             fsync_dir(self.versions)
         except BaseException:
@@ -278,3 +281,24 @@ class ModelDirectory:
             elif name.startswith(STATE_FILE) and name.endswith(".tmp") and not os.path.islink(path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
+
+
+def _folders(names: Iterable[str]) -> set[str]:
+    """Every folder (relative; "" the top) that holds one of ``names`` or one of these folders."""
+    found = {""}
+    for name in names:
+        parts = name.split("/")[:-1]
+        found.update("/".join(parts[:depth]) for depth in range(1, len(parts) + 1))
+    return found
+
+
+def _tree(path: str) -> tuple[set[str], set[str]]:
+    """(every entry that is no directory, every directory) under ``path``, as relative names; a link to a
+    directory counts as a directory and is not followed, so the files it leads to are missing."""
+    entries: tuple[set[str], set[str]] = (set(), set())
+    for folder, dirs, others in os.walk(path):
+        rel = os.path.relpath(folder, path)
+        prefix = "" if rel == "." else f"{rel}/"
+        entries[0].update(prefix + name for name in others)
+        entries[1].update(prefix + name for name in dirs)
+    return entries
