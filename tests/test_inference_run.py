@@ -17,9 +17,12 @@ import onnx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import safetensors.torch
 from conftest import make_context, write_small_churn
 from mlflow_support import artifact_dir, raw_rows, train_run, write_rows
+from serving_support import chain_at, meta
 
+from ml8s.chain import ReadTrust
 from ml8s.cli.main import main
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
@@ -27,6 +30,7 @@ from ml8s.errors import InferenceError, IntegrityError, PredictionInputError
 from ml8s.inference import ModelFiles, Predictor, read_model_dir, read_onnx_metadata, read_run_files
 from ml8s.inference.cells import read_cells
 from ml8s.inference.csv_rows import read_csv_columns
+from ml8s.serving import ClientConfig, DeltaProducer, InferenceClient
 
 ONNX = layout.model_export("onnx")
 HEADER_ONLY_PREDICTIONS = "predicted_class,probability_no,probability_yes\n"
@@ -448,6 +452,25 @@ def test_model_files_that_pass_their_checksums_but_do_not_load_or_fit_are_refuse
         Predictor(_resealed(trained, trained.onnx, _onnx_of_width(3, 2)))
     with pytest.raises(InferenceError, match=r"logits is tensor\(float\) \['rows', 5\]; expected .* \[rows, 2\]"):
         Predictor(_resealed(trained, trained.onnx, _onnx_of_width(features, 5)))
+
+
+def test_a_chain_version_of_a_safetensors_run_is_served_like_ml8s_predict(trained: Trained, tmp_path: Path) -> None:
+    """The serving client looked for model.onnx alone: a MODEL_FORMAT=safetensors version, which `ml8s predict
+    --chain` scores with torch, was SERVING_NO_MODEL_GRAPH 'lacks model.onnx'."""
+    run = trained.files(layout.TRAINING_METADATA, trained.safetensors).parent
+    files = {
+        "feature_schema.json": (run / layout.FEATURE_SCHEMA).read_bytes(),
+        "training_metadata.json": (run / layout.TRAINING_METADATA).read_bytes(),
+        "model.safetensors": (run / layout.model_export("safetensors")).read_bytes(),
+    }
+    chain = chain_at(f"file://{tmp_path}", "torch-served")
+    weights = safetensors.torch.load(files["model.safetensors"])
+    DeltaProducer(chain, interval=3).publish_sync(weights, meta("torch-served"), extra=files)
+    client = InferenceClient(chain, ClientConfig(pinned=1), trust=ReadTrust())
+    client.refresh()
+    rows = raw_rows(trained.data)[:20]
+    expected = Predictor(read_run_files(f"file://{trained.root}", trained.safetensors.run_id)).predict(rows)
+    assert client.predict_sync(rows).to_csv() == expected.to_csv()
 
 
 def test_safetensors_run_predicts_with_torch_like_the_onnx_run(trained: Trained) -> None:

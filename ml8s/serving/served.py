@@ -14,11 +14,13 @@ from ml8s.contract import layout
 from ml8s.errors import NoModelGraphError
 from ml8s.inference import ModelFiles, Predictions, Predictor
 from ml8s.inference.cells import Rows
+from ml8s.inference.model_files import parse_metadata
 from ml8s.weights import WEIGHTS_FULL, VersionWeights, weights_file
 
-# The payload files ``predict`` needs (a pipeline version's exported graph, feature rules, and the
-# metadata recording both files' sha256).
-MODEL_GRAPH = posixpath.basename(layout.model_export("onnx"))
+# The payload files ``predict`` needs (a pipeline version's exported model, model.onnx or, with
+# MODEL_FORMAT=safetensors, model.safetensors; its feature rules; the metadata naming the format and recording
+# both files' sha256).
+MODEL_GRAPH = layout.payload_export("onnx")
 FEATURE_SCHEMA = posixpath.basename(layout.FEATURE_SCHEMA)
 TRAINING_METADATA = posixpath.basename(layout.TRAINING_METADATA)
 PREDICT_FILES = (FEATURE_SCHEMA, MODEL_GRAPH, TRAINING_METADATA)
@@ -59,7 +61,8 @@ class Served(BaseModel):
             missing = [name for name in PREDICT_FILES if name not in self.files]
             raise NoModelGraphError(
                 f"version {self.info.counter} of chain {self.info.chain_name!r} ({self.info.version_dir}) holds "
-                f"weights but no model graph: its payload lacks {missing}; expected {list(PREDICT_FILES)} to predict"
+                f"weights but no model graph: its payload lacks {missing}; expected {list(PREDICT_FILES)} to predict "
+                f"({layout.payload_export('safetensors')} in place of {MODEL_GRAPH} when the metadata names it)"
             )
         return self.predictor.predict(rows)
 
@@ -82,14 +85,20 @@ def build_served(chain: ChainVersions, weights: VersionWeights) -> Served:
         if f.name != skip or skip == WEIGHTS_FULL
     }
     predictor = None
-    if all(name in files for name in PREDICT_FILES):
-        model_files = ModelFiles(
-            source=f"{chain.uri()} v{version.counter}",
-            feature_schema=files[FEATURE_SCHEMA],
-            training_metadata=files[TRAINING_METADATA],
-            model=files[MODEL_GRAPH],
-        )
-        predictor = Predictor(model_files)
+    source = f"{chain.uri()} v{version.counter}"
+    if FEATURE_SCHEMA in files and TRAINING_METADATA in files:
+        # the model file the metadata names, as ``ml8s predict --chain`` reads it (read_chain_files)
+        export = parse_metadata(files[TRAINING_METADATA], f"{source}/{TRAINING_METADATA}").export
+        model = files.get(layout.payload_export(export.format))
+        if model is not None:
+            predictor = Predictor(
+                ModelFiles(
+                    source=source,
+                    feature_schema=files[FEATURE_SCHEMA],
+                    training_metadata=files[TRAINING_METADATA],
+                    model=model,
+                )
+            )
     return Served(
         info=served_version(chain, version, weights.weights_hash), weights=weights, files=files, predictor=predictor
     )
