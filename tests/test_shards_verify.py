@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import tempfile
 from collections.abc import Callable
@@ -137,6 +138,29 @@ def test_each_problem_is_found_and_named(store: Store, case: str) -> None:
     assert all(f.reason for f in report.findings)
     with pytest.raises(ShardVerificationError, match=sorted(report.checks)[0]):
         report.raise_for_findings()
+
+
+@pytest.mark.parametrize("what", ["a FIFO", "a link to /dev/zero"])
+def test_a_shard_or_metadata_that_is_no_regular_file_is_named_so(tmp_path: Path, what: str) -> None:
+    """A FIFO or a link where a listed shard belongs was 'shard_missing: listed in the metadata, not stored' (and
+    the metadata 'metadata_missing'), one where no rank's shard belongs nothing at all: each is now named."""
+    store = LocalStore(str(tmp_path / "root"))
+    save_state_dict(store, PREFIX, make_state(), world_size=2, checkpoint_id=CID, config=SMALL)
+    stray = f"{PREFIX}_shard_7.shard"
+
+    def plant(key: str) -> None:
+        path = tmp_path / "root" / key
+        path.unlink(missing_ok=True)
+        if what == "a FIFO":
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+
+    plant(SHARD1)
+    plant(stray)
+    assert _findings(store) == {SHARD1: {"unsafe_object"}, stray: {"unsafe_object"}}
+    plant(META)
+    assert _findings(store) == {SHARD1: {"unsafe_object"}, stray: {"unsafe_object"}, META: {"unsafe_object"}}
 
 
 def test_every_problem_at_once(store: Store) -> None:

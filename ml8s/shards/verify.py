@@ -7,6 +7,8 @@ Checks (``ShardFinding.check``):
 ``metadata_ranks`` / ``metadata_tensors``  the metadata contradicts itself (ranks, shard names, tensor map)
 ``shard_missing``       a shard the metadata lists is not in the store
 ``stray_shard``         a ``{prefix}_shard_*.shard`` file of a rank the metadata does not list
+``unsafe_object``       a shard's or the metadata's name holds no regular file but a symbolic link, FIFO or device
+                        (local stores; not read: it would block, never end, or lead outside the store)
 ``shard_size``          a shard's size differs from the metadata's, and the shard is damaged
 ``metadata_size``       the metadata lists a wrong size for a shard that is intact (header, data, length)
 ``shard_checksum``      a shard's sha256 differs from the metadata's
@@ -40,6 +42,7 @@ from ml8s.store import Store
 from ml8s.tempdirs import owned_tempdir
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+_UNSAFE = "no regular file: a symbolic link, FIFO or device (not read)"
 
 
 class ShardFinding(BaseModel):
@@ -85,8 +88,10 @@ def verify_checkpoint(store: Store, prefix: str, *, read_data: bool = True) -> S
     directory, _ = layout.split_prefix(prefix)
     listing = {info.key: info.size for info in store.list(directory)}
     mkey = layout.metadata_key(prefix)
-    findings: list[ShardFinding] = []
-    meta = _metadata(store, prefix, mkey in listing, findings)
+    # a link, FIFO or device where a shard or the metadata belongs: named as such, not as an absent file
+    odd = {k for k in store.irregular(directory) if k == mkey or layout.shard_rank_of(prefix, k) is not None}
+    findings = [ShardFinding(check="unsafe_object", reason=_UNSAFE, file=key) for key in sorted(odd)]
+    meta = _metadata(store, prefix, mkey in listing, findings) if mkey not in odd else None
     found = sorted(key for key in listing if layout.shard_rank_of(prefix, key) is not None)
     listed = {layout.shard_key(prefix, s.rank): s for s in meta.shards} if meta else {}
     for key in (k for k in found if meta is not None and k not in listed):
@@ -96,6 +101,8 @@ def verify_checkpoint(store: Store, prefix: str, *, read_data: bool = True) -> S
     with owned_tempdir("ml8s-verify-") as scratch:
         for key in listed or dict.fromkeys(found):
             info = listed.get(key)
+            if key in odd:
+                continue  # reported above, and never read
             if key not in listing:
                 findings.append(
                     ShardFinding(check="shard_missing", reason="listed in the metadata, not stored", file=key)
