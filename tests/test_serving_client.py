@@ -121,6 +121,9 @@ def test_consumer_refuses_a_delta_on_another_base(tmp_path: Path) -> None:
     assert v1 is not None and asyncio.run(consumer.get_checkpoint(99)) is None
     tensors = v1.weights.tensors
     assert asyncio.run(consumer.apply_delta_in_place(tensors, 3, 1)) is None  # v3 is a DELTA on v2, not on v1
+    assert asyncio.run(consumer.apply_delta_in_place(tensors, 99, 1)) is None  # was CHAIN_VERSION_NOT_FOUND
+    with pytest.raises(DeltaDtypeError, match=r"is a list; expected version 1's weights as torch tensors"):
+        asyncio.run(consumer.apply_delta_in_place({**tensors, "extra": [0.0]}, 2, 1))  # was a pydantic error
     with pytest.raises(DeltaBaseMismatchError):  # the caller says v2, the tensors are v1's
         asyncio.run(consumer.apply_delta_in_place(tensors, 3, 2))
     assert weights_hash(tensors) == weights_hash(series[0])

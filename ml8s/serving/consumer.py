@@ -23,7 +23,7 @@ from typing import TypeVar
 import torch
 
 from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
-from ml8s.errors import VersionNotFoundError, WeightsMismatchError
+from ml8s.errors import DeltaDtypeError, VersionNotFoundError, WeightsMismatchError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.serving.served import Served, build_served
 from ml8s.weights import VersionWeights, apply_hop, rebuild_weights
@@ -105,18 +105,22 @@ class DeltaConsumer:
 
         Returns:
             The updated weights (the same tensor objects), or None when ``target`` is no DELTA on
-            ``current`` (the caller takes the slow path: ``get_checkpoint``).
+            ``current`` or no version of the chain (the caller takes the slow path: ``get_checkpoint``).
 
         Raises:
             DeltaBaseMismatchError: the tensors are not ``current``'s weights (nothing changed).
             WeightsMismatchError, DeltaError, ChecksumError: the DELTA does not verify (nothing changed).
+            DeltaDtypeError: a value of ``tensors`` is no tensor (nothing changed).
         """
         return await self._run(functools.partial(self.apply_delta_in_place_sync, tensors, target, current))
 
     def apply_delta_in_place_sync(
         self, tensors: MutableMapping[str, torch.Tensor], target: int, current: int
     ) -> VersionWeights | None:
-        version = self._version(target)
+        try:
+            version = self._version(target)
+        except VersionNotFoundError:
+            return None  # no such version is a DELTA on ``current`` either: get_checkpoint says None too
         header = version.header
         if header.payload_kind is not PayloadKind.DELTA or header.delta_base_counter != current or target < 1:
             return None
@@ -126,6 +130,12 @@ class DeltaConsumer:
                 f"chain {self.chain.name!r} version {target} is a DELTA on block {header.delta_base_block_hash}; "
                 f"version {current} on the chain is block {base.block_hash}"
             )
+        for name in sorted(tensors):
+            if not isinstance(tensors[name], torch.Tensor):
+                raise DeltaDtypeError(
+                    f"tensors[{name!r}] is a {type(tensors[name]).__name__}; expected version {current}'s weights as "
+                    "torch tensors"
+                )
         held = VersionWeights(version=base, tensors=dict(tensors), weights_hash=base.header.weights_hash)
         result = apply_hop(self.chain, held, version)
         return result
