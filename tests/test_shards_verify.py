@@ -14,7 +14,7 @@ import torch
 from s3_servers import S3Endpoint
 from shards_support import CID, OTHER_CID, PREFIX, SMALL, flip, make_state, reseal, rewrite
 
-from ml8s.errors import ShardVerificationError
+from ml8s.errors import ShardVerificationError, UnsafeObjectError
 from ml8s.shards import load_resharded, load_state_dict, pieces_for_rank, save_state_dict, verify_checkpoint
 from ml8s.store import LocalStore, S3Store, Store
 
@@ -159,6 +159,8 @@ def test_a_shard_or_metadata_that_is_no_regular_file_is_named_so(tmp_path: Path,
     plant(SHARD1)
     plant(stray)
     assert _findings(store) == {SHARD1: {"unsafe_object"}, stray: {"unsafe_object"}}
+    with pytest.raises(UnsafeObjectError, match=r"model_shard_1\.shard: no regular file; expected a shard"):
+        load_state_dict(store, PREFIX)  # was NotFoundError '... does not exist'
     plant(META)
     assert _findings(store) == {SHARD1: {"unsafe_object"}, stray: {"unsafe_object"}, META: {"unsafe_object"}}
 

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import NotFoundError, ShardChecksumError, ShardFormatError
+from ml8s.errors import NotFoundError, ShardChecksumError, ShardFormatError, UnsafeObjectError
 from ml8s.shards import dtypes
 from ml8s.shards.format import FIXED_SIZE, ShardHeader, TensorEntry, decode_fixed, decode_header
 from ml8s.shards.hashing import DataHasher
@@ -131,11 +131,14 @@ def as_bytes(tensor: torch.Tensor) -> memoryview:
 def local_shard(store: Store, key: str, scratch: str) -> Iterator[tuple[str, str | None]]:
     """(a local path holding the shard at ``key``, its sha256 when a download computed it, else None).
 
-    NotFoundError when the key does not exist. A download lives in ``scratch`` until the block ends.
+    NotFoundError when the key does not exist, UnsafeObjectError when it holds no regular file (local). A
+    download lives in ``scratch`` until the block ends.
     """
     if isinstance(store, LocalStore):
         path = os.path.join(store.root, *key.split("/"))
         if not os.path.isfile(path):
+            if os.path.lexists(path):  # a FIFO (opening it would block), a directory, a link to a device
+                raise UnsafeObjectError(f"cannot read {store.uri(key)}: no regular file; expected a shard (not read)")
             raise NotFoundError(f"{store.uri(key)} does not exist")
         yield path, None
         return

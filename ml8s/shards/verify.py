@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import NotFoundError, ShardFormatError, ShardVerificationError, WrongCheckpointError
+from ml8s.errors import (
+    NotFoundError,
+    ShardFormatError,
+    ShardVerificationError,
+    UnsafeObjectError,
+    WrongCheckpointError,
+)
 from ml8s.shards import layout
 from ml8s.shards.metadata import (
     CheckpointMetadata,
@@ -150,6 +156,8 @@ def _check_shard(
             scan = scan_shard(path, store.uri(key))
     except NotFoundError:
         return [ShardFinding(check="shard_missing", reason="vanished while verifying", file=key)]
+    except UnsafeObjectError:  # replaced by a FIFO or a link since the listing
+        return [ShardFinding(check="unsafe_object", reason=_UNSAFE, file=key)]
     problems = list(scan.problems)
     if meta is not None and info is not None:
         problems += _against_metadata(scan, meta, info)
