@@ -410,6 +410,15 @@ def test_missing_file_and_mismatched_metadata_are_refused(copy: Trained) -> None
         read_run_files(f"file://{copy.root}", copy.onnx.run_id)
     with pytest.raises(InferenceError, match=r"feature_schema\.json is missing; expected the model's feature_schema"):
         read_model_dir(str(copy.files("model")), "onnx")  # a directory without the three files side by side
+    os.mkfifo(copy.files("model") / "feature_schema.json")  # a plain open() waited for a writer: forever
+    with pytest.raises(InferenceError, match=r"a FIFO; expected a regular file .*expected the model's feature_schema"):
+        read_model_dir(str(copy.files("model")), "onnx")
+    (copy.files("model") / "feature_schema.json").unlink()
+    (copy.files("model") / "feature_schema.json").mkdir()  # was a raw IsADirectoryError
+    with pytest.raises(
+        InferenceError, match=r"a directory; expected a regular file .*expected the model's feature_schema"
+    ):
+        read_model_dir(str(copy.files("model")), "onnx")
 
 
 def _resealed(trained: Trained, run: RunContext, model: bytes) -> ModelFiles:

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.chain import ChainStore, ChainVersion
 from ml8s.contract import layout
-from ml8s.errors import InferenceError, IntegrityError, NotFoundError
-from ml8s.store import open_store
+from ml8s.errors import InferenceError, IntegrityError, NotFoundError, StoreError
+from ml8s.store import open_store, read_regular
 
 ModelFormat = Literal["onnx", "safetensors"]
 
@@ -173,7 +173,7 @@ def read_model_dir(directory: str, model_format: ModelFormat) -> ModelFiles:
     """The serving files kept side by side in a directory (an MLflow model's ``artifacts/``).
 
     Raises:
-        InferenceError: a file is missing.
+        InferenceError: a file is missing, or no regular file (a directory, a FIFO), or unreadable.
     """
     names = {
         "feature_schema": posixpath.basename(layout.FEATURE_SCHEMA),
@@ -183,11 +183,12 @@ def read_model_dir(directory: str, model_format: ModelFormat) -> ModelFiles:
     found: dict[str, bytes] = {}
     for field, name in names.items():
         path = os.path.join(directory, name)
-        try:
-            with open(path, "rb") as handle:
-                found[field] = handle.read()
-        except FileNotFoundError as exc:
+        try:  # never blocks on a FIFO, never reads a device: a regular file or a named error
+            found[field] = read_regular(path, path, max_bytes=None)
+        except NotFoundError as exc:
             raise InferenceError(f"{path} is missing; expected the model's {name}") from exc
+        except StoreError as exc:
+            raise InferenceError(f"{exc.message}; expected the model's {name}") from exc
     return ModelFiles(
         source=directory,
         feature_schema=found["feature_schema"],
