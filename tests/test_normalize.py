@@ -64,6 +64,13 @@ def test_float_overflow_is_rejected() -> None:
         normalize_value("1e999", name="LEARNING_RATE")
 
 
+def test_an_integer_of_thousands_of_digits_is_a_config_error() -> None:
+    # int() refuses more than 4300 digits: this was an INTERNAL_ERROR (ValueError) of `ml8s identity`/`run`
+    with pytest.raises(ConfigError, match=r"EPOCHS is a whole number of 5,000 digits; expected at most 4,300"):
+        normalize_value("9" * 5000, name="EPOCHS")
+    assert normalize_value("9" * 4300, name="EPOCHS") == int("9" * 4300)
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

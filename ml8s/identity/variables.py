@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping
 
 from ml8s.errors import ConfigError
@@ -139,7 +140,13 @@ def raw_values_from_env(env: Mapping[str, str], overrides: Mapping[str, str] | N
 
 def _number(value: str, name: str) -> int | float:
     if re.fullmatch(r"-?(0|[1-9][0-9]*)", value):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError as exc:  # more digits than int() converts (sys.get_int_max_str_digits, 4300)
+            raise ConfigError(
+                f"{name or 'value'} is a whole number of {len(value.lstrip('-')):,} digits; expected at most "
+                f"{sys.get_int_max_str_digits():,} digits"
+            ) from exc
     number = float(value)
     if number in (float("inf"), float("-inf")):
         raise ConfigError(f"{name or 'value'}={value!r} is a number out of the float range; expected a finite number")
