@@ -34,6 +34,9 @@ from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
 
 DEFAULT_PIPELINE_ROOT = "./pipeline_root"
+# Digits of a whole-number setting: 10**18 days or versions already means never, and a longer value overflowed
+# float() (TMP_RETENTION_DAYS: INTERNAL_ERROR) or int()'s digit limit (a message echoing thousands of digits).
+_MAX_WHOLE_DIGITS = 18
 
 # The platform settings a training run also takes as workflow inputs (besides the user variables).
 WORKFLOW_PLATFORM_INPUTS: tuple[str, ...] = ("force_rerun", "pipeline_root_uri")
@@ -227,18 +230,12 @@ class PlatformSettings(BaseSettings):
     @field_validator("tmp_retention_days", mode="before")
     @classmethod
     def _whole_days(cls, value: object) -> int:
-        text = str(value).strip()
-        if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text):
-            raise ConfigError(f"TMP_RETENTION_DAYS={text!r} is invalid; expected a whole number of days")
-        return int(text)
+        return _whole(value, "TMP_RETENTION_DAYS", "a whole number of days", minimum=0)
 
     @field_validator("delta_base_interval", mode="before")
     @classmethod
     def _interval(cls, value: object) -> int:
-        text = str(value).strip()
-        if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
-            raise ConfigError(f"DELTA_BASE_INTERVAL={text!r} is invalid; expected a whole number >= 1")
-        return int(text)
+        return _whole(value, "DELTA_BASE_INTERVAL", "a whole number >= 1", minimum=1)
 
     @field_validator("promote_min_delta", mode="before")
     @classmethod
@@ -251,6 +248,21 @@ class PlatformSettings(BaseSettings):
         if isinstance(value, bool) or not -1.0 <= number <= 1.0:  # NaN fails both comparisons
             raise ConfigError(f"PROMOTE_MIN_DELTA={text!r} is invalid; expected a number from -1 to 1")
         return number
+
+
+def _whole(value: object, variable: str, expected: str, *, minimum: int) -> int:
+    """A whole-number setting of at most :data:`_MAX_WHOLE_DIGITS` digits."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text):
+        raise ConfigError(f"{variable}={text[:40]!r} is invalid; expected {expected}")
+    digits = len(text.lstrip("0"))
+    if digits > _MAX_WHOLE_DIGITS:
+        raise ConfigError(
+            f"{variable} has {digits:,} digits; expected {expected} of at most {_MAX_WHOLE_DIGITS} digits"
+        )
+    if int(text) < minimum:
+        raise ConfigError(f"{variable}={text!r} is invalid; expected {expected}")
+    return int(text)
 
 
 def _described(info: FieldInfo) -> str:
