@@ -150,6 +150,28 @@ def test_a_stored_record_that_is_no_json_object_is_named_at_the_gate(
     assert tree(copy) == before
 
 
+@pytest.mark.parametrize("what", ["directory", "fifo", "dangling link"])
+def test_something_else_where_the_marker_goes_is_refused_before_training(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path, what: str
+) -> None:
+    """The gate saw no marker and trained; finalization's create-if-absent then failed on the directory, FIFO or
+    link and was taken for an identical run that finished first: exit 0, 'done', and the run left unmarked."""
+    data, root, manifest = completed
+    copy = tmp_path / "root"
+    shutil.copytree(root, copy)
+    marker = run_dir(copy, str(manifest["run_id"])) / layout.SUCCESS_MARKER
+    marker.unlink()
+    {"directory": marker.mkdir, "fifo": lambda: os.mkfifo(marker), "dangling link": lambda: marker.symlink_to("gone")}[
+        what
+    ]()
+    before = tree(copy)
+    proc = ml8s(env_for(data, copy), "run", check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-2000:]
+    assert last.startswith(f"ml8s: STORE_UNSAFE_OBJECT: {marker.as_uri()} is no regular file "), last
+    assert "nothing was trained or written" in last and tree(copy) == before
+
+
 def test_a_record_past_its_bound_is_refused_unread_at_the_gate(
     completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
 ) -> None:

@@ -18,7 +18,14 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 from ml8s import log
 from ml8s.context.run import RunContext
 from ml8s.contract import ConfigSnapshot, Incident, Manifest, layout
-from ml8s.errors import DataDriftError, Ml8sError, NotFoundError, RunIdHashCollisionError, StoreError
+from ml8s.errors import (
+    DataDriftError,
+    Ml8sError,
+    NotFoundError,
+    RunIdHashCollisionError,
+    StoreError,
+    UnsafeObjectError,
+)
 from ml8s.identity.hashing import json_object
 from ml8s.identity.settings import worker_id
 from ml8s.identity.uri import sqlite_path
@@ -70,8 +77,24 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
         ctx.log("gate", "success.marker found and snapshot matches: returning the stored manifest")
         _warn_if_registry_gone(ctx, recorded)
         return GateDecision(completed=True, manifest=manifest)
+    _check_marker_absent(ctx, store)
     ctx.log("gate", "no success.marker: running Steps 2-7")
     return GateDecision(completed=False)
+
+
+def _check_marker_absent(ctx: RunContext, store: Store) -> None:
+    """Nothing but a file may stand where the marker goes: a directory, FIFO or dangling link there is no marker
+    (the run must train), yet it made finalization's create-if-absent fail, which it took for an identical run
+    that had finished first. Every such run trained, said it was done, and left the run unmarked."""
+    try:
+        _read_record(ctx, store, layout.SUCCESS_MARKER)
+    except NotFoundError:
+        return
+    except UnsafeObjectError as exc:
+        raise UnsafeObjectError(
+            f"{ctx.uri(layout.SUCCESS_MARKER)} is no regular file (a directory, FIFO or symbolic link); expected "
+            "none, or the empty file ml8s writes: remove it and run again (nothing was trained or written)"
+        ) from exc
 
 
 def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> Manifest:
