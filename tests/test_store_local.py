@@ -175,17 +175,20 @@ def test_digest_reads_a_regular_file_only(tmp_path: Path) -> None:
 
 
 def test_listing_leaves_out_what_is_no_regular_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stray entries (a FIFO, dangling and directory links, the lock directory) are neither listed nor opened."""
+    """Stray entries (a FIFO, dangling, looping and directory links, the lock directory) are neither listed nor
+    opened."""
     store = LocalStore(str(tmp_path))
     store.put_atomic("d/real", b"x", tmp_key=".tmp/r")
     os.mkfifo(tmp_path / "d" / "fifo")  # opening it would block the listing forever
     os.symlink(tmp_path / "nowhere", tmp_path / "d" / "dangling")
     os.symlink(tmp_path / "d", tmp_path / "loop")
     os.symlink(tmp_path / "d" / "real", tmp_path / "d" / "alias")
+    os.symlink("self", tmp_path / "d" / "self")  # a loop: was STORE_ERROR 'cannot list', of `runs list` too
     store.get_versioned("d/real")  # creates the lock directory
     monkeypatch.setattr("builtins.open", _refuse)
     assert [(i.key, i.size) for i in store.list("")] == [("d/alias", 1), ("d/real", 1)]
     assert store.list("d/fifo") == [] and store.list("d/dangling") == [] and store.list("d/real/x") == []
+    assert store.list("d/self") == [] and store.list("d/self/x") == []
     assert [i.key for i in store.list("d/real/")] == ["d/real"]
 
 

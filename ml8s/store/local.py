@@ -16,6 +16,7 @@ directory that a concurrent delete removed under them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -219,6 +220,8 @@ class LocalStore(Store):
             except (FileNotFoundError, NotADirectoryError):
                 return []
             except OSError as exc:
+                if exc.errno == errno.ELOOP:  # a link loop: no file and nothing under it, as a dangling link
+                    return []
                 raise StoreError(f"cannot list {self.uri(rel)}: {exc.strerror or exc}") from exc
             if stat.S_ISREG(info.st_mode):
                 return [ObjectInfo(key=rel, size=info.st_size, mtime=info.st_mtime, changed=changed(info))]
@@ -305,6 +308,10 @@ def _scan(directory: str, under: str, found: list[ObjectInfo], pending: list[tup
                 info = entry.stat()
             except FileNotFoundError:
                 continue  # deleted since the directory was read, or a dangling link
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                continue  # a link loop (ln -s x x) is no file either: it failed the listing of the whole root
             if stat.S_ISREG(info.st_mode):
                 found.append(ObjectInfo(key=key, size=info.st_size, mtime=info.st_mtime, changed=changed(info)))
 
