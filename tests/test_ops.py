@@ -17,7 +17,7 @@ from test_verify import clean_env, ml8s
 
 from ml8s.cli.ops import _days
 from ml8s.contract import layout
-from ml8s.errors import ConfigError, ResolutionRefusedError, StoreError, UnsafeObjectError
+from ml8s.errors import ConfigError, IntegrityError, ResolutionRefusedError, StoreError, UnsafeObjectError
 from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp
@@ -310,6 +310,27 @@ def test_resolve_collision_copies_nothing_through_a_link_in_the_run(tmp_path: Pa
     with pytest.raises(ResolutionRefusedError, match=r"model/notes.txt is no regular file .*nothing was moved"):
         resolve_collision(LocalStore(str(root)), RUN)
     assert files(directory) == before and not (root / "ml8s_quarantine").exists()
+
+
+def test_a_damaged_resolution_record_is_named_not_an_internal_error(tmp_path: Path) -> None:
+    """Resolving again read the stored record with pydantic alone: a record cut short was INTERNAL_ERROR
+    (ValidationError); it is an INTEGRITY_ERROR naming it now, and nothing is changed."""
+    directory = forge_collision(tmp_path, RUN, "f" * 64)
+    record_incident(tmp_path, "f" * 64)
+    store = LocalStore(str(tmp_path))
+    first = resolve_collision(store, RUN)
+    record = tmp_path / layout.incident_key(RUN, "RESOLUTION", "f" * 64)
+    assert first.record_uri == record.as_uri()
+    record.write_bytes(record.read_bytes()[:50])
+    quarantine = tmp_path / "ml8s_quarantine" / RUN / ("f" * 64)
+    before = files(quarantine), files(directory)
+    with pytest.raises(
+        IntegrityError,
+        match=rf"^INTEGRITY_ERROR: {record.as_uri()} is not valid UTF-8 JSON: .*"
+        r"expected the resolution ml8s wrote .*the incident log was damaged since",
+    ):
+        resolve_collision(store, RUN)
+    assert (files(quarantine), files(directory)) == before and len(record.read_bytes()) == 50
 
 
 def record_incident(root: Path, stored: str) -> None:

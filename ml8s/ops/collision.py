@@ -18,7 +18,7 @@ import socket
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.contract import MovedFile, Resolution, layout
+from ml8s.contract import Invalid, MovedFile, Resolution, layout, parse
 from ml8s.errors import IntegrityError, NotFoundError, ResolutionRefusedError
 from ml8s.identity.hashing import json_loads
 from ml8s.identity.settings import worker_id
@@ -160,5 +160,11 @@ def _record(
     )
     if store.put_if_absent(key, resolution.to_bytes()):
         return Outcome(record_uri=store.uri(key), already_resolved=False, resolution=resolution)
-    existing = Resolution.model_validate_json(store.get(key, max_bytes=layout.RECORD_MAX_BYTES))
+    try:
+        existing = parse(store.uri(key), store.get(key, max_bytes=layout.RECORD_MAX_BYTES), Resolution)
+    except Invalid as exc:  # was an INTERNAL_ERROR (pydantic's ValidationError) of resolve-collision
+        raise IntegrityError(
+            f"{exc}; expected the resolution ml8s wrote when it quarantined run {run_id} to "
+            f"{resolution.quarantine_uri}: the incident log was damaged since (the record is kept as it is)"
+        ) from exc
     return Outcome(record_uri=store.uri(key), already_resolved=True, resolution=existing)
