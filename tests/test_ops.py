@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from test_verify import clean_env, ml8s
 
+from ml8s.audit.offline import is_run_id
 from ml8s.cli.ops import _days
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, IntegrityError, ResolutionRefusedError, StoreError, UnsafeObjectError
 from ml8s.ops.collision import resolve_collision
-from ml8s.ops.runs import list_runs
-from ml8s.ops.tmp_cleanup import cleanup_tmp
+from ml8s.ops.runs import list_root, list_runs
+from ml8s.ops.tmp_cleanup import cleanup_tmp, is_tmp_key
 from ml8s.ops.tmp_local import cleanup_local_tmp
 from ml8s.store import LocalStore
 from ml8s.tempdirs import OWNER_FILE
@@ -414,6 +415,22 @@ def test_runs_list_lists_a_run_whose_records_are_no_regular_file_or_sparse(tmp_p
         (RUN, "complete", "", ""),
         (other, "incomplete", "x", ""),
     ]
+
+
+def test_a_name_that_is_a_run_id_and_a_newline_is_no_run_id(tmp_path: Path) -> None:
+    """The patterns ended in '$', which matches before a final newline: a folder 'RUN_ID\n' was listed as a run
+    (its id broke the table), its .tmp/ files were tmp-cleanup's, and `ml8s verify 'RUN_ID\n'` was accepted."""
+    plant(tmp_path, f"ml8s_training_runs/{RUN}\n/config_snapshot.json", 0)
+    plant(tmp_path, f"ml8s_quarantine/{RUN}/{'f' * 64}\n/config_snapshot.json", 0)
+    listing = list_root(LocalStore(str(tmp_path)))
+    assert listing.runs == ()
+    assert listing.not_runs == tuple(
+        sorted(
+            f"file://{tmp_path}/{rel}" for rel in (f"ml8s_training_runs/{RUN}\n", f"ml8s_quarantine/{RUN}/{'f' * 64}\n")
+        )
+    )
+    assert not is_tmp_key(f"ml8s_training_runs/{RUN}\n/.tmp/x") and is_tmp_key(f"ml8s_training_runs/{RUN}/.tmp/x")
+    assert not is_run_id(f"{RUN}\n") and is_run_id(RUN)
 
 
 def test_runs_list_names_what_is_no_run_apart_from_the_runs(tmp_path: Path) -> None:

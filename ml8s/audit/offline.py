@@ -29,7 +29,7 @@ Digest = tuple[str, int]  # (sha256, size)
 
 
 def is_run_id(text: str) -> bool:
-    return bool(_RUN_ID.match(text))
+    return bool(_RUN_ID.fullmatch(text))
 
 
 def identity_mode(snapshot: ConfigSnapshot) -> str | None:
@@ -60,13 +60,13 @@ def snapshot_problems(snapshot: ConfigSnapshot, run_id: str) -> list[str]:
     code_problem = model_code_problem(snapshot.canonical_config)
     if code_problem is not None:
         problems.append(code_problem)
-    if not _HEX64.match(snapshot.full_config_hash):
+    if not _HEX64.fullmatch(snapshot.full_config_hash):
         problems.append(f"full_config_hash {snapshot.full_config_hash!r} is not 64 lowercase hex digits")
     if snapshot.run_id != run_id:
         problems.append(f"run_id is {snapshot.run_id!r}; expected {run_id!r} (the run's directory)")
     if snapshot.full_config_hash[:12] != snapshot.run_id:
         problems.append(f"run_id {snapshot.run_id!r} is not FULL_CONFIG_HASH[:12] of {snapshot.full_config_hash}")
-    if not _HEX64.match(snapshot.data_fingerprint):
+    if not _HEX64.fullmatch(snapshot.data_fingerprint):
         problems.append(f"data_fingerprint {snapshot.data_fingerprint!r} is not 64 lowercase hex digits")
     if identity_mode(snapshot) is None:
         text = canonical_json(snapshot.canonical_config)

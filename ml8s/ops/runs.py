@@ -138,7 +138,9 @@ def _keys_by(store: Store, top: str, depth: int, strays: set[str]) -> dict[tuple
         if parts[1] == layout.TMP_DIR:
             continue
         # the first segment that is a file, or not the name it must be: where the stray entry ends
-        bad = next((n for n in range(1, depth + 1) if n == len(parts) - 1 or not names[n - 1].match(parts[n])), None)
+        bad = next(
+            (n for n in range(1, depth + 1) if n == len(parts) - 1 or not names[n - 1].fullmatch(parts[n])), None
+        )
         if bad is not None:
             strays.add("/".join(parts[: bad + 1]))
             continue

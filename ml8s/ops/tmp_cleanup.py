@@ -64,7 +64,7 @@ def is_tmp_key(key: str) -> bool:
     parts = key.split("/")
     if len(parts) >= 2 and parts[0] == layout.TMP_DIR:
         return True
-    in_run = len(parts) >= 4 and parts[0] == layout.RUNS_DIR and bool(_RUN_ID.match(parts[1]))
+    in_run = len(parts) >= 4 and parts[0] == layout.RUNS_DIR and bool(_RUN_ID.fullmatch(parts[1]))
     if in_run:
         return parts[2] == layout.TMP_DIR
     return len(parts) >= 3 and parts[0] in (layout.INCIDENTS_DIR, QUARANTINE_DIR) and parts[1] == layout.TMP_DIR
