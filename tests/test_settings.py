@@ -189,6 +189,34 @@ def test_a_training_run_needs_mlflow_before_it_reads_data(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
+    ("root", "tracking", "variable"),
+    [
+        ("data/root", "", "PIPELINE_ROOT_URI"),
+        ("data", "", "PIPELINE_ROOT_URI"),
+        ("link/root", "", "PIPELINE_ROOT_URI"),  # DATA_ROOT reached through a link
+        ("runs", "sqlite:///{tmp}/data/mlflow.db", "MLFLOW_TRACKING_URI"),
+    ],
+)
+def test_a_run_writing_under_data_root_fails_before_any_write(
+    tmp_path: Path, root: str, tracking: str, variable: str
+) -> None:
+    """The first run succeeded; the next fingerprinted the first one's files as data (DATA_ERROR on its lock
+    file; a .parquet artifact would have been read as data)."""
+    data = write_small_churn(tmp_path / "data")
+    (tmp_path / "link").symlink_to(data)
+    env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path / root)}
+    if tracking:
+        env["MLFLOW_TRACKING_URI"] = tracking.format(tmp=tmp_path)
+    with pytest.raises(
+        ConfigError, match=rf"^CONFIG_ERROR: {variable}=\S+ lies under DATA_ROOT=file://{tmp_path}/data, "
+    ):
+        bootstrap(env)
+    assert sorted(p.name for p in data.iterdir()) == ["part-000.csv", "part-001.csv"]
+    ok = {**env, "PIPELINE_ROOT_URI": str(tmp_path / "data-runs"), "MLFLOW_TRACKING_URI": ""}
+    assert bootstrap(ok).artifact_root.startswith(f"file://{tmp_path}/data-runs/")  # a sibling, not under it
+
+
+@pytest.mark.parametrize(
     ("uri", "problem"),
     [
         ("sqlite://", "is an in-memory SQLite database"),

@@ -7,6 +7,7 @@ that came from an explicit input (a workflow input, a CLI flag) is reported with
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 from collections.abc import Collection, Mapping
@@ -20,6 +21,7 @@ from ml8s.identity.names import CHAIN_NAME_RULE
 from ml8s.identity.params import validate_params
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
+from ml8s.identity.uri import parse_root_uri, sqlite_path
 from ml8s.identity.variables import canonical_config, raw_values_from_env, without_unused_keys
 from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
@@ -75,6 +77,7 @@ def bootstrap(
             "trains in one process; expected TRAIN_WORLD_SIZE=1 (or unset) for a warm start, or a cold start"
         )
     require_signing_key(settings, env)
+    _check_apart(params.data_root, settings)
     fingerprint = fingerprint_data(params.data_root)
     if data_files is not None:
         fingerprint = restrict(fingerprint, data_files)
@@ -104,6 +107,28 @@ def bootstrap(
             extra={"step": "bootstrap"},
         )
     return ctx
+
+
+def _check_apart(data_root: str, settings: PlatformSettings) -> None:
+    """Nothing a run writes may lie under DATA_ROOT, where every file is fingerprinted and read: the first run
+    succeeded, then its own files were the next one's data (DATA_ERROR on its lock file, or another RUN_ID)."""
+    data = parse_root_uri(data_root, variable="DATA_ROOT")
+    root = parse_root_uri(settings.pipeline_root_uri, variable="PIPELINE_ROOT_URI")
+    written = [("PIPELINE_ROOT_URI", settings.pipeline_root_uri, root.bucket, root.path)]
+    if database := sqlite_path(settings.mlflow_tracking_uri):
+        written.append(("MLFLOW_TRACKING_URI", settings.mlflow_tracking_uri, "", os.path.abspath(database)))
+    for variable, value, bucket, path in written:
+        if bucket == data.bucket and _within(path, data.path, local=not bucket):
+            raise ConfigError(
+                f"{variable}={value} lies under DATA_ROOT={data_root}, whose every file is fingerprinted and read as "
+                "data: the run's own files would be the next run's data; expected a place outside DATA_ROOT"
+            )
+
+
+def _within(path: str, data: str, *, local: bool) -> bool:
+    """Whether ``path`` is ``data`` or under it (locally also once links are resolved)."""
+    pairs = [(path, data)] + ([(os.path.realpath(path), os.path.realpath(data))] if local else [])
+    return any(p == d or p.startswith(d.rstrip("/") + "/") or not d for p, d in pairs)
 
 
 def _naming_the_input(exc: ConfigError, given: Mapping[str, str]) -> ConfigError:
