@@ -133,6 +133,14 @@ def test_the_class_is_frozen_and_closed() -> None:
         ({"TMP_RETENTION_DAYS": "9" * 400}, "TMP_RETENTION_DAYS has 400 digits; expected a whole number of days of"),
         ({"DELTA_BASE_INTERVAL": "9" * 5000}, "DELTA_BASE_INTERVAL has 5,000 digits; expected a whole number >= 1 of"),
         ({"DELTA_BASE_INTERVAL": "0"}, "DELTA_BASE_INTERVAL='0' is invalid; expected a whole number >= 1"),
+        (  # MLflow refused it at registration, after the run had trained and written its artifacts
+            {"MLFLOW_EXPERIMENT_PREFIX": "e" * 501},
+            "MLFLOW_EXPERIMENT_PREFIX (or MLFLOW_EXPERIMENT_NAME) has 501 characters; expected an MLflow experiment",
+        ),
+        (
+            {"MLFLOW_EXPERIMENT_NAME": "e" * 600},
+            "MLFLOW_EXPERIMENT_PREFIX (or MLFLOW_EXPERIMENT_NAME) has 600 characters",
+        ),
         ({"PIPELINE_ROOT_URI": "gs://b/x"}, "PIPELINE_ROOT_URI='gs://b/x' has an unsupported scheme"),
         ({"PIPELINE_ROOT_URI": "s3:/runs"}, "PIPELINE_ROOT_URI='s3:/runs' is not an S3 URI"),
         ({"PIPELINE_ROOT_URI": "~/runs"}, "expected an absolute or relative path; ~ is not expanded"),

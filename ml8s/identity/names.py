@@ -19,6 +19,7 @@ from ml8s.errors import ConfigError
 CHAIN_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CHAIN_NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit, at most 128 characters"
 MAX_MODEL_NAME = 256  # MLflow's registered_models.name column
+MAX_EXPERIMENT_NAME = 500  # MLflow refuses a longer experiment name (its MAX_EXPERIMENT_NAME_LENGTH)
 _OUTSIDE_CHAIN_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _DIGEST_CHARS = 8
 
@@ -41,6 +42,21 @@ def check_model_name(name: str) -> str:
     else:
         return name
     raise ConfigError(f"MLFLOW_MODEL_NAME={name!r} is invalid: {why}; expected a registered model name")
+
+
+def check_experiment_name(name: str) -> str:
+    """``name`` when MLflow accepts it as an experiment name: a longer one failed registration, after the run had
+    trained and written its artifacts.
+
+    Raises:
+        ConfigError: naming MLFLOW_EXPERIMENT_PREFIX (MLflow's MLFLOW_EXPERIMENT_NAME stands in for it).
+    """
+    if len(name) > MAX_EXPERIMENT_NAME:
+        raise ConfigError(
+            f"MLFLOW_EXPERIMENT_PREFIX (or MLFLOW_EXPERIMENT_NAME) has {len(name):,} characters; expected an MLflow "
+            f"experiment name of at most {MAX_EXPERIMENT_NAME}"
+        )
+    return name
 
 
 def check_chain_name(name: str) -> str:

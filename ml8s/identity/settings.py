@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ml8s.errors import ConfigError
-from ml8s.identity.names import chain_name_from_model, check_chain_name, check_model_name
+from ml8s.identity.names import chain_name_from_model, check_chain_name, check_experiment_name, check_model_name
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
 
@@ -213,6 +213,11 @@ class PlatformSettings(BaseSettings):
             return value
         parsed = parse_root_uri(root, variable="PIPELINE_ROOT_URI")
         return "sqlite:////" + parsed.path.lstrip("/") + "/mlflow.db" if parsed.scheme == "file" else ""
+
+    @field_validator("mlflow_experiment_prefix")
+    @classmethod
+    def _experiment(cls, value: str) -> str:
+        return check_experiment_name(value)
 
     @field_validator("mlflow_model_name")
     @classmethod
