@@ -327,6 +327,19 @@ def test_a_record_replaced_by_a_link_is_not_followed(tampered: Run, tmp_path: Pa
     assert_fails(verify(tampered), check, f"{rel}: cannot read ", "a symbolic link; expected a regular file")
 
 
+@pytest.mark.parametrize(
+    ("what", "said"), [("fifo", "a FIFO"), ("directory", "a directory"), ("dangling", "a symbolic")]
+)
+def test_a_record_replaced_by_no_file_is_named_not_missing(tampered: Run, what: str, said: str) -> None:
+    # Left out of the listing, these were reported as "config_snapshot.json is missing".
+    record = tampered.directory / layout.CONFIG_SNAPSHOT
+    record.unlink()
+    {"fifo": lambda: os.mkfifo(record), "directory": record.mkdir, "dangling": lambda: record.symlink_to("gone")}[
+        what
+    ]()
+    assert_fails(verify(tampered), "config_snapshot", f"{layout.CONFIG_SNAPSHOT}: cannot read ", said)
+
+
 def test_manifest_nested_too_deep_for_the_parser_fails_its_check(tampered: Run) -> None:
     # json.loads raises RecursionError (no ValueError) on such input: it was an INTERNAL_ERROR, not a verdict
     (tampered.directory / layout.MANIFEST).write_bytes(b"[" * 100_000)
