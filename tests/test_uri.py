@@ -70,6 +70,7 @@ MALFORMED = [
     ("s3://192.168.1.1/x", "invalid bucket '192.168.1.1'"),
     ("s3://xn--bucket", "invalid bucket 'xn--bucket'"),
     ("s3://bucket-s3alias", "invalid bucket"),
+    ("s3://bucket\n/x", "invalid bucket 'bucket\\n'"),  # '$' matched before the newline: accepted, hashed, sent
     ("s3://bucket//a", "empty, '.' or '..' segment"),
     ("s3://bucket/a//b", "empty, '.' or '..' segment"),
     ("s3://bucket/./a", "empty, '.' or '..' segment"),

@@ -135,9 +135,9 @@ def _colon_slashes(rest: str) -> bool:
 
 def _valid_bucket(name: str) -> bool:
     return (
-        _BUCKET.match(name) is not None
+        _BUCKET.fullmatch(name) is not None
         and ".." not in name
-        and _IPV4.match(name) is None
+        and _IPV4.fullmatch(name) is None
         and not name.startswith(_BUCKET_RESERVED_PREFIXES)
         and not name.endswith(_BUCKET_RESERVED_SUFFIXES)
     )
