@@ -166,6 +166,23 @@ def test_pipeline_root_that_is_a_symlink_loop_is_named(tmp_path: Path) -> None:
     _fails(_env(data, tmp_path / "loop"), ConfigError, "PIPELINE_ROOT_URI", "is a symlink loop, expected a directory")
 
 
+@pytest.mark.parametrize(
+    ("what", "said"), [("link", "is a symbolic link; expected the store's staging"), ("file", "is a file")]
+)
+def test_a_root_staging_directory_that_is_no_directory_fails_before_training(
+    tmp_path: Path, what: str, said: str
+) -> None:
+    """The store stages the marker under the root's .tmp/ and refuses a link or a file there: the run used to
+    train, write its artifacts and register before it failed on the marker (and every re-run trained again)."""
+    data, root = write_small_churn(tmp_path / "data", rows=60, files=1), tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    staging = root / ".tmp"
+    staging.symlink_to(tmp_path / "elsewhere") if what == "link" else staging.write_text("x")
+    _fails(_env(data, root), ConfigError, "PIPELINE_ROOT_URI", f"{staging} {said}")
+    assert sorted(p.name for p in root.iterdir()) == [".tmp"] and not any((tmp_path / "elsewhere").iterdir())
+
+
 def test_read_only_pipeline_root_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = write_small_churn(tmp_path / "data", rows=60, files=1)
     root = tmp_path / "root"

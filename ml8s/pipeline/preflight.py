@@ -46,7 +46,13 @@ def check_writable_root(settings: PlatformSettings) -> None:
         return
     uri = settings.pipeline_root_uri
     root = uri[len("file://") :]
-    for path in (existing, os.path.join(root, layout.RUNS_DIR)):
+    staging = os.path.join(root, layout.TMP_DIR)
+    if os.path.islink(staging):  # the store refuses to stage through it: at the marker, after the whole run trained
+        raise ConfigError(
+            f"PIPELINE_ROOT_URI={uri!r}: {staging} is a symbolic link; expected the store's staging directory "
+            "(checked before training: nothing was written): check what it is and remove it by hand"
+        )
+    for path in (existing, os.path.join(root, layout.RUNS_DIR), staging):
         _writable_dir("PIPELINE_ROOT_URI", uri, path)
     database = sqlite_path(settings.mlflow_tracking_uri)
     if database and os.path.lexists(database):
