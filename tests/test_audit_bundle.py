@@ -143,6 +143,14 @@ def test_unsafe_or_foreign_archives_fail(tmp_path: Path) -> None:
     assert verify_bundle(str(tmp_path / "absent.tar.gz")).failed()[0] == "archive"
 
 
+@pytest.mark.parametrize("output", ["", " "])
+def test_an_empty_output_path_is_a_usage_error(run: Run, output: str) -> None:
+    # -o "$UNSET" verified the run, then failed 'cannot write the bundle to : Is a directory' (exit 1)
+    done = ml8s(clean_env(PIPELINE_ROOT_URI=str(run.root)), "audit", "bundle", run.run_id, "-o", output)
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"argument -o/--output: {output!r} is empty; expected the path of a file to write" in done.stderr
+
+
 def test_bundle_without_model_and_refusal_of_a_failing_run(run: Run, tmp_path: Path) -> None:
     data, report = build_bundle(str(run.root), run.run_id, {}, include_model=False)
     assert report.passed

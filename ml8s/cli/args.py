@@ -67,6 +67,14 @@ def text_arg(text: str) -> str:
     return text
 
 
+def output_arg(text: str) -> str:
+    """argparse type of a file a command writes: '' (an unset variable) named the working directory, which the
+    command found only after its work ('cannot write ... to : Is a directory')."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty; expected the path of a file to write")
+    return text
+
+
 def root_arg(text: str) -> str:
     """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
     text_arg(text)

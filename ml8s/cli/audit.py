@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg, tracking_uri_arg
+from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, output_arg, run_id_arg, tracking_uri_arg
 
 if TYPE_CHECKING:
     from ml8s.chain import Anchor
@@ -32,7 +32,7 @@ def register(commands: Subcommands) -> None:
     sub = audit.add_subparsers(dest="audit_command", required=True)
     bundle = sub.add_parser("bundle", help="write a deterministic audit bundle (.tar.gz) of a verified run")
     bundle.add_argument("run_id", type=run_id_arg, metavar="RUN_ID")
-    bundle.add_argument("-o", "--output", required=True, metavar="FILE", help="the archive to write")
+    bundle.add_argument("-o", "--output", required=True, type=output_arg, metavar="FILE", help="the archive to write")
     add_root(bundle)
     bundle.add_argument("--no-model", action="store_true", help="leave the model files out (their sha256 stay)")
     bundle.add_argument("--allow-failed", action="store_true", help="bundle a run that fails verification")
