@@ -307,3 +307,32 @@ def test_a_stale_parent_retrains_from_the_new_head_or_stops(
     state = read_training_state(chain.fetch_payload(v4, layout.PAYLOAD_TRAINING_STATE), "v4")
     assert v4.header.parent_block_hash == v3.block_hash and state.parent_content_hash == v3.content_hash
     assert verify_chain(chain).ok
+
+
+def test_warm_start_head_on_a_cold_head_with_nothing_new_is_that_run_again(
+    warm_root: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """WARM_START=head on a cold-started head that trained on every file is the head's run again. Its identity
+    was computed with SAMPLER_ALPHA, which a cold start's (2.2.0) leaves out: LINEAGE_NOTHING_NEW, 'this
+    configuration is not that run's', for the very configuration of the head (a launch plan killed after its
+    first commit could never get its manifest back)."""
+    from ml8s.contract import FingerprintRecord, parse
+    from ml8s.pipeline.bootstrap import bootstrap
+
+    data, root = warm_root[0], tmp_path / "root"
+    shutil.copytree(warm_root[1], root)
+    chain_dir = root / "ml8s_chain" / CHAIN
+    v1 = ChainStore(LocalStore(str(root)), CHAIN).get(1)
+    (v2,) = chain_dir.glob("versions/v0000000002_*")  # the chain as it was when v1 was its head
+    for record in [*chain_dir.glob("audit/*.json"), *chain_dir.glob("runs/*.json"), *chain_dir.glob("promotions/*")]:
+        if v2.name in record.read_text() or record.name.startswith("0000000002"):
+            record.unlink()
+    shutil.rmtree(v2)
+    (chain_dir / "chain.json").write_text(
+        json.dumps({"block_hash": v1.block_hash, "chain_name": CHAIN, "counter": 1, "version_dir": v1.version_dir})
+    )
+    record = parse(layout.DATA_FINGERPRINT, _payload(root, 1)[layout.PAYLOAD_DATA_FINGERPRINT], FingerprintRecord)
+    files = [entry.relative_path for entry in record.files]  # v1's data, not the generation that came later
+    env = _env(data, root, WARM_START="head", SAMPLER_ALPHA="3")
+    ctx = bootstrap(env, data_files=files)
+    assert ctx.spec.lineage is None and ctx.identity.full_config_hash == v1.header.full_config_hash

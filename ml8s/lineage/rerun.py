@@ -26,7 +26,7 @@ from ml8s.data.fingerprint import Fingerprint
 from ml8s.errors import LineageError, NothingNewError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.settings import PlatformSettings
-from ml8s.identity.variables import CanonicalConfig
+from ml8s.identity.variables import CanonicalConfig, without_unused_keys
 from ml8s.lineage.state import read_training_state
 
 P = TypeVar("P")
@@ -62,8 +62,8 @@ def rerun_of_head(
             state = read_training_state(chain.fetch_payload(version, layout.PAYLOAD_TRAINING_STATE), where)
         if len(state.generations) != generations:
             break
-        if state.parent_content_hash is None:  # a cold start: its run had no parent
-            resolved, plan = {**config, "warm_start": None}, None
+        if state.parent_content_hash is None:  # a cold start: its run had no parent, nor SAMPLER_ALPHA (2.2.0)
+            resolved, plan = without_unused_keys({**config, "warm_start": None}), None
         elif (parent := by_content.get(state.parent_content_hash)) is not None:
             resolved, plan = resolve({**config, "warm_start": parent.counter}, settings, fingerprint)
         else:
