@@ -22,6 +22,7 @@ from forked_cli import ML8S, forked_ml8s
 from ml8s.chain import ChainStore, ReadTrust, verify_chain
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, Ml8sError, WarmStartNotFoundError
+from ml8s.identity.variables import normalize_value
 from ml8s.lineage import read_training_state
 from ml8s.lineage.parent import find_parent
 from ml8s.store import LocalStore
@@ -257,6 +258,7 @@ def test_bad_lineage_inputs_fail_before_any_write(
         (-1, ConfigError, "WARM_START='-1' is invalid"),
         (3, WarmStartNotFoundError, "WARM_START='3': chain 'ml8s-model' at file://"),
         ("0123456789ab", WarmStartNotFoundError, "WARM_START='0123456789ab': chain 'ml8s-model' at file://"),
+        ("1234e5678901", WarmStartNotFoundError, "WARM_START='1234e5678901': chain 'ml8s-model' at file://"),
     ],
 )
 def test_warm_start_on_a_root_with_no_chain_names_the_value(
@@ -266,8 +268,8 @@ def test_warm_start_on_a_root_with_no_chain_names_the_value(
     chain error that named neither WARM_START nor its value (the table of docs/continuous.md promises these)."""
     chain = ChainStore(LocalStore(str(tmp_path)), CHAIN)
     assert find_parent(chain, "head", ReadTrust()) == (None, None)  # head on no chain: the lineage's cold start
-    with pytest.raises(error) as caught:
-        find_parent(chain, request_, ReadTrust())
+    with pytest.raises(error) as caught:  # as the environment gives it
+        find_parent(chain, normalize_value(str(request_), name="WARM_START"), ReadTrust())
     assert type(caught.value) is error and says in str(caught.value), str(caught.value)
     assert list(tmp_path.iterdir()) == []
 

@@ -74,6 +74,26 @@ def test_an_integer_of_thousands_of_digits_is_a_config_error() -> None:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
+        (" 3 ", 3),
+        ("99999999999", 99999999999),
+        ("head", "head"),
+        ("123456789012", "123456789012"),  # 12 digits: a block hash's prefix, not a version
+        ("1234e5678901", "1234e5678901"),  # was a float out of range: CONFIG_ERROR for a real block hash
+        ("100000000e10", "100000000e10"),  # was 1e+18, reported as WARM_START='1e+18'
+        ("-1", "-1"),
+        ("0", "0"),
+        ("true", "true"),
+    ],
+)
+def test_warm_start_is_its_text_or_a_version_number(raw: str, expected: object) -> None:
+    """WARM_START names a version (a number) or a block hash; hex digits that read as a number stay text."""
+    got = normalize_value(raw, name="WARM_START")
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
         ("/data/x", "file:///data/x"),
         ("/data/x/", "file:///data/x"),
         ("file:///data/x/", "file:///data/x"),

@@ -64,6 +64,9 @@ USER_VARIABLES: dict[str, str | None] = {
 }
 
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+# WARM_START is a version number only up to 11 digits: 12 and more are a block hash's prefix, whose hex
+# digits may read as a number too (123456789012, or 1234e5678901: a float out of range).
+WARM_START_VERSION = re.compile(r"[1-9][0-9]{0,10}")
 
 
 def normalize_value(raw: str, *, name: str = "") -> JsonValue:
@@ -82,6 +85,8 @@ def normalize_value(raw: str, *, name: str = "") -> JsonValue:
         value = parse_root_uri(value, variable=name).uri
     if value == "":
         return None
+    if name == "WARM_START":  # resolved by bootstrap before it is hashed: the text, or a version number
+        return int(value) if WARM_START_VERSION.fullmatch(value) else value
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
     if _NUMBER.fullmatch(value):

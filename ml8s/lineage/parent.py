@@ -57,7 +57,7 @@ def find_parent(
 ) -> tuple[ChainVersion | None, ChainVersion | None]:
     """The version WARM_START names and the checked head it was found from (None, None: no chain yet)."""
     text = text_of(request)
-    counter = isinstance(request, int) and not isinstance(request, bool) and 0 < request < 10**12
+    counter = isinstance(request, int) and not isinstance(request, bool) and 0 < request < 10**11
     if text != "head" and not counter and not _HEX.fullmatch(text):
         # before the chain is read: a chain not made yet would otherwise be named instead of the typo
         raise ConfigError(
