@@ -338,3 +338,22 @@ def test_warm_start_head_on_a_cold_head_with_nothing_new_is_that_run_again(
     env = _env(data, root, WARM_START="head", SAMPLER_ALPHA="3")
     ctx = bootstrap(env, data_files=files)
     assert ctx.spec.lineage is None and ctx.identity.full_config_hash == v1.header.full_config_hash
+
+
+def test_a_parent_read_from_another_root_must_head_the_chain_the_run_commits_to(
+    warm_root: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """WARM_START_ROOT_URI naming a root other than PIPELINE_ROOT_URI, whose chain lacks that head (here, no
+    chain yet): the run trained, registered its model and was then refused at commit as a stale parent ('no
+    longer the head', 'run again'). Bootstrap now refuses it before anything is written."""
+    from ml8s.errors import StaleParentError
+    from ml8s.pipeline.bootstrap import bootstrap
+
+    data, root, other = tmp_path / "data", tmp_path / "root", tmp_path / "other"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    add_generation(data, 2)
+    env = _env(data, other, WARM_START="head", WARM_START_ROOT_URI=str(root))
+    with pytest.raises(StaleParentError, match=r"at PIPELINE_ROOT_URI file://.*/other, has no version"):
+        bootstrap(env)
+    assert not other.exists() or not any(other.rglob("*.json"))

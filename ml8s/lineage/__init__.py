@@ -10,6 +10,7 @@ from ml8s.lineage.parent import ParentRef, parent_version
 from ml8s.lineage.plan import (
     CONTINUED,
     LineagePlan,
+    check_commit_root,
     check_not_stale,
     history_prefix,
     plan_summary,
@@ -45,6 +46,7 @@ __all__ = [
     "EncodedGeneration",
     "LineagePlan",
     "ParentRef",
+    "check_commit_root",
     "check_history_schema",
     "check_not_stale",
     "encode_generation",

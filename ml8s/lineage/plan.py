@@ -159,6 +159,34 @@ def check_not_stale(plan: LineagePlan | None, full_config_hash: str) -> None:
         )
 
 
+def check_commit_root(plan: LineagePlan | None, pipeline_root_uri: str, full_config_hash: str) -> None:
+    """A parent read from another root (WARM_START_ROOT_URI) must head the chain at PIPELINE_ROOT_URI, which the
+    run commits to: that chain takes a version only on top of the block it trained from. Checked before anything
+    is written; else the run trained and registered its model, then the commit was refused as a stale parent.
+
+    Raises:
+        StaleParentError: that chain has no version, or another head, and does not hold this run already.
+    """
+    if plan is None or plan.parent.root_uri == pipeline_root_uri:
+        return
+    chain = ChainStore(open_store(pipeline_root_uri), plan.parent.chain_name)
+    pointer = chain.read_head()
+    if pointer is not None and pointer[0].block_hash == plan.parent.block_hash:
+        return
+    if pointer is not None and committed(chain, full_config_hash) is not None:
+        return
+    there = (
+        "has no version" if pointer is None else f"is headed by v{pointer[0].counter} ({pointer[0].block_hash[:12]})"
+    )
+    raise StaleParentError(
+        f"WARM_START={plan.request!r} names chain {plan.parent.chain_name!r} v{plan.parent.counter} "
+        f"({plan.parent.block_hash[:12]}) at WARM_START_ROOT_URI {plan.parent.root_uri}, but the chain this run "
+        f"commits to, at PIPELINE_ROOT_URI {pipeline_root_uri}, {there}: a version's parent is the head of the "
+        "chain it is appended to; expected WARM_START_ROOT_URI unset (the parent read from the chain the run "
+        "commits to) or naming a root whose chain has the same head"
+    )
+
+
 def history_prefix(plan: LineagePlan, schema_bytes: bytes, random_seed: int, test_size: float) -> str:
     """Where the lineage's record history lives under the pipeline root: one history per lineage and per
     split (RANDOM_SEED and TEST_SIZE choose each generation's held-out rows, which are not recorded)."""

@@ -106,7 +106,7 @@ def _reproduce(
     with owned_tempdir(f"ml8s-reproduce-v{version.counter}-") as scratch:
         env = _environment(snapshot.canonical_config, root_uri, chain.name, os.path.join(scratch, "root"))
         try:
-            ctx = bootstrap(env, data_files=paths)
+            ctx = bootstrap(env, data_files=paths, commits=False)
             if ctx.identity.full_config_hash != header.full_config_hash:
                 return base.model_copy(
                     update={

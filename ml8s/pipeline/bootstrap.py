@@ -23,7 +23,7 @@ from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import parse_root_uri, sqlite_path
 from ml8s.identity.variables import canonical_config, raw_values_from_env, without_unused_keys
-from ml8s.lineage import check_not_stale, plan_summary, resolve_warm_start
+from ml8s.lineage import check_commit_root, check_not_stale, plan_summary, resolve_warm_start
 from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.chain_commit import require_signing_key
 from ml8s.pipeline.preflight import check_root_shape, check_writable_root
@@ -41,6 +41,7 @@ def bootstrap(
     data_files: Collection[str] | None = None,
     writable: bool = True,
     retrain: bool = False,
+    commits: bool = True,
 ) -> RunContext:
     """Build the run from explicit inputs (lower-case names, "" = unset) and the environment.
 
@@ -48,7 +49,9 @@ def bootstrap(
     found only them there did; the identity is then that run's. ``writable=False`` leaves the check that
     the root is writable to the caller (``ml8s run``: a completed run is returned from a read-only root).
     ``retrain``: the run lost its warm-start parent to a concurrent commit and trains from the new head even
-    when no generation is new to it (STALE_PARENT_POLICY=retrain).
+    when no generation is new to it (STALE_PARENT_POLICY=retrain). ``commits=False`` (``ml8s chain reproduce``):
+    the run is never committed, so its parent, read from WARM_START_ROOT_URI, need not head a chain at
+    PIPELINE_ROOT_URI.
 
     Raises:
         ConfigError: a value is malformed or missing; when it came from an explicit input, the message
@@ -89,6 +92,8 @@ def bootstrap(
         raise _naming_the_input(exc, given) from exc
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
     check_not_stale(plan, identity.full_config_hash)
+    if commits:
+        check_commit_root(plan, settings.pipeline_root_uri, identity.full_config_hash)
     token = secrets.token_hex(16) if settings.force_rerun else ""  # see RunSpec.recompute_token
     spec = RunSpec(identity=identity, params=params, fingerprint=fingerprint, recompute_token=token, lineage=plan)
     ctx = RunContext(spec=spec, settings=settings)
