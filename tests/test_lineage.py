@@ -202,6 +202,17 @@ def _parent_file_changed(data: Path, root: Path) -> None:
         handle.write("X1,3,30.5,basic,true,no\n")
 
 
+def _new_file_without_a_label(data: Path, root: Path) -> None:
+    (data / "gen-002.csv").write_text(
+        "customer_id,tenure,monthly_charges,plan,auto_pay,churned\nX1,3,30.5,basic,true,\n"
+    )
+
+
+def _new_file_with_a_new_class(data: Path, root: Path) -> None:
+    path = add_generation(data, 2)
+    path.write_text(path.read_text().replace(",no\n", ",maybe\n", 1))
+
+
 def _bare_head(data: Path, root: Path) -> None:
     weights = next(root.glob("ml8s_training_runs/*/model/model_native.safetensors"))
     _ml8s(_env(data, root), "chain", "commit", "--payload", str(weights), "--steps", "1")
@@ -213,6 +224,8 @@ def _bare_head(data: Path, root: Path) -> None:
         (_truncate_history, {}, "RECORDS_TRUNCATED", "gen-000001.f32"),
         (_new_file_lacking_a_column, {}, "LINEAGE_DATA_CHANGED", "lacks column(s) ['auto_pay']"),
         (_parent_file_changed, {}, "LINEAGE_DATA_CHANGED", "gen-001.csv changed"),
+        (_new_file_without_a_label, {}, "LINEAGE_DATA_CHANGED", "generation 2 (gen-002.csv) has no row with a target"),
+        (_new_file_with_a_new_class, {}, "LINEAGE_DATA_CHANGED", "has 'maybe', not one of the lineage's classes"),
         (_bare_head, {}, "LINEAGE_ERROR", "has no training_state.safetensors"),
         (None, {"WARM_START": "0123456789abcdef"}, "WARM_START_NOT_FOUND", "matches no version"),
         (None, {"WARM_START": "1"}, "LINEAGE_STALE_PARENT", "the head is v2"),
@@ -223,6 +236,8 @@ def _bare_head(data: Path, root: Path) -> None:
         "truncated-records",
         "schema-mismatch",
         "parent-data-changed",
+        "no-label",
+        "new-class",
         "no-training-state",
         "unknown-hash",
         "stale-parent",

@@ -142,24 +142,34 @@ def _with_class(transform: RawTransform, generation: Generation, labels: list[In
 
 
 def check_new_columns(generations: list[Generation], fingerprint: Fingerprint, transform: RawTransform) -> None:
-    """Every file of the new generations has the columns the lineage's features and target are made of.
+    """Every file of the new generations has the columns the lineage's features and target are made of, and
+    every new generation a row whose target is one of the lineage's classes (as encoding reads it): bootstrap
+    finds these before anything is written, not the features step after the run's first files.
 
     Raises:
         LineageDataError: naming the file and the missing columns (a new column is ignored: the lineage's
-            features are frozen).
+            features are frozen), a target value that is none of the lineage's classes, or a generation with
+            no row with a target.
     """
     needed = sorted({column.name for column in transform.inputs} | {transform.target_column})
-    tokens = {token for generation in generations for token in generation.files}
-    entries = tuple(e for e in fingerprint.entries if e.token in tokens)
+    owner = {token: generation for generation in generations for token in generation.files}
+    entries = tuple(e for e in fingerprint.entries if e.token in owner)
     sub = Fingerprint(data_root=fingerprint.data_root, fingerprint=fingerprint_entries(entries), entries=entries)
+    labelled = dict.fromkeys((generation.index for generation in generations), 0)
     for entry, data in read_verified(sub):
-        names = set(parse_file(entry, data, fingerprint.data_root).column_names)
-        missing = [name for name in needed if name not in names]
+        table = parse_file(entry, data, fingerprint.data_root)
+        missing = [name for name in needed if name not in set(table.column_names)]
         if missing:
             raise LineageDataError(
                 f"data file {entry.relative_path} (a new generation) lacks column(s) {missing}; expected the "
                 "lineage's columns: a new schema needs a cold start"
             )
+        generation, labels = owner[entry.token], list[IntArray]()
+        _with_class(transform, generation, labels)(table)  # a class the lineage lacks is refused here
+        labelled[generation.index] += sum(int(found.size) for found in labels)
+    for generation in generations:
+        if not labelled[generation.index]:
+            raise _no_target(generation)
 
 
 def sync_history(
