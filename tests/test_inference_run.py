@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +166,8 @@ def test_a_value_beyond_float32_names_its_first_row_then_feature(
     rows = [dict(row) for row in raw_rows(trained.data)[:6]]
     for index, change in changes.items():
         rows[index].update(change)
-    with pytest.raises(PredictionInputError) as refused:
+    with pytest.raises(PredictionInputError) as refused, warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # the narrowing's overflow was also printed to stderr
         predictor.predict(rows)
     assert (
         refused.value.message.startswith(named) and "too large for the model's float32 input" in refused.value.message

@@ -161,7 +161,8 @@ class RawTransform(BaseModel):
         narrow = np.empty((rows, len(self.rules)), dtype=np.float32)
         worst: tuple[int, int, float] | None = None  # the first (row, feature) out of float32's range, its value
         for feature, wide in enumerate(encode_each(self.rules, columns, kept)):
-            values = wide.astype(np.float32)
+            with np.errstate(over="ignore"):  # found just below and refused by name, not a RuntimeWarning on stderr
+                values = wide.astype(np.float32)
             bad = np.flatnonzero(~np.isfinite(values))  # an infinity in the model's input: a NaN prediction or loss
             if len(bad) and (worst is None or int(bad[0]) < worst[0]):
                 worst = (int(bad[0]), feature, float(wide[bad[0]]))
