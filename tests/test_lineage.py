@@ -372,3 +372,23 @@ def test_a_parent_read_from_another_root_must_head_the_chain_the_run_commits_to(
     with pytest.raises(StaleParentError, match=r"at PIPELINE_ROOT_URI file://.*/other, has no version"):
         bootstrap(env)
     assert not other.exists() or not any(other.rglob("*.json"))
+
+
+def test_reproduce_takes_the_version_s_strict_data_identity(warm_root: tuple[Path, Path], tmp_path: Path) -> None:
+    """A version trained with STRICT_DATA_IDENTITY=false has its config's identity alone; reproduce forced the
+    setting to true and reported it 'NOT REPRODUCED: the identity is now ...: the data or the model code changed
+    since', of data and code that had not changed. It now re-trains under the version's own setting."""
+    from ml8s.contract import ConfigSnapshot, FingerprintRecord, parse
+    from ml8s.identity.hashing import compute_identity
+    from ml8s.ops.reproduce import _environment, hashed_its_data
+    from ml8s.pipeline.bootstrap import bootstrap
+
+    payload = _payload(warm_root[1], 1)
+    snapshot = parse(layout.CONFIG_SNAPSHOT, payload[layout.PAYLOAD_CONFIG_SNAPSHOT], ConfigSnapshot)
+    record = parse(layout.DATA_FINGERPRINT, payload[layout.PAYLOAD_DATA_FINGERPRINT], FingerprintRecord)
+    loose = compute_identity(snapshot.canonical_config, snapshot.data_fingerprint, strict=False).full_config_hash
+    assert hashed_its_data(snapshot.canonical_config, snapshot.full_config_hash)
+    assert not hashed_its_data(snapshot.canonical_config, loose)
+    env = _environment(snapshot.canonical_config, str(warm_root[1]), CHAIN, str(tmp_path / "scratch"), strict=False)
+    ctx = bootstrap(env, data_files=[entry.relative_path for entry in record.files], commits=False)
+    assert ctx.identity.full_config_hash == loose and ctx.identity.data_fingerprint == snapshot.data_fingerprint

@@ -24,6 +24,7 @@ from ml8s.contract._parse import Invalid
 from ml8s.contract.artifact import ArtifactDigest
 from ml8s.contract.chain_manifest import ChainManifest
 from ml8s.errors import Ml8sError
+from ml8s.identity.hashing import compute_identity
 from ml8s.identity.settings import PLATFORM_VARIABLES
 from ml8s.identity.variables import USER_VARIABLES, JsonValue
 from ml8s.pipeline.bootstrap import bootstrap
@@ -104,7 +105,8 @@ def _reproduce(
         return base.model_copy(update={"reason": recorded})
     paths = {entry.relative_path for entry in recorded.files}
     with owned_tempdir(f"ml8s-reproduce-v{version.counter}-") as scratch:
-        env = _environment(snapshot.canonical_config, root_uri, chain.name, os.path.join(scratch, "root"))
+        strict = hashed_its_data(snapshot.canonical_config, header.full_config_hash)
+        env = _environment(snapshot.canonical_config, root_uri, chain.name, os.path.join(scratch, "root"), strict)
         try:
             ctx = bootstrap(env, data_files=paths, commits=False)
             if ctx.identity.full_config_hash != header.full_config_hash:
@@ -112,6 +114,14 @@ def _reproduce(
                     update={
                         "reason": f"the identity is now {ctx.run_id}, not {header.run_id}: the data under "
                         f"{ctx.params.data_root} or the model code changed since"
+                    }
+                )
+            if ctx.identity.data_fingerprint != snapshot.data_fingerprint:  # a STRICT_DATA_IDENTITY=false version
+                return base.model_copy(
+                    update={
+                        "reason": f"the data fingerprint is now {ctx.identity.data_fingerprint[:12]}, not "
+                        f"{snapshot.data_fingerprint[:12]}: the files it recorded under {ctx.params.data_root} "
+                        "changed since"
                     }
                 )
             files = _retrain(ctx, scratch)
@@ -134,8 +144,17 @@ def _payload_file(chain: ChainStore, version: ChainVersion, name: str, rel: str,
         return f"its {name} is unreadable: {exc}"
 
 
-def _environment(config: Mapping[str, JsonValue], root_uri: str, chain_name: str, scratch_root: str) -> dict[str, str]:
-    """The run's variables as a user would have set them, the parent chain where the version lives."""
+def hashed_its_data(config: Mapping[str, JsonValue], full_config_hash: str) -> bool:
+    """Whether a version's identity hashed its data fingerprint: STRICT_DATA_IDENTITY is a platform setting no
+    payload records, but a run with it false has the full config hash of its config alone (hashing.py)."""
+    return compute_identity(dict(config), "", strict=False).full_config_hash != full_config_hash
+
+
+def _environment(
+    config: Mapping[str, JsonValue], root_uri: str, chain_name: str, scratch_root: str, strict: bool
+) -> dict[str, str]:
+    """The run's variables as a user would have set them, the parent chain where the version lives, and the
+    version's STRICT_DATA_IDENTITY (only the files it recorded are read either way)."""
     env = {name: _text(config.get(name.lower())) for name in USER_VARIABLES}
     env |= {
         "PIPELINE_ROOT_URI": scratch_root,
@@ -143,7 +162,7 @@ def _environment(config: Mapping[str, JsonValue], root_uri: str, chain_name: str
         "CHAIN_NAME": chain_name,
         "MLFLOW_TRACKING_URI": f"sqlite:///{scratch_root}/mlflow.db",
         "FORCE_RERUN": "false",
-        "STRICT_DATA_IDENTITY": "true",
+        "STRICT_DATA_IDENTITY": "true" if strict else "false",
     }
     # the rest of the environment (S3 credentials, endpoints) as it is; no other setting of the caller's
     kept = {k: v for k, v in os.environ.items() if k not in USER_VARIABLES and k not in PLATFORM_VARIABLES}
