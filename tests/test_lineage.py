@@ -392,3 +392,14 @@ def test_reproduce_takes_the_version_s_strict_data_identity(warm_root: tuple[Pat
     env = _environment(snapshot.canonical_config, str(warm_root[1]), CHAIN, str(tmp_path / "scratch"), strict=False)
     ctx = bootstrap(env, data_files=[entry.relative_path for entry in record.files], commits=False)
     assert ctx.identity.full_config_hash == loose and ctx.identity.data_fingerprint == snapshot.data_fingerprint
+
+
+def test_a_content_hash_prefix_is_named_as_one(warm_root: tuple[Path, Path], tmp_path: Path) -> None:
+    """A content hash is taken whole; its 12-digit prefix (as chain reproduce prints it) was 'matches no version'
+    with nothing to say why, though the version was there."""
+    shutil.copytree(warm_root[1], tmp_path / "root")
+    chain = ChainStore(LocalStore(str(tmp_path / "root")), CHAIN)
+    v2 = chain.get(2)
+    assert find_parent(chain, v2.content_hash, ReadTrust())[0] == v2
+    with pytest.raises(WarmStartNotFoundError, match=r"it begins v2's content hash, which is taken whole: 64 hex"):
+        find_parent(chain, v2.content_hash[:12], ReadTrust())

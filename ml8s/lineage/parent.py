@@ -91,7 +91,13 @@ def find_parent(
     ]
     if len(found) != 1:
         what = "matches no version" if not found else f"matches {len(found)} versions"
-        raise WarmStartNotFoundError(f"WARM_START={text!r} {what} of chain {chain.name!r}; expected exactly one")
+        content = [v.counter for v in chain.walk(head) if v.counter > 0 and v.content_hash.startswith(wanted)]
+        hint = (  # 'content 3d65e4ea810f', as chain reproduce prints it
+            f" (it begins v{content[0]}'s content hash, which is taken whole: 64 hex digits)"
+            if content and not found
+            else ""
+        )
+        raise WarmStartNotFoundError(f"WARM_START={text!r} {what} of chain {chain.name!r}{hint}; expected exactly one")
     return found[0], head
 
 
