@@ -120,7 +120,9 @@ def _moved(column: InputColumn, typed: Column, rules: list[FeatureRule]) -> list
     present = typed.values.astype(np.float64)[~missing] if column.kind in ("numeric", "boolean") else None
     if value_rule is None or present is None or not len(present) or value_rule.impute is None:
         return found
-    mean, std = float(present.mean()), math.sqrt(max(value_rule.train_variance or 0.0, 0.0))
+    with np.errstate(over="ignore"):  # values near float64's limit sum to inf: reported as a mean of inf, no warning
+        mean = float(present.mean())
+    std = math.sqrt(max(value_rule.train_variance or 0.0, 0.0))
     if abs(mean - value_rule.impute) > MEAN_BOUND_SIGMAS * std:
         found.append(
             ColumnDrift(
