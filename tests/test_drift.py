@@ -111,6 +111,10 @@ def test_drift_policy_warn_trains_and_records_the_report(lineage: tuple[Path, Pa
     assert decision.completed and ctx.run_id == run_id
     page = render_overview_html(collect_overview(ctx, store, decision, chain_commit(ctx, store)))
     assert "Drift of the new generations" in page and "enterprise" in page
+    # DRIFT_POLICY is a platform setting: the committed run is the same run under fail, and its re-run returns
+    # it (it was LINEAGE_DRIFT, for a run already trained, registered and committed)
+    assert bootstrap(_env(data, root, WARM_START="1", DRIFT_POLICY="fail")).run_id == run_id
+    assert bootstrap(_env(data, root, DRIFT_POLICY="fail")).run_id == run_id  # WARM_START=head: the head's own run
 
 
 def test_values_whose_sum_overflows_give_a_mean_of_inf_and_no_warning(

@@ -110,7 +110,7 @@ def resolve_warm_start(
     # Here, not at the top: a run's context (RunSpec.lineage) imports this module, and a cold start or a gate
     # hit needs none of the data, inference and record readers (pyarrow among them).
     from ml8s.inference import RawTransform
-    from ml8s.lineage.drift import check_drift, drift_report
+    from ml8s.lineage.drift import drift_report
     from ml8s.lineage.history import check_new_columns
     from ml8s.records import RecordStore
 
@@ -118,7 +118,6 @@ def resolve_warm_start(
     transform = RawTransform.from_schema(schema_bytes, f"{where} feature schema")
     check_new_columns(generations[len(generations) - new :], fingerprint, transform)
     drift = drift_report(generations[len(generations) - new :], fingerprint, transform) if new else None
-    check_drift(drift, settings.drift_policy, where)
     plan = LineagePlan(
         parent=ParentRef(
             root_uri=settings.parent_root_uri,
@@ -157,6 +156,23 @@ def check_not_stale(plan: LineagePlan | None, full_config_hash: str) -> None:
             f"is v{plan.stale_head}: a version's parent is always the version it trained from, and the chain grows "
             "only at its head; expected WARM_START=head or the head's number"
         )
+
+
+def check_drift_policy(plan: LineagePlan | None, policy: str, full_config_hash: str) -> None:
+    """DRIFT_POLICY=fail refuses a warm start whose new generations drifted, unless the chain already holds this
+    run: DRIFT_POLICY is a platform setting, so a run committed under ``warn`` is the same run, and its re-run
+    returns its manifest as any completed run's does.
+
+    Raises:
+        LineageDriftError: naming every finding and how to adopt a changed schema.
+    """
+    if plan is None or plan.drift is None or not plan.drift.drifted or policy != "fail":
+        return
+    from ml8s.lineage.drift import check_drift  # numpy: only for a drifted warm start
+
+    chain = ChainStore(open_store(plan.parent.root_uri), plan.parent.chain_name)
+    if committed(chain, full_config_hash) is None:
+        check_drift(plan.drift, policy, f"chain {plan.parent.chain_name!r} v{plan.parent.counter}")
 
 
 def check_commit_root(plan: LineagePlan | None, pipeline_root_uri: str, full_config_hash: str) -> None:
