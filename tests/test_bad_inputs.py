@@ -144,14 +144,14 @@ def _unreadable_file(data: Path) -> None:
 
 
 def _refuse_reading(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
-    real_open = open
+    real_open = os.open
 
-    def guarded(file: object, *args: object, **kwargs: object) -> object:
+    def guarded(file: str, flags: int, *args: int, **kwargs: int | None) -> int:
         if str(file) == str(path):
             raise PermissionError(13, "Permission denied", str(file))
-        return real_open(file, *args, **kwargs)
+        return real_open(file, flags, *args, **kwargs)
 
-    monkeypatch.setattr(fingerprint, "open", guarded, raising=False)
+    monkeypatch.setattr(fingerprint.os, "open", guarded)  # data files are opened with os.open (O_NONBLOCK)
 
 
 CASES: dict[str, Case] = {

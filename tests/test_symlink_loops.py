@@ -12,7 +12,8 @@ import pytest
 from conftest import write_small_churn
 
 from ml8s.contract import layout
-from ml8s.data.fingerprint import fingerprint_local
+from ml8s.data.fingerprint import fingerprint_local, sha256_file
+from ml8s.data.sources import read_verified
 from ml8s.errors import DataChangedError, DataError
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.run import run_pipeline
@@ -116,6 +117,20 @@ def test_a_file_turned_into_a_loop_after_fingerprinting_is_named(tmp_path: Path)
     with pytest.raises(DataChangedError, match=r"part-001\.csv was fingerprinted but cannot be read now: it is a "):
         snapshot(ctx, ctx.open_store())
     assert _written(root) == []
+
+
+@pytest.mark.timeout(20)
+def test_a_file_replaced_by_a_fifo_after_listing_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO where a listed file was: opening it for reading waited for a writer forever (the run hung)."""
+    data = write_small_churn(tmp_path / "data", rows=60, files=2)
+    fingerprint = fingerprint_local(str(data), progress=False)
+    target = data / "part-001.csv"
+    target.unlink()
+    os.mkfifo(target)
+    with pytest.raises(DataChangedError, match=r"part-001\.csv was fingerprinted as a regular file but is a FIFO now"):
+        list(read_verified(fingerprint))
+    with pytest.raises(DataError, match=r"^DATA_ERROR: DATA_ROOT holds .*part-001\.csv, a FIFO; expected only"):
+        sha256_file(str(target))  # listed as a file, then replaced before it was hashed
 
 
 @pytest.mark.parametrize("where", ["file", "directory"])

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
+import stat
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import DataError
+from ml8s.errors import DataError, Ml8sError
+from ml8s.store._safe import kind
 from ml8s.store.root_shape import kind_of
 from ml8s.text import is_utf8
 
@@ -139,14 +142,38 @@ def list_local_files(root: str) -> list[tuple[str, str, int]]:
 
 
 def sha256_file(path: str) -> str:
-    """Streamed sha256 of a file's bytes."""
+    """Streamed sha256 of a regular file's bytes."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, _irregular(path)) as handle:
             return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise DataError(f"symlink loop in DATA_ROOT at {path}; expected a readable file") from exc
         raise DataError(f"cannot read data file {path}: {exc.strerror or exc}; expected a readable file") from exc
+
+
+def open_regular(path: str, refuse: Callable[[str], Ml8sError]) -> io.BufferedReader:
+    """``path`` opened for reading when it is a regular file; else ``refuse(what it is)`` is raised.
+
+    A file listed as regular can be replaced before it is read: a FIFO there would block ``open`` until a
+    writer came, forever, so it opens without blocking (``O_NONBLOCK``) and is checked before a byte is read.
+
+    Raises:
+        OSError: it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise refuse(kind(mode))
+    return open(fd, "rb")
+
+
+def _irregular(path: str) -> Callable[[str], Ml8sError]:
+    def refuse(what: str) -> Ml8sError:
+        return DataError(f"DATA_ROOT holds {path}, {what}; expected only regular files and directories")
+
+    return refuse
 
 
 def _is_symlink_loop(path: str) -> bool:

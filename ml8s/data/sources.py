@@ -22,8 +22,9 @@ from ml8s.data.fingerprint import (
     fingerprint_listing,
     fingerprint_local,
     is_data_key,
+    open_regular,
 )
-from ml8s.errors import DataChangedError, DataError, NotFoundError, PreconditionFailedError
+from ml8s.errors import DataChangedError, DataError, Ml8sError, NotFoundError, PreconditionFailedError
 from ml8s.store import Store, open_store
 
 
@@ -94,7 +95,7 @@ def read_checking(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes, 
         for entry in fingerprint.entries:
             path = root if single else os.path.join(root, *entry.relative_path.split("/"))
             try:
-                with open(path, "rb") as handle:
+                with open_regular(path, _replaced(path)) as handle:
                     data = handle.read()
             except OSError as exc:
                 why = "it is a symlink loop now" if exc.errno == errno.ELOOP else str(exc.strerror or exc)
@@ -104,6 +105,13 @@ def read_checking(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes, 
             digest = pool.submit(_sha256, data)
             yield entry, data, functools.partial(_compare, path, entry, len(data), digest)
             del data  # not held while the next file is read: the caller is done with it
+
+
+def _replaced(path: str) -> Callable[[str], Ml8sError]:
+    def refuse(what: str) -> Ml8sError:
+        return DataChangedError(f"{path} was fingerprinted as a regular file but is {what} now; expected it unchanged")
+
+    return refuse
 
 
 def _checked() -> None:
