@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from ml8s.data.fingerprint import ObjectEntry, fingerprint_listing, fingerprint_local
+from ml8s.data.fingerprint import FileEntry, ObjectEntry, fingerprint_entries, fingerprint_listing, fingerprint_local
 from ml8s.errors import ConfigError, DataError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.variables import canonical_config, canonical_json, raw_values_from_env
@@ -165,3 +166,24 @@ def test_listing_fingerprint_strips_quotes_keeps_multipart_and_skips_dirs() -> N
         ObjectEntry(key="churn/part-1.csv", etag='"9b2cf535f27731c974343645a3985328"', size=1000),
     ]
     assert fingerprint_listing("s3://b/churn", "churn", objects).fingerprint == LISTING_FP
+
+
+def test_a_name_with_the_token_separator_is_refused(tmp_path: Path) -> None:
+    """A file named 'a.csv:<sha256>:<size>|b.csv' holding b.csv's bytes had the fingerprint of the pair a.csv, b.csv."""
+    pair, forged = tmp_path / "pair", tmp_path / "forged"
+    pair.mkdir()
+    forged.mkdir()
+    first, second = b"a,y\n1,0\n", b"a,y\n3,1\n"
+    (pair / "a.csv").write_bytes(first)
+    (pair / "b.csv").write_bytes(second)
+    name = f"a.csv:{hashlib.sha256(first).hexdigest()}:{len(first)}|b.csv"
+    (forged / name).write_bytes(second)
+    as_listed = FileEntry(relative_path=name, checksum=hashlib.sha256(second).hexdigest(), size=len(second))
+    assert fingerprint_entries([as_listed]) == fingerprint_local(str(pair), progress=False).fingerprint
+    for root in (forged, forged / name):
+        with pytest.raises(DataError, match=r"^DATA_ERROR: DATA_ROOT holds '.*\|b\.csv', a name with '\|'; expected"):
+            fingerprint_local(str(root), progress=False)
+    with pytest.raises(DataError, match=r"s3://b/churn/x\|y\.csv', a name with '\|'"):
+        fingerprint_listing("s3://b/churn", "churn", [ObjectEntry(key="churn/x|y.csv", etag='"e"', size=1)])
+    with pytest.raises(DataError, match=r"listed with ETag 'e:1'; expected an ETag without ':' or '\|'"):
+        fingerprint_listing("s3://b/churn", "churn", [ObjectEntry(key="churn/a.csv", etag='"e:1"', size=1)])

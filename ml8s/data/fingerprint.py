@@ -107,10 +107,39 @@ def fingerprint_listing(data_root: str, prefix: str, objects: Iterable[ObjectEnt
         for o in objects
         if is_data_key(o.key) and o.key.startswith(base) and is_data_key(o.key[len(base) :])
     ]
+    for entry in entries:
+        check_token_name(entry.relative_path, f"{data_root.rstrip('/')}/{entry.relative_path}")
+        if ":" in entry.checksum or TOKEN_SEPARATOR in entry.checksum:
+            raise DataError(
+                f"DATA_ROOT object {data_root.rstrip('/')}/{entry.relative_path} is listed with ETag "
+                f"{entry.checksum[:100]!r}; expected an ETag without ':' or '|' (it enters the data fingerprint)"
+            )
     if not entries:
         raise DataError(f"DATA_ROOT {data_root} lists no objects; expected at least one data file")
     entries.sort(key=lambda e: e.relative_path)
     return Fingerprint(data_root=data_root, fingerprint=fingerprint_entries(entries), entries=tuple(entries))
+
+
+TOKEN_SEPARATOR = "|"
+
+
+def check_token_name(name: str, where: str) -> None:
+    """Refuse a file name or key holding the fingerprint's token separator.
+
+    Tokens ``name:sha256:size`` are joined with ``|``: a file named ``a.csv:<sha256 of a.csv>:<size>|b.csv``
+    holding ``b.csv``'s bytes gave the fingerprint of the pair ``a.csv``, ``b.csv``, so different data would
+    have had the same fingerprint (and, at the same DATA_ROOT, the same RUN_ID: the gate would return the
+    model trained on the other data). Without ``|`` in names every token is one file, read from the right.
+
+    Raises:
+        DataError: ``name`` holds ``|``; ``where`` names it.
+    """
+    if TOKEN_SEPARATOR in name:
+        raise DataError(
+            f"DATA_ROOT holds {where!r}, a name with '|'; expected file and directory names without '|' (the data "
+            "fingerprint joins one 'name:sha256:size' token per file with '|', so such a name could make different "
+            "data look the same): rename it"
+        )
 
 
 def is_data_key(key: str) -> bool:
@@ -130,6 +159,7 @@ def list_local_files(root: str) -> list[tuple[str, str, int]]:
             raise DataError(f"DATA_ROOT file://{root} is a broken symlink; expected a data file or directory")
         raise DataError(f"DATA_ROOT file://{root} does not exist; expected a data file or directory")
     if os.path.isfile(root):
+        check_token_name(os.path.basename(root), root)
         return [(os.path.basename(root), root, os.path.getsize(root))]
     if not os.path.isdir(root):
         raise DataError(f"DATA_ROOT file://{root} is neither a regular file nor a directory")
@@ -198,6 +228,7 @@ def _walk(directory: str, rel: str, ancestors: set[str], found: list[tuple[str, 
                 f"DATA_ROOT holds {path!r}, a name with bytes that are not UTF-8; expected UTF-8 file and directory "
                 "names (rename it, e.g. `convmv -f latin1 -t utf8`)"
             )
+        check_token_name(name, path)
         if os.path.isdir(path):
             real = os.path.realpath(path)
             if real in ancestors:
