@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ml8s.data import demo
 from ml8s.data.demo import COLUMNS, MISSING_RATES, TARGET, main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,3 +145,22 @@ def test_bad_arguments_fail_clearly(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["--out", str(tmp_path / "x"), "--rows", "3", "--files", "5"]) == 1
     assert "--files=5" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_an_out_under_a_file_or_too_many_rows_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out under a file was a NotADirectoryError traceback; --rows 10**11 a numpy MemoryError traceback."""
+    (tmp_path / "f").write_text("mine\n")
+    assert main(["--out", str(tmp_path / "f" / "x"), *SMALL]) == 1
+    assert f"DATA_ERROR: --out {tmp_path / 'f' / 'x'} cannot be created or listed: Not a directory" in (
+        capsys.readouterr().err
+    )
+
+    def no_memory(*args: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(demo, "_draw", no_memory)
+    assert main(["--out", str(tmp_path / "big"), "--rows", "99999999999"]) == 1
+    assert "DATA_ERROR: --rows=99999999999: not enough memory" in capsys.readouterr().err
+    assert not (tmp_path / "big").exists()

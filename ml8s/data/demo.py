@@ -279,6 +279,12 @@ def main(argv: list[str] | None = None) -> int:
             else generate_generations(args.generations, args.rows, args.seed)
         )
         written = write_dataset(out, demo_files)
+    except MemoryError:  # every value is drawn up front: --rows 10**11 asked numpy for 745 GiB
+        print(
+            f"demo_data: DATA_ERROR: --rows={args.rows}: not enough memory to draw them; expected fewer rows",
+            file=sys.stderr,
+        )
+        return 1
     except DataError as exc:
         print(f"demo_data: {exc}", file=sys.stderr)
         return 1

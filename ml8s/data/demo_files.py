@@ -50,10 +50,17 @@ def write_dataset(out_dir: str, demo_files: Sequence[DemoFile]) -> list[str]:
     expected = {f.name: f for f in demo_files}
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise DataError(f"--out {out_dir} exists and is not a directory; expected a directory for the CSV files")
-    os.makedirs(out_dir, exist_ok=True)
+    try:  # a path under a file, a broken link, a read-only or unreadable parent: the OS says which
+        os.makedirs(out_dir, exist_ok=True)
+        names = sorted(os.listdir(out_dir))
+    except OSError as exc:
+        raise DataError(
+            f"--out {out_dir} cannot be created or listed: {exc.strerror or exc}; expected a writable directory for "
+            "the CSV files"
+        ) from exc
     stale: list[str] = []
     present: set[str] = set()
-    for name in sorted(os.listdir(out_dir)):
+    for name in names:
         path = os.path.join(out_dir, name)
         if _TMP_RE.match(name) and os.path.isfile(path) and not os.path.islink(path):
             stale.append(path)
