@@ -187,3 +187,23 @@ def test_a_name_with_the_token_separator_is_refused(tmp_path: Path) -> None:
         fingerprint_listing("s3://b/churn", "churn", [ObjectEntry(key="churn/x|y.csv", etag='"e"', size=1)])
     with pytest.raises(DataError, match=r"listed with ETag 'e:1'; expected an ETag without ':' or '\|'"):
         fingerprint_listing("s3://b/churn", "churn", [ObjectEntry(key="churn/a.csv", etag='"e:1"', size=1)])
+
+
+def test_a_file_appended_to_while_fingerprinted_is_recorded_as_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its token was the new bytes' sha256 with the listed (old) size, a state the file never had."""
+    from ml8s.data import fingerprint
+
+    (tmp_path / "a.csv").write_bytes(b"a,y\n1,0\n")
+    listed = fingerprint.list_local_files
+
+    def appending(root: str) -> list[tuple[str, str, int]]:
+        files = listed(root)
+        with open(tmp_path / "a.csv", "ab") as handle:  # a writer appends after the listing, before the hash
+            handle.write(b"2,1\n")
+        return files
+
+    monkeypatch.setattr(fingerprint, "list_local_files", appending)
+    (entry,) = fingerprint_local(str(tmp_path), progress=False).entries
+    assert (entry.checksum, entry.size) == (hashlib.sha256(b"a,y\n1,0\n2,1\n").hexdigest(), 12)

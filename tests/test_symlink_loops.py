@@ -12,7 +12,7 @@ import pytest
 from conftest import write_small_churn
 
 from ml8s.contract import layout
-from ml8s.data.fingerprint import fingerprint_local, sha256_file
+from ml8s.data.fingerprint import digest_file, fingerprint_local
 from ml8s.data.sources import read_verified
 from ml8s.errors import DataChangedError, DataError
 from ml8s.pipeline.bootstrap import bootstrap
@@ -130,7 +130,7 @@ def test_a_file_replaced_by_a_fifo_after_listing_is_refused_not_waited_on(tmp_pa
     with pytest.raises(DataChangedError, match=r"part-001\.csv was fingerprinted as a regular file but is a FIFO now"):
         list(read_verified(fingerprint))
     with pytest.raises(DataError, match=r"^DATA_ERROR: DATA_ROOT holds .*part-001\.csv, a FIFO; expected only"):
-        sha256_file(str(target))  # listed as a file, then replaced before it was hashed
+        digest_file(str(target))  # listed as a file, then replaced before it was hashed
 
 
 @pytest.mark.parametrize("where", ["file", "directory"])

@@ -24,6 +24,7 @@ from ml8s.store.root_shape import kind_of
 from ml8s.text import is_utf8
 
 _PROGRESS_BYTES = 256 * 1024 * 1024  # show progress only when there is that much to hash
+_CHUNK = 1024 * 1024
 
 
 class FileEntry(BaseModel):
@@ -82,10 +83,12 @@ def fingerprint_local(root: str, *, workers: int | None = None, progress: bool =
     started = time.monotonic()
     entries: list[FileEntry] = []
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        digests = pool.map(lambda f: sha256_file(f[1]), files)
-        for (rel, _path, size), digest in zip(files, digests, strict=True):
+        digests = pool.map(lambda f: digest_file(f[1]), files)
+        # the size of the bytes hashed, not the listed one: a file appended to in between gave a token (its new
+        # bytes' sha256, its old size) that no state of the file ever had
+        for (rel, _path, listed), (digest, size) in zip(files, digests, strict=True):
             entries.append(FileEntry(relative_path=rel, checksum=digest, size=size))
-            done += size
+            done += listed
             if show:
                 _progress(done, total, started)
     if show:
@@ -171,11 +174,16 @@ def list_local_files(root: str) -> list[tuple[str, str, int]]:
     return found
 
 
-def sha256_file(path: str) -> str:
-    """Streamed sha256 of a regular file's bytes."""
+def digest_file(path: str) -> tuple[str, int]:
+    """Streamed sha256 of a regular file's bytes, and how many bytes it hashed."""
     try:
         with open_regular(path, _irregular(path)) as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
+            digest = hashlib.sha256()
+            size = 0
+            while chunk := handle.read(_CHUNK):  # hashlib releases the GIL on a chunk this large
+                digest.update(chunk)
+                size += len(chunk)
+            return digest.hexdigest(), size
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise DataError(f"symlink loop in DATA_ROOT at {path}; expected a readable file") from exc
