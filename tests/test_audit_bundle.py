@@ -172,3 +172,20 @@ def test_bundle_without_model_and_refusal_of_a_failing_run(run: Run, tmp_path: P
     finally:
         restore(run)
     assert os.path.exists(run.directory / layout.METRICS)
+
+
+def test_bundle_to_standard_output_is_the_archive_alone(
+    run: Run, bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """`-o -` wrote a file named '-', and after `-o /dev/stdout | ...` the 'wrote ...' line was appended to the
+    .tar.gz on stdout: the saved stream then failed its archive check."""
+    from ml8s.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    for name in set(os.environ) - set(clean_env()):  # as the bundle fixture's process ran
+        monkeypatch.delenv(name)
+    assert main(["audit", "bundle", run.run_id, "-o", "-", "--root", str(run.root)]) == 0
+    out, err = capsysbinary.readouterr()
+    assert out == bundle.read_bytes()
+    assert b"wrote the bundle to standard output" in err
+    assert list(tmp_path.iterdir()) == []

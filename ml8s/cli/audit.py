@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, output_arg, run_id_arg, tracking_uri_arg
+from ml8s.cli.streams import write_binary
 
 if TYPE_CHECKING:
     from ml8s.chain import Anchor
@@ -32,7 +33,14 @@ def register(commands: Subcommands) -> None:
     sub = audit.add_subparsers(dest="audit_command", required=True)
     bundle = sub.add_parser("bundle", help="write a deterministic audit bundle (.tar.gz) of a verified run")
     bundle.add_argument("run_id", type=run_id_arg, metavar="RUN_ID")
-    bundle.add_argument("-o", "--output", required=True, type=output_arg, metavar="FILE", help="the archive to write")
+    bundle.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        type=output_arg,
+        metavar="FILE",
+        help="the archive to write ('-': standard output)",
+    )
     add_root(bundle)
     bundle.add_argument("--no-model", action="store_true", help="leave the model files out (their sha256 stay)")
     bundle.add_argument("--allow-failed", action="store_true", help="bundle a run that fails verification")
@@ -99,10 +107,30 @@ def _bundle(args: argparse.Namespace) -> int:
         tracking_uri=args.mlflow_tracking_uri,
         anchor=_anchor(args, env),
     )
-    write_bundle(args.output, data)
+    if args.output == "-":
+        write_binary(data)
+    else:
+        write_bundle(args.output, data)
     sys.stderr.write(render_text(report))
-    print(f"wrote {args.output} ({len(data)} bytes): verify it with `ml8s audit verify {args.output}`")
+    if _is_stdout(args.output):  # after the archive, this line was trailing bytes of the .tar.gz a script saved
+        print(
+            f"wrote the bundle to standard output ({len(data)} bytes): verify the saved file with `ml8s audit "
+            "verify FILE`",
+            file=sys.stderr,
+        )
+    else:
+        print(f"wrote {args.output} ({len(data)} bytes): verify it with `ml8s audit verify {args.output}`")
     return 0
+
+
+def _is_stdout(path: str) -> bool:
+    if path == "-":
+        return True
+    try:
+        written, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):  # gone, or stdout has no descriptor (an embedding host): not the same file
+        return False
+    return (written.st_dev, written.st_ino) == (out.st_dev, out.st_ino)
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
