@@ -207,3 +207,10 @@ def test_a_file_appended_to_while_fingerprinted_is_recorded_as_hashed(
     monkeypatch.setattr(fingerprint, "list_local_files", appending)
     (entry,) = fingerprint_local(str(tmp_path), progress=False).entries
     assert (entry.checksum, entry.size) == (hashlib.sha256(b"a,y\n1,0\n2,1\n").hexdigest(), 12)
+
+
+def test_a_listing_that_repeats_a_key_is_refused() -> None:
+    """A server that listed a key twice (a pagination bug) had its rows read, and counted, twice."""
+    twice = [ObjectEntry(key=f"churn/{name}", etag='"e"', size=1) for name in ("a.csv", "b.csv", "a.csv")]
+    with pytest.raises(DataError, match=r"^DATA_ERROR: DATA_ROOT s3://b/churn lists the object 'a\.csv' twice"):
+        fingerprint_listing("s3://b/churn", "churn", twice)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import itertools
 import os
 import stat
 import sys
@@ -120,6 +121,12 @@ def fingerprint_listing(data_root: str, prefix: str, objects: Iterable[ObjectEnt
     if not entries:
         raise DataError(f"DATA_ROOT {data_root} lists no objects; expected at least one data file")
     entries.sort(key=lambda e: e.relative_path)
+    for before, after in itertools.pairwise(entries):
+        if before.relative_path == after.relative_path:  # read twice, its rows would have counted twice
+            raise DataError(
+                f"DATA_ROOT {data_root} lists the object {before.relative_path!r} twice (a broken listing); expected "
+                "each object once"
+            )
     return Fingerprint(data_root=data_root, fingerprint=fingerprint_entries(entries), entries=tuple(entries))
 
 
