@@ -298,6 +298,26 @@ def test_resolve_collision_refuses_without_a_recorded_collision(tmp_path: Path) 
     assert [(r.run_id, r.status) for r in list_runs(LocalStore(str(tmp_path)))] == [(RUN, "complete")]
 
 
+def test_resolve_collision_refuses_a_reason_that_is_not_utf8_before_moving_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its lone surrogates failed the resolution record after the run was moved: INTERNAL_ERROR, exit 2, and a
+    quarantined run without its record."""
+    from ml8s.cli.main import main
+
+    directory = forge_collision(tmp_path, RUN, "f" * 64)
+    incident = {"kind": "RUN_ID_HASH_COLLISION", "stored": {"full_config_hash": "f" * 64}}
+    (tmp_path / layout.INCIDENTS_DIR / RUN).mkdir(parents=True)
+    (tmp_path / layout.INCIDENTS_DIR / RUN / "run_id_hash_collision-1.json").write_text(json.dumps(incident))
+    before = files(directory)
+    with pytest.raises(SystemExit) as exited:
+        main(["resolve-collision", RUN, "--quarantine", "--reason", "audit \udcff", "--root", str(tmp_path)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --reason" in err and "not UTF-8" in err and "INTERNAL_ERROR" not in err
+    assert files(directory) == before and not (tmp_path / "ml8s_quarantine").exists()
+
+
 def test_resolve_collision_copies_nothing_through_a_link_in_the_run(tmp_path: Path) -> None:
     """A link planted in the colliding run was listed and followed: the file it named, outside the root and
     maybe readable by root alone, was copied into the quarantine, where whoever can read the store reads it."""

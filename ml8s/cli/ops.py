@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_root, guarded, open_root, run_id_arg
+from ml8s.cli.args import add_root, guarded, open_root, run_id_arg, text_arg
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -43,7 +43,9 @@ def register(commands: Subcommands) -> None:
     )
     resolve.add_argument("run_id", type=run_id_arg, metavar="RUN_ID")
     resolve.add_argument("--quarantine", action="store_true", help="move ARTIFACT_ROOT to ml8s_quarantine/ (required)")
-    resolve.add_argument("--reason", default="", help="recorded in the incident log (e.g. the audit reference)")
+    resolve.add_argument(  # text_arg: a non-UTF-8 reason failed to serialize after the run had been moved
+        "--reason", type=text_arg, default="", help="recorded in the incident log (e.g. the audit reference)"
+    )
     add_root(resolve)
     resolve.set_defaults(handler=guarded(_resolve), parser=resolve)
 
