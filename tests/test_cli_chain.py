@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from forked_cli import forked_ml8s
 from safetensors.numpy import save_file
 
@@ -91,3 +92,16 @@ def test_verify_and_gc_on_a_root_without_the_chain_say_so_in_one_line(tmp_path: 
     assert line.startswith("ml8s: CHAIN_VERSION_NOT_FOUND") and "is not initialized (no chain.json)" in line, line
     reproduce = chain(tmp_path / "root", "reproduce", "--from", "0")
     assert reproduce.returncode == 1 and "is not initialized (no chain.json)" in reproduce.stderr, reproduce.stderr
+
+
+def test_a_tensorboard_host_that_is_not_utf8_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its lone surrogates failed inside socket (INTERNAL_ERROR TypeError 'encoding of hostname failed')."""
+    from ml8s.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["chain", "tensorboard", "--root", str(tmp_path), "--serve", "--host", "local\udcff"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --host" in err and "not UTF-8" in err and "INTERNAL_ERROR" not in err

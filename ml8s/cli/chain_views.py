@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionLog, chain_entries
+from ml8s.cli.args import text_arg
 from ml8s.errors import ConfigError
 from ml8s.interrupts import signals_deferred
 from ml8s.store import Store
@@ -27,7 +28,9 @@ from ml8s.store import Store
 
 def add_tensorboard_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--serve", action="store_true", help="start TensorBoard on the logs (stops with Ctrl-C)")
-    parser.add_argument("--host", default="127.0.0.1", help="with --serve: the address to bind (default 127.0.0.1)")
+    parser.add_argument(  # text_arg: a host with bytes that are not UTF-8 failed deep in socket (INTERNAL_ERROR)
+        "--host", type=text_arg, default="127.0.0.1", help="with --serve: the address to bind (default 127.0.0.1)"
+    )
     parser.add_argument("--port", type=int, default=6006, help="with --serve: the port (default 6006)")
 
 
@@ -151,7 +154,8 @@ def _check_free(host: str, port: int) -> None:
         with socket.create_server((host, port)):
             pass
     except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        # a name that does not resolve is a gaierror: its own text, where os.strerror(-2) said "Unknown error -2"
+        why = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
         raise ConfigError(f"--host {host} --port {port}: cannot listen there ({why}); expected a free port") from exc
 
 
