@@ -121,6 +121,13 @@ def test_root_file_round_trips_and_is_checked(tmp_path: Path) -> None:
         load_root(str(tmp_path / "missing.json"))
 
 
+@pytest.mark.parametrize("public_key", ["ÿ" * 44, "\udcff" * 44, "not a key"])
+def test_a_public_key_that_is_not_base64_is_named(public_key: str) -> None:
+    """A character outside ASCII (chain root/trust --public-key 'ÿ') was a ValueError from base64: INTERNAL_ERROR."""
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: public key '.*': not base64$"):
+        make_root([public_key], 1)
+
+
 def test_preseeded_policy_is_refused_and_the_operator_is_told(tmp_path: Path) -> None:
     """The intruder writes policy 1 before the operator's first ``chain trust``: with a pinned root it never
     chains, every reader refuses the chain, and the operator's adoption fails loudly instead of becoming 2."""

@@ -19,7 +19,6 @@ canonical JSON, is bound into every policy, block header and anchor signed under
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 from collections.abc import Iterable
 from typing import Annotated
@@ -83,7 +82,7 @@ def trusted_key(public_key: str) -> TrustedKey:
     """A key entry from a base64 raw ed25519 public key; ConfigError when it is not one."""
     try:
         raw = base64.b64decode(public_key, validate=True)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII ('ÿ', a lone surrogate)
         raise ConfigError(f"public key {public_key!r}: not base64") from exc
     if len(raw) != 32:
         raise ConfigError(f"public key {public_key!r}: {len(raw)} bytes, expected 32 (raw ed25519)")
