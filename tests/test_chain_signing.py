@@ -180,3 +180,11 @@ def test_keys_from_env_and_file(tmp_path: Path) -> None:
             SigningKey.from_env(bad)
     with pytest.raises(ConfigError, match="readable"):
         SigningKey.from_env({"ML8S_SIGNING_KEY_FILE": str(tmp_path / "missing.pem")})
+
+
+def test_a_key_variable_that_is_not_utf8_is_named_without_its_value() -> None:
+    """Bytes that are not UTF-8 reach Python as lone surrogates: encoding them was an INTERNAL_ERROR
+    (UnicodeEncodeError) of every chain command and run that reads the key."""
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: ML8S_SIGNING_KEY: not an ed25519 private key") as caught:
+        SigningKey.from_env({"ML8S_SIGNING_KEY": "secret\udcff"})
+    assert "secret" not in str(caught.value)

@@ -69,7 +69,9 @@ class SigningKey:
         """The key ``ML8S_SIGNING_KEY`` holds, else the one in the file ``ML8S_SIGNING_KEY_FILE`` names; None
         when neither is set."""
         if text := env.get(ENV_KEY, ""):
-            return cls.from_text(text.encode("utf-8"), where=ENV_KEY)
+            # surrogateescape: a value's bytes that are not UTF-8 (lone surrogates here) failed to encode, an
+            # INTERNAL_ERROR; as the bytes they were, they are no key, and the message never echoes a secret
+            return cls.from_text(text.encode("utf-8", "surrogateescape"), where=ENV_KEY)
         if path := env.get(ENV_KEY_FILE, ""):
             data = read_operator_file(
                 path, setting=ENV_KEY_FILE, expected="a readable key file", max_bytes=KEY_MAX_BYTES
