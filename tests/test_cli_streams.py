@@ -62,6 +62,15 @@ def test_a_stdout_that_cannot_take_the_result_is_a_named_error(env: dict[str, st
     assert "No space left on device" in done.stderr
 
 
+def test_a_stdout_whose_encoding_cannot_hold_the_result_is_a_named_error(env: dict[str, str]) -> None:
+    """A result holding 'é' on an ASCII (or Latin-1 ...) stdout was INTERNAL_ERROR UnicodeEncodeError, exit 2."""
+    done = _sh('"$0" identity', {**env, "EXCLUDE_COLUMNS": "é", "PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 1
+    _one_error_line(done.stderr, "OUTPUT_ERROR")
+    assert "standard output's encoding (ascii) cannot write '\\xe9'" in done.stderr
+    assert "PYTHONIOENCODING=utf-8" in done.stderr
+
+
 @pytest.mark.parametrize("redirect", ["2>&-", "2>/dev/full"], ids=["closed", "full"])
 def test_a_closed_or_failing_stderr_never_costs_the_result_or_leaks_into_stdout(
     env: dict[str, str], redirect: str

@@ -10,7 +10,8 @@ progress and the ``ml8s: CODE: message`` line. Three ways they used to break:
   descriptor 0-2 is therefore reopened on the null device first, as daemons do; a closed stdout is then
   refused before any work (:func:`closed_stdout_error`), since the result would be lost.
 - A stdout that fails to take the result (a full disk, an I/O error): an ``OSError`` deep in ``print``,
-  reported as an ml8s bug. :class:`NamedStdout` turns it into an :class:`~ml8s.errors.OutputError`. A closed
+  reported as an ml8s bug. :class:`NamedStdout` turns it into an :class:`~ml8s.errors.OutputError`, as it does
+  a result its encoding cannot hold (``PYTHONIOENCODING=ascii``, a Latin-1 locale: JSON with an ``é``). A closed
   pipe (``| head``) stays a ``BrokenPipeError``: ending quietly is what Unix tools do there.
 - A stderr that fails (``2>/dev/full``): the first progress line raised and the command died without its
   result. :class:`QuietStderr` drops what it cannot write; the result and the exit status still arrive.
@@ -109,6 +110,12 @@ class NamedStdout(_Rewrapped):
             raise
         except OSError as exc:
             raise _failed(exc) from exc
+        except UnicodeEncodeError as exc:  # PYTHONIOENCODING=ascii, a Latin-1 locale: an INTERNAL_ERROR before
+            raise OutputError(
+                f"standard output's encoding ({self.encoding}) cannot write {exc.object[exc.start : exc.end]!r} of "
+                "the command's result; expected an encoding that holds it: set PYTHONIOENCODING=utf-8 (or a UTF-8 "
+                "locale) and run it again (what it printed there is incomplete)"
+            ) from exc
 
     def flush(self) -> None:
         try:
