@@ -20,6 +20,12 @@ def is_utf8(text: str) -> bool:
     return True
 
 
+def is_digits(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits: ``str.isdigit`` also takes '０' (full width, which ``int``
+    reads as 0) and '²' (which ``int`` refuses), so a whole number from outside is checked with this."""
+    return text.isascii() and text.isdigit()
+
+
 def shown(text: str) -> str:
     """``text`` as a message or report can hold it: the bytes that were not UTF-8 as ``\\xff`` escapes."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

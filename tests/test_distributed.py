@@ -268,3 +268,14 @@ def _assemble(pieces: list[TensorPiece]) -> dict[str, torch.Tensor]:
         else parts[0].tensor
         for name, parts in by_name.items()
     }
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\uff11", "-1", ""])
+def test_a_rank_variable_that_is_no_ascii_number_is_a_rank_error(value: str) -> None:
+    """'²' passed str.isdigit and then failed int() (INTERNAL_ERROR); '１' was read as 1."""
+    from ml8s.errors import RankError
+    from ml8s.training.ddp import RankEnv
+
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": value}
+    with pytest.raises(RankError, match=r"WORLD_SIZE=.* expected a non-negative integer"):
+        RankEnv.from_env(env)

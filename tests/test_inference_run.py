@@ -556,3 +556,15 @@ def test_an_id_column_named_like_a_prediction_column_is_refused(
         "a column named other than ['predicted_class', 'probability_no', 'probability_yes'] (rename it in the "
         "input)\n"
     )
+
+
+@pytest.mark.parametrize("text", ["\uff13", "\u00b2", "\u0663"])
+def test_predict_numbers_are_ascii_digits(text: str) -> None:
+    """'３' (full width) and '٣' (Arabic-Indic) were read as 3 by --precision and --version; '²' is no number."""
+    import argparse
+
+    from ml8s.cli.predict import _counter, _precision
+
+    for parse in (_precision, _counter):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected"):
+            parse(text)

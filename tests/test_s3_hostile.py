@@ -88,6 +88,15 @@ def test_a_bad_endpoint_or_region_is_a_config_error_naming_it(name: str, value: 
         S3Store("s3://bkt/p", env=env)
 
 
+@pytest.mark.parametrize("attempts", ["0", "\uff13", "\u00b2", "21", "99999999", "-1", ""])
+def test_aws_max_attempts_is_an_ascii_number_from_1_to_20(attempts: str) -> None:
+    """'３' (full width) was read as 3 and '²' was INTERNAL_ERROR ValueError; 99999999 retried a dead endpoint for
+    days, each attempt backing off longer."""
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", **CREDENTIALS, "AWS_MAX_ATTEMPTS": attempts}
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: AWS_MAX_ATTEMPTS=.* expected a whole number from 1 to 20"):
+        S3Store("s3://bkt/p", env=env)
+
+
 def test_an_endpoint_with_credentials_is_not_echoed() -> None:
     env = {**CREDENTIALS, "AWS_ENDPOINT_URL": "http://user:s3cret@127.0.0.1:99999"}
     with pytest.raises(ConfigError) as info:

@@ -11,6 +11,7 @@ from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_
 from ml8s.cli.streams import write_binary
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 from ml8s.output_files import write_output
+from ml8s.text import is_digits
 
 # Here, not from ml8s.inference.output: parsing the command line imports no pyarrow.
 FORMATS = ("csv", "json", "parquet")
@@ -66,13 +67,13 @@ def register(commands: Subcommands) -> None:
 def _precision(text: str) -> int | None:
     if text == "full":
         return None
-    if not text.isdigit() or int(text) > 17:
+    if not is_digits(text) or int(text) > 17:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number of decimals from 0 to 17, or 'full'")
     return int(text)
 
 
 def _counter(text: str) -> int:
-    if not text.isdigit() or len(text) > 18:
+    if not is_digits(text) or len(text) > 18:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a version counter (a whole number, 0 or more)")
     return int(text)
 

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ml8s.context.run import RunSpec
 from ml8s.errors import RankError, TrainingError
+from ml8s.text import is_digits
 from ml8s.training.loop import labels_of
 
 # A rank that waits longer than this on the others (a dead peer the launcher has not noticed yet) fails.
@@ -47,7 +48,7 @@ class RankEnv(BaseModel):
         values: dict[str, int] = {}
         for key in _ENV_KEYS:
             text = env.get(key, "")
-            if not text.isdigit():
+            if not is_digits(text):
                 raise RankError(
                     f"environment variable {key}={text!r}; expected a non-negative integer set by the launcher "
                     "(ml8s run, torchrun or the Flyte PyTorch task)"

@@ -31,12 +31,15 @@ from ml8s.errors import (
     without_credentials,
 )
 from ml8s.store.base import Store
+from ml8s.text import is_digits, shown
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger("ml8s.store.s3")
 MiB = 1024 * 1024
+# AWS_MAX_ATTEMPTS bound: each attempt backs off longer, so a mistyped 99999999 would retry a dead endpoint for days
+MAX_ATTEMPTS = 20
 CUT_SHORT = (boto.HTTPClientError, boto.IncompleteReadError, boto.FlexibleChecksumError)  # while reading a body
 _DIGEST = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
 _SLOW = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "OperationAborted"}
@@ -68,8 +71,11 @@ class S3Base(Store):
             raise ConfigError(f"invalid S3 URI {uri!r}; expected s3://bucket/prefix")
         if not 5 * MiB <= part_size <= multipart_threshold:
             raise ConfigError(f"S3 part size {part_size}: expected ≥ 5 MiB and ≤ multipart_threshold")
-        if not (attempts := env.get("AWS_MAX_ATTEMPTS", "4")).isdigit() or int(attempts) < 1:
-            raise ConfigError(f"AWS_MAX_ATTEMPTS={attempts!r}; expected a positive integer")
+        attempts = env.get("AWS_MAX_ATTEMPTS", "4")
+        if not is_digits(attempts) or not 1 <= int(attempts) <= MAX_ATTEMPTS:
+            raise ConfigError(
+                f"AWS_MAX_ATTEMPTS={shown(attempts)[:40]!r}; expected a whole number from 1 to {MAX_ATTEMPTS}"
+            )
         self.bucket, self.prefix = bucket, "/".join(p for p in prefix.split("/") if p)
         self.root_uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.multipart_threshold, self.part_size, self.page_size = multipart_threshold, part_size, page_size
