@@ -403,3 +403,11 @@ def test_a_content_hash_prefix_is_named_as_one(warm_root: tuple[Path, Path], tmp
     assert find_parent(chain, v2.content_hash, ReadTrust())[0] == v2
     with pytest.raises(WarmStartNotFoundError, match=r"it begins v2's content hash, which is taken whole: 64 hex"):
         find_parent(chain, v2.content_hash[:12], ReadTrust())
+
+
+def test_reproduce_from_the_head_says_there_is_nothing_above_it(lineage: Lineage) -> None:
+    """``--from`` the head was '0/0 versions reproduced byte for byte' and exit 1, saying nothing of why."""
+    from ml8s.ops.reproduce import reproduce_chain
+
+    with pytest.raises(ConfigError, match=r"--from 5: chain .* holds no version above v5 \(its head is v5\)"):
+        reproduce_chain(lineage.root.as_uri(), CHAIN, 5)

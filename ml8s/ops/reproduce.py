@@ -23,7 +23,7 @@ from ml8s.contract import ConfigSnapshot, ContractFile, FingerprintRecord, Train
 from ml8s.contract._parse import Invalid
 from ml8s.contract.artifact import ArtifactDigest
 from ml8s.contract.chain_manifest import ChainManifest
-from ml8s.errors import Ml8sError
+from ml8s.errors import ConfigError, Ml8sError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.settings import PLATFORM_VARIABLES
 from ml8s.identity.variables import USER_VARIABLES, JsonValue
@@ -74,9 +74,16 @@ def reproduce_chain(
     checked = verify_chain(chain, payloads=False, root=trust.root, require_signed=trust.require_signed, anchor=anchor)
     checked.raise_for_findings()
     on_chain = set(checked.chain)
-    versions = [v for v in chain.walk() if v.counter > start and v.version_dir in on_chain]
+    walked = [v for v in chain.walk() if v.version_dir in on_chain]
+    versions = [v for v in walked if v.counter > start]
     if start > 0:
         chain.get(start)  # VersionNotFoundError when K is not on the chain
+    if not versions:  # --from the head: "0/0 versions reproduced", exit 1, said nothing of why
+        head = max((v.counter for v in walked), default=0)
+        raise ConfigError(
+            f"--from {start}: chain {chain_name!r} holds no version above v{start} (its head is v{head}); expected a "
+            "counter below the head (0: every version)"
+        )
     results = []
     ordered = sorted(versions, key=lambda v: v.counter)
     for n, version in enumerate(ordered, 1):
