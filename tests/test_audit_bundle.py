@@ -189,3 +189,42 @@ def test_bundle_to_standard_output_is_the_archive_alone(
     assert out == bundle.read_bytes()
     assert b"wrote the bundle to standard output" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_file_no_checksum_lists_is_named_as_such(bundle: Path, tmp_path: Path) -> None:
+    """An extra file under run/ (its member checksum added) was reported as 'artifacts.sha256 lists None'."""
+    data = dict(members(bundle))
+    data["run/extra.txt"] = b"planted"
+    data[CHECKSUMS] = checksum_lines(
+        {rel: hashlib.sha256(body).hexdigest() for rel, body in data.items() if rel != CHECKSUMS}
+    )
+    top = open_bundle(str(bundle)).top
+    target = tmp_path / "b.tar.gz"
+    write_bundle(str(target), write_archive(top, [BundleEntry(rel, body) for rel, body in data.items()]))
+    problems = [p for check in verify_bundle(str(target)).checks for p in (check.reason, *check.details)]
+    assert any("run/extra.txt is bundled, but" in p and "does not list it" in p for p in problems), problems
+    assert not any("None" in p for p in problems)
+
+
+def test_a_member_name_that_is_not_utf8_is_shown_escaped(bundle: Path, tmp_path: Path) -> None:
+    """A member named with a byte that is not UTF-8 was printed raw (or failed printing); it is shown as \\xff."""
+    import gzip
+    import io
+    import tarfile
+
+    top = open_bundle(str(bundle)).top
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.GNU_FORMAT, errors="surrogateescape") as tar,
+    ):
+        for rel, body in sorted({**members(bundle), "run/caf\udcff.txt": b"planted"}.items()):
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    target = tmp_path / "b.tar.gz"
+    target.write_bytes(buffer.getvalue())
+    report = verify_bundle(str(target))
+    problems = [p for check in report.checks for p in (check.reason, *check.details)]
+    assert any("run/caf\\xff.txt is in the bundle but not in" in p for p in problems), problems
+    assert not any("\udcff" in p for p in problems)

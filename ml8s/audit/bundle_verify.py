@@ -33,6 +33,7 @@ from ml8s.contract import (
     Invalid,
     layout,
 )
+from ml8s.text import shown
 
 REQUIRED = (
     b.INDEX,
@@ -68,8 +69,10 @@ def check_checksums(bundle: OpenedBundle) -> CheckResult:
     except Invalid as exc:  # a missing entry is the archive check's FAIL; here it SKIPs
         return failed("checksums", [str(exc)])
     others = set(bundle.members) - {b.CHECKSUMS}
-    problems = [f"{rel} is in the bundle but not in {b.CHECKSUMS}" for rel in sorted(others - set(listed))]
-    problems += [f"{rel} is listed in {b.CHECKSUMS} but not in the bundle" for rel in sorted(set(listed) - others)]
+    problems = [f"{shown(rel)} is in the bundle but not in {b.CHECKSUMS}" for rel in sorted(others - set(listed))]
+    problems += [
+        f"{shown(rel)} is listed in {b.CHECKSUMS} but not in the bundle" for rel in sorted(set(listed) - others)
+    ]
     for rel in sorted(others & set(listed)):
         digest = hashlib.sha256(bundle.members[rel]).hexdigest()
         if digest != listed[rel]:
@@ -145,7 +148,9 @@ def check_artifacts(bundle: OpenedBundle) -> CheckResult:
     actual = {rel: (hashlib.sha256(data).hexdigest(), len(data)) for rel, data in bundled.items()}
     problems += offline.checksum_problems(recorded, actual)
     problems += [
-        f"{b.RUN_DIR}/{rel}: sha256 {sha}, but {b.ARTIFACT_CHECKSUMS} lists {listed.get(rel)}"
+        f"{b.RUN_DIR}/{shown(rel)} is bundled, but {b.ARTIFACT_CHECKSUMS} does not list it"
+        if rel not in listed
+        else f"{b.RUN_DIR}/{shown(rel)}: sha256 {sha}, but {b.ARTIFACT_CHECKSUMS} lists {listed[rel]}"
         for rel, (sha, _) in sorted(actual.items())
         if listed.get(rel) != sha
     ]
