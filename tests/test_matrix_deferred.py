@@ -73,16 +73,16 @@ def test_a_failed_write_is_named_and_raised_in_training(
     """A full disk while the file is written: OUTPUT_ERROR naming it, at the next epoch's end and when training
     ends; the partial file is removed."""
     monkeypatch.setattr(matrix_deferred, "defers", lambda rows, group, train_rows: True)
-    real = matrix_deferred._Writer._group
+    real = matrix_deferred.Writer._group
     failed = threading.Event()
 
-    def full_disk(self: matrix_deferred._Writer, start: int, end: int, schema: pa.Schema) -> pa.Table:
+    def full_disk(self: matrix_deferred.Writer, start: int, end: int, schema: pa.Schema) -> pa.Table:
         if start:
             failed.set()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(self, start, end, schema)
 
-    monkeypatch.setattr(matrix_deferred._Writer, "_group", full_disk)
+    monkeypatch.setattr(matrix_deferred.Writer, "_group", full_disk)
     path = tmp_path / "feature_matrix.parquet"
     with pytest.raises(OutputError, match=r"feature matrix .*feature_matrix\.parquet.*No space left"):
         with matrix_deferred.deferred_matrix():
@@ -101,17 +101,17 @@ def test_a_run_that_fails_while_the_file_is_written_stops_the_write(
     """Training fails (or is interrupted) first: its error is the one raised, the thread stops at the next group
     and the partial file is removed."""
     monkeypatch.setattr(matrix_deferred, "defers", lambda rows, group, train_rows: True)
-    real = matrix_deferred._Writer._group
+    real = matrix_deferred.Writer._group
     entered, release = threading.Event(), threading.Event()
     groups: list[int] = []
 
-    def slow(self: matrix_deferred._Writer, start: int, end: int, schema: pa.Schema) -> pa.Table:
+    def slow(self: matrix_deferred.Writer, start: int, end: int, schema: pa.Schema) -> pa.Table:
         groups.append(start)
         entered.set()
         release.wait(10)
         return real(self, start, end, schema)
 
-    monkeypatch.setattr(matrix_deferred._Writer, "_group", slow)
+    monkeypatch.setattr(matrix_deferred.Writer, "_group", slow)
     path = tmp_path / "feature_matrix.parquet"
     with pytest.raises(KeyboardInterrupt):
         with matrix_deferred.deferred_matrix():
@@ -145,7 +145,7 @@ def test_ml8s_run_publishes_the_file_written_while_training(
     monkeypatch.setattr(matrix, "ROW_GROUP", 1024 * 1024)  # the run's own row group
     started: list[str] = []
     real_start = matrix_deferred.start
-    monkeypatch.setattr(matrix_deferred, "start", lambda path, *args: started.append(path) or real_start(path, *args))
+    monkeypatch.setattr(matrix_deferred, "start", lambda writer: started.append(writer.path) or real_start(writer))
     monkeypatch.setattr(matrix_deferred, "defers", lambda rows, group, train_rows: True)
     env = {k: v for k, v in os.environ.items() if k != "FORCE_RERUN"}
     root = tmp_path / "root"

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import itertools
 import os
-import stat
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import DataError, Ml8sError
-from ml8s.store._safe import kind
+from ml8s.errors import DataError, StoreError, UnsafeObjectError
+from ml8s.store._safe import open_regular
 from ml8s.store.root_shape import kind_of
 from ml8s.text import is_utf8
 
@@ -182,9 +180,19 @@ def list_local_files(root: str) -> list[tuple[str, str, int]]:
 
 
 def digest_file(path: str) -> tuple[str, int]:
-    """Streamed sha256 of a regular file's bytes, and how many bytes it hashed."""
+    """Streamed sha256 of a regular file's bytes, and how many bytes it hashed.
+
+    The file is opened without blocking and checked to be regular before a byte is read (``open_regular``): a
+    file listed as regular and replaced by a FIFO since would block a plain ``open`` forever.
+    """
     try:
-        with open_regular(path, _irregular(path)) as handle:
+        fd = open_regular(path, path, nofollow=False)
+    except UnsafeObjectError as exc:
+        raise DataError(f"DATA_ROOT: {exc.message}; DATA_ROOT may hold only regular files and directories") from exc
+    except StoreError as exc:  # gone, unreadable, a link loop
+        raise DataError(f"{exc.message}; expected a readable data file") from exc
+    try:
+        with open(fd, "rb") as handle:
             digest = hashlib.sha256()
             size = 0
             while chunk := handle.read(_CHUNK):  # hashlib releases the GIL on a chunk this large
@@ -192,33 +200,7 @@ def digest_file(path: str) -> tuple[str, int]:
                 size += len(chunk)
             return digest.hexdigest(), size
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise DataError(f"symlink loop in DATA_ROOT at {path}; expected a readable file") from exc
         raise DataError(f"cannot read data file {path}: {exc.strerror or exc}; expected a readable file") from exc
-
-
-def open_regular(path: str, refuse: Callable[[str], Ml8sError]) -> io.BufferedReader:
-    """``path`` opened for reading when it is a regular file; else ``refuse(what it is)`` is raised.
-
-    A file listed as regular can be replaced before it is read: a FIFO there would block ``open`` until a
-    writer came, forever, so it opens without blocking (``O_NONBLOCK``) and is checked before a byte is read.
-
-    Raises:
-        OSError: it cannot be opened.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise refuse(kind(mode))
-    return open(fd, "rb")
-
-
-def _irregular(path: str) -> Callable[[str], Ml8sError]:
-    def refuse(what: str) -> Ml8sError:
-        return DataError(f"DATA_ROOT holds {path}, {what}; expected only regular files and directories")
-
-    return refuse
 
 
 def _is_symlink_loop(path: str) -> bool:

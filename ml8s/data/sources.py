@@ -22,10 +22,16 @@ from ml8s.data.fingerprint import (
     fingerprint_listing,
     fingerprint_local,
     is_data_key,
-    open_regular,
 )
-from ml8s.errors import DataChangedError, DataError, Ml8sError, NotFoundError, PreconditionFailedError
-from ml8s.store import Store, open_store
+from ml8s.errors import (
+    DataChangedError,
+    DataError,
+    NotFoundError,
+    PreconditionFailedError,
+    StoreError,
+    UnsafeObjectError,
+)
+from ml8s.store import Store, open_regular, open_store
 
 
 def fingerprint_data(data_root: str) -> Fingerprint:
@@ -94,24 +100,24 @@ def read_checking(fingerprint: Fingerprint) -> Iterator[tuple[FileEntry, bytes, 
     with ThreadPoolExecutor(1, thread_name_prefix="ml8s-sha256") as pool:
         for entry in fingerprint.entries:
             path = root if single else os.path.join(root, *entry.relative_path.split("/"))
-            try:
-                with open_regular(path, _replaced(path)) as handle:
+            try:  # not blocking: a FIFO put there since the fingerprint would block a plain open forever
+                with open(open_regular(path, path, nofollow=False), "rb") as handle:
                     data = handle.read()
-            except OSError as exc:
-                why = "it is a symlink loop now" if exc.errno == errno.ELOOP else str(exc.strerror or exc)
+            except UnsafeObjectError as exc:
+                raise DataChangedError(
+                    f"{path} was fingerprinted as a regular file but is not one now ({exc.message}); expected it "
+                    "unchanged"
+                ) from exc
+            except (StoreError, OSError) as exc:  # gone, unreadable, a link loop
+                cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+                loop = isinstance(cause, OSError) and cause.errno == errno.ELOOP
+                why = "it is a symlink loop now" if loop else exc.message if isinstance(exc, StoreError) else str(exc)
                 raise DataChangedError(
                     f"{path} was fingerprinted but cannot be read now: {why}; expected it unchanged"
                 ) from exc
             digest = pool.submit(_sha256, data)
             yield entry, data, functools.partial(_compare, path, entry, len(data), digest)
             del data  # not held while the next file is read: the caller is done with it
-
-
-def _replaced(path: str) -> Callable[[str], Ml8sError]:
-    def refuse(what: str) -> Ml8sError:
-        return DataChangedError(f"{path} was fingerprinted as a regular file but is {what} now; expected it unchanged")
-
-    return refuse
 
 
 def _checked() -> None:

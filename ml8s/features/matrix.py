@@ -77,25 +77,27 @@ def write_encoded(
         return
     matrix_mapped.forget_handed()
     defer = matrix_deferred.defers(len(target), ROW_GROUP, train_rows)
+    overlap = overlaps(len(target), len(names), train_rows)
     with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
         scratch = SplitRows(handle, split, len(names))
         if defer:  # the file is written from the scratch rows while training runs
-            _scratch_only(names, groups(), scratch, overlap=overlaps(len(target), len(names), train_rows))
+            _scratch_only(names, groups(), scratch, overlap=overlap)
         else:
-            _write(path, names, groups(), scratch, overlap=overlaps(len(target), len(names), train_rows))
-        mapped = scratch.mapped(target, names)
+            _write(path, names, groups(), scratch, overlap=overlap)
+        mapped = scratch.mapped(target, names)  # the rows flushed
         if defer:
-            handle.flush()
             schema = _schema(names)
-            matrix_deferred.start(
+            writer = matrix_deferred.Writer(
                 path,
                 lambda out: _open_writer(out, schema),
                 os.dup(handle.fileno()),
                 split,
                 mapped.target,
+                scratch.starts(),
                 len(names),
                 ROW_GROUP,
             )
+            matrix_deferred.start(writer)
             matrix_mapped.hand_over(path, mapped, deferred=True)
             return
     matrix_mapped.hand_over(path, mapped)

@@ -43,8 +43,11 @@ def defers(rows: int, row_group: int, train_rows: int) -> bool:
     return min(rows, row_group) * 8 <= train_rows
 
 
-class _Writer:
-    """The thread writing one matrix file from the scratch rows (``fd``: the scratch file, grouped by split)."""
+class Writer:
+    """The thread writing the matrix file ``path`` from the scratch rows: ``fd`` (taken: the thread closes it) holds
+    them grouped by split (``features`` float32 values a row), each split value's group starting at the row
+    ``starts`` gives; ``split`` is every row's split in the file's order, ``grouped_target`` the class indices in the
+    grouped order."""
 
     def __init__(
         self,
@@ -53,15 +56,13 @@ class _Writer:
         fd: int,
         split: npt.NDArray[np.integer],
         grouped_target: npt.NDArray[np.int32],
+        starts: dict[int, int],
         features: int,
         row_group: int,
     ) -> None:
         self.path, self.open_writer, self.fd, self.features, self.row_group = path, open_writer, fd, features, row_group
         self.split, self.grouped_target = np.asarray(split, dtype=np.int8), grouped_target
-        tally = np.bincount(split) if len(split) else np.zeros(0, dtype=np.int64)
-        values = np.flatnonzero(tally)
-        starts = np.concatenate(([0], np.cumsum(tally[values])[:-1])).tolist()
-        self.next = dict(zip(values.tolist(), starts, strict=True))  # split value -> its next row, grouped order
+        self.next = dict(starts)  # split value -> its next row, grouped order
         self.cancelled = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="ml8s-matrix-writer", daemon=True)
@@ -111,7 +112,7 @@ class _Writer:
 
     def _read(self, row: int, count: int) -> npt.NDArray[np.float32]:
         out = np.empty((count, self.features), dtype=np.float32)
-        view, offset = out.data.cast("B"), row * self.features * _FLOAT32
+        view, offset = out.reshape(-1).view(np.uint8).data, row * self.features * _FLOAT32
         while view:
             got = os.preadv(self.fd, [view], offset)
             if not got:
@@ -128,21 +129,12 @@ def write_error(path: str, exc: OSError) -> OutputError:
     )
 
 
-_pending: list[_Writer] = []  # at most one: the write of the matrix this process trains on
+_pending: list[Writer] = []  # at most one: the write of the matrix this process trains on
 
 
-def start(
-    path: str,
-    open_writer: Callable[[str], pq.ParquetWriter],
-    fd: int,
-    split: npt.NDArray[np.integer],
-    grouped_target: npt.NDArray[np.int32],
-    features: int,
-    row_group: int,
-) -> None:
-    """Write ``path`` in a thread from the scratch rows in ``fd`` (taken: the thread closes it)."""
+def start(writer: Writer) -> None:
+    """Run ``writer``'s thread; :func:`deferred_matrix` waits for it."""
     _finish(cancel=True)  # one a failed step left (none when every write runs inside deferred_matrix)
-    writer = _Writer(path, open_writer, fd, split, grouped_target, features, row_group)
     _pending.append(writer)
     writer.thread.start()
 

@@ -7,6 +7,7 @@ decodes the file into such a scratch file a row group at a time.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import tempfile
@@ -112,8 +113,11 @@ class SplitRows:
         values = np.flatnonzero(tally)
         counts = tally[values]
         self.counts = dict(zip(values.tolist(), counts.tolist(), strict=True))  # split value -> rows, sorted
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).tolist()
-        self.next = dict(zip(values.tolist(), starts, strict=True))  # split value -> the next row to write
+        self.next = self.starts()  # split value -> the next row to write
+
+    def starts(self) -> dict[int, int]:
+        """Split value -> the first row of its group in the grouped order."""
+        return dict(zip(self.counts, itertools.accumulate([0, *self.counts.values()]), strict=False))
 
     def write(self, arrays: list[Float32Array], split: npt.NDArray[np.integer]) -> None:
         """Write the rows of ``arrays`` (one float32 array per feature column) whose splits are ``split``, a

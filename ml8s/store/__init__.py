@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ml8s.errors import ConfigError
 from ml8s.store._files import StagedWriter, fsync_dir
-from ml8s.store._safe import read_regular
+from ml8s.store._safe import open_regular, read_regular
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 from ml8s.store.local import LocalStore
 
@@ -23,6 +23,7 @@ __all__ = [
     "Versioned",
     "WriteResult",
     "fsync_dir",
+    "open_regular",
     "open_store",
     "read_regular",
 ]

@@ -16,7 +16,6 @@ directory that a concurrent delete removed under them.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import os
@@ -43,6 +42,7 @@ from ml8s.store._files import (
     write_file,
 )
 from ml8s.store._safe import irregular, kind, open_regular, read_regular, unlink_nofollow
+from ml8s.store._walk import walk
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 
 LOCK_DIR = ".ml8s-locks"
@@ -213,29 +213,7 @@ class LocalStore(Store):
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Regular files under ``prefix`` from a walk and a ``stat`` each; files that vanish meanwhile are left out."""
         rel = "/".join(p for p in prefix.split("/") if p)
-        base = self._path(rel)
-        if rel:
-            try:
-                info = os.stat(base)
-            except (FileNotFoundError, NotADirectoryError):
-                return []
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:  # a link loop: no file and nothing under it, as a dangling link
-                    return []
-                raise StoreError(f"cannot list {self.uri(rel)}: {exc.strerror or exc}") from exc
-            if stat.S_ISREG(info.st_mode):
-                return [ObjectInfo(key=rel, size=info.st_size, mtime=info.st_mtime, changed=changed(info))]
-        found: list[ObjectInfo] = []
-        pending = [(base, rel)]
-        while pending:
-            directory, under = pending.pop()
-            try:
-                _scan(directory, under, found, pending)
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # removed while we walked (a delete prunes empty directories)
-            except OSError as exc:
-                raise StoreError(f"cannot list {self.uri(under)}: {exc.strerror or exc}") from exc
-        return sorted(found, key=lambda item: item.key)
+        return walk(self._path(rel), rel, skip=LOCK_DIR, uri=self.uri)
 
     # -- helpers --------------------------------------------------------------------------------
     def _path(self, key: str) -> str:
@@ -293,30 +271,3 @@ class LocalStore(Store):
             yield
         finally:
             os.close(fd)
-
-
-def _scan(directory: str, under: str, found: list[ObjectInfo], pending: list[tuple[str, str]]) -> None:
-    """One directory of :meth:`list`: regular files into ``found``, subdirectories onto ``pending``."""
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            key = f"{under}/{entry.name}" if under else entry.name
-            try:
-                if entry.is_dir():  # like os.walk: a link to a directory is neither listed nor followed
-                    if entry.name != LOCK_DIR and not entry.is_symlink():
-                        pending.append((entry.path, key))
-                    continue
-                info = entry.stat()
-            except FileNotFoundError:
-                continue  # deleted since the directory was read, or a dangling link
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-                continue  # a link loop (ln -s x x) is no file either: it failed the listing of the whole root
-            if stat.S_ISREG(info.st_mode):
-                found.append(ObjectInfo(key=key, size=info.st_size, mtime=info.st_mtime, changed=changed(info)))
-
-
-def changed(info: os.stat_result) -> float:
-    """When the file last changed by the filesystem's clock: ``st_ctime`` cannot be set back by anyone
-    (utime sets ``st_mtime`` and so moves ``st_ctime`` to now), so a backdated file does not look old."""
-    return max(info.st_mtime, info.st_ctime)
