@@ -5,13 +5,13 @@ Every scratch directory ml8s makes in ``$TMPDIR`` (``ml8s-<RUN_ID>-*``, ``ml8s-r
 ``flock`` for as long as the directory lives. The kernel drops that lock when the process dies, however it
 dies (SIGKILL included), so a directory whose owner lock can be taken belongs to a dead process: no
 clock, no process id (which the kernel reuses) and no age decides it. Children started with
-``subprocess`` (the ranks) never inherit the lock: Python opens file descriptors non-inheritable.
+``subprocess`` (the ranks) never inherit the lock: Python opens file descriptors non-inheritable. The lock is
+taken by hand (:func:`ml8s.locks.flock_fd`, which says why ``filelock`` does not fit).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import stat
@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 
 from ml8s.interrupts import signals_deferred
+from ml8s.locks import flock_fd
 
 OWNER_FILE = ".ml8s-owner"
 PREFIX = "ml8s-"
@@ -34,7 +35,7 @@ def owned_tempdir(prefix: str) -> Iterator[str]:
             # locked under another name first: tmp-cleanup must never find the owner file unlocked while we live
             staged = os.path.join(path, OWNER_FILE + ".new")
             fd = os.open(staged, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        flock_fd(fd, wait=True)
         os.write(fd, f"{os.getpid()}\n".encode())
         os.rename(staged, os.path.join(path, OWNER_FILE))
         yield path
@@ -57,14 +58,11 @@ def owner_gone(path: str) -> bool:
     except OSError:
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return stat.S_ISREG(os.fstat(fd).st_mode) and flock_fd(fd, wait=False)
     except OSError:
         return False
     finally:
         os.close(fd)
-    return True
 
 
 def dead_tempdirs(directory: str | None = None) -> list[str]:
