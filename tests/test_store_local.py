@@ -131,6 +131,67 @@ def test_put_if_match(tmp_path: Path) -> None:
     assert store.get_versioned("head").token == token2
 
 
+def _lock_path(root: Path, key: str) -> Path:
+    return root / local_module.LOCK_DIR / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock")
+
+
+@pytest.mark.parametrize("target", ["dangling", "a-file"])
+def test_a_link_planted_as_a_key_lock_is_refused_not_followed(tmp_path: Path, target: str) -> None:
+    """A key's lock file linked out of the store was opened through the link: a dangling one created the file it
+    named (anywhere this user may write), a file's was opened for writing. Now STORE_ERROR, nothing written."""
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    if target == "a-file":
+        elsewhere.write_bytes(b"precious")
+    lock = _lock_path(root, "ml8s_chain/c/chain.json")
+    lock.parent.mkdir(parents=True)
+    lock.symlink_to(elsewhere)
+    store = LocalStore(str(root))
+    with pytest.raises(StoreError, match=r"cannot lock file://.*/chain\.json: .*\.lock: Too many levels of symbolic"):
+        store.put_if_match("ml8s_chain/c/chain.json", b"{}", None)
+    assert not (root / "ml8s_chain").exists() and lock.is_symlink()
+    assert (elsewhere.read_bytes() == b"precious") if target == "a-file" else not elsewhere.exists()
+
+
+def test_a_fifo_planted_as_a_key_lock_does_not_hang_a_write(tmp_path: Path) -> None:
+    lock = _lock_path(tmp_path, "head")
+    lock.parent.mkdir()
+    os.mkfifo(lock)
+    done: list[str] = []
+    writer = threading.Thread(target=lambda: done.append(LocalStore(str(tmp_path)).put_if_match("head", b"1", None)))
+    writer.daemon = True
+    writer.start()
+    writer.join(timeout=10)
+    assert done == [hashlib.sha256(b"1").hexdigest()], "put_if_match waited on a FIFO for a writer"
+
+
+def test_compare_and_swap_loses_no_update_under_racing_writers(tmp_path: Path) -> None:
+    """The key's lock makes check-then-replace one step: writers racing on one key lose no increment (each
+    takes its own lock, so threads exclude each other as processes do; without it most increments were lost)."""
+    store = LocalStore(str(tmp_path))
+    store.put_if_match("counter", b"0", None)
+    errors: list[BaseException] = []
+
+    def increment(times: int) -> None:
+        try:
+            for _ in range(times):
+                while True:
+                    seen = store.get_versioned("counter")
+                    try:
+                        store.put_if_match("counter", str(int(seen.data) + 1).encode(), seen.token)
+                        break
+                    except PreconditionFailedError:
+                        pass  # beaten: read the new value and try again
+        except BaseException as exc:  # collected: a thread's failure must fail the test
+            errors.append(exc)
+
+    racers = [threading.Thread(target=increment, args=(10,)) for _ in range(4)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert errors == [] and store.get("counter") == b"40"
+
+
 def test_listing_sorted_and_missing(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}")
     for key in ["b/2", "a/1", "b/10", "a/.hidden"]:

@@ -16,7 +16,6 @@ directory that a concurrent delete removed under them.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import secrets
@@ -31,6 +30,7 @@ from ml8s.errors import (
     StoreError,
     UnsafeObjectError,
 )
+from ml8s.locks import path_lock
 from ml8s.store._files import (
     StagedWriter,
     copy_hashed,
@@ -262,12 +262,17 @@ class LocalStore(Store):
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
-        lock_dir = os.path.join(self.root, LOCK_DIR)
-        os.makedirs(lock_dir, exist_ok=True)
         name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"
-        fd = os.open(os.path.join(lock_dir, name), os.O_RDWR | os.O_CREAT, 0o644)
+        path = os.path.join(self.root, LOCK_DIR, name)
+        lock = path_lock(path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock.acquire()
+        except OSError as exc:  # a symbolic link planted there (ELOOP) is refused, never followed
+            raise StoreError(
+                f"cannot lock {self.uri(key)}: {path}: {exc.strerror or exc}; expected a writable store root "
+                f"whose {LOCK_DIR}/ holds regular files"
+            ) from exc
+        try:
             yield
         finally:
-            os.close(fd)
+            lock.release()
