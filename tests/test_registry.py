@@ -259,3 +259,39 @@ def test_experiment_artifacts_never_land_in_the_working_directory(
 ) -> None:
     settings = PlatformSettings.load({}, {"pipeline_root_uri": root, "mlflow_tracking_uri": tracking})
     assert experiment_location(settings) == expected
+
+
+def test_the_registration_lock_held_elsewhere_times_out_by_name(tmp_path: Path) -> None:
+    held = tmp_path / "mlflow.db.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,sys\nf=open(sys.argv[1],'w')\nfcntl.flock(f,fcntl.LOCK_EX)\n"
+         "print('held',flush=True)\nsys.stdin.read()", str(held)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with (
+            pytest.raises(RegistryError, match=f"timed out waiting for the registration lock {held} of sqlite:"),
+            registry._sqlite_lock(f"sqlite:///{tmp_path}/mlflow.db", time.monotonic() + 0.3),
+        ):
+            pass
+    finally:
+        holder.communicate(timeout=30)
+    with registry._sqlite_lock(f"sqlite:///{tmp_path}/mlflow.db", time.monotonic()):  # free: taken at once
+        pass
+
+
+@pytest.mark.parametrize("target", ["dangling", "a-file"])
+def test_a_link_planted_as_the_registration_lock_is_refused_not_followed(tmp_path: Path, target: str) -> None:
+    """``mlflow.db.lock`` linked elsewhere was opened through the link: a dangling one created the file it named,
+    a file's was opened for writing. Now REGISTRY_ERROR, nothing made or written."""
+    elsewhere = tmp_path / "elsewhere"
+    if target == "a-file":
+        elsewhere.write_bytes(b"precious")
+    (tmp_path / "mlflow.db.lock").symlink_to(elsewhere)
+    with (
+        pytest.raises(RegistryError, match=r"cannot take the registration lock .*: Too many levels of symbolic links"),
+        registry._sqlite_lock(f"sqlite:///{tmp_path}/mlflow.db", time.monotonic() + 5),
+    ):
+        pass
+    assert (elsewhere.read_bytes() == b"precious") if target == "a-file" else not elsewhere.exists()

@@ -17,18 +17,19 @@ artifact store it manages. ARTIFACT_ROOT stays untouched: its URI is the ``artif
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from filelock import Timeout
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.context.run import RunContext
 from ml8s.errors import PreconditionFailedError, RegistryError, StoreError
 from ml8s.identity.settings import worker_id
 from ml8s.identity.uri import public_tracking_uri, sqlite_path
+from ml8s.locks import path_lock
 from ml8s.mlflow_probe import require_answer
 from ml8s.registry.claim import RegistryClaim, gone_reason, read_claim, this_process
 from ml8s.registry.mlflow_model import ensure_logged_model, experiment_location, registry_resolves_with, silenced
@@ -258,18 +259,17 @@ def _sqlite_lock(uri: str, deadline: float) -> Iterator[None]:
     if not path:
         yield
         return
-    lock = os.path.abspath(path) + ".lock"
-    os.makedirs(os.path.dirname(lock), exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = path_lock(os.path.abspath(path) + ".lock")
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RegistryError(f"timed out waiting for the registration lock {lock} of {uri}") from None
-                time.sleep(POLL_S)
+        lock.acquire(timeout=max(0.0, deadline - time.monotonic()), poll_interval=POLL_S)
+    except Timeout:
+        raise RegistryError(f"timed out waiting for the registration lock {lock.lock_file} of {uri}") from None
+    except OSError as exc:  # a symbolic link planted there (ELOOP) is refused, never followed
+        raise RegistryError(
+            f"cannot take the registration lock {lock.lock_file} of {uri}: {exc.strerror or exc}; expected a "
+            "regular file this user can write beside the database"
+        ) from exc
+    try:
         yield
     finally:
-        os.close(fd)
+        lock.release()
