@@ -15,6 +15,7 @@ from serving_support import chain_at, meta, weights_series
 from ml8s.chain import ChainStore
 from ml8s.cli.main import main
 from ml8s.deltas import weights_hash
+from ml8s.errors import ConfigError
 from ml8s.serving import DeltaProducer, ModelDirectory
 from ml8s.store import open_store
 
@@ -243,6 +244,37 @@ def test_a_filesystem_without_locks_is_followed_unlocked(
     monkeypatch.setattr("fcntl.flock", no_locks)
     out = tmp_path / "serve"
     assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
+
+
+@pytest.mark.parametrize("target", ["dangling", "a-file"])
+def test_a_link_planted_as_the_follower_lock_is_refused_not_followed(
+    committed: tuple[str, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    out, elsewhere = tmp_path / "serve", tmp_path / "elsewhere"
+    out.mkdir()
+    if target == "a-file":
+        elsewhere.write_bytes(b"precious")
+    (out / ".follower.lock").symlink_to(elsewhere)
+    capsys.readouterr()
+    assert main(["follow", "--out", str(out), "--once"]) == 1
+    assert capsys.readouterr().err == (
+        f"ml8s: CONFIG_ERROR: --out {out}: cannot open {out / '.follower.lock'}: Too many levels of symbolic links\n"
+    )
+    assert (elsewhere.read_bytes() == b"precious") if target == "a-file" else not elsewhere.exists()
+    assert not (out / "current").exists()
+
+
+def test_a_fifo_planted_as_the_follower_lock_does_not_hang_it(committed: tuple[str, list[str]], tmp_path: Path) -> None:
+    out = tmp_path / "serve"
+    out.mkdir()
+    os.mkfifo(out / ".follower.lock")
+    assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
+    running = ModelDirectory(str(out), exclusive=True)
+    try:
+        with pytest.raises(ConfigError, match="another follower holds"):  # locked like a file, by every follower
+            ModelDirectory(str(out), exclusive=True)
+    finally:
+        running.close()
 
 
 def test_a_payload_file_in_a_folder_is_followed_and_checked(

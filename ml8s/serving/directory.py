@@ -30,17 +30,19 @@ follower does not hash its model on every poll.
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import itertools
 import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
 
+from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
 from ml8s.deltas import encode_full
 from ml8s.errors import ConfigError, StoreError
+from ml8s.locks import path_lock
 from ml8s.serving.served import Served, ServedVersion
 from ml8s.store import fsync_dir, read_regular
 from ml8s.weights import WEIGHTS_FULL
@@ -50,6 +52,8 @@ VERSIONS = "versions"
 VERSION_FILE = "ml8s_version.json"
 STATE_FILE = ".follower-state.json"
 LOCK_FILE = ".follower.lock"  # held by the running follower (flock)
+# What flock answers on a filesystem without locks (ENOLCK: an NFS mount without a lock manager)
+NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL})
 VERSION_FILE_MAX = 64 * 1024  # ml8s_version.json is a few hundred bytes
 KEEP = 2  # the current version and the one before it
 
@@ -84,7 +88,7 @@ class ModelDirectory:
             raise ConfigError(f"--out {root!r} is empty; expected the path of the directory to keep current")
         self.root = os.path.abspath(root)
         self.versions = os.path.join(self.root, VERSIONS)
-        self._lock: int | None = None
+        self._lock: FileLock | None = None
         try:
             os.makedirs(self.versions, exist_ok=True)
         except OSError as exc:
@@ -98,29 +102,27 @@ class ModelDirectory:
             self.close()  # no caller holds this object to close it
             raise
 
-    def _exclusive(self) -> int | None:
+    def _exclusive(self) -> FileLock | None:
         path = os.path.join(self.root, LOCK_FILE)
+        lock = path_lock(path)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise ConfigError(f"--out {self.root}: cannot open {path}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(fd)
+            lock.acquire(blocking=False)
+        except Timeout as exc:
             raise ConfigError(
                 f"--out {self.root}: another follower holds {path}; expected one follower per directory (stop "
                 "it, or give this one its own --out)"
             ) from exc
-        except OSError:  # a filesystem without locks (ENOLCK): followed unlocked, as before locks were taken
-            os.close(fd)
-            return None
-        return fd
+        except OSError as exc:
+            if exc.errno in NO_LOCKS:  # followed unlocked, as before locks were taken
+                return None
+            # a symbolic link planted there (ELOOP) is refused, never followed
+            raise ConfigError(f"--out {self.root}: cannot open {path}: {exc.strerror or exc}") from exc
+        return lock
 
     def close(self) -> None:
         """Release ``.follower.lock`` (``exclusive``); the process exiting releases it too."""
         if self._lock is not None:
-            os.close(self._lock)
+            self._lock.release()
             self._lock = None
 
     @property
