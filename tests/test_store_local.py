@@ -152,6 +152,13 @@ def test_a_link_planted_as_a_key_lock_is_refused_not_followed(tmp_path: Path, ta
     assert (elsewhere.read_bytes() == b"precious") if target == "a-file" else not elsewhere.exists()
 
 
+def test_a_file_where_the_lock_directory_belongs_is_a_store_error(tmp_path: Path) -> None:
+    """Was the OSError of makedirs, an INTERNAL_ERROR."""
+    (tmp_path / local_module.LOCK_DIR).write_bytes(b"")
+    with pytest.raises(StoreError, match=r"cannot lock file://.*/head: .*\.lock: File exists; expected a writable"):
+        LocalStore(str(tmp_path)).put_if_match("head", b"1", None)
+
+
 def test_a_fifo_planted_as_a_key_lock_does_not_hang_a_write(tmp_path: Path) -> None:
     lock = _lock_path(tmp_path, "head")
     lock.parent.mkdir()
