@@ -39,7 +39,9 @@ from ml8s.registry.registration import register
 ctx_file, ready, barrier = sys.argv[1:4]
 ctx = RunContext.from_json(open(ctx_file).read())
 open(ready, "w").close()
+deadline = time.monotonic() + 600  # a test that gave up never leaves this child waiting
 while not os.path.exists(barrier):
+    assert time.monotonic() < deadline, "no go from the test"
     time.sleep(0.005)
 print(register(ctx, ctx.open_store(), timeout_s=60).model_dump_json())
 """
@@ -147,16 +149,22 @@ def test_racing_processes_register_one_version(trained: tuple[Path, Path], tmp_p
         )
         for i in range(4)
     ]
-    deadline = time.monotonic() + 45
-    while not all((tmp_path / f"ready-{i}").exists() for i in range(4)):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "children did not start"
-        time.sleep(0.01)
-    barrier.touch()
-    refs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-        refs.append(MlflowRef.model_validate_json(out.strip().splitlines()[-1]))
+    try:
+        # importing mlflow in four processes at once takes long on a loaded machine: the bound is generous
+        deadline = time.monotonic() + 180
+        while not all((tmp_path / f"ready-{i}").exists() for i in range(4)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "children did not start"
+            time.sleep(0.01)
+        barrier.touch()
+        refs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            refs.append(MlflowRef.model_validate_json(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:  # none is left waiting for the go when an assertion above failed
+            proc.kill()
+            proc.wait()
 
     assert len(set(refs)) == 1
     assert refs[0].model_version == "1"
