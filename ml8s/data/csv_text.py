@@ -2,8 +2,9 @@
 ``"`` quoting in which a value may hold commas and newlines, a block of text at a time.
 
 Arrow parses; this module checks what Arrow lets through or reports badly: a header whose names Arrow and
-Python would read differently, a quoted value still open at the end of the file (a file cut short), and the
-data row of a record unlike the header (Arrow's message names no row).
+Python would read differently, a data row repeating the header line (files concatenated), a quoted value still
+open at the end of the file (a file cut short), and the data row of a record unlike the header (Arrow's message
+names no row).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ml8s.errors import DataError
+from ml8s.data.csv_lines import repeated_header
+from ml8s.errors import CsvRefusedError, DataError
 from ml8s.text import is_utf8
 
 HEADER_MAX = 1024 * 1024  # bytes a header row may span (quoted newlines included)
@@ -46,9 +48,16 @@ def csv_batches(data: bytes, where: str, *, empty_as_null: bool = False) -> tupl
     if not data:
         raise DataError(f"{where} is empty; expected a header line and rows")
     try:
-        header = _header(data, where)
+        header, end = _header(data, where)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
+    found = repeated_header(data, end)
+    if found is not None:
+        line, text = found
+        raise CsvRefusedError(
+            f"{where}, line {line} (1 = the first line): the data row {text!r} repeats the header: were files "
+            "concatenated (cat a.csv b.csv)? expected the header line once, at the top of each file"
+        )
     try:
         options = pacsv.ConvertOptions(
             column_types={n: pa.string() for n in header},
@@ -126,7 +135,7 @@ def _piece(
     return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
 
 
-def _header(data: bytes, where: str) -> list[str]:
+def _header(data: bytes, where: str) -> tuple[list[str], int]:
     # The header ends at the first newline outside quotes (a quoted name may hold one, as Arrow reads it); an
     # escaped quote ("") keeps the parity. Only the header's bytes are scanned and decoded, never the file.
     start, quotes = 0, 0
@@ -149,7 +158,7 @@ def _header(data: bytes, where: str) -> list[str]:
     duplicates = sorted({n for n in header if header.count(n) > 1})
     if duplicates:
         raise DataError(f"{where} repeats column(s) {duplicates} in its header; expected unique names")
-    return header
+    return header, len(data) if end < 0 else end
 
 
 def _check_closed(data: bytes, name: str, value: str, rows: int, where: str) -> None:

@@ -1,8 +1,8 @@
 """Raw rows from CSV text, read as the training data's CSV files are: a header line, then text cells.
 
 Every cell stays text (typing is the transform's job, with the training rules); an empty cell is a missing
-value. A header with a blank or repeated name, a row with more or fewer cells than the header, or bytes
-that are not UTF-8 are refused.
+value. A header with a blank or repeated name, a row with more or fewer cells than the header, bytes that are
+not UTF-8 and a data row repeating the header line are refused.
 
 :func:`read_csv_columns` reads a file as text columns (Arrow's parser, as training reads its data: no Python
 object per cell), :func:`read_csv_rows` as one mapping per row (Python's csv module). Both accept the same files
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ml8s.data.csv_text import csv_table
-from ml8s.errors import DataError, PredictionInputError
+from ml8s.errors import CsvRefusedError, DataError, PredictionInputError
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ def read_csv_columns(data: bytes, where: str) -> CsvColumns:
             pass
     try:
         table = csv_table(data, where)
+    except CsvRefusedError:
+        raise  # a rule of ml8s's own (a repeated header), not Arrow's: Python's reader agrees
     except DataError:
         # Arrow's reader refuses some files Python's accepts (a header without a newline): Python's reads them,
         # and names the error where both refuse

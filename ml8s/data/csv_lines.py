@@ -1,0 +1,69 @@
+"""Lines of CSV text found by bytes searches (``find``, ``rfind``, ``count``: memchr speed), never a Python step per
+row: a CSV file of 20M rows is checked in a few passes over its bytes.
+
+- :func:`repeated_header`: a data row that is the header line again (``cat a.csv b.csv``: Arrow reads the second
+  header as data, a numeric column then warns of stray text and a categorical one gains a category named after
+  the column).
+"""
+
+from __future__ import annotations
+
+BOM = b"\xef\xbb\xbf"  # the second file of a concatenation brings its own byte order mark
+# Hits of the header's text that are no whole line (a row holding it as part of a cell) searched past one at a
+# time before the search looks for whole lines only: a few passes over the bytes, whatever the rows hold.
+_MISSES = 64
+_SHOWN = 80  # characters of a repeated header shown in an error
+
+
+def repeated_header(data: bytes, end: int) -> tuple[int, str] | None:
+    """The line number (1 = the first line) and text of the first line after the header, which ends at ``end``
+    (its newline, or the end of the data), that repeats the header line, or None. A repeat may end with LF or
+    CRLF, or the data, and start with a byte order mark; one inside a quoted value (an odd number of quotes
+    since the header) is not a row."""
+    line = data[len(BOM) if data.startswith(BOM) else 0 : end]
+    line = line[:-1] if line.endswith(b"\r") else line
+    if not line or end >= len(data):
+        return None
+    pos, misses, quotes, counted = end + 1, 0, 0, end
+    while True:
+        hit = data.find(line, pos) if misses < _MISSES else _whole_line(data, line, pos)
+        if hit < 0:
+            return None
+        first = _line_start(data, hit)
+        if first >= 0 and _ends_line(data, hit + len(line)):
+            quotes, counted = quotes + data.count(b'"', counted, first), first
+            if quotes % 2 == 0:
+                text = line.decode("utf-8", "replace")
+                shown = text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+                return data.count(b"\n", 0, first) + 1, shown
+        misses, pos = misses + 1, hit + 1
+
+
+def _line_start(data: bytes, hit: int) -> int:
+    """Where the line holding the header's text at ``hit`` starts when that text starts it (after a byte order
+    mark or not), else -1."""
+    if data.endswith(b"\n", 0, hit):
+        return hit
+    if data.endswith(b"\n" + BOM, 0, hit):
+        return hit - len(BOM)
+    return -1
+
+
+def _ends_line(data: bytes, at: int) -> bool:
+    return at == len(data) or data.startswith((b"\n", b"\r\n"), at) or (at == len(data) - 1 and data[at] == 0x0D)
+
+
+def _whole_line(data: bytes, line: bytes, pos: int) -> int:
+    """The first place from ``pos`` where ``line`` is a whole line (see :func:`repeated_header`), else -1: four
+    searches that each find whole lines only, so rows holding the text in a cell cost nothing more."""
+    found = [
+        hit + len(before)
+        for before in (b"\n", b"\n" + BOM)
+        for after in (b"\n", b"\r\n")
+        if (hit := data.find(before + line + after, max(0, pos - len(before)))) >= 0
+    ]
+    for before in (b"\n", b"\n" + BOM):
+        for after in (b"", b"\r"):
+            if data.endswith(before + line + after) and len(data) - len(line + after) >= pos:
+                found.append(len(data) - len(line + after))
+    return min(found, default=-1)
