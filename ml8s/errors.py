@@ -57,7 +57,7 @@ class DataError(Ml8sError):
 
 class CsvRefusedError(DataError):
     """CSV text that parses, or that Python's csv module would read, but that ml8s refuses by a rule of its own
-    (a data row repeating the header). It keeps DataError's code; a reader
+    (a data row repeating the header, a row longer than a parse block). It keeps DataError's code; a reader
     that retries Arrow's refusals with Python's csv module (``ml8s predict``) lets it through unchanged."""
 
     code = "DATA_ERROR"

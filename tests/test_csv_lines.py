@@ -1,8 +1,10 @@
-"""CSV text refused by line: a data row repeating the header.
+"""CSV text refused by line: a data row repeating the header, a row longer than a parse block.
 
 ``cat a.csv b.csv > c.csv`` read the second header as a data row: a numeric column only warned of stray text,
-a categorical one gained a category named after the column. It is a DATA_ERROR naming the file and the line,
-in training and in ``ml8s predict``'s reading of its input.
+a categorical one gained a category named after the column. A cell of 200 MB failed with Arrow's "straddling
+object straddles two block boundaries", naming no file, row or limit, and a row somewhat longer than a block
+read or failed by where the block boundaries fell (files over a block without quotes: rows over 1 MiB). Both are
+DATA_ERRORs naming the file and the line, in training and in ``ml8s predict``'s reading of its input.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import ml8s.data.csv_lines as csv_lines
+import ml8s.data.csv_text as csv_text
 from ml8s.data.dataset import load_dataset
 from ml8s.data.sources import fingerprint_data
 from ml8s.errors import DataError, PredictionInputError
@@ -79,3 +82,52 @@ def test_many_rows_holding_the_header_text_are_searched_past_by_whole_lines(
     assert csv_lines.repeated_header(data.encode(), len(HEADER)) is None
     found = csv_lines.repeated_header((data + f"{HEADER}\n1,a,b\n").encode(), len(HEADER))
     assert found == (42, HEADER)
+
+
+LIMIT = 256
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows limited to LIMIT bytes, parsed in blocks of LIMIT (files without quotes over LIMIT in pieces parsed
+    in blocks of LIMIT / 4): the production sizes (32 MiB, 1 MiB) scaled down."""
+    monkeypatch.setattr(csv_text, "BLOCK", LIMIT)
+    monkeypatch.setattr(csv_text, "ROW_MAX", LIMIT)
+    monkeypatch.setattr(csv_text, "_PIECE_BLOCK", LIMIT // 4)
+
+
+def _with_row(size: int, *, quoted: bool, many: bool) -> bytes:
+    """A file whose data row 3 is ``size`` bytes long, its line end included, the length in column ``plan``."""
+    filler = "n" * (size - len("3,,yes\n") - (2 if quoted else 0))
+    cell = f'"{filler}"' if quoted else filler
+    before = "".join(f"{i},a,no\n" for i in range(60 if many else 2))
+    return f"{HEADER}\n{before}3,{cell},yes\n4,b,no\n".encode()
+
+
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("quoted", [False, True])
+@pytest.mark.parametrize("many", [False, True], ids=["one-block", "in-pieces"])
+def test_a_row_over_the_limit_is_refused_by_its_line_and_one_at_the_limit_reads(
+    tmp_path: Path, quoted: bool, many: bool
+) -> None:
+    at_limit = _with_row(LIMIT, quoted=quoted, many=many)
+    _load(tmp_path / "ok", at_limit)  # in pieces: a row over a piece's block is read as the streaming reader does
+    assert read_csv_columns(at_limit, "rows.csv").rows == (62 if many else 4)
+    over = _with_row(LIMIT + 1, quoted=quoted, many=many)
+    line = 62 if many else 4
+    column = "" if quoted else ", column 'plan'"  # a quoted line's commas may be a value's: no column named
+    _both_refuse(
+        tmp_path,
+        over,
+        f"line {line} (1 = the first line){column}: a row of {LIMIT + 1} bytes; expected rows of at most {LIMIT} "
+        "bytes, the line end included (was a quote left open?)",
+    )
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_a_record_of_short_lines_over_a_block_is_refused_without_arrows_words(tmp_path: Path) -> None:
+    lines = "short line\n" * (3 * LIMIT // 11)
+    data = f'{HEADER}\n1,"{lines}",yes\n2,b,no\n'.encode()
+    with pytest.raises(DataError, match=f"has a row over {LIMIT} bytes") as info:
+        _load(tmp_path, data)
+    assert "straddling" not in info.value.message

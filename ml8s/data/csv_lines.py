@@ -3,7 +3,8 @@ row: a CSV file of 20M rows is checked in a few passes over its bytes.
 
 - :func:`repeated_header`: a data row that is the header line again (``cat a.csv b.csv``: Arrow reads the second
   header as data, a numeric column then warns of stray text and a categorical one gains a category named after
-  the column).
+  the column);
+- :func:`long_line`: a line longer than Arrow's parse block, which Arrow refuses without naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ BOM = b"\xef\xbb\xbf"  # the second file of a concatenation brings its own byte 
 # Hits of the header's text that are no whole line (a row holding it as part of a cell) searched past one at a
 # time before the search looks for whole lines only: a few passes over the bytes, whatever the rows hold.
 _MISSES = 64
+_CELLS_SHOWN = 4096  # separators in a long line beyond which its longest cell is not looked for
 _SHOWN = 80  # characters of a repeated header shown in an error
 
 
@@ -67,3 +69,31 @@ def _whole_line(data: bytes, line: bytes, pos: int) -> int:
             if data.endswith(before + line + after) and len(data) - len(line + after) >= pos:
                 found.append(len(data) - len(line + after))
     return min(found, default=-1)
+
+
+def long_line(data: bytes, limit: int) -> tuple[int, int] | None:
+    """Where the first line longer than ``limit`` bytes (its newline included) starts and ends (its newline, or
+    the end of the data), or None: each step looks ``limit`` bytes ahead for the last newline and jumps past it,
+    so the search makes about ``len(data) / limit`` steps."""
+    start = 0
+    while len(data) - start > limit:
+        newline = data.rfind(b"\n", start, start + limit)
+        if newline < 0:
+            end = data.find(b"\n", start)
+            return start, len(data) if end < 0 else end
+        start = newline + 1
+    return None
+
+
+def longest_cell(data: bytes, start: int, end: int) -> int | None:
+    """The index of the longest comma-separated cell of the line ``data[start:end]``, or None when the line
+    holds a quote (a comma may then be inside a value) or too many cells to look through."""
+    if data.find(b'"', start, end) >= 0 or data.count(b",", start, end) > _CELLS_SHOWN:
+        return None
+    sizes: list[int] = []
+    at = start
+    while (comma := data.find(b",", at, end)) >= 0:
+        sizes.append(comma - at)
+        at = comma + 1
+    sizes.append(end - at)
+    return max(range(len(sizes)), key=sizes.__getitem__)

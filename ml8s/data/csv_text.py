@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ml8s.data.csv_lines import repeated_header
+from ml8s.data.csv_lines import long_line, longest_cell, repeated_header
 from ml8s.errors import CsvRefusedError, DataError
 from ml8s.text import is_utf8
 
@@ -26,6 +26,9 @@ HEADER_MAX = 1024 * 1024  # bytes a header row may span (quoted newlines include
 # fail by its size alone.
 PARSE_OPTIONS = pacsv.ParseOptions(newlines_in_values=True)
 BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held besides the typed chunks
+# The longest line read (its line end included): Arrow's parser needs a whole row in a block, and refused a longer
+# one or not by where the block boundaries fell. Longer lines are refused, by a check of every file, named.
+ROW_MAX = BLOCK
 _PIECE_BLOCK = 1024 * 1024  # Arrow's default block: the pieces of one batch parsed on every core
 # PARSE_OPTIONS but for newlines in values: a file without a quote has none, and Arrow cuts its blocks faster
 _NO_QUOTES = pacsv.ParseOptions(newlines_in_values=False)
@@ -58,6 +61,9 @@ def csv_batches(data: bytes, where: str, *, empty_as_null: bool = False) -> tupl
             f"{where}, line {line} (1 = the first line): the data row {text!r} repeats the header: were files "
             "concatenated (cat a.csv b.csv)? expected the header line once, at the top of each file"
         )
+    long = long_line(data, ROW_MAX)
+    if long is not None:
+        raise _too_long(where, data, header, long)
     try:
         options = pacsv.ConvertOptions(
             column_types={n: pa.string() for n in header},
@@ -124,13 +130,22 @@ def _cut(data: bytes, start: int) -> int:
 def _piece(
     view: pa.Buffer, start: int, stop: int, options: pacsv.ConvertOptions, names: list[str] | None
 ) -> pa.RecordBatch:
-    read = pacsv.ReadOptions(block_size=_PIECE_BLOCK, column_names=names or [])
-    table = pacsv.read_csv(
-        pa.BufferReader(view.slice(start, stop - start)),
-        read_options=read,
-        parse_options=_NO_QUOTES,
-        convert_options=options,
-    )
+    def read(block: int) -> pa.Table:
+        return pacsv.read_csv(
+            pa.BufferReader(view.slice(start, stop - start)),
+            read_options=pacsv.ReadOptions(block_size=block, column_names=names or []),
+            parse_options=_NO_QUOTES,
+            convert_options=options,
+        )
+
+    try:
+        table = read(_PIECE_BLOCK)
+    except pa.ArrowInvalid:
+        if _PIECE_BLOCK >= BLOCK:
+            raise
+        # a row longer than a piece's block (Arrow's "straddling object"): rows up to ROW_MAX bytes are read
+        # wherever they are, as the streaming reader reads them; a failure again is the file's
+        table = read(BLOCK)
     # one chunk per column: the typing works a block's column at a time (a copy of one block's text, transient)
     return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
 
@@ -203,6 +218,8 @@ def _unparsed(where: str, data: bytes, header: list[str], exc: pa.ArrowException
     """The error of a CSV file Arrow could not parse, naming the data row (and column) of the first record unlike
     the header when Python's csv module finds it (a second pass, on this failure path only; Arrow's own message
     names neither)."""
+    if "straddling" in str(exc):  # Arrow's words for a row longer than its block: a record of quoted newlines
+        return _too_long(where, data, header, None)
     found = _first_bad_record(data, header)
     if found is None:
         return DataError(f"{where} cannot be parsed as csv: {exc}")
@@ -210,6 +227,20 @@ def _unparsed(where: str, data: bytes, header: list[str], exc: pa.ArrowException
     return DataError(
         f"{where} cannot be parsed as csv: data row {row} (1 = the first row after the header) {problem} ({exc})"
     )
+
+
+def _too_long(where: str, data: bytes, header: list[str], long: tuple[int, int] | None) -> CsvRefusedError:
+    """The error of a row longer than :data:`ROW_MAX` (``long``: where its line starts and ends) or than a parse
+    block (``long`` None: a record of quoted newlines, named by no line): its line and, when found, the column
+    of its longest cell."""
+    expected = f"expected rows of at most {ROW_MAX} bytes, the line end included (was a quote left open?)"
+    if long is None:
+        return CsvRefusedError(f"{where} has a row over {BLOCK} bytes (quoted newlines included); {expected}")
+    start, end = long
+    cell = longest_cell(data, start, end)
+    column = f", column {header[cell]!r}" if cell is not None and cell < len(header) else ""
+    line, size = data.count(b"\n", 0, start) + 1, min(end + 1, len(data)) - start
+    return CsvRefusedError(f"{where}, line {line} (1 = the first line){column}: a row of {size} bytes; {expected}")
 
 
 def _first_bad_record(data: bytes, header: list[str]) -> tuple[int, str] | None:

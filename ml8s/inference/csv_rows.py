@@ -2,7 +2,7 @@
 
 Every cell stays text (typing is the transform's job, with the training rules); an empty cell is a missing
 value. A header with a blank or repeated name, a row with more or fewer cells than the header, bytes that are
-not UTF-8 and a data row repeating the header line are refused.
+not UTF-8, a data row repeating the header line and a row longer than training reads are refused.
 
 :func:`read_csv_columns` reads a file as text columns (Arrow's parser, as training reads its data: no Python
 object per cell), :func:`read_csv_rows` as one mapping per row (Python's csv module). Both accept the same files
@@ -58,7 +58,7 @@ def read_csv_columns(data: bytes, where: str) -> CsvColumns:
     try:
         table = csv_table(data, where)
     except CsvRefusedError:
-        raise  # a rule of ml8s's own (a repeated header), not Arrow's: Python's reader agrees
+        raise  # a rule of ml8s's own (a repeated header, a row over a block), not Arrow's: Python's reader agrees
     except DataError:
         # Arrow's reader refuses some files Python's accepts (a header without a newline): Python's reads them,
         # and names the error where both refuse
