@@ -112,7 +112,11 @@ def test_columns_of_typed_values_predict_what_their_rows_predict(trained: Traine
     by_values, by_rows = predictor.predict_values(values, len(rows)), predictor.predict(rows)
     assert by_values.labels == by_rows.labels
     np.testing.assert_array_equal(by_values.probabilities, by_rows.probabilities)
-    for change in ({"plan": [object()] * len(rows)}, {"tenure": ["x"] * len(rows)}):
+    stray = {"tenure": ["x"] * len(rows)}  # text in a numeric column: missing, either way
+    with_stray = [{**row, "tenure": "x"} for row in rows]
+    by_values, by_rows = predictor.predict_values({**values, **stray}, len(rows)), predictor.predict(with_stray)
+    assert by_values.to_csv() == by_rows.to_csv()
+    for change in ({"plan": [object()] * len(rows)}, {"tenure": ["1e999"] * len(rows)}):
         with pytest.raises(PredictionInputError) as from_rows:
             predictor.predict([{**row, **{k: v[i] for k, v in change.items()}} for i, row in enumerate(rows)])
         with pytest.raises(PredictionInputError) as from_values:
@@ -324,7 +328,7 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
         (
             "bad cell",
             1,
-            "ml8s: PREDICTION_INPUT_INVALID: column 'tenure' has 'ten' in row 2 (of 2), which is not numeric",
+            "ml8s: PREDICTION_INPUT_INVALID: column 'tenure' has '1e999' in row 2 (of 2), which is not a finite",
         ),
         ("missing column", 1, "rows.csv has no column(s) ['plan'] in its header"),
         ("header only, missing column", 1, "rows.csv has no column(s) ['plan'] in its header"),
@@ -344,7 +348,7 @@ def test_ml8s_predict_errors_are_one_line(
     elif case == "unknown run":
         run = "000000000000"
     elif case == "bad cell":
-        rows[1]["tenure"] = "ten"
+        rows[1]["tenure"] = "1e999"
     elif case == "missing column":
         rows = [{k: v for k, v in row.items() if k != "plan"} for row in rows]
     elif case == "output dir absent":
@@ -536,6 +540,39 @@ def test_ml8s_predict_formats_ids_precision_and_unseen_categories(
     )
     code, _, err = _predict_cli(capsys, *args, "--id-column", "nope")
     assert code == 1 and "--id-column 'nope' is not a column of" in err
+
+
+def test_ml8s_predict_reads_stray_text_in_a_numeric_column_as_missing(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As training reads a numeric column's stray text (a training file with some fed back was refused): missing,
+    a warning with the count and examples; --strict refuses."""
+    rows = raw_rows(trained.data)[:4]
+    rows[1]["tenure"], rows[3]["tenure"] = "ten", "n/k"
+    blank = [{**row, "tenure": "" if i in (1, 3) else row["tenure"]} for i, row in enumerate(rows)]
+    numbers = sum(1 for row in blank if str(row["tenure"]).strip())
+    predictor = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
+    assert predictor.predict(rows).to_csv() == predictor.predict(blank).to_csv()
+    args = [
+        "--run",
+        trained.onnx.run_id,
+        "--root",
+        str(trained.root),
+        "--input",
+        str(write_rows(tmp_path / "r.csv", rows)),
+    ]
+    code, out, err = _predict_cli(capsys, *args, "--precision", "full")
+    assert (code, out) == (0, predictor.predict(blank).to_csv())
+    assert err.splitlines() == [
+        f"ml8s: warning: column 'tenure' holds {numbers} numbers and 2 cell(s) of other text (e.g. ['n/k', 'ten']); "
+        "typed numeric, the text read as missing"
+    ]
+    code, out, err = _predict_cli(capsys, *args, "--strict")
+    assert (code, out) == (1, "") and err == (
+        "ml8s: PREDICTION_INPUT_INVALID: --strict: column 'tenure' holds 2 cell(s) of text that is not a number "
+        "(e.g. ['n/k', 'ten']); expected numbers or an empty cell (without --strict such text is read as missing, "
+        "as training reads a numeric column's stray text)\n"
+    )
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])

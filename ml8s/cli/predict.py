@@ -58,7 +58,9 @@ def register(commands: Subcommands) -> None:
         help=f"decimals of each probability (default {DEFAULT_PRECISION}; 'full': every digit, exact read-back)",
     )
     predict.add_argument(
-        "--strict", action="store_true", help="refuse rows holding a category the model never saw (default: warn)"
+        "--strict",
+        action="store_true",
+        help="refuse rows holding a category the model never saw, or text in a numeric column (default: warn)",
     )
     add_root(predict)
     predict.set_defaults(handler=guarded(_predict))
@@ -81,7 +83,7 @@ def _counter(text: str) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from ml8s.inference import Predictor, read_run_files
     from ml8s.inference.csv_rows import read_csv_columns
-    from ml8s.inference.output import render, unseen_categories
+    from ml8s.inference.output import render, stray_numbers, unseen_categories
 
     if args.chain is None and (args.version is not None or args.anchor is not None):
         raise PredictionInputError("--version and --anchor name a chain's; expected them together with --chain NAME")
@@ -111,12 +113,21 @@ def _predict(args: argparse.Namespace) -> int:
             f"{where} has no column(s) {absent} in its header {list(table.columns)}; expected every column the "
             f"model's features use{_spacing_hint(absent, table.columns)}"
         )
-    typed = predictor.transform.typed_cells(table.cells)  # a cell not of its column's kind is refused here
+    typed = predictor.transform.typed_cells(table.cells)  # a cell no value of its column's kind can be is refused
     unseen = unseen_categories(predictor.transform, typed)
     if unseen and args.strict:
         raise PredictionInputError(f"--strict: {unseen[0].message()} (and {len(unseen) - 1} more column(s))")
     for found in unseen:
         print(f"ml8s: warning: {found.message()}", file=sys.stderr)
+    stray = stray_numbers(predictor.transform, table.cells, typed)
+    if stray and args.strict:
+        raise PredictionInputError(
+            f"--strict: column {stray[0].column!r} holds {stray[0].cells} cell(s) of text that is not a number "
+            f"(e.g. {list(stray[0].examples)}); expected numbers or an empty cell (without --strict such text is "
+            "read as missing, as training reads a numeric column's stray text)"
+        )
+    for warning in stray:
+        print(f"ml8s: warning: {warning.message}", file=sys.stderr)
     ids = table.cells[args.id_column].to_pylist() if args.id_column is not None else []
     predictions = predictor.predict_typed(typed, table.rows)
     out = render(predictions, args.format, precision=args.precision, id_column=args.id_column, ids=ids)

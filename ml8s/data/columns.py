@@ -21,6 +21,7 @@ ObjectArray = npt.NDArray[np.object_]
 CodeArray = npt.NDArray[np.int32]
 
 NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+INFINITY = r"^[+-]?(inf|infinity)$"  # spelled infinities are numbers (found and refused, not one-hot encoded)
 _NO_CATEGORIES = pa.array([], pa.string())
 
 
@@ -94,11 +95,13 @@ def text_column(name: str, kind: str, cells: pa.Array) -> Column:
     (a number that overflows float64 is refused, as the loader refuses it).
 
     Surrounding whitespace is ignored and a blank cell is missing; a ``boolean`` cell reads ``true`` or
-    ``false`` in any case, a ``numeric`` cell a decimal number; ``categorical`` keeps the trimmed text.
+    ``false`` in any case, a ``numeric`` cell a decimal number; ``categorical`` keeps the trimmed text. A
+    ``numeric`` cell of other text is missing, as the loader reads a numeric column's stray text (the caller
+    reports it: :func:`stray_cells`).
 
     Raises:
         DataError: a present cell is not a value of ``kind`` (the message names the column and the row, 1 = the
-            first cell).
+            first cell): a boolean cell that is not one, or a number that is not finite.
     """
     if kind not in ("boolean", "numeric", "categorical"):
         raise DataError(f"column {name!r} has kind {kind!r}; expected boolean, numeric or categorical")
@@ -107,20 +110,7 @@ def text_column(name: str, kind: str, cells: pa.Array) -> Column:
         return Column(name=name, kind="numeric", values=plain)
     if kind != "numeric":
         return _by_distinct_text(name, kind, cells)
-    values = present_text(cells)
-    if kind != "categorical":
-        if kind == "boolean":
-            valid = pc.is_in(pc.utf8_lower(values), pa.array(["true", "false"]))
-        else:
-            valid = pc.match_substring_regex(values, NUMBER)
-        ok = pc.fill_null(pc.or_kleene(pc.is_null(values), valid), False)
-        bad = np.flatnonzero(~np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool))
-        if len(bad):
-            expected = "true or false" if kind == "boolean" else "a decimal number"
-            raise DataError(
-                f"column {name!r} has {values[int(bad[0])].as_py()!r} in row {int(bad[0]) + 1} (of {len(values)}), "
-                f"which is not {kind}; expected {expected} or an empty cell"
-            )
+    values = stray_as_missing(present_text(cells))
     column = typed_text(name, kind, values)
     infinite = np.flatnonzero(np.isinf(column.values))  # booleans are 0/1, codes finite: numbers alone can be
     if len(infinite):  # as the loader refuses them: 1e999 overflows to infinity, and NaN probabilities follow
@@ -130,6 +120,27 @@ def text_column(name: str, kind: str, cells: pa.Array) -> Column:
             "number; expected a decimal number within float64's range or an empty cell"
         )
     return column
+
+
+def stray_as_missing(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Present text with every cell that is no number (:func:`number_mask`) made missing: the training rule for
+    the stray text of a column typed numeric (:mod:`ml8s.data.missing`)."""
+    return pc.if_else(number_mask(values), values, pa.scalar(None, pa.string()))
+
+
+def stray_cells(cells: pa.Array, column: Column) -> pa.Array:
+    """The present text of the ``cells`` a numeric ``column`` (:func:`text_column` of them) holds as missing:
+    its stray text, a cell per row that has one."""
+    text = present_text(cells)
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    return pc.filter(text, pc.and_(pc.is_valid(text), pa.array(column.missing())))
+
+
+def number_mask(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """True where the (present) text is a decimal number or a spelled infinity."""
+    spelled = pc.match_substring_regex(values, INFINITY, ignore_case=True)
+    return pc.fill_null(pc.or_(pc.match_substring_regex(values, NUMBER), spelled), False)
 
 
 def _by_distinct_text(name: str, kind: str, cells: pa.Array) -> Column:

@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ml8s.data.columns import (
-    NUMBER,
     Column,
     FloatArray,
     categorical,
@@ -28,12 +27,13 @@ from ml8s.data.columns import (
     convert,
     floats,
     mapped_codes,
+    number_mask,
     present_text,
+    stray_as_missing,
 )
 from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.errors import DataError
 
-INFINITY = r"^[+-]?(inf|infinity)$"  # spelled infinities are numbers (found and refused, not one-hot encoded)
 _SAMPLE = 64  # leading cells of a block tried against the number pattern before Arrow's cast of the whole block
 
 
@@ -121,12 +121,6 @@ def _dictionary_texts(cells: pa.ChunkedArray | pa.Array) -> Texts:
     return Texts(column=column, present=present, numbers=numbers)
 
 
-def number_mask(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """True where the (present) text is a decimal number or a spelled infinity."""
-    spelled = pc.match_substring_regex(values, INFINITY, ignore_case=True)
-    return pc.fill_null(pc.or_(pc.match_substring_regex(values, NUMBER), spelled), False)
-
-
 def finish(name: str, chunks: list[Chunk], reparse: Reparse) -> tuple[Column, DataWarning | None]:
     """The column typed over all its files' chunks, as typing their concatenated text would type it."""
     present = sum(c.present for c in chunks)
@@ -193,10 +187,7 @@ def _per_category(chunk: Texts, value: Callable[[pa.Array], pa.Array]) -> FloatA
 def _as_numbers(chunk: Chunk) -> FloatArray:
     if isinstance(chunk, Numbers):
         return chunk.values
-    return _per_category(
-        chunk,
-        lambda texts: convert(pc.if_else(number_mask(texts), texts, pa.scalar(None, pa.string())), pa.float64()),
-    )
+    return _per_category(chunk, lambda texts: convert(stray_as_missing(texts), pa.float64()))
 
 
 def _boolean(chunk: Texts) -> bool:

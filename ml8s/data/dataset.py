@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
+from ml8s.data.columns import INFINITY as _INFINITY
 from ml8s.data.columns import NUMBER as _NUMBER
 from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, present_text, text_column
 from ml8s.data.columns import convert as _convert
@@ -36,8 +37,6 @@ from ml8s.threads import COLUMN_THREADS, in_order
 log = logging.getLogger(__name__)
 __all__ = ["Column", "Dataset", "FloatArray", "ObjectArray", "load_dataset", "parse_file", "text_column"]
 
-# Spelled infinities are numbers too (so they are found and refused below, not one-hot encoded).
-_INFINITY = r"^[+-]?(inf|infinity)$"
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 

@@ -1,5 +1,6 @@
 """What ``ml8s predict`` writes: predictions as CSV, JSON or Parquet, probabilities rounded, an id passed through,
-and the categories a model never saw, counted (a warning each, or a refusal with ``--strict``)."""
+and the categories a model never saw and the stray text of numeric columns, counted (a warning each, or a refusal
+with ``--strict``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.columns import Column
+from ml8s.data.columns import Column, stray_cells
+from ml8s.data.missing import DataWarning, stray_text_warning
+from ml8s.inference.cells import Cells
 from ml8s.inference.predictor import PREDICTED, PROBABILITY_PREFIX, Predictions
 from ml8s.inference.transform import RawTransform
 
@@ -56,6 +60,25 @@ def unseen_categories(transform: RawTransform, typed: Mapping[str, Column]) -> l
             examples = tuple(sorted(outside)[:EXAMPLES])
             count = sum(outside.values())
             found.append(Unseen(column=column.name, count=count, examples=examples, known=column.categories))
+    return found
+
+
+def stray_numbers(transform: RawTransform, cells: Cells, typed: Mapping[str, Column]) -> list[DataWarning]:
+    """Per numeric input column (sorted), its cells of text that is no number, which the transform read as missing
+    (:meth:`RawTransform.typed_cells` of ``cells``: training's rule for a numeric column's stray text), with the
+    first few distinct ones in code point order."""
+    found: list[DataWarning] = []
+    for column in sorted(transform.inputs, key=lambda c: c.name):
+        values = typed.get(column.name)
+        if column.kind != "numeric" or values is None or not values.missing().any():
+            continue
+        stray = stray_cells(cells[column.name], values)
+        if len(stray):
+            distinct = pc.unique(stray)
+            first = pc.take(distinct, pc.array_sort_indices(distinct)[:EXAMPLES])
+            numbers = len(values.values) - int(values.missing().sum())
+            texts = [str(text) for text in first.to_pylist()]
+            found.append(stray_text_warning(column.name, texts, numbers, cells=len(stray)))
     return found
 
 

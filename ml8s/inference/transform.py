@@ -206,7 +206,8 @@ class RawTransform(BaseModel):
     @staticmethod
     def typed_column(column: InputColumn, cells: pa.Array) -> Column:
         """The text ``cells`` of input column ``column`` typed as its kind (PredictionInputError where a present
-        cell is not of it)."""
+        cell cannot be: a boolean that is not one, a number that is not finite; text in a numeric column is
+        missing, as training reads it, and :func:`ml8s.inference.output.stray_numbers` counts it)."""
         kind = "categorical" if column.kind == "any" else column.kind
         try:
             return text_column(column.name, kind, cells)
