@@ -18,7 +18,7 @@ import ml8s.data.csv_text as csv_text
 from ml8s.data.dataset import load_dataset
 from ml8s.data.sources import fingerprint_data
 from ml8s.errors import DataError, PredictionInputError
-from ml8s.inference.csv_rows import read_csv_columns
+from ml8s.inference.csv_rows import read_csv_columns, read_csv_rows
 
 HEADER = "x,plan,churned"
 ROWS = "".join(f"{i},{'basic' if i % 2 else 'pro'},{'yes' if i % 3 else 'no'}\n" for i in range(6))
@@ -38,7 +38,9 @@ def _both_refuse(tmp_path: Path, data: bytes, *says: str) -> None:
         _load(tmp_path, data)
     with pytest.raises(DataError) as predicted:  # not PREDICTION_INPUT_INVALID from Python's csv reader
         read_csv_columns(data, "rows.csv")
-    for info, name in ((trained, "c.csv"), (predicted, "rows.csv")):
+    with pytest.raises(DataError) as as_rows:  # the reader of a row per mapping refuses them alike
+        read_csv_rows(data, "rows.csv")
+    for info, name in ((trained, "c.csv"), (predicted, "rows.csv"), (as_rows, "rows.csv")):
         assert info.value.code == "DATA_ERROR" and name in info.value.message, info.value
         assert not isinstance(info.value, PredictionInputError)
         for said in says:

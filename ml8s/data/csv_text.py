@@ -54,16 +54,7 @@ def csv_batches(data: bytes, where: str, *, empty_as_null: bool = False) -> tupl
         header, end = _header(data, where)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
-    found = repeated_header(data, end)
-    if found is not None:
-        line, text = found
-        raise CsvRefusedError(
-            f"{where}, line {line} (1 = the first line): the data row {text!r} repeats the header: were files "
-            "concatenated (cat a.csv b.csv)? expected the header line once, at the top of each file"
-        )
-    long = long_line(data, ROW_MAX)
-    if long is not None:
-        raise _too_long(where, data, header, long)
+    _refuse_lines(data, end, header, where)
     try:
         options = pacsv.ConvertOptions(
             column_types={n: pa.string() for n in header},
@@ -96,6 +87,34 @@ def csv_batches(data: bytes, where: str, *, empty_as_null: bool = False) -> tupl
             _check_closed(data, header[-1], last, rows, where)
 
     return names, batches()
+
+
+def refuse_lines(data: bytes, where: str) -> None:
+    """The checks by line of :func:`csv_batches` (a repeated header line, a line over :data:`ROW_MAX`), for a
+    reader that parses the text otherwise (Python's csv module) and must refuse what training refuses.
+
+    Raises:
+        CsvRefusedError: as :func:`csv_batches`.
+        DataError: the header cannot be read as :func:`csv_batches` reads it.
+    """
+    try:
+        header, end = _header(data, where)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"{where} cannot be parsed as csv: {exc}") from exc
+    _refuse_lines(data, end, header, where)
+
+
+def _refuse_lines(data: bytes, end: int, header: list[str], where: str) -> None:
+    found = repeated_header(data, end)
+    if found is not None:
+        line, text = found
+        raise CsvRefusedError(
+            f"{where}, line {line} (1 = the first line): the data row {text!r} repeats the header: were files "
+            "concatenated (cat a.csv b.csv)? expected the header line once, at the top of each file"
+        )
+    long = long_line(data, ROW_MAX)
+    if long is not None:
+        raise _too_long(where, data, header, long)
 
 
 def _segments(data: bytes, options: pacsv.ConvertOptions) -> tuple[list[str], Iterator[pa.RecordBatch]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ml8s.data.csv_text import csv_table
+from ml8s.data.csv_text import csv_table, refuse_lines
 from ml8s.errors import CsvRefusedError, DataError, PredictionInputError
 
 
@@ -81,7 +81,9 @@ def read_csv_rows(data: bytes, where: str) -> CsvRows:
     """
     records = _records(data, where)
     names = next(records)
-    return CsvRows(columns=tuple(names), rows=[dict(zip(names, cells, strict=True)) for cells in records])
+    rows: list[dict[str, object]] = [dict(zip(names, cells, strict=True)) for cells in records]
+    refuse_lines(data, where)  # what read_csv_columns refuses with Arrow's reader, refused here too
+    return CsvRows(columns=tuple(names), rows=rows)
 
 
 def _records(data: bytes, where: str) -> Iterator[list[str]]:
