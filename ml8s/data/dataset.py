@@ -20,9 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.columns import INFINITY as _INFINITY
-from ml8s.data.columns import NUMBER as _NUMBER
-from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, present_text, text_column
+from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, number_mask, present_text, text_column
 from ml8s.data.columns import convert as _convert
 from ml8s.data.columns import floats as _floats
 from ml8s.data.csv_columns import Chunk, chunk_of, file_row, finish, not_finite
@@ -274,8 +272,7 @@ def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning 
     non_missing = pc.drop_null(values)
     if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
         return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64()))), None
-    spelled_infinity = pc.match_substring_regex(values, _INFINITY, ignore_case=True)
-    is_number = pc.fill_null(pc.or_(pc.match_substring_regex(values, _NUMBER), spelled_infinity), False)
+    is_number = number_mask(values)
     numbers = int(pc.sum(is_number).as_py() or 0)
     if not is_mostly_numeric(numbers, len(non_missing)):
         return categorical(name, values), None
