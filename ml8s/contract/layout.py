@@ -46,6 +46,8 @@ PAYLOAD_TRAINING_METADATA = "training_metadata.json"
 PAYLOAD_TRAINING_STATE = "training_state.safetensors"
 PAYLOAD_CONFIG_SNAPSHOT = "config_snapshot.json"
 PAYLOAD_DATA_FINGERPRINT = "data_fingerprint.json"
+# Written by ``ml8s follow`` beside a version's payload files: no payload file may take its name.
+SERVED_VERSION_FILE = "ml8s_version.json"
 
 
 def model_export(model_format: str) -> str:

@@ -40,8 +40,10 @@ from collections.abc import Callable, Iterable
 from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
+from ml8s.chain import PayloadKind
+from ml8s.contract import layout
 from ml8s.deltas import encode_full
-from ml8s.errors import ConfigError, StoreError
+from ml8s.errors import ConfigError, ServingError, StoreError
 from ml8s.locks import path_lock
 from ml8s.serving.served import Served, ServedVersion
 from ml8s.store import fsync_dir, read_regular
@@ -49,7 +51,7 @@ from ml8s.weights import WEIGHTS_FULL
 
 CURRENT = "current"
 VERSIONS = "versions"
-VERSION_FILE = "ml8s_version.json"
+VERSION_FILE = layout.SERVED_VERSION_FILE
 STATE_FILE = ".follower-state.json"
 LOCK_FILE = ".follower.lock"  # held by the running follower (flock)
 # What flock answers on a filesystem without locks (ENOLCK: an NFS mount without a lock manager)
@@ -69,7 +71,21 @@ def version_name(info: ServedVersion) -> str:
 def served_files(served: Served) -> dict[str, bytes]:
     """Every file of ``served``'s version directory: the payload's other files, the full weights (the
     committed bytes when the version is a FULL, so a user can check them against the block's sha256) and
-    ``ml8s_version.json``."""
+    ``ml8s_version.json``.
+
+    Raises:
+        ServingError: a payload file is (or is under) ``ml8s_version.json``, or a DELTA's ``model_native.safetensors``.
+    """
+    info = served.info
+    # only a FULL's weights file is the verified weights: in any other version that name is a foreign file
+    reserved = (VERSION_FILE,) if info.payload_kind == PayloadKind.FULL else (VERSION_FILE, WEIGHTS_FULL)
+    clash = sorted(n for n in served.files if any(n == r or n.startswith(f"{r}/") for r in reserved))
+    if clash:
+        raise ServingError(
+            f"chain {info.chain_name!r} v{info.counter} ({info.version_dir}): payload file(s) {clash} would be "
+            f"overwritten by the file(s) the follower writes there; expected a payload without {list(reserved)} "
+            "(the directory keeps the version it holds: commit the files under another name)"
+        )
     weights = served.files.get(WEIGHTS_FULL)
     return {
         **served.files,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ml8s.chain import Anchor, ChainVersions, ReadTrust
 from ml8s.errors import Ml8sError
 from ml8s.serving.client import ClientConfig, InferenceClient
-from ml8s.serving.directory import ModelDirectory
+from ml8s.serving.directory import ModelDirectory, served_files
 from ml8s.serving.served import ServedVersion
 
 
@@ -66,6 +66,10 @@ def _follow(
     while True:
         try:
             changed = client.refresh()
+            served = client.served
+            due = served is not None and (changed or directory.current() != served.info)
+            # refused like a head that does not verify: a payload file the follower's own files would clobber
+            files = served_files(served) if served is not None and due else None
             said = ""
         except Ml8sError as exc:
             if options.once or options.pinned is not None:
@@ -80,10 +84,10 @@ def _follow(
             if line != said:
                 warn(line)
             said = line
-            changed = False
+            changed, files = False, None
         served = client.served
-        if served is not None and (changed or directory.current() != served.info):
-            directory.publish(served, warn)
+        if served is not None and files is not None:
+            directory.publish_files(served.info, files, warn)
             report(served.info)
         if options.pinned is not None:
             return served.info if served is not None else None

@@ -34,6 +34,7 @@ from ml8s.chain import (
     delta_due,
     to_stderr,
 )
+from ml8s.contract import layout
 from ml8s.deltas import encode_delta, encode_full, weights_hash
 from ml8s.errors import ConfigError, DeltaShapeError, WeightsError
 from ml8s.weights.rebuild import (
@@ -134,14 +135,17 @@ def commit_weights(
         extra: other payload files, stored whole in every version (e.g. ``model.onnx``, ``feature_schema.json``).
 
     Raises:
-        ConfigError: ``interval`` < 1.
+        ConfigError: ``interval`` < 1, or an ``extra`` file takes a name the weights or ``ml8s follow`` use.
         WeightsError (and subclasses), DeltaError: the parent's weights cannot be rebuilt, or DELTA refused.
         ConflictError, CommitDeadlineError, ...: as ``commit_with_retry``.
     """
     if interval < 1:
         raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
-    if extra and ({WEIGHTS_FULL, WEIGHTS_DELTA} & set(extra)):
-        raise ConfigError(f"extra payload files may not be named {WEIGHTS_FULL} or {WEIGHTS_DELTA}")
+    reserved = (WEIGHTS_FULL, WEIGHTS_DELTA, layout.SERVED_VERSION_FILE)
+    # the follower writes ml8s_version.json beside the payload: a payload file of that name would be overwritten
+    clash = sorted(n for n in extra or {} if any(n == r or n.startswith(f"{r}/") for r in reserved))
+    if clash:
+        raise ConfigError(f"extra payload files {clash}: expected no file named (or under) {', '.join(reserved)}")
     builder = _Builder(chain, tensors, source, interval, mode, known, extra or {})
     return commit_with_retry(chain, builder, meta, policy or RetryPolicy(), notify=to_stderr)
 
