@@ -135,6 +135,28 @@ def test_consumer_refuses_a_delta_on_another_base(tmp_path: Path) -> None:
     assert below is not None and below.counter == 2
 
 
+def test_a_delta_applied_twice_is_refused_not_repeated(tmp_path: Path) -> None:
+    """A DELTA is assignment: applied again to its own result it verified and returned success, the caller's
+    claim that the tensors were the base never checked. The tensors' hash is the base's, or nothing is done."""
+    chain, series = _published(tmp_path, 3)
+    consumer = DeltaConsumer(chain)
+    v1 = consumer.get_checkpoint_sync(1)
+    assert v1 is not None
+    tensors = v1.weights.tensors
+    assert consumer.apply_delta_in_place_sync(tensors, 2, 1) is not None
+    with pytest.raises(DeltaBaseMismatchError, match=r"not: they are already version 2's; expected weights hash"):
+        consumer.apply_delta_in_place_sync(tensors, 2, 1)  # a retry after a timed-out call that did finish
+    assert weights_hash(tensors) == weights_hash(series[1])
+    # weights that agree with version 2 at every position its DELTA writes, and differ elsewhere
+    changed = {name: t.clone() for name, t in series[1].items()}
+    name = next(n for n in sorted(changed) if bool((changed[n] == series[0][n]).any()))
+    flat = changed[name].view(-1)
+    flat[int((flat == series[0][name].view(-1)).nonzero()[0])] += 1.0  # an element version 2's DELTA leaves alone
+    with pytest.raises(DeltaBaseMismatchError, match=f"they hash to {weights_hash(changed)}"):
+        consumer.apply_delta_in_place_sync(changed, 2, 1)
+    assert weights_hash(changed) != weights_hash(series[1])  # nothing was changed
+
+
 def test_rolled_back_head_is_refused(tmp_path: Path) -> None:
     chain, _ = _published(tmp_path, 3)
     client = InferenceClient(chain, ClientConfig())

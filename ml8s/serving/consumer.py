@@ -23,7 +23,8 @@ from typing import TypeVar
 import torch
 
 from ml8s.chain import Anchor, ChainVersion, ChainVersions, Follower, PayloadKind, ReadTrust
-from ml8s.errors import DeltaDtypeError, VersionNotFoundError, WeightsMismatchError
+from ml8s.deltas import weights_hash
+from ml8s.errors import DeltaBaseMismatchError, DeltaDtypeError, VersionNotFoundError, WeightsMismatchError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.serving.served import Served, build_served
 from ml8s.weights import VersionWeights, apply_hop, rebuild_weights
@@ -108,7 +109,8 @@ class DeltaConsumer:
             ``current`` or no version of the chain (the caller takes the slow path: ``get_checkpoint``).
 
         Raises:
-            DeltaBaseMismatchError: the tensors are not ``current``'s weights (nothing changed).
+            DeltaBaseMismatchError: the tensors are not ``current``'s weights, by their weights hash (nothing
+                changed): also when they are ``target``'s already (a DELTA applied twice is refused, not repeated).
             WeightsMismatchError, DeltaError, ChecksumError: the DELTA does not verify (nothing changed).
             DeltaDtypeError: a value of ``tensors`` is no tensor (nothing changed).
         """
@@ -136,6 +138,14 @@ class DeltaConsumer:
                     f"tensors[{name!r}] is a {type(tensors[name]).__name__}; expected version {current}'s weights as "
                     "torch tensors"
                 )
-        held = VersionWeights(version=base, tensors=dict(tensors), weights_hash=base.header.weights_hash)
-        result = apply_hop(self.chain, held, version)
-        return result
+        # Hashed, not taken on the caller's word: a DELTA is assignment, so applied again to its own result (or
+        # to any weights agreeing at its positions) it verified and "succeeded" on weights that were not its base.
+        found = weights_hash(tensors)
+        if found != base.header.weights_hash:
+            said = f"they are already version {target}'s" if found == header.weights_hash else f"they hash to {found}"
+            raise DeltaBaseMismatchError(
+                f"chain {self.chain.name!r}: the tensors given as version {current}'s weights are not: {said}; "
+                f"expected weights hash {base.header.weights_hash} (nothing was changed)"
+            )
+        held = VersionWeights(version=base, tensors=dict(tensors), weights_hash=found)
+        return apply_hop(self.chain, held, version)
