@@ -134,3 +134,73 @@ def test_a_sibling_head_seen_for_one_read_is_no_commit_that_landed_since(
     with pytest.raises(ChainRollbackError) as refused:
         Follower(reader).poll()
     assert refused.value.check == "committed_off_chain"
+
+
+def _rewrite_policies(chain: ChainStore, signer: SigningKey, keys: list[str]) -> None:
+    """A store writer rewrites every policy file as its own, the same count, each trusting ``keys`` and signed by
+    ``signer`` (no pinned root: policy 1 signs itself), chained by previous_sha256: every policy still checks."""
+    import hashlib
+
+    from ml8s.chain.root import KeySignature, trusted_key
+    from ml8s.chain.trust import SignedPolicy, load_policies, policy_bytes, policy_file, policy_key
+
+    previous = ""
+    for original in load_policies(chain)[0]:
+        trusted = tuple(sorted((trusted_key(k) for k in keys), key=lambda k: k.key_id))
+        policy = original.model_copy(update={"keys": trusted, "previous_sha256": previous})
+        data = policy_bytes(policy)
+        signature = KeySignature(key_id=signer.key_id, signature=signer.sign(data))
+        written = policy_file(SignedPolicy(policy=policy, signatures=(signature,)))
+        chain.store.put_atomic(policy_key(chain, policy.version), written, tmp_key=f"tmp/policy-{policy.version}")
+        previous = hashlib.sha256(written).hexdigest()
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["polling", "restarted"])
+def test_policies_rewritten_to_the_same_count_are_refused(tmp_path: Path, restart: bool) -> None:
+    """Follower state kept how many policies were seen, not which: a store writer rewrote them (trust on first use:
+    policy 1 signs itself) to trust its own key too, committed with that key, and the follower took the new head,
+    the count unchanged. verify's anchor_policy names that; the follower now does too, by the sha256 it kept."""
+    from test_chain_signing import KEY_A, KEY_B
+
+    from ml8s.chain import adopt_policy
+    from ml8s.errors import UntrustedVersionError
+    from ml8s.store import LocalStore
+
+    chain = ChainStore(LocalStore(str(tmp_path / "root")), "c", signer=KEY_A)
+    chain.init()
+    adopt_policy(chain, KEY_A, [KEY_A.public_key])
+    chain.commit(payload("a1"), meta("a1"))
+    state = str(tmp_path / "state.json")
+    follower = Follower(chain, state_path=state)
+    follower.poll()
+    adopt_policy(chain, KEY_A, [KEY_A.public_key])  # a rotation is no rewrite: followed
+    chain.commit(payload("a2"), meta("a2"))
+    assert follower.poll() is not None
+    _rewrite_policies(chain, KEY_B, [KEY_A.public_key, KEY_B.public_key])
+    ChainStore(chain.store, "c", signer=KEY_B).commit(payload("evil"), meta("evil"))  # the store takes it
+    reader = Follower(ChainStore(chain.store, "c"), state_path=state) if restart else follower
+    with pytest.raises(UntrustedVersionError) as refused:
+        reader.poll()
+    assert refused.value.check == "trust_policy_replaced"
+    assert "trust policy 2 (or one before it) is not the file seen before" in str(refused.value)
+    assert reader.last is not None and reader.last.counter == 2  # the head it had is kept
+
+
+def test_a_state_saved_before_policy_hashes_is_read_and_then_records_them(chain: ChainStore, tmp_path: Path) -> None:
+    """An older follower's state (a count, no sha256) still loads; the next poll records the newest policy's hash."""
+    from test_chain_signing import KEY_A
+
+    from ml8s.chain import adopt_policy
+
+    signed = ChainStore(chain.store, chain.name, signer=KEY_A)
+    signed.init()
+    adopt_policy(signed, KEY_A, [KEY_A.public_key])
+    head = signed.commit(payload("a1"), meta("a1"))
+    state = tmp_path / "state.json"
+    state.write_text(
+        f'{{"chain_name": "{chain.name}", "counter": {head.counter}, "block_hash": "{head.block_hash}", '
+        '"policy_version": 1}'
+    )
+    follower = Follower(ChainStore(chain.store, chain.name), state_path=str(state))
+    assert follower.poll() is None
+    assert SeenHead.model_validate_json(state.read_text()).policy_sha256 == follower.reader.policy_sha256 != ""

@@ -12,9 +12,10 @@ backed by its run claim and an audit event (ChainEvidenceError naming ``run_inde
 No version the run index or audit trail records as committed may be above the head or off it
 (ChainRollbackError, ``committed_off_chain``), so even a first start with no saved state refuses a
 rolled-back head. A trust policy the follower saw must stay (``trust_policy_missing``): a deleted policy
-file never undoes a rotation. With an ``anchor`` (a signed checkpoint kept outside the store), a poll
-after the anchor expired is refused (ChainFrozenError, ``anchor_expired``): nothing proves the head
-read is still the newest, so a frozen or replayed store is not followed; ``renew`` takes a fresh anchor.
+file never undoes a rotation; and stay the file it saw (``trust_policy_replaced``, by the sha256 kept).
+With an ``anchor`` (a signed checkpoint kept outside the store), a poll after the anchor expired is refused
+(ChainFrozenError, ``anchor_expired``): nothing proves the head read is still the newest, so a frozen or
+replayed store is not followed; ``renew`` takes a fresh anchor.
 
 What a poll accepted is ``current``: the version checked, from the one head read of that poll. Readers
 serve ``current``, never a head read again (which a store writer could have flipped in between).
@@ -42,6 +43,7 @@ from ml8s.chain._util import save_state, utc_now
 from ml8s.chain.anchor import Anchor, expired, issued_in_future, pinned_policy_problems, signature_problems
 from ml8s.chain.limits import RECORD_MAX_BYTES
 from ml8s.chain.models import ChainVersion
+from ml8s.chain.trust import TrustPolicy
 from ml8s.chain.trusted import ReadTrust, TrustedReader
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import (
@@ -65,6 +67,9 @@ class SeenHead(BaseModel):
     counter: int
     block_hash: str
     policy_version: int = 0  # the trust policies seen by then: one that disappears is a finding
+    # sha256 of policy ``policy_version``'s file (through previous_sha256 it fixes the older ones): a policy
+    # replaced by another that still checks is a finding. "" in state saved before it: the next poll records it.
+    policy_sha256: str = ""
 
 
 class Follower:
@@ -111,9 +116,15 @@ class Follower:
             raise ConfigError(f"the anchor is for chain {point.chain_name!r}, not {self.chain.name!r}")
         self.anchor = anchor
         if self.last is None or point.counter > self.last.counter:
-            seen = max(point.policy_version, self.last.policy_version if self.last is not None else 0)
+            count, sha = (self.last.policy_version, self.last.policy_sha256) if self.last is not None else (0, "")
+            if point.policy_version > count or (point.policy_version == count > 0 and point.policy_sha256):
+                count, sha = point.policy_version, point.policy_sha256  # signed: the anchor's word wins a tie
             self.last = SeenHead(
-                chain_name=point.chain_name, counter=point.counter, block_hash=point.block_hash, policy_version=seen
+                chain_name=point.chain_name,
+                counter=point.counter,
+                block_hash=point.block_hash,
+                policy_version=count,
+                policy_sha256=sha,
             )
 
     def poll(self) -> ChainVersion | None:
@@ -135,7 +146,9 @@ class Follower:
                 check="trust_policy_missing",
             )
         if self.anchor is not None:
-            self._check_anchor(self.anchor)
+            self._check_anchor(self.anchor)  # first: what it finds is named as verify --anchor names it
+        if last is not None:
+            self._check_replaced(policies, last)
         moved = last is None or head.block_hash != last.block_hash
         if last is not None and moved:
             self._check_extends(head, last)
@@ -144,7 +157,7 @@ class Follower:
             seen = -1  # a first start: check the whole chain, so evidence of a rollback is checked in full
         self._check_new(head, self.reader.check_down_to(head, seen), seen)
         self.current = head
-        self._remember(head, len(policies))
+        self._remember(head, len(policies), self.reader.policy_sha256)
         return head if moved else None
 
     def fetch_payload(self, version: ChainVersion, name: str) -> bytes:
@@ -192,6 +205,21 @@ class Follower:
         for check, reason in problems + pinned_policy_problems(self.chain, anchor, len(policies)):
             raise UntrustedVersionError(point.counter, f"the anchor of {self.chain.name!r}: {reason}", check=check)
 
+    def _check_replaced(self, policies: list[TrustPolicy], last: SeenHead) -> None:
+        """Every policy seen is still the file seen (verify's ``anchor_policy``, without an anchor)."""
+        seen, name = last.policy_version, self.chain.name
+        if not seen or not last.policy_sha256:
+            return
+        # the newest file's own hash, or the one its successor names (checked by load_policy_chain)
+        found = self.reader.policy_sha256 if len(policies) == seen else policies[seen].previous_sha256
+        if found != last.policy_sha256:
+            raise UntrustedVersionError(
+                None,
+                f"chain {name!r}: trust policy {seen} (or one before it) is not the file seen before: sha256 {found}, "
+                f"expected {last.policy_sha256}; a policy replaced in the store, even by one that checks, is refused",
+                check="trust_policy_replaced",
+            )
+
     def _check_new(self, head: ChainVersion, new: list[ChainVersion], seen: int) -> None:
         """Every version new to this follower is backed by the run index and trail, and nothing recorded as
         committed lies above the head or off the versions walked."""
@@ -229,9 +257,13 @@ class Follower:
                     )
                 return
 
-    def _remember(self, head: ChainVersion, policy_version: int) -> None:
+    def _remember(self, head: ChainVersion, policy_version: int, policy_sha256: str) -> None:
         self.last = SeenHead(
-            chain_name=self.chain.name, counter=head.counter, block_hash=head.block_hash, policy_version=policy_version
+            chain_name=self.chain.name,
+            counter=head.counter,
+            block_hash=head.block_hash,
+            policy_version=policy_version,
+            policy_sha256=policy_sha256,
         )
         if self.state_path:
             save_state(self.state_path, self.last.model_dump_json().encode("utf-8"), "follower state")

@@ -39,7 +39,16 @@ Problems = list[tuple[str, str]]
 MAX_POLICY_BYTES = 1024 * 1024
 _SCHEMA_2_FIELDS = ("schema", "threshold", "root_id", "from_counter")
 
-__all__ = ["SignedPolicy", "TrustPolicy", "TrustedKey", "adopt_policy", "load_policies", "policy_bytes", "policy_key"]
+__all__ = [
+    "SignedPolicy",
+    "TrustPolicy",
+    "TrustedKey",
+    "adopt_policy",
+    "load_policies",
+    "load_policy_chain",
+    "policy_bytes",
+    "policy_key",
+]
 
 
 class TrustPolicy(BaseModel):
@@ -107,6 +116,14 @@ def policy_key(chain: ChainVersions, version: int) -> str:
 def load_policies(chain: ChainVersions, root: TrustRoot | None = None) -> tuple[list[TrustPolicy], Problems]:
     """The valid policies, version 1 first, and what is wrong with the rest (a broken policy and every
     later one are dropped: a key they add is not trusted). With a ``root``, policy 1 must chain to it."""
+    policies, problems, _ = load_policy_chain(chain, root)
+    return policies, problems
+
+
+def load_policy_chain(chain: ChainVersions, root: TrustRoot | None = None) -> tuple[list[TrustPolicy], Problems, str]:
+    """``load_policies`` and the sha256 of the newest valid policy's file ("" when none), hashed from the bytes
+    read: through every ``previous_sha256`` it names each older policy file too, so a reader that kept it can
+    tell a policy replaced by another that still checks (without a root, one self-signed)."""
     policies: list[TrustPolicy] = []
     previous = ""
     for info in chain.objects(chain.key(paths.TRUST)):
@@ -114,20 +131,24 @@ def load_policies(chain: ChainVersions, root: TrustRoot | None = None) -> tuple[
         match = _POLICY_KEY.fullmatch(name)
         where = chain.store.uri(info.key)
         if match is None or int(match.group(1)) != len(policies) + 1:
-            return policies, [("trust_policy", f"{where}: expected policy-{len(policies) + 1:010d}.json")]
+            return policies, [("trust_policy", f"{where}: expected policy-{len(policies) + 1:010d}.json")], previous
         try:
             data = chain.store.get(info.key, max_bytes=RECORD_MAX_BYTES)
             signed = SignedPolicy.model_validate_json(data)
         except (ValidationError, NotFoundError, ObjectTooLargeError, UnsafeObjectError):
-            return policies, [("trust_policy", f"{where} is no valid signed trust policy")]
+            return policies, [("trust_policy", f"{where} is no valid signed trust policy")], previous
         policy = signed.policy
         if (policy.version, policy.chain_name, policy.previous_sha256) != (len(policies) + 1, chain.name, previous):
-            return policies, [("trust_policy", f"{where}: version, chain name or previous_sha256 do not follow")]
+            return (
+                policies,
+                [("trust_policy", f"{where}: version, chain name or previous_sha256 do not follow")],
+                previous,
+            )
         if (problem := _signature_problem(signed, policies[-1] if policies else None, root)) is not None:
-            return policies, [(problem[0], f"{where}: {problem[1]}")]
+            return policies, [(problem[0], f"{where}: {problem[1]}")], previous
         policies.append(policy)
         previous = hashlib.sha256(data).hexdigest()
-    return policies, []
+    return policies, [], previous
 
 
 def _signature_problem(

@@ -65,6 +65,7 @@ class TrustedReader:
         self.trust = trust or ReadTrust(require_signed=require_signed)
         self.chain = chain
         self._policies: list[TrustPolicy] | None = None
+        self.policy_sha256 = ""  # of the newest cached policy's file (trust.load_policy_chain)
         self._checked: dict[str, ChainVersion] = {}  # block hash -> a version this reader checked
 
     @property
@@ -74,10 +75,10 @@ class TrustedReader:
     def policies(self, at_least: int = 0) -> list[TrustPolicy]:
         """The chain's valid trust policies; UntrustedVersionError (``trust_policy``...) when one is broken."""
         if self._policies is None or len(self._policies) < at_least:
-            policies, problems = trust.load_policies(self.chain, self.trust.root)
+            policies, problems, newest = trust.load_policy_chain(self.chain, self.trust.root)
             if problems:
                 raise UntrustedVersionError(None, problems[0][1], check=problems[0][0])
-            self._policies = policies
+            self._policies, self.policy_sha256 = policies, newest
         return self._policies
 
     def fresh_policies(self) -> list[TrustPolicy]:
