@@ -266,6 +266,34 @@ def test_bad_lineage_inputs_fail_before_any_write(
     assert _head(root) == head
 
 
+def test_a_corrupt_record_file_names_the_history_to_delete_and_that_heals_it(
+    warm_root: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A record file of the right size with other bytes passed bootstrap; training then failed
+    RECORDS_CHECKSUM_MISMATCH on every run, saying nothing of what to do. The error names the file and the history
+    to delete; once deleted, the next run rebuilds it from DATA_ROOT (checked against the parent's hashes)."""
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    (record,) = sorted(root.glob("ml8s_lineages/*/history-*/gen-000001.f32"))
+    record.chmod(0o644)
+    damaged = bytearray(record.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x40
+    record.write_bytes(bytes(damaged))
+    add_generation(data, 2)
+    head = _head(root)
+    proc = forked_ml8s(["run"], _env(data, root, WARM_START="head"), timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ml8s: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0].startswith("ml8s: RECORDS_CHECKSUM_MISMATCH: ") and "gen-000001.f32 has sha256" in errors[0]
+    history = record.parent
+    assert f"delete the history file://{history}/ (every file under it) and run again" in errors[0], errors[0]
+    assert "Traceback" not in proc.stderr and _head(root) == head
+    shutil.rmtree(history)  # what the message says
+    _ml8s(_env(data, root, WARM_START="head"), "run")
+    assert _head(root)[0] == head[0] + 1 and record.read_bytes() != bytes(damaged)
+
+
 @pytest.mark.parametrize(
     ("request_", "error", "says"),
     [

@@ -21,7 +21,15 @@ from ml8s.data.dataset import parse_file
 from ml8s.data.fingerprint import FileEntry, Fingerprint, fingerprint_entries
 from ml8s.data.missing import MISSING_TOKENS
 from ml8s.data.sources import read_verified
-from ml8s.errors import LineageDataError, LineageError, PredictionInputError, RecordsAppendError
+from ml8s.errors import (
+    LineageDataError,
+    LineageError,
+    PredictionInputError,
+    RecordsAppendError,
+    RecordsChecksumError,
+    RecordsExtraBytesError,
+    RecordsTruncatedError,
+)
 from ml8s.inference import RawTransform
 from ml8s.lineage.columns import Keep, file_tables, no_rows, typed_columns
 from ml8s.records import GenerationInfo, RecordSchema, RecordStore
@@ -268,3 +276,19 @@ def check_history_schema(history: RecordStore, schema: RecordSchema) -> None:
         raise LineageError(
             f"the lineage history at {history.key('')} has another record schema; expected the lineage's features"
         )
+
+
+# A listed generation whose file is not the bytes its index lists (the store's own damage: a flipped bit, an edit).
+DamagedRecords = RecordsChecksumError | RecordsTruncatedError | RecordsExtraBytesError
+
+
+def with_rebuild_hint(history: RecordStore, exc: DamagedRecords) -> DamagedRecords:
+    """``exc`` (same code) saying how to heal: a listed generation is never rewritten, so every run would fail on
+    the damaged file again; the history is derived data, rebuilt (and checked) from DATA_ROOT when absent."""
+    where = history.store.uri(history.prefix)
+    return type(exc)(
+        f"{exc.message}. The lineage's record history is derived data and a listed generation is never rewritten, "
+        f"so every warm start fails here until it is rebuilt: delete the history {where}/ (every file under it) "
+        "and run again; the features step re-encodes each generation from DATA_ROOT and checks it against the "
+        "sha256 its parent recorded (under Flyte run with FORCE_RERUN=true: the features task is cached)"
+    )

@@ -21,6 +21,8 @@ from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.errors import (
     LineageDataError,
     LineageError,
+    RecordsExtraBytesError,
+    RecordsTruncatedError,
     StaleParentError,
 )
 from ml8s.identity.hashing import canonical_bytes
@@ -111,7 +113,7 @@ def resolve_warm_start(
     # hit needs none of the data, inference and record readers (pyarrow among them).
     from ml8s.inference import RawTransform
     from ml8s.lineage.drift import drift_report
-    from ml8s.lineage.history import check_new_columns
+    from ml8s.lineage.history import check_new_columns, with_rebuild_hint
     from ml8s.records import RecordStore
 
     schema_bytes = chain.fetch_payload(parent, layout.PAYLOAD_FEATURE_SCHEMA)
@@ -137,7 +139,10 @@ def resolve_warm_start(
     if isinstance(seed, int) and isinstance(test_size, int | float):
         history = RecordStore(open_store(plan.parent.root_uri), history_prefix(plan, schema_bytes, seed, test_size))
         if history.index() is not None:
-            history.open(verify_hash=False)  # sizes and manifests: a truncated record file fails before any write
+            try:  # sizes and manifests: a truncated record file fails before any write
+                history.open(verify_hash=False)
+            except (RecordsTruncatedError, RecordsExtraBytesError) as exc:
+                raise with_rebuild_hint(history, exc) from exc
     return {**config, "warm_start": parent.content_hash}, plan
 
 

@@ -16,9 +16,16 @@ import torch
 from ml8s.context.run import RunSpec
 from ml8s.contract import layout
 from ml8s.contract.training_state import Generation, TrainingState
-from ml8s.errors import LineageError, TrainingError
+from ml8s.errors import (
+    LineageError,
+    RecordsChecksumError,
+    RecordsExtraBytesError,
+    RecordsTruncatedError,
+    TrainingError,
+)
 from ml8s.features.warm import history_for, read_generations
 from ml8s.lineage import LineagePlan, parent_split, parent_version
+from ml8s.lineage.history import with_rebuild_hint
 from ml8s.modeling.family import ModelFamily
 from ml8s.modeling.registry import cross_entropy_step
 from ml8s.records import RecencySampler, SamplerConfig, gather
@@ -56,7 +63,11 @@ def warm_fit(
     step = family.train_step or cross_entropy_step
     losses: list[float] = []
     with owned_tempdir("ml8s-history-") as cache:
-        mapped = history_for(spec, plan, features_dir).open_mapped(cache)
+        history = history_for(spec, plan, features_dir)
+        try:
+            mapped = history.open_mapped(cache)
+        except (RecordsChecksumError, RecordsTruncatedError, RecordsExtraBytesError) as exc:
+            raise with_rebuild_hint(history, exc) from exc
         rows = _rows(generations, mapped.generation_rows)
         config = SamplerConfig(alpha=params.sampler_alpha, batch_size=params.batch_size, seed=params.random_seed)
         # another TEST_SIZE gives every generation another number of training rows: the parent's stream drew
