@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ml8s.identity.variables import CANONICALIZATION_VERSION
 from ml8s.identity.versions import records_training_state
 
@@ -48,6 +50,12 @@ PAYLOAD_CONFIG_SNAPSHOT = "config_snapshot.json"
 PAYLOAD_DATA_FINGERPRINT = "data_fingerprint.json"
 # Written by ``ml8s follow`` beside a version's payload files: no payload file may take its name.
 SERVED_VERSION_FILE = "ml8s_version.json"
+
+
+def clashing_names(names: Iterable[str], reserved: Iterable[str]) -> list[str]:
+    """The ``names`` (payload paths) that are one of ``reserved`` or lie under one taken as a folder, sorted."""
+    taken = tuple(reserved)
+    return sorted(n for n in names if any(n == r or n.startswith(f"{r}/") for r in taken))
 
 
 def model_export(model_format: str) -> str:

@@ -79,7 +79,7 @@ def served_files(served: Served) -> dict[str, bytes]:
     info = served.info
     # only a FULL's weights file is the verified weights: in any other version that name is a foreign file
     reserved = (VERSION_FILE,) if info.payload_kind == PayloadKind.FULL else (VERSION_FILE, WEIGHTS_FULL)
-    clash = sorted(n for n in served.files if any(n == r or n.startswith(f"{r}/") for r in reserved))
+    clash = layout.clashing_names(served.files, reserved)
     if clash:
         raise ServingError(
             f"chain {info.chain_name!r} v{info.counter} ({info.version_dir}): payload file(s) {clash} would be "

@@ -143,7 +143,7 @@ def commit_weights(
         raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
     reserved = (WEIGHTS_FULL, WEIGHTS_DELTA, layout.SERVED_VERSION_FILE)
     # the follower writes ml8s_version.json beside the payload: a payload file of that name would be overwritten
-    clash = sorted(n for n in extra or {} if any(n == r or n.startswith(f"{r}/") for r in reserved))
+    clash = layout.clashing_names(extra or {}, reserved)
     if clash:
         raise ConfigError(f"extra payload files {clash}: expected no file named (or under) {', '.join(reserved)}")
     builder = _Builder(chain, tensors, source, interval, mode, known, extra or {})
