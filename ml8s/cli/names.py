@@ -64,6 +64,6 @@ def _manifest(store: Store, run_id: str) -> Manifest | None:
     """The run's manifest; None when it is missing or unreadable (the checks report that themselves)."""
     key = f"{layout.run_prefix(run_id)}/{layout.MANIFEST}"
     try:
-        return load(store.uri(key), store.get(key), Manifest)
+        return load(store.uri(key), store.get(key, max_bytes=layout.RECORD_MAX_BYTES), Manifest)
     except Ml8sError:
         return None

@@ -116,6 +116,11 @@ class RunContext(BaseModel):
     def uri(self, rel: str) -> str:
         return f"{self.artifact_root}/{rel}"
 
+    def read_record(self, store: Store, rel: str, max_bytes: int = layout.RECORD_MAX_BYTES) -> bytes:
+        """A record of the run read whole, up to ``max_bytes``: a planted multi-GB object (or a sparse file, a
+        link to /dev/zero) is ObjectTooLargeError naming it, its size and the bound, never read into memory."""
+        return store.get(self.key(rel), max_bytes=max_bytes)
+
     def open_store(self) -> Store:
         """The pipeline root's store: open it once per step (or per process) and pass it down."""
         return open_store(self.settings.pipeline_root_uri)

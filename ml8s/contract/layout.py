@@ -12,6 +12,9 @@ INCIDENTS_DIR = "ml8s_incidents"
 # A run's records (snapshot, fingerprint, metadata, manifest, an incident) are a few KiB: every reader that
 # reads one whole reads at most this, so a sparse 64 GiB file or a link to /dev/zero is refused unread.
 RECORD_MAX_BYTES = 16 * 1024 * 1024
+# The feature schema lists every feature (a one-hot category is one, ~100 bytes): read whole, it is refused
+# above this, far over a million features, rather than filling a reader's memory.
+SCHEMA_MAX_BYTES = 256 * 1024 * 1024
 
 CONFIG_SNAPSHOT = "config_snapshot.json"
 DATA_FINGERPRINT = "data_fingerprint.json"

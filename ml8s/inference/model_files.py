@@ -153,19 +153,22 @@ def read_run_files(root_uri: str, run_id: str, *, require_marker: bool = True) -
             "(`ml8s runs list` shows each run's status)"
         )
 
-    def read(rel: str) -> bytes:
+    def read(rel: str, max_bytes: int | None) -> bytes:
         try:
-            return store.get(f"{prefix}/{rel}")
+            return store.get(f"{prefix}/{rel}", max_bytes=max_bytes)
         except NotFoundError as exc:
             raise InferenceError(f"{source}/{rel} is missing; expected it in a complete run") from exc
 
-    metadata_bytes = read(layout.TRAINING_METADATA)
+    metadata_bytes = read(layout.TRAINING_METADATA, layout.RECORD_MAX_BYTES)
     metadata = parse_metadata(metadata_bytes, f"{source}/{layout.TRAINING_METADATA}")
+    model_rel = layout.model_export(metadata.export.format)
+    # at most the size the metadata records: a larger model fails ModelFiles.metadata's check anyway
+    recorded = metadata.artifacts.get(model_rel)
     return ModelFiles(
         source=source,
-        feature_schema=read(layout.FEATURE_SCHEMA),
+        feature_schema=read(layout.FEATURE_SCHEMA, layout.SCHEMA_MAX_BYTES),
         training_metadata=metadata_bytes,
-        model=read(layout.model_export(metadata.export.format)),
+        model=read(model_rel, recorded.size if recorded is not None else None),
     )
 
 

@@ -43,7 +43,9 @@ class ChainCommit(BaseModel):
 @log.timed("chain_commit")
 def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = None) -> ChainCommit:
     """Commit the completed run (idempotent: an already committed run returns its version)."""
-    metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
+    metadata = load(
+        ctx.uri(layout.TRAINING_METADATA), ctx.read_record(store, layout.TRAINING_METADATA), TrainingMetadata
+    )
     training = metadata.training
     steps = training.epochs * math.ceil(training.train_rows / training.batch_size)
     payload = {
@@ -53,7 +55,7 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
         )
         if name != PAYLOAD_MANIFEST
     }
-    manifest = load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest)
+    manifest = load(ctx.uri(layout.MANIFEST), ctx.read_record(store, layout.MANIFEST), Manifest)
     payload[PAYLOAD_MANIFEST] = manifest.chain_payload()
     # The committer's key comes from this process's environment (a Kubernetes secret on a cluster), never
     # from the run context: the context travels between Flyte tasks and must hold no secret.

@@ -17,7 +17,7 @@ from ml8s.contract import (
     layout,
     load,
 )
-from ml8s.errors import IntegrityError, NotFoundError
+from ml8s.errors import IntegrityError, NotFoundError, ObjectTooLargeError
 from ml8s.pipeline.gate import GateDecision
 from ml8s.registry.registration import MlflowRef
 from ml8s.store import Store
@@ -29,7 +29,9 @@ RECOMPUTED_STEPS = ("snapshot", "features", "train", "export")
 @log.timed("finalize")
 def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDecision) -> str:
     """Verify, write ``manifest.json`` and create ``success.marker`` (create-if-absent). Returns the manifest."""
-    metadata = load(ctx.uri(layout.TRAINING_METADATA), store.get(ctx.key(layout.TRAINING_METADATA)), TrainingMetadata)
+    metadata = load(
+        ctx.uri(layout.TRAINING_METADATA), ctx.read_record(store, layout.TRAINING_METADATA), TrainingMetadata
+    )
     recorded = metadata.artifacts
     expected = set(
         layout.checksummed_artifacts(
@@ -60,9 +62,12 @@ def finalize(ctx: RunContext, store: Store, mlflow: MlflowRef, decision: GateDec
     }
     for rel, want in sorted(expected_identity.items()):
         try:
-            data = store.get(ctx.key(rel))
+            # never more than this run's own bytes: a larger object differs, and is not read into memory
+            data = ctx.read_record(store, rel, max_bytes=len(want))
         except NotFoundError as exc:
             raise IntegrityError(f"{ctx.uri(rel)} is missing at finalization; expected it written by Step 2") from exc
+        except ObjectTooLargeError as exc:
+            raise IntegrityError(f"{exc.message}: differs from this run's identity; expected identical bytes") from exc
         if data != want:
             raise IntegrityError(f"{ctx.uri(rel)} differs from this run's identity; expected identical bytes")
         artifacts[rel] = ArtifactRef(uri=ctx.uri(rel), sha256=hashlib.sha256(data).hexdigest(), size=len(data))

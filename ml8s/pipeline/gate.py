@@ -62,7 +62,7 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
         return GateDecision(completed=False, force_rerun=True, previous_sha256=previous)
     if completed:
         try:
-            manifest = _read_record(ctx, store, layout.MANIFEST).decode("utf-8")
+            manifest = ctx.read_record(store, layout.MANIFEST).decode("utf-8")
         except NotFoundError as exc:
             raise StoreError(
                 f"{ctx.uri(layout.SUCCESS_MARKER)} exists but {ctx.uri(layout.MANIFEST)} does not; "
@@ -87,7 +87,7 @@ def _check_marker_absent(ctx: RunContext, store: Store) -> None:
     (the run must train), yet it made finalization's create-if-absent fail, which it took for an identical run
     that had finished first. Every such run trained, said it was done, and left the run unmarked."""
     try:
-        _read_record(ctx, store, layout.SUCCESS_MARKER)
+        ctx.read_record(store, layout.SUCCESS_MARKER)
     except NotFoundError:
         return
     except UnsafeObjectError as exc:
@@ -187,7 +187,7 @@ def clear_run(ctx: RunContext, store: Store) -> None:
 
 def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
     try:
-        stored = json_object(_read_record(ctx, store, layout.CONFIG_SNAPSHOT))
+        stored = json_object(ctx.read_record(store, layout.CONFIG_SNAPSHOT))
     except NotFoundError:
         if completed:
             raise StoreError(
@@ -227,7 +227,7 @@ def _check_snapshot(ctx: RunContext, store: Store, *, completed: bool) -> None:
 def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, JsonValue]) -> str:
     """The fingerprint of data_fingerprint.json, which must agree with the snapshot's."""
     try:
-        recorded = str(json_object(_read_record(ctx, store, layout.DATA_FINGERPRINT)).get("fingerprint", ""))
+        recorded = str(json_object(ctx.read_record(store, layout.DATA_FINGERPRINT)).get("fingerprint", ""))
     except (NotFoundError, ValueError) as exc:
         raise StoreError(f"{ctx.uri(layout.DATA_FINGERPRINT)} is missing or unreadable: {exc}") from exc
     if recorded != snapshot.get("data_fingerprint"):
@@ -240,7 +240,7 @@ def _recorded_fingerprint(ctx: RunContext, store: Store, snapshot: dict[str, Jso
 
 def _recorded_sha256(ctx: RunContext, store: Store) -> dict[str, str]:
     try:
-        artifacts = json_object(_read_record(ctx, store, layout.TRAINING_METADATA)).get("artifacts")
+        artifacts = json_object(ctx.read_record(store, layout.TRAINING_METADATA)).get("artifacts")
     except (NotFoundError, ValueError):
         return {}
     if not isinstance(artifacts, dict):  # only compared after the re-run: a damaged record compares nothing
@@ -269,8 +269,3 @@ def _incident(ctx: RunContext, store: Store, kind: str, stored: dict[str, JsonVa
         store.put_atomic(key, record.to_bytes(), tmp_key=tmp)
     except Ml8sError as exc:
         ctx.log("gate", f"could not record the {kind} incident at {store.uri(key)}: {exc}")
-
-
-def _read_record(ctx: RunContext, store: Store, rel: str) -> bytes:
-    """A record of the run, read whole up to the records' bound (a sparse 64 GiB file is refused unread)."""
-    return store.get(ctx.key(rel), max_bytes=layout.RECORD_MAX_BYTES)

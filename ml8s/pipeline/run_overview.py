@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.context.run import RunContext
 from ml8s.contract import FeatureSchema, Manifest, Metrics, layout, load
 from ml8s.contract.epochs import EpochRecord, read_epochs
+from ml8s.errors import ObjectTooLargeError
 from ml8s.identity.variables import JsonValue
 from ml8s.pipeline.chain_commit import ChainCommit
 from ml8s.pipeline.curves import curves_svg
@@ -64,9 +65,10 @@ class RunOverview(BaseModel):
 
 def collect_overview(ctx: RunContext, store: Store, decision: GateDecision, commit: ChainCommit) -> RunOverview:
     """Read the completed run's records from ``store`` (its manifest, metrics and feature schema)."""
-    manifest = load(ctx.uri(layout.MANIFEST), store.get(ctx.key(layout.MANIFEST)), Manifest)
-    metrics = load(ctx.uri(layout.METRICS), store.get(ctx.key(layout.METRICS)), Metrics)
-    schema = load(ctx.uri(layout.FEATURE_SCHEMA), store.get(ctx.key(layout.FEATURE_SCHEMA)), FeatureSchema)
+    manifest = load(ctx.uri(layout.MANIFEST), ctx.read_record(store, layout.MANIFEST), Manifest)
+    metrics = load(ctx.uri(layout.METRICS), ctx.read_record(store, layout.METRICS), Metrics)
+    schema_bytes = ctx.read_record(store, layout.FEATURE_SCHEMA, max_bytes=layout.SCHEMA_MAX_BYTES)
+    schema = load(ctx.uri(layout.FEATURE_SCHEMA), schema_bytes, FeatureSchema)
     drift = ctx.spec.lineage.drift if ctx.spec.lineage is not None else None  # measured at bootstrap
     audit = manifest.force_rerun
     forced = ""
@@ -108,8 +110,8 @@ def _epochs(ctx: RunContext, store: Store) -> tuple[EpochRecord, ...]:
     if not store.exists(key):
         return ()
     try:
-        return tuple(read_epochs(store.get(key))[1])
-    except ValueError:
+        return tuple(read_epochs(ctx.read_record(store, layout.EPOCH_LOG))[1])
+    except (ValueError, ObjectTooLargeError):
         return ()
 
 

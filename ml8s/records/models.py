@@ -13,6 +13,11 @@ from ml8s.text import first_problem
 
 HISTORY_FORMAT = "ml8s-records/1"
 INDEX_NAME = "history.json"
+# Read whole from the store, so bounded: anyone who can write the store could otherwise plant a multi-GB
+# object and exhaust a reader's memory. The index lists each generation (~350 bytes): 64 MiB is far over
+# 100,000 generations; a generation's manifest is one such entry.
+INDEX_MAX_BYTES = 64 * 1024 * 1024
+MANIFEST_MAX_BYTES = 64 * 1024
 _SHA256 = r"^[0-9a-f]{64}$"
 _M = TypeVar("_M", bound=BaseModel)
 

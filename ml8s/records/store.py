@@ -30,6 +30,7 @@ from ml8s.errors import (
 from ml8s.identity import worker_id
 from ml8s.records.mapped import MappedHistory, map_generation
 from ml8s.records.models import (
+    INDEX_MAX_BYTES,
     INDEX_NAME,
     GenerationInfo,
     HistoryIndex,
@@ -182,7 +183,7 @@ class RecordStore:
     def _read_index(self) -> tuple[HistoryIndex | None, str | None]:
         key = self.key(INDEX_NAME)
         try:
-            found = self.store.get_versioned(key)
+            found = self.store.get_versioned(key, max_bytes=INDEX_MAX_BYTES)
         except NotFoundError:
             return None, None
         index = parse_model(HistoryIndex, found.data, self.store.uri(key))
@@ -203,7 +204,7 @@ class RecordStore:
     def _check_unchanged(self, token: str | None, number: int) -> None:
         """Refuse before uploading if the index moved while the rows were spooled (a concurrent writer)."""
         try:
-            now = self.store.get_versioned(self.key(INDEX_NAME)).token
+            now = self.store.get_versioned(self.key(INDEX_NAME), max_bytes=INDEX_MAX_BYTES).token
         except NotFoundError:
             now = None
         if now != token:

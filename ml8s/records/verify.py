@@ -16,7 +16,7 @@ from ml8s.errors import (
     RecordsSchemaMismatchError,
     RecordsTruncatedError,
 )
-from ml8s.records.models import GenerationInfo, HistoryIndex, parse_model
+from ml8s.records.models import MANIFEST_MAX_BYTES, GenerationInfo, HistoryIndex, parse_model
 from ml8s.store import Store
 
 _CHUNK = 4 * 1024 * 1024
@@ -40,7 +40,7 @@ def check_schema(index: HistoryIndex, where: str) -> None:
 def check_manifest(store: Store, key: str, info: GenerationInfo) -> None:
     """The generation's own manifest exists and says exactly what the index says."""
     try:
-        data = store.get(key)
+        data = store.get(key, max_bytes=MANIFEST_MAX_BYTES)
     except NotFoundError as exc:
         raise GenerationMissingError(
             f"{store.uri(key)} does not exist; expected the manifest of generation {info.generation}"

@@ -16,6 +16,7 @@ from functools import cache
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ml8s.contract import layout
 from ml8s.errors import NotFoundError
 from ml8s.store import Store
 
@@ -94,7 +95,7 @@ def gone_reason(holder: HolderProcess | None) -> str:
 def read_claim(store: Store, key: str) -> tuple[RegistryClaim | None, str | None]:
     """The claim and its CAS token; an unreadable claim counts as expired (taken over by CAS)."""
     try:
-        versioned = store.get_versioned(key)
+        versioned = store.get_versioned(key, max_bytes=layout.RECORD_MAX_BYTES)
     except NotFoundError:
         return None, None
     try:

@@ -30,7 +30,7 @@ import ml8s
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.contract.epochs import EpochRecord, read_epochs
-from ml8s.errors import NotFoundError, RegistryError
+from ml8s.errors import NotFoundError, ObjectTooLargeError, RegistryError
 from ml8s.identity.hashing import json_loads
 from ml8s.identity.variables import JsonValue
 from ml8s.store import Store
@@ -118,10 +118,10 @@ def epoch_log(ctx: RunContext, store: Store) -> tuple[int | None, list[EpochReco
     A log, not an artifact: a malformed one is skipped with a warning, never a failed registration.
     """
     try:
-        return read_epochs(store.get(ctx.key(layout.EPOCH_LOG)))
+        return read_epochs(ctx.read_record(store, layout.EPOCH_LOG))
     except NotFoundError:
         return None, []
-    except ValueError as exc:
+    except (ValueError, ObjectTooLargeError) as exc:
         ctx.log("register", f"WARNING: {ctx.uri(layout.EPOCH_LOG)} skipped: {str(exc)[:80]}")
         return None, []
 
@@ -188,7 +188,7 @@ def _number(value: object) -> TypeGuard[int | float]:
 def _read_json(ctx: RunContext, store: Store, rel: str, path: tuple[str, ...]) -> object:
     """A JSON value of an artifact (None when the file or the path is absent)."""
     try:
-        data = json_loads(store.get(ctx.key(rel)))
+        data = json_loads(ctx.read_record(store, rel))
     except NotFoundError:
         return None
     except ValueError:

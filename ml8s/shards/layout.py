@@ -12,6 +12,9 @@ import re
 
 from ml8s.errors import ShardInputError
 
+# The metadata is read whole: bounded, so a planted multi-GB object is refused unread. It lists each tensor's
+# pieces per rank (~200 bytes each): 64 MiB is far over 10,000 tensors on 32 ranks.
+METADATA_MAX_BYTES = 64 * 1024 * 1024
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SHARD_NAME = re.compile(r"(?P<base>.+)_shard_(?P<rank>[^/]*)\.shard")
 

@@ -33,7 +33,7 @@ _WRONG_CHECKPOINT = {"header_rank", "header_world_size", "header_checkpoint_id"}
 def read_metadata(store: Store, prefix: str) -> CheckpointMetadata:
     """The checkpoint's metadata, checked for internal consistency (ShardFormatError naming the first problem)."""
     key = layout.metadata_key(prefix)
-    meta = decode_metadata(store.get(key), store.uri(key))
+    meta = decode_metadata(store.get(key, max_bytes=layout.METADATA_MAX_BYTES), store.uri(key))
     if problems := metadata_problems(meta, prefix):
         reasons = "; ".join(reason for _, reason in problems[:5])
         raise ShardFormatError(f"{store.uri(key)}: {reasons}", check=problems[0][0])

@@ -133,7 +133,7 @@ def _metadata(store: Store, prefix: str, present: bool, findings: list[ShardFind
     try:
         if not present:
             raise NotFoundError(f"{store.uri(key)} does not exist")
-        meta = decode_metadata(store.get(key), store.uri(key))
+        meta = decode_metadata(store.get(key, max_bytes=layout.METADATA_MAX_BYTES), store.uri(key))
     except NotFoundError:
         findings.append(
             ShardFinding(check="metadata_missing", reason="no metadata file (rank 0 writes it last)", file=key)
