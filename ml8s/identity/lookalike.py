@@ -15,11 +15,13 @@ from ml8s.identity.settings import PLATFORM_VARIABLES
 from ml8s.identity.variables import USER_VARIABLES
 
 # Variables ml8s reads besides the user and platform ones (logging, signing, provenance, MLflow's experiment,
-# the empty MLflow schema new local registries are copied from).
+# the empty MLflow schema new local registries are copied from, the S3 request deadline: read by the store with
+# the other S3 client settings, AWS_*, since the store cannot depend on ml8s.identity).
 OTHER_VARIABLES = (
     "ML8S_GIT_COMMIT",
     "ML8S_LOG_LEVEL",
     "ML8S_MLFLOW_SCHEMA_TEMPLATE",
+    "ML8S_S3_REQUEST_DEADLINE",
     "ML8S_SIGNING_KEY",
     "ML8S_SIGNING_KEY_FILE",
     "MLFLOW_EXPERIMENT_NAME",

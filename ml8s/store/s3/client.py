@@ -10,8 +10,8 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 import boto3
@@ -31,6 +31,7 @@ from ml8s.errors import (
     without_credentials,
 )
 from ml8s.store.base import Store
+from ml8s.store.s3.deadline import VARIABLE, Late, request_deadline, within
 from ml8s.text import is_digits, shown
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ _DIGEST = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzConte
 _SLOW = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "OperationAborted"}
 # botocore's own check ends in "$", which lets a trailing newline through (it then breaks every signature)
 _REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
+_T = TypeVar("_T")
 
 
 class S3Base(Store):
@@ -53,7 +55,8 @@ class S3Base(Store):
     Read once from ``env`` (default ``os.environ``): ``AWS_ENDPOINT_URL`` (else ``FLYTE_AWS_ENDPOINT``; when
     set, path-style addressing), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (else ``FLYTE_AWS_*``; else
     boto3's credential chain), ``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION`` (default
-    us-east-1), ``AWS_MAX_ATTEMPTS`` (default 4, for idempotent requests).
+    us-east-1), ``AWS_MAX_ATTEMPTS`` (default 4, for idempotent requests), ``ML8S_S3_REQUEST_DEADLINE``
+    (default 300 s, each request's total time: :mod:`ml8s.store.s3.deadline`).
     """
 
     def __init__(
@@ -79,7 +82,7 @@ class S3Base(Store):
         self.bucket, self.prefix = bucket, "/".join(p for p in prefix.split("/") if p)
         self.root_uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.multipart_threshold, self.part_size, self.page_size = multipart_threshold, part_size, page_size
-        self.attempts, self._bucket_seen = int(attempts), False
+        self.attempts, self.deadline, self._bucket_seen = int(attempts), request_deadline(env), False
         endpoint = _endpoint(env)
         core = botocore.session.get_session()
         core.set_config_variable("ignore_configured_endpoint_urls", True)  # the endpoint is the one from env
@@ -123,10 +126,28 @@ class S3Base(Store):
             if status < 500 and code not in _SLOW:
                 return  # an answer (2xx, or a 4xx that is not retried): nothing to say
             why = f"HTTP {status} {code if code != str(status) else ''}".rstrip()
-        operation = getattr(kwargs.get("operation"), "name", "request")
-        more = "; trying again" if attempts < self.attempts else ""
-        log.warning(
-            "S3 %s at %s: attempt %d of %d failed (%s)%s", operation, self.endpoint, attempts, self.attempts, why, more
+        self._say(getattr(kwargs.get("operation"), "name", "request"), attempts, self.attempts, why)
+
+    def _say(self, operation: str, attempt: int, tries: int, why: str) -> None:
+        more = "; trying again" if attempt < tries else ""
+        log.warning("S3 %s at %s: attempt %d of %d failed (%s)%s", operation, self.endpoint, attempt, tries, why, more)
+
+    def _bounded(self, op: str, key: str, call: Callable[[], _T], *, sent: int = 0, tries: int | None = None) -> _T:
+        """``call()``, one boto3 request, within the request deadline (:mod:`.deadline`); a late one is tried again
+        up to AWS_MAX_ATTEMPTS times (``tries``: 1 for a request never repeated blindly). ``sent``: bytes it sends."""
+        tries = self.attempts if tries is None else tries
+        for attempt in range(1, tries + 1):
+            try:
+                return within(lambda _: call(), seconds=self.deadline, sent=sent)
+            except Late as late:
+                self._say(op, attempt, tries, str(late))
+        raise self._late(op, key, tries)
+
+    def _late(self, op: str, key: str, tries: int) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"{op} {self.uri(key)}: S3 endpoint {self.endpoint} sent no complete answer within the request deadline "
+            f"of {self.deadline} s ({VARIABLE}, plus 1 s per MiB moved) in {tries} attempt(s); expected an endpoint "
+            "that answers in time (one sending its answer a byte at a time never trips the 30 s read timeout)"
         )
 
     # -- helpers --------------------------------------------------------------------------------
@@ -148,8 +169,8 @@ class S3Base(Store):
 
     def _delete_quietly(self, full_key: str) -> None:
         try:
-            self._client.delete_object(Bucket=self.bucket, Key=full_key)
-        except (ClientError, BotoCoreError) as exc:
+            self._bounded("DELETE", full_key, lambda: self._client.delete_object(Bucket=self.bucket, Key=full_key))
+        except (ClientError, BotoCoreError, StoreUnavailableError) as exc:
             log.warning("could not delete s3://%s/%s (the tmp cleanup job will): %s", self.bucket, full_key, exc)
 
     @contextlib.contextmanager
@@ -207,10 +228,10 @@ class S3Base(Store):
         """HeadObject's 404 has no body, so a missing bucket looks like a missing key: ask (once)."""
         if not self._bucket_seen:
             try:
-                self._client.head_bucket(Bucket=self.bucket)
+                self._bounded("HEAD", "", lambda: self._client.head_bucket(Bucket=self.bucket), tries=1)
             except ClientError as exc:
                 return http_status(exc) != 404
-            except BotoCoreError:
+            except (BotoCoreError, StoreUnavailableError):
                 return True  # unknown: keep the original error
             self._bucket_seen = True
         return True

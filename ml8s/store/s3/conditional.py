@@ -45,7 +45,8 @@ class S3ConditionalWrites(S3Writes, S3Reads):
         expected = f"version {token}" if token else "no object (create only)"
         try:
             with self._errors("conditional PUT", key, expected, attempts=1):
-                return self._etag(self._once.put_object(**request).get("ETag"), "conditional PUT", key)
+                answer = self._bounded("conditional PUT", key, lambda: self._once.put_object(**request), tries=1)
+                return self._etag(answer.get("ETag"), "conditional PUT", key)
         except NotFoundError as exc:  # AWS answers If-Match on a missing object with 404
             raise PreconditionFailedError(f"{self.uri(key)} changed: expected {expected}, found <absent>") from exc
         except RetryableStoreError as exc:

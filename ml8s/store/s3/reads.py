@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -15,9 +16,19 @@ from ml8s.errors import NotFoundError, ObjectTooLargeError, StoreError, UnsafeOb
 from ml8s.store._files import write_error
 from ml8s.store.base import ObjectInfo, Versioned, WriteResult
 from ml8s.store.s3.client import CUT_SHORT, MiB, S3Base, unquote
+from ml8s.store.s3.deadline import Job, Late, within
+from ml8s.text import shown
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3.type_defs import GetObjectRequestTypeDef
+    from mypy_boto3_s3.type_defs import GetObjectRequestTypeDef, ListObjectsV2RequestTypeDef
+
+
+class _BodyCut(Exception):
+    """A body cut short while it streamed in (``error``, botocore's): the GET is sent again."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _Sink(Protocol):
@@ -107,31 +118,48 @@ class S3Reads(S3Base):
             out.seek(0)
             out.truncate()
             with self._errors("GET", key, f"version {if_match}" if if_match else ""):
-                response = self._client.get_object(**request)
-                try:
-                    # no Content-Length (a chunked answer): max_bytes is still checked as the body streams in
-                    announced = response.get("ContentLength", 0)
-                    _check_length(self.uri(key), announced, max_bytes, response["Body"].close)
-                    for chunk in response["Body"].iter_chunks(MiB):
-                        out.write(chunk)
-                        _check_length(self.uri(key), out.tell(), max_bytes, response["Body"].close)
-                    return self._etag(response.get("ETag"), "GET", key)
-                except CUT_SHORT:
+                fetch = functools.partial(self._fetch, request, key, out, max_bytes)
+                try:  # the whole answer, headers and body, within the request deadline
+                    return within(fetch, seconds=self.deadline, sent=0)
+                except Late as late:
+                    self._say("GetObject", attempt, self.attempts, str(late))
                     if attempt == self.attempts:
-                        raise
+                        raise self._late("GET", key, self.attempts) from None
+                except _BodyCut as cut:
+                    if attempt == self.attempts:
+                        raise cut.error from None
             time.sleep(random.uniform(0, 0.05 * 2**attempt))
         raise AssertionError("unreachable")
+
+    def _fetch(self, request: GetObjectRequestTypeDef, key: str, out: _Sink, max_bytes: int | None, job: Job) -> str:
+        """One GET into ``out``, on the request's own thread; its ETag. Nothing is written once ``job`` is
+        abandoned (the caller has taken ``out`` back)."""
+        response = self._client.get_object(**request)
+        body = response["Body"]
+        try:
+            # no Content-Length (a chunked answer): max_bytes is still checked as the body streams in
+            _check_length(self.uri(key), response.get("ContentLength", 0), max_bytes, body.close)
+            for chunk in body.iter_chunks(MiB):
+                with job.guard:
+                    if job.abandoned:
+                        break
+                    out.write(chunk)
+                job.received += len(chunk)
+                _check_length(self.uri(key), out.tell(), max_bytes, body.close)
+        except CUT_SHORT as exc:
+            raise _BodyCut(exc) from exc
+        return self._etag(response.get("ETag"), "GET", key)
 
     def checksum(self, key: str) -> str:
         """The object's ETag (unquoted), from one HeadObject: what a listing reports, without the listing."""
         with self._errors("HEAD", key):
-            head = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+            head = self._bounded("HEAD", key, lambda: self._client.head_object(Bucket=self.bucket, Key=self._key(key)))
         return self._etag(head.get("ETag"), "HEAD", key)
 
     def exists(self, key: str) -> bool:
         try:
             with self._errors("HEAD", key):
-                self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+                self._bounded("HEAD", key, lambda: self._client.head_object(Bucket=self.bucket, Key=self._key(key)))
         except NotFoundError:
             return False
         return True
@@ -139,13 +167,15 @@ class S3Reads(S3Base):
     def list(self, prefix: str) -> list[ObjectInfo]:
         rel, root = "/".join(p for p in prefix.split("/") if p), f"{self.prefix}/" if self.prefix else ""
         found: list[ObjectInfo] = []
+        request: ListObjectsV2RequestTypeDef = {
+            "Bucket": self.bucket,
+            "Prefix": self._key(rel) if rel else root,
+            "MaxKeys": self.page_size,
+        }
+        tokens: set[str] = set()
         with self._errors("LIST", rel):
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket,
-                Prefix=self._key(rel) if rel else root,
-                PaginationConfig={"PageSize": self.page_size},
-            )
-            for page in pages:
+            while True:  # page by page, each request within the deadline (a paginator's pages are not)
+                page = self._bounded("LIST", rel, lambda: self._client.list_objects_v2(**request))
                 for item in page.get("Contents", []):
                     full, stamp = item.get("Key", ""), item.get("LastModified")
                     name = full.removeprefix(root)
@@ -161,17 +191,26 @@ class S3Reads(S3Base):
                         self._addressable(name)
                         etag, mtime = unquote(item.get("ETag", "")), stamp.timestamp() if stamp else 0.0
                         found.append(ObjectInfo(key=name, size=item.get("Size", 0), checksum=etag, mtime=mtime))
-                if page.get("IsTruncated") and not page.get("NextContinuationToken"):
-                    # botocore's paginator stops there in silence: the keys after this page would be left out
+                token = page.get("NextContinuationToken", "")
+                if not page.get("IsTruncated"):
+                    break
+                if not token:  # stopping here (as botocore's paginator did, in silence) would leave keys out
                     raise StoreError(
                         f"LIST {self.uri(rel)}: {self.endpoint} said the listing goes on (IsTruncated) but sent no "
                         "NextContinuationToken; expected a token to fetch the rest (a short listing loses objects)"
                     )
+                if token in tokens:
+                    raise StoreError(
+                        f"LIST {self.uri(rel)}: {self.endpoint} sent the continuation token {shown(token)[:80]!r} "
+                        "twice; expected a new one per page (the listing would never end)"
+                    )
+                tokens.add(token)
+                request["ContinuationToken"] = token
         return sorted(found, key=lambda info: info.key)
 
     def delete(self, key: str) -> None:
         with self._errors("DELETE", key):
-            self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+            self._bounded("DELETE", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=self._key(key)))
 
     def _addressable(self, name: str) -> None:
         """UnsafeObjectError for a listed key that ``_key`` would map to another object: ``a//b``, ``/a``,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from typing import IO, TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ml8s.errors import IntegrityError, PreconditionFailedError, StoreError
+from ml8s.errors import IntegrityError, PreconditionFailedError, StoreError, StoreUnavailableError
 from ml8s.store.base import WriteResult
 from ml8s.store.s3.client import MiB, S3Base, encrypted, unquote
 from ml8s.store.s3.digest import Digest
@@ -18,7 +19,11 @@ from ml8s.store.s3.digest import Digest
 if TYPE_CHECKING:
     from typing import TypedDict
 
-    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, PutObjectRequestTypeDef
+    from mypy_boto3_s3.type_defs import (
+        CompletedMultipartUploadTypeDef,
+        CompletedPartTypeDef,
+        PutObjectRequestTypeDef,
+    )
 
     class _Upload(TypedDict):
         Bucket: str
@@ -46,14 +51,16 @@ class S3Writes(S3Base):
         """Upload to ``tmp_key`` hashing as it reads, check what the server stored, copy to ``key``, delete tmp."""
         tmp, digest = self._key(tmp_key), Digest()
         if size <= self.multipart_threshold:
+            request = self._put_request(tmp_key, source.read(), digest)
             with self._errors("PUT", tmp_key):
-                self._client.put_object(**self._put_request(tmp_key, source.read(), digest))
+                self._bounded("PUT", tmp_key, lambda: self._client.put_object(**request), sent=size)
         else:
-            with self._multipart(tmp_key) as (upload, parts):
+            with self._multipart(tmp_key, size) as (upload, parts):
                 while chunk := source.read(max(self.part_size, -(-size // 10_000))):
                     sha, md5 = digest.add(chunk)
                     number = len(parts) + 1
-                    out = self._client.upload_part(
+                    send = functools.partial(
+                        self._client.upload_part,
                         **upload,
                         PartNumber=number,
                         Body=chunk,
@@ -61,6 +68,7 @@ class S3Writes(S3Base):
                         ChecksumSHA256=sha,
                         ContentMD5=md5,
                     )
+                    out = self._bounded("part PUT", tmp_key, send, sent=len(chunk))
                     self._etag(out.get("ETag"), "part PUT", tmp_key)  # refuses an answer without one
                     # as the server sent it (quoted): what CompleteMultipartUpload compares
                     parts.append(_part(number, out["ETag"], out.get("ChecksumSHA256")))
@@ -75,12 +83,17 @@ class S3Writes(S3Base):
                 self._validate(key, digest)
             else:
                 with self._errors("COPY", key, f"{self.uri(tmp_key)} unchanged since validated (ETag {etag})"):
-                    copy = self._client.copy_object(
-                        Bucket=self.bucket,
-                        Key=self._key(key),
-                        CopySource={"Bucket": self.bucket, "Key": tmp},
-                        CopySourceIfMatch=etag,
-                        ChecksumAlgorithm="SHA256",
+                    copy = self._bounded(  # copied by the server: as long as sending the bytes may take
+                        "COPY",
+                        key,
+                        lambda: self._client.copy_object(
+                            Bucket=self.bucket,
+                            Key=self._key(key),
+                            CopySource={"Bucket": self.bucket, "Key": tmp},
+                            CopySourceIfMatch=etag,
+                            ChecksumAlgorithm="SHA256",
+                        ),
+                        sent=digest.size,
                     )
                 result, kms = copy["CopyObjectResult"], encrypted(copy)
                 self._check(key, digest, digest.size, result.get("ETag", ""), result.get("ChecksumSHA256"), kms)
@@ -92,39 +105,54 @@ class S3Writes(S3Base):
     def _copy_parts(self, key: str, tmp: str, etag: str, digest: Digest) -> None:
         """Copy over 5 GiB by UploadPartCopy on the upload's part boundaries (so the same multipart ETag)."""
         start = 0
-        with self._multipart(key) as (upload, parts):
+        with self._multipart(key, digest.size) as (upload, parts):
             for _, _, size in digest.parts:
-                out = self._client.upload_part_copy(
+                copy = functools.partial(
+                    self._client.upload_part_copy,
                     **upload,
                     PartNumber=len(parts) + 1,
                     CopySource={"Bucket": self.bucket, "Key": tmp},
                     CopySourceIfMatch=etag,
                     CopySourceRange=f"bytes={start}-{start + size - 1}",
-                )["CopyPartResult"]
+                )
+                out = self._bounded("part COPY", key, copy, sent=size)["CopyPartResult"]
                 start += size
                 parts.append(_part(len(parts) + 1, out.get("ETag", ""), out.get("ChecksumSHA256")))
 
     @contextlib.contextmanager
-    def _multipart(self, key: str) -> Iterator[tuple[_Upload, list[CompletedPartTypeDef]]]:
-        """A multipart upload to ``key``: completed with the parts the caller appends, aborted on any failure."""
+    def _multipart(self, key: str, size: int) -> Iterator[tuple[_Upload, list[CompletedPartTypeDef]]]:
+        """A multipart upload of ``size`` bytes to ``key``: completed with the parts the caller appends, aborted on
+        any failure (completing takes the server a time that grows with the size, so the deadline does too)."""
         parts: list[CompletedPartTypeDef] = []
-        with self._errors("multipart PUT", key):
-            created = self._client.create_multipart_upload(
-                Bucket=self.bucket, Key=self._key(key), ChecksumAlgorithm="SHA256"
+        op = "multipart PUT"
+        with self._errors(op, key):
+            created = self._bounded(
+                op,
+                key,
+                lambda: self._client.create_multipart_upload(
+                    Bucket=self.bucket, Key=self._key(key), ChecksumAlgorithm="SHA256"
+                ),
             )
             upload: _Upload = {"Bucket": self.bucket, "Key": self._key(key), "UploadId": created["UploadId"]}
             try:
                 yield upload, parts
-                self._client.complete_multipart_upload(**upload, MultipartUpload={"Parts": parts})
+                done: CompletedMultipartUploadTypeDef = {"Parts": parts}
+                self._bounded(
+                    op, key, lambda: self._client.complete_multipart_upload(**upload, MultipartUpload=done), sent=size
+                )
             except BaseException:
-                with contextlib.suppress(ClientError, BotoCoreError):
-                    self._client.abort_multipart_upload(**upload)
+                with contextlib.suppress(ClientError, BotoCoreError, StoreUnavailableError):
+                    self._bounded(op, key, lambda: self._client.abort_multipart_upload(**upload), tries=1)
                 raise
 
     def _validate(self, key: str, digest: Digest) -> str:
         """HeadObject ``key`` and check it against ``digest``; returns its ETag."""
         with self._errors("HEAD", key):
-            head = self._client.head_object(Bucket=self.bucket, Key=self._key(key), ChecksumMode="ENABLED")
+            head = self._bounded(
+                "HEAD",
+                key,
+                lambda: self._client.head_object(Bucket=self.bucket, Key=self._key(key), ChecksumMode="ENABLED"),
+            )
         kms = encrypted(head)
         etag = self._etag(head.get("ETag"), "HEAD", key)
         self._check(key, digest, head.get("ContentLength", -1), etag, head.get("ChecksumSHA256"), kms)

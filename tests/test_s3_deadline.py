@@ -1,0 +1,131 @@
+"""Each S3 request has a total deadline (ML8S_S3_REQUEST_DEADLINE, plus 1 s per MiB moved). An endpoint that
+sent its headers or body a byte every few seconds never tripped the 30 s read timeout: ``ml8s run``, ``follow``
+or ``predict --chain`` hung for hours with no message. Hand-written loopback servers trickle their answers."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from test_s3_hostile import CREDENTIALS
+
+from ml8s.errors import ConfigError, StoreUnavailableError
+from ml8s.identity.lookalike import lookalikes
+from ml8s.store import S3Store
+
+BYTE_EVERY_S = 0.2  # far under the 30 s read timeout: each wait for the next byte is short
+MiB = 1024 * 1024
+
+
+@contextlib.contextmanager
+def trickling(phase: str, body: bytes = b"", rate: int = 0) -> Iterator[tuple[str, list[str]]]:
+    """A server on 127.0.0.1 that trickles every answer: its headers (``phase="headers"``) or its body (``"body"``)
+    a byte every BYTE_EVERY_S seconds, until the test ends; or (``"steady"``) sends ``body`` at ``rate`` bytes/s."""
+    seen: list[str] = []
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"{self.command} {self.path}")
+            if phase == "steady":
+                self._headers(len(body))
+                for start in range(0, len(body), 64 * 1024):
+                    self.wfile.write(body[start : start + 64 * 1024])
+                    time.sleep(64 * 1024 / rate)
+                return
+            if phase == "body":
+                self._headers(100_000)
+            else:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nx-amz-pad: ")
+            with contextlib.suppress(OSError):  # the client gave up and closed
+                while not stop.wait(BYTE_EVERY_S):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+
+        def _headers(self, length: int) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(length))
+            self.send_header("ETag", '"e"')
+            self.end_headers()
+
+        do_GET = do_PUT = do_HEAD = answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def _store(url: str, **env: str) -> S3Store:
+    settings = {**CREDENTIALS, "AWS_MAX_ATTEMPTS": "2", "ML8S_S3_REQUEST_DEADLINE": "1", **env}
+    return S3Store("s3://bkt/p", env={**settings, "AWS_ENDPOINT_URL": url})
+
+
+ACTIONS: dict[str, Callable[[S3Store], object]] = {
+    "GET": lambda store: store.get("runs/k"),
+    "HEAD": lambda store: store.exists("runs/k"),
+    "LIST": lambda store: store.list("runs/k"),
+    "PUT": lambda store: store.put_atomic("runs/k", b"data", tmp_key=".tmp/k"),
+}
+
+
+@pytest.mark.parametrize(
+    ("op", "phase"), [("GET", "headers"), ("GET", "body"), ("HEAD", "headers"), ("LIST", "headers"), ("PUT", "headers")]
+)
+def test_a_trickled_answer_fails_at_the_deadline_after_the_retries(
+    op: str, phase: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with trickling(phase) as (url, seen), caplog.at_level(logging.WARNING, logger="ml8s.store.s3"):
+        store = _store(url)
+        with pytest.raises(StoreUnavailableError) as info:
+            ACTIONS[op](store)
+    message = str(info.value)
+    assert message.startswith(f"STORE_UNAVAILABLE: {op} s3://bkt/p/"), message
+    assert f"S3 endpoint {url} sent no complete answer within the request deadline of 1 s" in message
+    assert "ML8S_S3_REQUEST_DEADLINE" in message and "in 2 attempt(s)" in message
+    assert len(seen) == 2, seen  # AWS_MAX_ATTEMPTS: tried again once, then given up
+    said = [r.getMessage() for r in caplog.records]
+    assert any("attempt 1 of 2 failed (no complete answer within 1 s); trying again" in line for line in said), said
+
+
+def test_a_large_honest_download_is_not_cut_by_the_deadline() -> None:
+    """3 MiB at 2 MiB/s takes 1.5 s, past a 1 s deadline: the allowance grows by 1 s per MiB received."""
+    body = bytes(range(256)) * (3 * MiB // 256)
+    with trickling("steady", body, rate=2 * MiB) as (url, seen):
+        assert _store(url).get("runs/big") == body
+    assert len(seen) == 1
+
+
+def test_a_password_in_the_endpoint_stays_out_of_the_deadline_error() -> None:
+    with trickling("headers") as (url, _):
+        store = _store(url.replace("http://", "http://user:s3cret@"), AWS_MAX_ATTEMPTS="1")
+        with pytest.raises(StoreUnavailableError) as info:
+            store.get("k")
+    assert "s3cret" not in str(info.value) and "sent no complete answer" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["0", "86401", "abc", "1.5", "\uff13", "-1", "9" * 40])
+def test_the_request_deadline_is_a_whole_number_of_seconds_from_1_to_86400(value: str) -> None:
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "ML8S_S3_REQUEST_DEADLINE": value}
+    with pytest.raises(ConfigError, match=r"^CONFIG_ERROR: ML8S_S3_REQUEST_DEADLINE=.* expected a whole number"):
+        S3Store("s3://bkt/p", env=env)
+
+
+def test_the_setting_is_known_so_ml8s_run_warns_about_its_misspellings_only() -> None:
+    assert lookalikes(["ML8S_S3_REQUEST_DEADLINE"]) == []
+    assert lookalikes(["ML8S_S3_REQUEST_DEADLIN"]) == [("ML8S_S3_REQUEST_DEADLIN", "ML8S_S3_REQUEST_DEADLINE")]
