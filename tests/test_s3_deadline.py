@@ -98,16 +98,21 @@ def test_a_trickled_answer_fails_at_the_deadline_after_the_retries(
     assert message.startswith(f"STORE_UNAVAILABLE: {op} s3://bkt/p/"), message
     assert f"S3 endpoint {url} sent no complete answer within the request deadline of 1 s" in message
     assert "ML8S_S3_REQUEST_DEADLINE" in message and "in 2 attempt(s)" in message
-    assert len(seen) == 2, seen  # AWS_MAX_ATTEMPTS: tried again once, then given up
+    # AWS_MAX_ATTEMPTS: tried again once, then given up (an abandoned attempt may reach a loaded server late)
+    waited = time.monotonic() + 60
+    while len(seen) < 2 and time.monotonic() < waited:
+        time.sleep(0.05)
+    assert len(seen) == 2, seen
     said = [r.getMessage() for r in caplog.records]
     assert any("attempt 1 of 2 failed (no complete answer within 1 s); trying again" in line for line in said), said
 
 
 def test_a_large_honest_download_is_not_cut_by_the_deadline() -> None:
-    """3 MiB at 2 MiB/s takes 1.5 s, past a 1 s deadline: the allowance grows by 1 s per MiB received."""
-    body = bytes(range(256)) * (3 * MiB // 256)
-    with trickling("steady", body, rate=2 * MiB) as (url, seen):
-        assert _store(url).get("runs/big") == body
+    """12 MiB at 4 MiB/s takes 3 s, past a 2 s deadline: the allowance grows by 1 s per MiB received (the margin,
+    2 s and more, leaves room for a loaded machine's pauses)."""
+    body = bytes(range(256)) * (12 * MiB // 256)
+    with trickling("steady", body, rate=4 * MiB) as (url, seen):
+        assert _store(url, ML8S_S3_REQUEST_DEADLINE="2").get("runs/big") == body
     assert len(seen) == 1
 
 

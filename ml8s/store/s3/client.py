@@ -167,11 +167,12 @@ class S3Base(Store):
             )
         return unquote(etag)
 
-    def _delete_quietly(self, full_key: str) -> None:
+    def _delete_quietly(self, key: str) -> None:
+        full_key = self._key(key)
         try:
-            self._bounded("DELETE", full_key, lambda: self._client.delete_object(Bucket=self.bucket, Key=full_key))
+            self._bounded("DELETE", key, lambda: self._client.delete_object(Bucket=self.bucket, Key=full_key))
         except (ClientError, BotoCoreError, StoreUnavailableError) as exc:
-            log.warning("could not delete s3://%s/%s (the tmp cleanup job will): %s", self.bucket, full_key, exc)
+            log.warning("could not delete %s (the tmp cleanup job will): %s", self.uri(key), exc)
 
     @contextlib.contextmanager
     def _errors(self, op: str, key: str, expected: str = "", attempts: int | None = None) -> Iterator[None]:

@@ -75,7 +75,7 @@ class S3Writes(S3Base):
         try:
             etag = self._validate(tmp_key, digest)
         except IntegrityError:
-            self._delete_quietly(tmp)
+            self._delete_quietly(tmp_key)
             raise
         try:
             if digest.size > MAX_COPY:
@@ -99,7 +99,7 @@ class S3Writes(S3Base):
                 self._check(key, digest, digest.size, result.get("ETag", ""), result.get("ChecksumSHA256"), kms)
         except PreconditionFailedError as exc:  # the tmp object changed after it was validated
             raise IntegrityError(exc.message) from exc
-        self._delete_quietly(tmp)  # on failure the final object is in place; the cleanup job takes the tmp key
+        self._delete_quietly(tmp_key)  # on failure the final object is in place; the cleanup job takes the tmp key
         return WriteResult(key=key, size=digest.size, sha256=digest.sha256().hex())
 
     def _copy_parts(self, key: str, tmp: str, etag: str, digest: Digest) -> None:
