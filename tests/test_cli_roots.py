@@ -2,7 +2,8 @@
 
 A clumsy operator points --root at a file, a FIFO, a symlink loop or a path below a file. Before, `chain verify`
 and `chain gc` printed INTERNAL_ERROR (an ENOTDIR from deep inside a listing), `runs list` said "no runs" and
-`chain log` "no chain", as if the root were merely empty.
+`chain log` "no chain", as if the root were merely empty. The error names where the root came from: `--root`
+when given (it said PIPELINE_ROOT_URI, which the operator had not set), else PIPELINE_ROOT_URI.
 """
 
 from __future__ import annotations
@@ -44,24 +45,61 @@ def _roots(base: Path) -> dict[str, tuple[Path, Path, str]]:
     }
 
 
-@pytest.mark.parametrize("kind", ["file", "below_a_file", "fifo", "loop"])
+@pytest.mark.parametrize(
+    ("kind", "source"),
+    [(kind, "--root") for kind in ("file", "below_a_file", "fifo", "loop")] + [("file", "PIPELINE_ROOT_URI")],
+)
 def test_a_root_that_is_no_directory_is_one_config_error_for_every_command(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    kind: str, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root, culprit, words = _roots(tmp_path)[kind]
     out = tmp_path / "out"
     out.mkdir()
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("PIPELINE_ROOT_URI", raising=False)
+    if source == "PIPELINE_ROOT_URI":
+        monkeypatch.setenv(source, str(root))
     before = sorted(p.name for p in tmp_path.iterdir())
     for command in COMMANDS:
-        argv = [arg.replace("OUT", str(out)) for arg in command] + ["--root", str(root)]
+        argv = [arg.replace("OUT", str(out)) for arg in command] + (["--root", str(root)] if source == "--root" else [])
         code = main(argv)
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
         assert code == 1, (argv, captured.out, captured.err)
         assert len(lines) == 1, (argv, captured.err)
-        assert lines[0].startswith("ml8s: CONFIG_ERROR: PIPELINE_ROOT_URI="), (argv, lines[0])
+        assert lines[0].startswith(f"ml8s: CONFIG_ERROR: {source}="), (argv, lines[0])
         assert f"{culprit} is {words}, expected a directory" in lines[0], (argv, lines[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert not any(out.iterdir())
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_an_empty_root_given_is_a_config_error_not_the_default(
+    blank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`chain log --root ''` (a script's unset variable) listed the chains of PIPELINE_ROOT_URI, or of
+    ./pipeline_root: an explicit --root is the root asked for, and an empty one names none."""
+    out, env_root = tmp_path / "out", tmp_path / "env_root"
+    out.mkdir()
+    env_root.mkdir()
+    rows = tmp_path / "rows.csv"
+    rows.write_text("a\n1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PIPELINE_ROOT_URI", str(env_root))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    extra = [
+        ["chain", "show"],
+        ["predict", "--chain", "c", "--input", str(rows)],
+        ["predict", "--run", RUN_ID, "--input", str(rows)],
+    ]
+    for command in COMMANDS + extra:
+        argv = [arg.replace("OUT", str(out)) for arg in command] + ["--root", blank]
+        code = main(argv)
+        captured = capsys.readouterr()
+        assert code == 1, (argv, captured.out, captured.err)
+        assert (
+            captured.err == f"ml8s: CONFIG_ERROR: --root={blank!r} is empty; expected a local path, file:// or s3://\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no ./pipeline_root either
+    assert not any(env_root.iterdir()) and not any(out.iterdir())

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from s3_servers import S3Endpoint, free_port
 
-from ml8s.cli.args import root_arg, tracking_uri_arg
+from ml8s.cli.args import command_root, tracking_uri_arg
 from ml8s.data.sources import fingerprint_data, read_verified
 from ml8s.errors import (
     ConfigError,
@@ -118,9 +118,9 @@ def test_credentials_in_a_root_or_tracking_uri_are_never_echoed(uri: str) -> Non
     with pytest.raises(RootUriError) as info:
         parse_root_uri(uri, variable="PIPELINE_ROOT_URI")
     assert "s3cret" not in str(info.value) and "credentials" in str(info.value)
-    with pytest.raises(argparse.ArgumentTypeError) as usage:
-        root_arg(uri)
-    assert "s3cret" not in str(usage.value)
+    with pytest.raises(RootUriError) as given:
+        command_root(argparse.Namespace(root=uri))
+    assert "s3cret" not in str(given.value) and "--root=" in str(given.value)
     with pytest.raises(argparse.ArgumentTypeError) as tracking:
         tracking_uri_arg("mongodb://bot:s3cretKey@db/mlflow")  # a scheme MLflow has no registry for
     assert "s3cret" not in str(tracking.value)

@@ -114,16 +114,18 @@ def test_data_root_goes_through_the_parser() -> None:
         validate_params({**config, "data_root": "s3://bucket/a/../b"})
 
 
-def test_cli_root_flag_is_a_usage_error(tmp_path: Path) -> None:
+def test_cli_root_flag_is_a_config_error_naming_it(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PIPELINE_ROOT_URI"}
     cases = {
-        "gs://bucket": "argument --root: 'gs://bucket': expected a local path, file:// or s3://",
-        "s3:/x": "argument --root: 's3:/x': expected s3://BUCKET/PREFIX (two slashes after s3:)",
+        "gs://bucket": "ml8s: CONFIG_ERROR: --root='gs://bucket' has an unsupported scheme; expected a local path, "
+        "file:// or s3://",
+        "s3:/x": "ml8s: CONFIG_ERROR: --root='s3:/x' is not an S3 URI; expected s3://BUCKET/PREFIX (two slashes "
+        "after s3:)",
     }
     for root, line in cases.items():
         done = forked_ml8s(["runs", "list", "--root", root], env)
-        assert done.returncode == 2 and done.stderr.rstrip().endswith(line), done.stderr
+        assert done.returncode == 1 and done.stderr == line + "\n", done.stderr
     env["PIPELINE_ROOT_URI"] = "~/runs"  # the environment's root is parsed only when --root is absent
     assert subprocess.run([ML8S, "runs", "list", "--root", str(tmp_path)], env=env).returncode == 0
     done = forked_ml8s(["runs", "list"], env)
-    assert done.returncode == 2 and "~ is not expanded" in done.stderr
+    assert done.returncode == 1 and done.stderr.startswith("ml8s: CONFIG_ERROR: PIPELINE_ROOT_URI='~/runs' starts")

@@ -153,7 +153,7 @@ def test_cli_pass_fail_and_usage_exit_codes(tampered: Run) -> None:
     assert report["status"] == "FAIL" and [c["name"] for c in report["checks"]] == CHECKS
     assert [c["name"] for c in report["checks"] if c["status"] == "FAIL"] == ["marker"]
     assert ml8s(env, "verify", "not-a-run-id").returncode == 2
-    assert ml8s(env, "verify", tampered.run_id, "--root", "http://example/x").returncode == 2
+    assert ml8s(env, "verify", tampered.run_id, "--root", "http://example/x").returncode == 1  # a CONFIG_ERROR
     assert ml8s(env, "verify").returncode == 2
 
 

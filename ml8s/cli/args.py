@@ -1,7 +1,8 @@
 """Arguments and error handling shared by every ``ml8s`` subcommand.
 
 Exit codes of every command: 0 success (or PASS), 1 FAIL or a named ml8s error (one line on stderr:
-``ml8s: CODE: message``), 2 usage errors (argparse's own, a malformed RUN_ID, an unsupported --root),
+``ml8s: CODE: message``; a bad --root or PIPELINE_ROOT_URI is a CONFIG_ERROR naming the one given), 2 usage
+errors (argparse's own, a malformed RUN_ID),
 143 / 130 stopped by SIGTERM / SIGINT (one line, ``ml8s: INTERRUPTED: ...``, after cleaning up).
 """
 
@@ -11,11 +12,13 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ml8s.errors import ConfigError, Ml8sError, RootUriError, TrackingUriError
-from ml8s.identity.priority import explicit_or_env
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.errors import Ml8sError, TrackingUriError
+from ml8s.identity.priority import checked_utf8, explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
 from ml8s.interrupts import Interrupted, interrupted, stopping_on_signals
@@ -75,36 +78,52 @@ def output_arg(text: str) -> str:
     return text
 
 
-def root_arg(text: str) -> str:
-    """argparse type of --root: a local path, file:// or s3:// (normalized like PIPELINE_ROOT_URI)."""
-    text_arg(text)
-    try:
-        return parse_root_uri(text, variable="--root").uri
-    except RootUriError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.text!r}: expected {exc.expected}") from exc
+ROOT_VARIABLE = "PIPELINE_ROOT_URI"
 
 
-def open_root(uri: str) -> Store:
-    """The store at a command's root; a local root that is a file, a FIFO or a symlink loop is a ConfigError
-    naming it (not an empty listing, nor an OS error from deep inside a read)."""
-    from ml8s.store import open_store
-    from ml8s.store.root_shape import check_local_root
+class CommandRoot(BaseModel):
+    """A command's pipeline root, normalized, and where it came from: ``--root`` or PIPELINE_ROOT_URI (which
+    the default ./pipeline_root stands in for), the name every error about it gives."""
 
-    check_local_root(uri)
-    return open_store(uri)
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str
+    source: str
+
+    def open(self) -> Store:
+        """The store at the root; a local root that is a file, a FIFO or a symlink loop is a ConfigError naming
+        it (not an empty listing, nor an OS error from deep inside a read)."""
+        from ml8s.store import open_store
+        from ml8s.store.root_shape import check_local_root
+
+        check_local_root(self.uri, variable=self.source)
+        return open_store(self.uri)
+
+
+def command_root(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> CommandRoot:
+    """The root of a command made with :func:`add_root`: ``--root`` when given, else PIPELINE_ROOT_URI, else
+    ./pipeline_root.
+
+    Parsed here, in the handler, not by argparse: a bad value is then a CONFIG_ERROR naming the one given, and a
+    malformed PIPELINE_ROOT_URI fails only the commands that use it. ``--root ''`` is given, so it is an error,
+    never the default.
+
+    Raises:
+        ConfigError: the root given is empty, malformed or not UTF-8 (named ``--root`` or PIPELINE_ROOT_URI).
+    """
+    given: str | None = args.root
+    if given is not None:
+        return CommandRoot(uri=parse_root_uri(checked_utf8("--root", given), variable="--root").uri, source="--root")
+    text = explicit_or_env(ROOT_VARIABLE, env) or DEFAULT_PIPELINE_ROOT
+    return CommandRoot(uri=parse_root_uri(text, variable=ROOT_VARIABLE).uri, source=ROOT_VARIABLE)
 
 
 def add_root(parser: argparse.ArgumentParser) -> None:
-    # The text, not the parsed root: argparse parses a default only when --root is absent, so a malformed
-    # PIPELINE_ROOT_URI is a usage error of the commands that use it and of no other.
-    try:
-        default = explicit_or_env("PIPELINE_ROOT_URI", os.environ) or DEFAULT_PIPELINE_ROOT
-    except ConfigError:  # not UTF-8: root_arg refuses the text, for these commands alone
-        default = os.environ["PIPELINE_ROOT_URI"].strip()
+    """``--root URI``, read by :func:`command_root` (None when not given: an empty one is an error there)."""
     parser.add_argument(
         "--root",
-        type=root_arg,
-        default=default,
+        default=None,
+        metavar="URI",
         help="pipeline root URI (default: PIPELINE_ROOT_URI, else ./pipeline_root)",
     )
 

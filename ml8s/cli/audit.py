@@ -8,7 +8,15 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, output_arg, run_id_arg, tracking_uri_arg
+from ml8s.cli.args import (
+    add_require_signed,
+    add_root,
+    command_root,
+    guarded,
+    output_arg,
+    run_id_arg,
+    tracking_uri_arg,
+)
 from ml8s.cli.streams import write_binary
 
 if TYPE_CHECKING:
@@ -83,7 +91,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     env = _named(args, _environment(args.require_signed))
     report = verify_run(
-        args.root,
+        command_root(args).uri,
         args.run_id,
         env,
         recheck_data=args.recheck_data,
@@ -99,7 +107,7 @@ def _bundle(args: argparse.Namespace) -> int:
 
     env = _named(args, os.environ)
     data, report = build_bundle(
-        args.root,
+        command_root(args).uri,
         args.run_id,
         env,
         include_model=not args.no_model,
@@ -152,11 +160,11 @@ def _named(args: argparse.Namespace, env: Mapping[str, str]) -> Mapping[str, str
     """The environment with CHAIN_NAME and MLFLOW_MODEL_NAME of the run (``ml8s.cli.names``)."""
     from ml8s.cli.names import run_names
 
-    return {**env, **run_names(open_root(args.root), args.run_id, args.chain, env)}
+    return {**env, **run_names(command_root(args).open(), args.run_id, args.chain, env)}
 
 
 def _anchor(args: argparse.Namespace, env: Mapping[str, str]) -> Anchor | None:
     from ml8s.audit.anchor_tags import load_anchor
     from ml8s.identity.settings import PlatformSettings
 
-    return load_anchor(args.anchor, PlatformSettings.load(env, {"pipeline_root_uri": args.root}))
+    return load_anchor(args.anchor, PlatformSettings.load(env, {"pipeline_root_uri": command_root(args).uri}))

@@ -39,7 +39,7 @@ from ml8s.chain import (
     to_stderr,
     verify_chain,
 )
-from ml8s.cli.args import add_require_signed, guarded, hours_arg, open_root, text_arg
+from ml8s.cli.args import add_require_signed, add_root, command_root, guarded, hours_arg, text_arg
 from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_versions, tensorboard
 from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
@@ -75,7 +75,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("promotions", "list the promotion decisions, oldest first"),
     ):
         verb = verbs.add_parser(name, help=text, description=text)
-        verb.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
+        add_root(verb)
         verb.add_argument(
             "--chain", default="", help="chain name (default: CHAIN_NAME, else the one chain under the root)"
         )
@@ -126,17 +126,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
+    pipeline_root = command_root(args)
+    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": pipeline_root.uri, "chain_name": args.chain})
     verb: str = args.verb
     if verb == "keygen":
         return _keygen(args.out)
     if not args.chain and not named_in(os.environ) and verb not in _CREATING:
         # Nobody named a chain: the one under the root; with none or several, log lists them.
-        names = chain_names(open_root(settings.pipeline_root_uri))
+        names = chain_names(pipeline_root.open())
         if len(names) == 1:
-            settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": names[0]})
+            settings = PlatformSettings.load(
+                os.environ, {"pipeline_root_uri": pipeline_root.uri, "chain_name": names[0]}
+            )
         elif verb == "log":
-            return list_chains(open_root(settings.pipeline_root_uri), as_json=args.json)
+            return list_chains(pipeline_root.open(), as_json=args.json)
         elif names and settings.chain_name not in names:
             raise ConfigError(f"the root holds chains {', '.join(names)}; expected --chain NAME (or CHAIN_NAME)")
     if verb == "reproduce":
@@ -154,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     signer = SigningKey.from_env(os.environ)
     trust = ReadTrust.from_settings(settings, getattr(args, "require_signed", None))
-    store = open_root(settings.pipeline_root_uri)
+    store = pipeline_root.open()
     chain = ChainStore(store, settings.chain_name, signer=signer, trust_root=trust.root)
     if verb in ("promote", "reject", "promotions"):
         from ml8s.cli.promote import promotion_verb

@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ml8s.chain import RECORD_MAX_BYTES, Anchor, ChainStore, ReadTrust, read_anchor
-from ml8s.cli.args import add_require_signed, guarded, open_root
+from ml8s.cli.args import add_require_signed, add_root, command_root, guarded
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store.operator_files import read_operator_file
@@ -26,7 +26,7 @@ def register(commands: Subcommands) -> None:
         "payload files) under versions/, with a 'current' symlink swapped atomically"
     )
     follow = commands.add_parser("follow", help=text, description=text)
-    follow.add_argument("--root", default="", help="pipeline root URI (default: PIPELINE_ROOT_URI)")
+    add_root(follow)
     follow.add_argument("--chain", default="", help="chain name (default: CHAIN_NAME)")
     follow.add_argument("--out", required=True, help="the directory to keep current")
     follow.add_argument("--once", action="store_true", help="catch up to the head, then exit")
@@ -44,8 +44,9 @@ def _follow(args: argparse.Namespace) -> int:
         raise ConfigError(f"--pinned {args.pinned}: expected a version counter >= 1")
     if not 0 < args.poll_seconds < 86400:
         raise ConfigError(f"--poll-seconds {args.poll_seconds}: expected a number of seconds in (0, 86400)")
-    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_root(settings.pipeline_root_uri), settings.chain_name)
+    root = command_root(args)
+    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": root.uri, "chain_name": args.chain})
+    chain = ChainStore(root.open(), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
     for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)

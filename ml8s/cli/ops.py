@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_root, guarded, open_root, run_id_arg, text_arg
+from ml8s.cli.args import add_root, command_root, guarded, run_id_arg, text_arg
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -62,7 +62,7 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     from ml8s.ops.tmp_local import cleanup_local_tmp
 
     days: float = retention_days(os.environ) if args.older_than_days is None else args.older_than_days
-    report = cleanup_tmp(open_root(args.root), days, dry_run=args.dry_run)
+    report = cleanup_tmp(command_root(args).open(), days, dry_run=args.dry_run)
     local = cleanup_local_tmp(dry_run=args.dry_run)  # $TMPDIR directories of ml8s processes that ended
     if args.json:
         print(json.dumps({**json.loads(report.model_dump_json()), "local_temp_dirs": local}, indent=2))
@@ -88,7 +88,7 @@ def _resolve(args: argparse.Namespace) -> int:
     if not args.quarantine:
         parser: argparse.ArgumentParser = args.parser
         parser.error("the only resolution is --quarantine (move the colliding run aside); pass it to proceed")
-    outcome = resolve_collision(open_root(args.root), args.run_id, reason=args.reason)
+    outcome = resolve_collision(command_root(args).open(), args.run_id, reason=args.reason)
     print(outcome.model_dump_json(indent=2))
     done = "was already resolved" if outcome.already_resolved else "quarantined"
     print(f"run {args.run_id} {done}: {outcome.resolution.quarantine_uri} ({outcome.record_uri})", file=sys.stderr)
@@ -98,7 +98,7 @@ def _resolve(args: argparse.Namespace) -> int:
 def _runs_list(args: argparse.Namespace) -> int:
     from ml8s.ops.runs import list_root, render_runs
 
-    listing = list_root(open_root(args.root), os.environ)  # registrations checked in MLflow
+    listing = list_root(command_root(args).open(), os.environ)  # registrations checked in MLflow
     for uri in listing.not_runs:
         print(f"ml8s: warning: {uri} is no run (not a RUN_ID folder of run files): not listed", file=sys.stderr)
     if args.json:

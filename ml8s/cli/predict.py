@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, BinaryIO
 
-from ml8s.cli.args import add_require_signed, add_root, guarded, open_root, run_id_arg
+from ml8s.cli.args import add_require_signed, add_root, command_root, guarded, run_id_arg
 from ml8s.cli.streams import write_binary
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 from ml8s.output_files import write_output
@@ -104,7 +104,7 @@ def _predict(args: argparse.Namespace) -> int:
         raise PredictionInputError(
             f"--id-column {args.id_column!r} is not a column of {where}; expected one of its header"
         )
-    files = read_run_files(args.root, args.run) if args.run is not None else _chain_files(args)
+    files = read_run_files(command_root(args).uri, args.run) if args.run is not None else _chain_files(args)
     predictor = Predictor(files)
     _check_id_column(args.id_column, predictor.classes)
     absent = sorted({column.name for column in predictor.transform.inputs} - set(table.columns))
@@ -146,8 +146,9 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     from ml8s.identity.settings import PlatformSettings
     from ml8s.inference import read_chain_files
 
-    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": args.root, "chain_name": args.chain})
-    chain = ChainStore(open_root(settings.pipeline_root_uri), settings.chain_name)
+    root = command_root(args)
+    settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": root.uri, "chain_name": args.chain})
+    chain = ChainStore(root.open(), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
     for note in trust.notes(chain):
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)

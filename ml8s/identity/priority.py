@@ -29,13 +29,14 @@ def explicit_or_env(name: str, env: Mapping[str, str], explicit: Mapping[str, st
     """
     for value in ((explicit or {}).get(name.lower()), env.get(name)):
         if value is not None and value.strip():
-            return _utf8(name, value.strip())
+            return checked_utf8(name, value.strip())
     return None
 
 
-def _utf8(name: str, value: str) -> str:
-    """``value`` unless it holds bytes that are not UTF-8 (Python keeps them as lone surrogates): every value is
-    written as UTF-8 (canonical JSON, manifests, MLflow, paths), and those writes failed deep inside a run."""
+def checked_utf8(name: str, value: str) -> str:
+    """``value`` (given as ``name``) unless it holds bytes that are not UTF-8 (Python keeps them as lone
+    surrogates): every value is written as UTF-8 (canonical JSON, manifests, MLflow, paths), and those writes
+    failed deep inside a run."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
