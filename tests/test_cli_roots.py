@@ -103,3 +103,33 @@ def test_an_empty_root_given_is_a_config_error_not_the_default(
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no ./pipeline_root either
     assert not any(env_root.iterdir()) and not any(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--pipeline-root-uri", ""], "--pipeline-root-uri='' is empty; expected a value"),
+        (["--data-root", " "], "--data-root=' ' is empty; expected a value (leave --data-root out to use DATA_ROOT)"),
+        (["--epochs", ""], "--epochs='' is empty; expected a value (leave --epochs out to use EPOCHS)"),
+        (["--data-root", "gs://data"], "--data-root='gs://data' has an unsupported scheme"),
+        (["--pipeline-root-uri", "PLAIN"], "--pipeline-root-uri='file://PLAIN': PLAIN is a file, expected a directory"),
+    ],
+)
+def test_run_names_the_flag_given_and_refuses_an_empty_one(
+    flags: list[str], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ml8s run --pipeline-root-uri "$UNSET"` wrote under PIPELINE_ROOT_URI (or ./pipeline_root), and a bad root
+    flag was named as its variable, which the operator had not set."""
+    from conftest import write_small_churn
+
+    data, env_root, plain = write_small_churn(tmp_path / "data", rows=40), tmp_path / "env_root", tmp_path / "plain"
+    plain.write_text("not a root\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name, value in {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(env_root)}.items():
+        monkeypatch.setenv(name, value)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["run", *(flag.replace("PLAIN", str(plain)) for flag in flags)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ml8s: CONFIG_ERROR: " + line.replace("PLAIN", str(plain))) and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -11,10 +11,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ml8s.cli.args import guarded
+from ml8s.errors import ConfigError
+from ml8s.identity.priority import checked_utf8
+from ml8s.identity.uri import parse_root_uri
 from ml8s.identity.variables import USER_VARIABLES
 from ml8s.pipeline.summary import summary_line
 
 ROOT_HELP = "ml8s run --help"
+# Flags whose value is a root: checked here too, so that a bad one is named as the flag given, not its variable.
+_ROOT_FLAGS = ("data_root", "pipeline_root_uri")
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -32,7 +37,7 @@ def register(commands: Subcommands) -> None:
         description="Each flag overrides its environment variable (--epochs 30 = EPOCHS=30), with the same RUN_ID.",
     )
     for name, default in USER_VARIABLES.items():
-        flag = "--" + name.lower().replace("_", "-")
+        flag = _flag(name)
         unset = "required" if default is None else f"else {default or 'unset'}"
         run.add_argument(flag, dest=name.lower(), metavar="VALUE", help=f"(unset: {name}, {unset})")
     run.add_argument("--pipeline-root-uri", metavar="URI", help="where runs are written (unset: PIPELINE_ROOT_URI)")
@@ -62,6 +67,23 @@ def _identity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flag(name: str) -> str:
+    return "--" + name.lower().replace("_", "-")
+
+
+def _given(name: str, value: str) -> str:
+    """A flag's value as given. Empty counts as "not given" only for a workflow input: on the command line
+    (``--data-root "$UNSET"``) it silently took the environment's value, or the default."""
+    flag = _flag(name)
+    if not checked_utf8(flag, value).strip():
+        raise ConfigError(f"{flag}={value!r} is empty; expected a value (leave {flag} out to use {name.upper()})")
+    if name in _ROOT_FLAGS:
+        from ml8s.store.root_shape import check_local_root
+
+        check_local_root(parse_root_uri(value, variable=flag).uri, variable=flag)
+    return value
+
+
 def _run(args: argparse.Namespace) -> int:
     from ml8s import log
     from ml8s.identity.lookalike import lookalikes
@@ -71,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
         hint = f"; did you mean {meant}?" if meant else f"; ml8s reads none such (see {ROOT_HELP})"
         print(f"ml8s: warning: {name} is set but ml8s does not read it{hint}", file=sys.stderr)
     names = [*(n.lower() for n in USER_VARIABLES), "pipeline_root_uri"]
-    overrides = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    overrides = {name: _given(name, getattr(args, name)) for name in names if getattr(args, name) is not None}
     if args.force_rerun:
         overrides["force_rerun"] = "true"
     started = time.monotonic()
