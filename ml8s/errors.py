@@ -6,30 +6,9 @@ and a message that says what was expected and where.
 
 from __future__ import annotations
 
-import re
+from ml8s.text import quoted, without_credentials
 
-# A URL's userinfo in free text: up to the last "@" of its authority, which ends at "/", "?" or "#" (a password
-# may hold an "@").
-_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#]*)@")
-
-
-def without_credentials(text: str) -> str:
-    """``text`` with the credentials of every URL in it removed, as a manifest records a tracking URI: an
-    ``http(s)://`` URL loses its whole userinfo (a token alone is a secret), another keeps the user name.
-
-    Every error message passes through it (an MLflow URL may carry a password, and a message reaches
-    terminals, logs, reports and audit bundles), and so does every log line.
-
-    Example:
-        >>> without_credentials("MLflow at https://bot:s3cret@mlflow:5000/ and postgresql://ml:pw@db/m")
-        'MLflow at https://mlflow:5000/ and postgresql://ml@db/m'
-    """
-
-    def public(match: re.Match[str]) -> str:
-        scheme, user = match.group(1), match.group(2).partition(":")[0]
-        return scheme if scheme.lower() in ("http://", "https://") or not user else f"{scheme}{user}@"
-
-    return _USERINFO.sub(public, text)
+__all__ = ["without_credentials"]  # its home was here: importers of ml8s.errors keep it
 
 
 class Ml8sError(Exception):
@@ -347,7 +326,7 @@ class UriError(ConfigError):
     code = "CONFIG_ERROR"
 
     def __init__(self, variable: str, text: str, problem: str, expected: str) -> None:
-        super().__init__(f"{variable}={text!r} {problem}; expected {expected}")
+        super().__init__(f"{variable}={quoted(text)} {problem}; expected {expected}")
         self.text = without_credentials(text)  # the value as a message may show it
         self.problem = problem
         self.expected = expected

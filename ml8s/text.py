@@ -3,12 +3,41 @@
 Bytes that are not UTF-8 (file names, arguments, environment variables) reach Python as lone surrogates, which
 every UTF-8 write refuses (canonical JSON, manifests, block headers, reports): callers check with
 :func:`is_utf8` before they write anything, and show such text with :func:`shown`. A document that does not
-validate is named by its first problem (:func:`first_problem`), never echoed.
+validate is named by its first problem (:func:`first_problem`), never echoed. A value an error message quotes is
+cut short and escaped (:func:`quoted`), and loses a URL's credentials (:func:`without_credentials`).
 """
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ValidationError
+
+# The characters of a value an error message quotes (:func:`quoted`): a 100 KB variable, echoed whole, buried the
+# one line of a CONFIG_ERROR in terminals, logs and reports.
+EXCERPT_CHARS = 200
+# A URL's userinfo in free text: up to the last "@" of its authority, which ends at "/", "?" or "#" (a password
+# may hold an "@").
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#]*)@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the credentials of every URL in it removed, as a manifest records a tracking URI: an
+    ``http(s)://`` URL loses its whole userinfo (a token alone is a secret), another keeps the user name.
+
+    Every error message passes through it (an MLflow URL may carry a password, and a message reaches
+    terminals, logs, reports and audit bundles), and so does every log line.
+
+    Example:
+        >>> without_credentials("MLflow at https://bot:s3cret@mlflow:5000/ and postgresql://ml:pw@db/m")
+        'MLflow at https://mlflow:5000/ and postgresql://ml@db/m'
+    """
+
+    def public(match: re.Match[str]) -> str:
+        scheme, user = match.group(1), match.group(2).partition(":")[0]
+        return scheme if scheme.lower() in ("http://", "https://") or not user else f"{scheme}{user}@"
+
+    return _USERINFO.sub(public, text)
 
 
 def is_utf8(text: str) -> bool:
@@ -29,6 +58,30 @@ def is_digits(text: str) -> bool:
 def shown(text: str) -> str:
     """``text`` as a message or report can hold it: the bytes that were not UTF-8 as ``\\xff`` escapes."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def clipped(text: str) -> str:
+    """``text`` cut to its first :data:`EXCERPT_CHARS` characters, then "… (N characters)" (``text`` when shorter)."""
+    return text[:EXCERPT_CHARS] + _cut(text)
+
+
+def quoted(text: str) -> str:
+    """A value from outside as an error message quotes it: without a URL's credentials, quoted and escaped as
+    ``repr`` does (control characters, bytes that were not UTF-8), and at most :data:`EXCERPT_CHARS` characters of
+    it, then "… (N characters)". A short value reads as ``repr`` reads it.
+
+    The credentials go before the cut: a cut between a password and its "@" would leave the password unrecognized.
+
+    Example:
+        >>> quoted("a" * 300)[-20:]
+        "a'… (300 characters)"
+    """
+    public = without_credentials(text)
+    return repr(public[:EXCERPT_CHARS]) + _cut(public)
+
+
+def _cut(text: str) -> str:
+    return f"… ({len(text):,} characters)" if len(text) > EXCERPT_CHARS else ""
 
 
 def first_problem(exc: ValidationError) -> str:

@@ -311,3 +311,55 @@ def test_tools_that_never_use_mlflow_run_on_an_s3_root_without_it(moto_server: S
         done = forked_ml8s(args, env, timeout=120)
         assert done.returncode == 0, f"ml8s {' '.join(args)}: {done.stderr}"
     assert forked_ml8s(["chain", "log"], env).stdout.startswith("v0 ")
+
+
+HUGE = "\x1b[2J" + "x" * 100_000  # a terminal escape, then a value no message should carry whole
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PIPELINE_ROOT_URI",
+        "WARM_START_ROOT_URI",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_MODEL_NAME",
+        "CHAIN_NAME",
+        "FORCE_RERUN",
+        "DRIFT_POLICY",
+        "PROMOTE_MIN_DELTA",
+        "TMP_RETENTION_DAYS",
+        "DATA_ROOT",
+        "MODEL_TYPE",
+        "TEST_SIZE",
+        "EPOCHS",
+        "WARM_START",
+    ],
+)
+def test_a_huge_value_is_quoted_as_a_bounded_escaped_excerpt(name: str) -> None:
+    """A 100 KB variable was echoed whole in its CONFIG_ERROR (one line of 100 KB in every log and terminal)."""
+    from ml8s.identity.params import validate_params
+    from ml8s.identity.variables import canonical_config
+
+    env = {"DATA_ROOT": "/data", "TARGET_COLUMN": "y", name: "gs://" + HUGE if "_ROOT" in name else HUGE}
+    with pytest.raises(ConfigError) as caught:
+        validate_params(canonical_config(env)) if name in USER_VARIABLES else PlatformSettings.load(env)
+    message = str(caught.value)
+    assert len(message) < 1_000 and "\x1b" not in message, message[:300]
+    assert f"{name}=" in message and "\\x1b[2J" in message and "characters)" in message, message
+
+
+def test_a_long_root_given_on_the_command_line_is_cut_and_a_password_before_the_cut_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ml8s.cli.main import main
+
+    monkeypatch.delenv("PIPELINE_ROOT_URI", raising=False)
+    assert main(["runs", "list", "--root", "gs://" + "b" * 10_000]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ml8s: CONFIG_ERROR: --root='gs://bbb") and "… (10,005 characters)" in err, err[:300]
+    assert len(err) < 500
+    # the "@" that ends the password lies past the cut: the credentials go before the cut, not after it
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "mongodb://bot:s3cret" + "k" * 300 + "@db/mlflow")
+    with pytest.raises(ConfigError) as caught:
+        PlatformSettings.load()
+    assert "s3cret" not in str(caught.value) and "mongodb://bot@db/mlflow" in str(caught.value)

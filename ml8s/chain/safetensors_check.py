@@ -21,7 +21,7 @@ from typing import NoReturn
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import ConfigError
-from ml8s.text import is_utf8
+from ml8s.text import clipped, is_utf8
 
 MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit
 MAX_DIM = 2**62
@@ -190,8 +190,7 @@ def _tiles(path: str, spans: list[tuple[int, int, str]], data_size: int) -> None
 
 def _brief(value: object) -> str:
     """A header value for an error message, cut short: a hostile header can hold megabytes in one field."""
-    text = repr(value)
-    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+    return clipped(repr(value))
 
 
 def _is_int(value: object) -> bool:

@@ -17,6 +17,7 @@ from ml8s.identity.names import CHAIN_NAME_PATTERN, CHAIN_NAME_RULE, chain_name_
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import Store
+from ml8s.text import quoted
 
 NAMING_VARIABLES = ("CHAIN_NAME", "MLFLOW_MODEL_NAME")
 
@@ -39,7 +40,7 @@ def run_names(store: Store, run_id: str, flag: str, env: Mapping[str, str]) -> d
         names["MLFLOW_MODEL_NAME"] = model
     if flag:
         if not CHAIN_NAME_PATTERN.fullmatch(flag):
-            raise ConfigError(f"--chain {flag!r} is invalid; expected {CHAIN_NAME_RULE}")
+            raise ConfigError(f"--chain {quoted(flag)} is invalid; expected {CHAIN_NAME_RULE}")
         names["CHAIN_NAME"] = flag
         return names
     from_env = PlatformSettings.load(env).chain_name if named_in(env) else ""

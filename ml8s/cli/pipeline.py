@@ -16,6 +16,7 @@ from ml8s.identity.priority import checked_utf8
 from ml8s.identity.uri import parse_root_uri
 from ml8s.identity.variables import USER_VARIABLES
 from ml8s.pipeline.summary import summary_line
+from ml8s.text import quoted
 
 ROOT_HELP = "ml8s run --help"
 # Flags whose value is a root: checked here too, so that a bad one is named as the flag given, not its variable.
@@ -76,7 +77,7 @@ def _given(name: str, value: str) -> str:
     (``--data-root "$UNSET"``) it silently took the environment's value, or the default."""
     flag = _flag(name)
     if not checked_utf8(flag, value).strip():
-        raise ConfigError(f"{flag}={value!r} is empty; expected a value (leave {flag} out to use {name.upper()})")
+        raise ConfigError(f"{flag}={quoted(value)} is empty; expected a value (leave {flag} out to use {name.upper()})")
     if name in _ROOT_FLAGS:
         from ml8s.store.root_shape import check_local_root
 

@@ -16,7 +16,7 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import ConfigError
-from ml8s.identity.variables import CanonicalConfig, JsonValue
+from ml8s.identity.variables import CanonicalConfig, JsonValue, value_shown
 
 BUILTIN_MODEL_TYPES = ("logreg", "mlp")
 PLUGIN_PREFIX = "plugin:"
@@ -54,7 +54,7 @@ def parse_model_type(value: JsonValue) -> PluginRef | None:
         return None
     match = _PLUGIN.fullmatch(value) if isinstance(value, str) else None
     if match is None:
-        raise ConfigError(f"MODEL_TYPE={value!r} is invalid; expected {_EXPECTED}")
+        raise ConfigError(f"MODEL_TYPE={value_shown(value)} is invalid; expected {_EXPECTED}")
     return PluginRef(module=match["module"], attribute=match["attribute"])
 
 
@@ -99,5 +99,5 @@ def validate_model_type(config: CanonicalConfig) -> str:
         raise ConfigError(problem)
     value = config["model_type"]
     if not isinstance(value, str):  # parse_model_type accepted it, so it is a string; this narrows the type
-        raise ConfigError(f"MODEL_TYPE={value!r} is invalid; expected {_EXPECTED}")
+        raise ConfigError(f"MODEL_TYPE={value_shown(value)} is invalid; expected {_EXPECTED}")
     return value

@@ -14,6 +14,7 @@ import posixpath
 import re
 
 from ml8s.errors import ConfigError
+from ml8s.text import quoted
 
 # Patterns are applied with fullmatch: ``$`` alone would let a trailing newline through.
 CHAIN_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -41,7 +42,7 @@ def check_model_name(name: str) -> str:
         why = f"it has {len(name)} characters; MLflow stores at most {MAX_MODEL_NAME}"
     else:
         return name
-    raise ConfigError(f"MLFLOW_MODEL_NAME={name!r} is invalid: {why}; expected a registered model name")
+    raise ConfigError(f"MLFLOW_MODEL_NAME={quoted(name)} is invalid: {why}; expected a registered model name")
 
 
 def check_experiment_name(name: str) -> str:
@@ -66,7 +67,7 @@ def check_chain_name(name: str) -> str:
         ConfigError: naming CHAIN_NAME and the rule.
     """
     if not CHAIN_NAME_PATTERN.fullmatch(name):
-        raise ConfigError(f"CHAIN_NAME={name!r} is invalid; expected {CHAIN_NAME_RULE}")
+        raise ConfigError(f"CHAIN_NAME={quoted(name)} is invalid; expected {CHAIN_NAME_RULE}")
     return name
 
 

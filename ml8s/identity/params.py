@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.errors import ConfigError
 from ml8s.identity.model_code import validate_model_type
 from ml8s.identity.uri import parse_root_uri
-from ml8s.identity.variables import CanonicalConfig, JsonValue
+from ml8s.identity.variables import CanonicalConfig, JsonValue, value_shown
 
 MAX_SEED = 2**32 - 1  # np.random.seed (seed_everything) takes 0 .. 2**32 - 1
 MAX_COUNT = 2**31 - 1  # rows, features, batch size, epochs: 32-bit indices
@@ -137,13 +137,7 @@ def _check_ranks(params: RunParams) -> None:
 
 
 def _fail(key: str, value: JsonValue, expected: str) -> ConfigError:
-    return ConfigError(f"{key.upper()}={_show(value)} is invalid; expected {expected}")
-
-
-def _show(value: JsonValue) -> str:
-    if isinstance(value, list):
-        return repr(",".join(value))
-    return repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+    return ConfigError(f"{key.upper()}={value_shown(value)} is invalid; expected {expected}")
 
 
 def _string(config: CanonicalConfig, key: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ml8s.errors import ConfigError
+from ml8s.text import quoted
 
 
 def explicit_or_env(name: str, env: Mapping[str, str], explicit: Mapping[str, str] | None = None) -> str | None:
@@ -41,7 +42,7 @@ def checked_utf8(name: str, value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ConfigError(
-            f"{name}={value!r} holds bytes that are not UTF-8 (the first at character {exc.start + 1}); "
+            f"{name}={quoted(value)} holds bytes that are not UTF-8 (the first at character {exc.start + 1}); "
             "expected UTF-8 text"
         ) from exc
     return value

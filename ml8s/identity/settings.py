@@ -32,6 +32,7 @@ from ml8s.errors import ConfigError
 from ml8s.identity.names import chain_name_from_model, check_chain_name, check_experiment_name, check_model_name
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
+from ml8s.text import quoted
 
 DEFAULT_PIPELINE_ROOT = "./pipeline_root"
 # Digits of a whole-number setting: 10**18 days or versions already means never, and a longer value overflowed
@@ -146,7 +147,7 @@ class PlatformSettings(BaseSettings):
             error = exc.errors()[0]
             variable = str(error["loc"][0]).upper() if error["loc"] else "a platform setting"
             expected = str(error["msg"]).removeprefix("Input should be ").removeprefix("input should be ")
-            raise ConfigError(f"{variable}={error.get('input')!r} is invalid; expected {expected}") from exc
+            raise ConfigError(f"{variable}={quoted(str(error.get('input')))} is invalid; expected {expected}") from exc
         finally:
             _LOADING.reset(token)
 
@@ -201,7 +202,7 @@ class PlatformSettings(BaseSettings):
             return True
         if value.lower() in ("false", "0", "no"):
             return False
-        raise ConfigError(f"{name}={value!r} is invalid; expected true or false")
+        raise ConfigError(f"{name}={quoted(value)} is invalid; expected true or false")
 
     @field_validator("mlflow_tracking_uri")
     @classmethod
@@ -251,7 +252,7 @@ class PlatformSettings(BaseSettings):
         except ValueError:
             number = math.nan
         if isinstance(value, bool) or not -1.0 <= number <= 1.0:  # NaN fails both comparisons
-            raise ConfigError(f"PROMOTE_MIN_DELTA={text!r} is invalid; expected a number from -1 to 1")
+            raise ConfigError(f"PROMOTE_MIN_DELTA={quoted(text)} is invalid; expected a number from -1 to 1")
         return number
 
 
@@ -259,14 +260,14 @@ def _whole(value: object, variable: str, expected: str, *, minimum: int) -> int:
     """A whole-number setting of at most :data:`_MAX_WHOLE_DIGITS` digits."""
     text = str(value).strip()
     if isinstance(value, bool) or not re.fullmatch(r"[0-9]+", text):
-        raise ConfigError(f"{variable}={text[:40]!r} is invalid; expected {expected}")
+        raise ConfigError(f"{variable}={quoted(text)} is invalid; expected {expected}")
     digits = len(text.lstrip("0"))
     if digits > _MAX_WHOLE_DIGITS:
         raise ConfigError(
             f"{variable} has {digits:,} digits; expected {expected} of at most {_MAX_WHOLE_DIGITS} digits"
         )
     if int(text) < minimum:
-        raise ConfigError(f"{variable}={text!r} is invalid; expected {expected}")
+        raise ConfigError(f"{variable}={quoted(text)} is invalid; expected {expected}")
     return int(text)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from ml8s.errors import ConfigError
 from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.uri import parse_root_uri
+from ml8s.text import quoted
 
 # 1.1.0: missing-value tokens read as missing in every column (ml8s.data.missing); RUN_IDs unchanged.
 # 2.0.0: the canonical config gains model_code (a plug-in's code identity): every RUN_ID changes.
@@ -154,5 +155,14 @@ def _number(value: str, name: str) -> int | float:
             ) from exc
     number = float(value)
     if number in (float("inf"), float("-inf")):
-        raise ConfigError(f"{name or 'value'}={value!r} is a number out of the float range; expected a finite number")
+        raise ConfigError(
+            f"{name or 'value'}={quoted(value)} is a number out of the float range; expected a finite number"
+        )
     return number
+
+
+def value_shown(value: JsonValue) -> str:
+    """A canonical value as a message quotes it (:func:`ml8s.text.quoted` for text, a list as its joined text)."""
+    if isinstance(value, list):
+        return quoted(",".join(value))
+    return quoted(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.contract.training_metadata import DeterminismRecord, ModelSpec
 from ml8s.errors import ConfigError
 from ml8s.identity.model_code import is_plugin
+from ml8s.text import quoted
 
 OPTIMIZER = "adam"
 MODEL_FORMATS = ("onnx", "safetensors")
@@ -96,7 +97,9 @@ def layers(spec: ModelSpec) -> tuple[Layer, ...]:
             "module it builds"
         )
     if family is None:
-        raise ConfigError(f"MODEL_TYPE={spec.model_type!r} is not a model family; expected one of {list(MODEL_TYPES)}")
+        raise ConfigError(
+            f"MODEL_TYPE={quoted(spec.model_type)} is not a model family; expected one of {list(MODEL_TYPES)}"
+        )
     return family(spec)
 
 

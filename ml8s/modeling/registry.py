@@ -21,6 +21,7 @@ from ml8s.modeling.families import MODEL_TYPES
 from ml8s.modeling.family import Build, ModelFamily, TrainStep
 from ml8s.modeling.networks import build_model
 from ml8s.modeling.plugins import code_identity, import_target
+from ml8s.text import quoted
 
 
 def cross_entropy_step(
@@ -52,7 +53,9 @@ def family_for(model_type: str, model_code: JsonValue) -> ModelFamily:
     if plugin is None:
         builtin = BUILTIN_FAMILIES.get(model_type)
         if builtin is None:
-            raise ConfigError(f"MODEL_TYPE={model_type!r} is not a model family; expected one of {list(MODEL_TYPES)}")
+            raise ConfigError(
+                f"MODEL_TYPE={quoted(model_type)} is not a model family; expected one of {list(MODEL_TYPES)}"
+            )
         return ModelFamily(build=builtin.build, train_step=builtin.train_step or cross_entropy_step)
     now = code_identity(plugin)
     if now != model_code:
@@ -69,7 +72,7 @@ def family_for(model_type: str, model_code: JsonValue) -> ModelFamily:
 
 def _as_build(target: object, plugin: PluginRef) -> Callable[[ModelSpec], object]:
     if not callable(target):  # import_target checked it; this narrows the type
-        raise ConfigError(f"MODEL_TYPE={plugin.model_type!r} is neither a ModelFamily nor callable")
+        raise ConfigError(f"MODEL_TYPE={quoted(plugin.model_type)} is neither a ModelFamily nor callable")
 
     def build(spec: ModelSpec) -> object:
         return target(spec)

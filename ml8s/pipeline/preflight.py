@@ -22,6 +22,7 @@ from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri, sqlite_path  # not ml8s.registry's: it imports MLflow's logging
 from ml8s.mlflow_probe import is_tracking_server, mlflow_unanswered, probe_bound
 from ml8s.store.root_shape import check_local_root, creatable_directory, kind_of
+from ml8s.text import quoted
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 # ml8s.registry.schema.TEMPLATE_ENV, named here: importing ml8s.registry would cost every bootstrap 0.3 s
@@ -49,7 +50,7 @@ def check_writable_root(settings: PlatformSettings) -> None:
     staging = os.path.join(root, layout.TMP_DIR)
     if os.path.islink(staging):  # the store refuses to stage through it: at the marker, after the whole run trained
         raise ConfigError(
-            f"PIPELINE_ROOT_URI={uri!r}: {staging} is a symbolic link; expected the store's staging directory "
+            f"PIPELINE_ROOT_URI={quoted(uri)}: {staging} is a symbolic link; expected the store's staging directory "
             "(checked before training: nothing was written): check what it is and remove it by hand"
         )
     for path in (existing, os.path.join(root, layout.RUNS_DIR), staging):
@@ -163,9 +164,9 @@ def _writable_dir(variable: str, uri: str, path: str) -> None:
     if not os.path.lexists(path):
         return
     if not os.path.isdir(path):
-        raise ConfigError(f"{variable}={uri!r}: {path} is {kind_of(path)}, expected a directory")
+        raise ConfigError(f"{variable}={quoted(uri)}: {path} is {kind_of(path)}, expected a directory")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"{variable}={uri!r}: {path} is not writable by this process (uid {os.geteuid()}) or is on a read-only "
-            "file system; expected a writable directory"
+            f"{variable}={quoted(uri)}: {path} is not writable by this process (uid {os.geteuid()}) or is on a "
+            "read-only file system; expected a writable directory"
         )

@@ -10,6 +10,7 @@ from ml8s.store._files import StagedWriter, fsync_dir
 from ml8s.store._safe import open_regular, read_regular
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 from ml8s.store.local import LocalStore
+from ml8s.text import quoted
 
 if TYPE_CHECKING:
     from ml8s.store.s3 import S3Store
@@ -44,4 +45,4 @@ def open_store(uri: str) -> Store:
         from ml8s.store.s3 import S3Store
 
         return S3Store(uri)
-    raise ConfigError(f"unsupported store URI {uri!r}; expected file:///path or s3://bucket/prefix")
+    raise ConfigError(f"unsupported store URI {quoted(uri)}; expected file:///path or s3://bucket/prefix")

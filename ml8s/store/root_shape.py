@@ -12,6 +12,7 @@ import os
 import stat
 
 from ml8s.errors import ConfigError
+from ml8s.text import quoted
 
 
 def check_local_root(uri: str, *, variable: str = "PIPELINE_ROOT_URI") -> str | None:
@@ -20,7 +21,7 @@ def check_local_root(uri: str, *, variable: str = "PIPELINE_ROOT_URI") -> str | 
     if not uri.startswith("file://"):
         return None
     return creatable_directory(
-        uri[len("file://") :], f"{variable}={uri!r}", "a directory (or a path one can be created at)"
+        uri[len("file://") :], f"{variable}={quoted(uri)}", "a directory (or a path one can be created at)"
     )
 
 

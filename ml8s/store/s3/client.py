@@ -32,7 +32,7 @@ from ml8s.errors import (
 )
 from ml8s.store.base import Store
 from ml8s.store.s3.deadline import VARIABLE, Late, request_deadline, within
-from ml8s.text import is_digits, shown
+from ml8s.text import is_digits, quoted
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -71,14 +71,12 @@ class S3Base(Store):
         bucket, _, prefix = uri.removeprefix("s3://").partition("/")
         env = os.environ if env is None else env
         if not uri.startswith("s3://") or not bucket:
-            raise ConfigError(f"invalid S3 URI {uri!r}; expected s3://bucket/prefix")
+            raise ConfigError(f"invalid S3 URI {quoted(uri)}; expected s3://bucket/prefix")
         if not 5 * MiB <= part_size <= multipart_threshold:
             raise ConfigError(f"S3 part size {part_size}: expected ≥ 5 MiB and ≤ multipart_threshold")
         attempts = env.get("AWS_MAX_ATTEMPTS", "4")
         if not is_digits(attempts) or not 1 <= int(attempts) <= MAX_ATTEMPTS:
-            raise ConfigError(
-                f"AWS_MAX_ATTEMPTS={shown(attempts)[:40]!r}; expected a whole number from 1 to {MAX_ATTEMPTS}"
-            )
+            raise ConfigError(f"AWS_MAX_ATTEMPTS={quoted(attempts)}; expected a whole number from 1 to {MAX_ATTEMPTS}")
         self.bucket, self.prefix = bucket, "/".join(p for p in prefix.split("/") if p)
         self.root_uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.multipart_threshold, self.part_size, self.page_size = multipart_threshold, part_size, page_size
@@ -273,14 +271,14 @@ def _endpoint(env: Mapping[str, str]) -> str | None:
     except ValueError:  # a port out of range or not a number, a bracket left open
         valid = False
     if not valid or value != value.strip():
-        raise ConfigError(f"{name}={value!r} is not an S3 endpoint; expected http(s)://HOST[:PORT]")
+        raise ConfigError(f"{name}={quoted(value)} is not an S3 endpoint; expected http(s)://HOST[:PORT]")
     return value
 
 
 def _region(env: Mapping[str, str]) -> str:
     name = next((n for n in ("AWS_REGION", "AWS_DEFAULT_REGION") if env.get(n)), "")
     if name and not _REGION.fullmatch(env[name]):
-        raise ConfigError(f"{name}={env[name]!r} is not a region name; expected one such as us-east-1")
+        raise ConfigError(f"{name}={quoted(env[name])} is not a region name; expected one such as us-east-1")
     return env[name] if name else "us-east-1"
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from ml8s.errors import ConfigError
-from ml8s.text import is_digits, shown
+from ml8s.text import is_digits, quoted
 
 VARIABLE = "ML8S_S3_REQUEST_DEADLINE"
 DEFAULT_SECONDS = 300  # an honest small request answers in well under a second; a busy endpoint in seconds
@@ -40,7 +40,7 @@ def request_deadline(env: Mapping[str, str]) -> int:
     text = env.get(VARIABLE, "").strip() or str(DEFAULT_SECONDS)
     if not is_digits(text) or len(text) > 6 or not 1 <= int(text) <= MAX_SECONDS:
         raise ConfigError(
-            f"{VARIABLE}={shown(text)[:40]!r}; expected a whole number of seconds from 1 to {MAX_SECONDS}"
+            f"{VARIABLE}={quoted(text)}; expected a whole number of seconds from 1 to {MAX_SECONDS}"
         )
     return int(text)
 
