@@ -20,6 +20,7 @@ from forked_cli import forked_ml8s
 from ml8s.errors import ConfigError
 from ml8s.identity.names import CHAIN_NAME_PATTERN, chain_name_from_model
 from ml8s.pipeline.run import run_pipeline
+from ml8s.text import quoted
 
 OURS = ("FORCE_RERUN", "MLFLOW_TRACKING_URI", "CHAIN_NAME", "MLFLOW_MODEL_NAME", "PIPELINE_ROOT_URI", "DATA_ROOT")
 
@@ -74,7 +75,7 @@ def test_an_invalid_name_fails_before_anything_is_written(
     with pytest.raises(ConfigError) as caught:
         run_pipeline(_env(data, root, **{variable: value}))
     message = str(caught.value)
-    assert message.startswith(f"CONFIG_ERROR: {variable}={value!r} is invalid") and "\n" not in message
+    assert message.startswith(f"CONFIG_ERROR: {variable}={quoted(value)} is invalid") and "\n" not in message
     assert needle in message
     assert not root.exists()
 
