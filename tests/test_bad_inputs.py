@@ -161,6 +161,12 @@ CASES: dict[str, Case] = {
     "test_size_above_one": Case(ConfigError, ("TEST_SIZE=1.5", "strictly between 0 and 1"), {"TEST_SIZE": "1.5"}),
     "test_size_text": Case(ConfigError, ("TEST_SIZE='abc'", "strictly between 0 and 1"), {"TEST_SIZE": "abc"}),
     "test_size_negative": Case(ConfigError, ("TEST_SIZE=-0.1", "strictly between 0 and 1"), {"TEST_SIZE": "-0.1"}),
+    # valid alone, but it left one row of 60 to train on, silently (the held-out side is at least 1 row anyway)
+    "test_size_leaves_one_training_row": Case(
+        DataError,
+        ("TEST_SIZE=0.999 of the 60 rows kept holds out 59, leaving 1 to train on", "at least 2 training rows"),
+        {"TEST_SIZE": "0.999"},
+    ),
     "seed_negative": Case(ConfigError, ("RANDOM_SEED=-1", "an integer >= 0"), {"RANDOM_SEED": "-1"}),
     "seed_fraction": Case(ConfigError, ("RANDOM_SEED=1.5", "an integer >= 0"), {"RANDOM_SEED": "1.5"}),
     "seed_leading_zero": Case(ConfigError, ("RANDOM_SEED='007'", "an integer >= 0"), {"RANDOM_SEED": "007"}),

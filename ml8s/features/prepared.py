@@ -25,6 +25,7 @@ from ml8s.threads import COLUMN_THREADS, in_order
 __all__ = ["IntArray", "Prepared", "prepare"]
 
 IntArray = npt.NDArray[np.int64]
+MIN_TRAIN_ROWS = 2  # _check_split
 
 
 class Prepared(BaseModel):
@@ -89,6 +90,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
     candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
 
+    _check_split(len(rows), params.test_size)
     split = _split(len(rows), params.test_size, params.random_seed)
     keep_rows = partial(_keep_rows, rows=rows, consume=consume)
     results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
@@ -153,8 +155,25 @@ def _number_label(value: float, kind: str) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
+def _test_rows(n: int, test_size: float) -> int:
+    """Rows held out: TEST_SIZE of ``n``, rounded, at least 1 and at most ``n - 1``."""
+    return min(max(round(n * test_size), 1), n - 1)
+
+
+def _check_split(n: int, test_size: float) -> None:
+    """Refuse a split whose training side would hold one row (TEST_SIZE=0.999, or 2 rows kept): the held-out side
+    is never empty (at least 1 row), but a model trained on a single row learnt nothing, silently."""
+    held_out = _test_rows(n, test_size)
+    if n - held_out < MIN_TRAIN_ROWS:
+        fix = "more rows" if n <= MIN_TRAIN_ROWS else "a smaller TEST_SIZE, or more rows"
+        raise DataError(
+            f"TEST_SIZE={test_size:g} of the {n} rows kept holds out {held_out}, leaving {n - held_out} to train on; "
+            f"expected at least {MIN_TRAIN_ROWS} training rows and 1 held-out row ({fix})"
+        )
+
+
 def _split(n: int, test_size: float, seed: int) -> IntArray:
-    n_test = min(max(round(n * test_size), 1), n - 1)
+    n_test = _test_rows(n, test_size)
     order = np.random.default_rng([seed, 1]).permutation(n)
     split = np.zeros(n, dtype=np.int64)
     split[order[:n_test]] = 1
