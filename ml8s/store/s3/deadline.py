@@ -39,9 +39,7 @@ def request_deadline(env: Mapping[str, str]) -> int:
     """``ML8S_S3_REQUEST_DEADLINE`` in whole seconds; ConfigError naming it when it is no number in range."""
     text = env.get(VARIABLE, "").strip() or str(DEFAULT_SECONDS)
     if not is_digits(text) or len(text) > 6 or not 1 <= int(text) <= MAX_SECONDS:
-        raise ConfigError(
-            f"{VARIABLE}={quoted(text)}; expected a whole number of seconds from 1 to {MAX_SECONDS}"
-        )
+        raise ConfigError(f"{VARIABLE}={quoted(text)}; expected a whole number of seconds from 1 to {MAX_SECONDS}")
     return int(text)
 
 
