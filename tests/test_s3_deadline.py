@@ -9,9 +9,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback_http import QuietHandler, loopback_server
 from test_s3_hostile import CREDENTIALS
 
 from ml8s.errors import ConfigError, StoreUnavailableError
@@ -29,9 +29,7 @@ def trickling(phase: str, body: bytes = b"", rate: int = 0) -> Iterator[tuple[st
     seen: list[str] = []
     stop = threading.Event()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(QuietHandler):
         def answer(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             seen.append(f"{self.command} {self.path}")
@@ -58,17 +56,11 @@ def trickling(phase: str, body: bytes = b"", rate: int = 0) -> Iterator[tuple[st
 
         do_GET = do_PUT = do_HEAD = answer
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
+    with loopback_server(Handler) as url:
+        try:
+            yield url, seen
+        finally:
+            stop.set()  # the trickling handlers end before the server does
 
 
 def _store(url: str, **env: str) -> S3Store:

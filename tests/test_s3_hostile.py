@@ -8,11 +8,10 @@ import contextlib
 import logging
 import pathlib
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback_http import QuietHandler, loopback_server
 from s3_servers import S3Endpoint, free_port
 
 from ml8s.cli.args import command_root, tracking_uri_arg
@@ -37,9 +36,7 @@ def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[tup
     """An HTTP server on 127.0.0.1 that answers every request alike: its URL, and the requests it got."""
     seen: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # answers a PUT's "Expect: 100-continue" at once (1.0: botocore waits 1 s)
-
+    class Handler(QuietHandler):
         def answer(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             seen.append(f"{self.command} {self.path}")
@@ -53,16 +50,8 @@ def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[tup
 
         do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = answer
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_server(Handler) as url:
+        yield url, seen
 
 
 @pytest.mark.parametrize(
