@@ -47,6 +47,9 @@ def trickling(phase: str, body: bytes = b"", rate: int = 0) -> Iterator[tuple[st
                 while not stop.wait(BYTE_EVERY_S):
                     self.wfile.write(b"x")
                     self.wfile.flush()
+            # the answer is never finished: closing the connection ends an abandoned request at once, where a kept-alive
+            # one would wait for botocore's 30 s read timeout
+            self.close_connection = True
 
         def _headers(self, length: int) -> None:
             self.send_response(200)
@@ -61,6 +64,18 @@ def trickling(phase: str, body: bytes = b"", rate: int = 0) -> Iterator[tuple[st
             yield url, seen
         finally:
             stop.set()  # the trickling handlers end before the server does
+
+
+@pytest.fixture(autouse=True)
+def _abandoned_requests_end() -> Iterator[None]:
+    """Each test ends once the requests it abandoned have: a request thread left running would go on retrying
+    (botocore draws its back-off from Python's global random) during the next test of this worker, whose training
+    records that generator's state in training_state.safetensors."""
+    yield
+    waited = time.monotonic() + 60
+    while any(t.name == "ml8s-s3-request" for t in threading.enumerate()):
+        assert time.monotonic() < waited, "an abandoned S3 request did not end within 60 s of its test"
+        time.sleep(0.05)
 
 
 def _store(url: str, **env: str) -> S3Store:
