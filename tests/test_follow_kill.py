@@ -22,7 +22,8 @@ from ml8s.chain import local_file
 from ml8s.deltas import encode_full
 from ml8s.errors import ConfigError
 from ml8s.serving import ClientConfig, InferenceClient, ModelDirectory, ServedVersion
-from ml8s.serving.directory import CURRENT, VERSION_FILE, VERSIONS, served_files
+from ml8s.serving.directory import CURRENT, VERSIONS
+from ml8s.serving.version_files import VERSION_FILE, served_files
 from ml8s.weights import commit_weights
 
 Files = dict[str, bytes]

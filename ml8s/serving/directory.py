@@ -35,23 +35,19 @@ import itertools
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
-from ml8s.chain import PayloadKind
-from ml8s.contract import layout
-from ml8s.deltas import encode_full
-from ml8s.errors import ConfigError, ServingError, StoreError
+from ml8s.errors import ConfigError, StoreError
 from ml8s.locks import path_lock
 from ml8s.serving.served import Served, ServedVersion
+from ml8s.serving.version_files import VERSION_FILE, intact, served_files, write_version
 from ml8s.store import fsync_dir, read_regular
-from ml8s.weights import WEIGHTS_FULL
 
 CURRENT = "current"
 VERSIONS = "versions"
-VERSION_FILE = layout.SERVED_VERSION_FILE
 STATE_FILE = ".follower-state.json"
 LOCK_FILE = ".follower.lock"  # held by the running follower (flock)
 # What flock answers on a filesystem without locks (ENOLCK: an NFS mount without a lock manager)
@@ -66,32 +62,6 @@ NAME_LENGTH = len("v0000000042_3ebfd8f7f7f3")  # a version's name; a fresh copy 
 def version_name(info: ServedVersion) -> str:
     """The directory name of ``info``'s version (its first copy)."""
     return f"v{info.counter:010d}_{info.block_hash[:12]}"
-
-
-def served_files(served: Served) -> dict[str, bytes]:
-    """Every file of ``served``'s version directory: the payload's other files, the full weights (the
-    committed bytes when the version is a FULL, so a user can check them against the block's sha256) and
-    ``ml8s_version.json``.
-
-    Raises:
-        ServingError: a payload file is (or is under) ``ml8s_version.json``, or a DELTA's ``model_native.safetensors``.
-    """
-    info = served.info
-    # only a FULL's weights file is the verified weights: in any other version that name is a foreign file
-    reserved = (VERSION_FILE,) if info.payload_kind == PayloadKind.FULL else (VERSION_FILE, WEIGHTS_FULL)
-    clash = layout.clashing_names(served.files, reserved)
-    if clash:
-        raise ServingError(
-            f"chain {info.chain_name!r} v{info.counter} ({info.version_dir}): payload file(s) {clash} would be "
-            f"overwritten by the file(s) the follower writes there; expected a payload without {list(reserved)} "
-            "(the directory keeps the version it holds: commit the files under another name)"
-        )
-    weights = served.files.get(WEIGHTS_FULL)
-    return {
-        **served.files,
-        WEIGHTS_FULL: weights if weights is not None else encode_full(served.weights.tensors),
-        VERSION_FILE: served.info.model_dump_json().encode(),
-    }
 
 
 class ModelDirectory:
@@ -180,14 +150,14 @@ class ModelDirectory:
         """``publish`` of a version's complete ``files`` (``served_files``); returns its directory."""
         name = version_name(info)
         copies = self._copies(name)
-        dest = next((copy for copy in copies if self._intact(os.path.join(self.versions, copy), files)), None)
+        dest = next((copy for copy in copies if intact(os.path.join(self.versions, copy), files)), None)
         if dest is None:
             if copies:
                 where = os.path.join(self.versions, copies[0])
                 warn(f"ml8s: {where}: its files differ from chain version {info.counter}'s payload; rewriting them")
             dest = self._free_name(name)
             try:
-                self._write(os.path.join(self.versions, dest), files)
+                write_version(self.versions, os.path.join(self.versions, dest), files)
             except OSError as exc:  # a full disk, a read-only mount: the current version stays as it was
                 raise ConfigError(
                     f"--out {self.root}: cannot write {VERSIONS}/{dest}: {exc.strerror or exc}; expected a "
@@ -235,43 +205,6 @@ class ModelDirectory:
         found = sorted(n for n in os.listdir(self.versions) if n[:NAME_LENGTH] == name and not n.startswith("."))
         return sorted(found, key=lambda n: n != target)
 
-    @staticmethod
-    def _intact(path: str, files: dict[str, bytes]) -> bool:
-        """``path`` holds exactly ``files``, byte for byte (a regular file each, nothing else). Read without
-        blocking or following a link: a FIFO there would hang a plain ``open``, and a link's target is no file
-        this follower wrote."""
-        try:
-            if os.path.islink(path) or _tree(path) != (set(files), _folders(files) - {""}):
-                return False
-            for name, data in sorted(files.items()):
-                if read_regular(os.path.join(path, name), name, max_bytes=len(data)) != data:
-                    return False
-        except (OSError, StoreError):  # absent, not a directory, no regular file, larger, unreadable
-            return False
-        return True
-
-    def _write(self, final: str, files: dict[str, bytes]) -> None:
-        """``files`` into the new directory ``final`` (which does not exist): written aside, one rename."""
-        tmp = os.path.join(self.versions, f".tmp-{uuid.uuid4().hex}")
-        os.makedirs(tmp)
-        try:
-            # ml8s_version.json last: a directory with it is complete
-            order = [*sorted(n for n in files if n != VERSION_FILE), VERSION_FILE]
-            for folder in sorted(_folders(files)):  # a payload name may hold folders ("config/a.json")
-                os.makedirs(os.path.join(tmp, folder), exist_ok=True)
-            for name in order:
-                with open(os.path.join(tmp, name), "wb") as handle:
-                    handle.write(files[name])
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            for folder in sorted(_folders(files), reverse=True):
-                fsync_dir(os.path.join(tmp, folder))
-            os.rename(tmp, final)
-            fsync_dir(self.versions)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-
     def _prune(self, dest: str, previous: str | None) -> None:
         """Keep ``dest`` and the version served before it; remove the rest and every leftover."""
         keep = {dest}
@@ -299,24 +232,3 @@ class ModelDirectory:
             elif name.startswith(STATE_FILE) and name.endswith(".tmp") and not os.path.islink(path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-
-
-def _folders(names: Iterable[str]) -> set[str]:
-    """Every folder (relative; "" the top) that holds one of ``names`` or one of these folders."""
-    found = {""}
-    for name in names:
-        parts = name.split("/")[:-1]
-        found.update("/".join(parts[:depth]) for depth in range(1, len(parts) + 1))
-    return found
-
-
-def _tree(path: str) -> tuple[set[str], set[str]]:
-    """(every entry that is no directory, every directory) under ``path``, as relative names; a link to a
-    directory counts as a directory and is not followed, so the files it leads to are missing."""
-    entries: tuple[set[str], set[str]] = (set(), set())
-    for folder, dirs, others in os.walk(path):
-        rel = os.path.relpath(folder, path)
-        prefix = "" if rel == "." else f"{rel}/"
-        entries[0].update(prefix + name for name in others)
-        entries[1].update(prefix + name for name in dirs)
-    return entries

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ml8s.chain import Anchor, ChainVersions, ReadTrust
 from ml8s.errors import Ml8sError
 from ml8s.serving.client import ClientConfig, InferenceClient
-from ml8s.serving.directory import ModelDirectory, served_files
+from ml8s.serving.directory import ModelDirectory
 from ml8s.serving.served import ServedVersion
+from ml8s.serving.version_files import served_files
 
 
 class FollowOptions(BaseModel):
