@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -57,31 +58,46 @@ class Texts:
 
 
 Chunk = Numbers | Texts
+# How a chunk was made, and how the CSV parser is asked for the column's next block (ml8s.data.csv_typed):
+# numbers as read, numbers from trimmed text (so text), or dictionary codes.
+Route = Literal["numbers", "text", "codes"]
 Reparse = Callable[[int], pa.ChunkedArray | pa.Array]  # file index -> the column's present text in that file
 
 
 def chunk_of(cells: pa.ChunkedArray | pa.Array) -> Chunk:
-    """The compact chunk of one file's text cells of one column (a null cell is an empty one).
+    """The compact chunk of one file's text cells of one column (a null cell is an empty one): :func:`chunk_route`'s
+    chunk."""
+    return chunk_route(cells)[0]
 
-    The chunk is what typing the cells by the module's rules gives, reached by the cheapest of three routes:
-    a column of plain numbers is cast by Arrow's number parser straight from the cells as read; one whose
-    numbers come with blanks or missing-value tokens, from its present text; anything else is dictionary-coded
-    first, so trimming, the token check and the number pattern run once per distinct text rather than once per
-    cell.
+
+def chunk_route(cells: pa.ChunkedArray | pa.Array) -> tuple[Chunk, Route]:
+    """The compact chunk of one file's cells of one column, and the route that made it.
+
+    The chunk is what typing the cells as text by the module's rules gives, reached by the cheapest of three
+    routes: a column of plain numbers is cast by Arrow's number parser straight from the cells as read
+    (``numbers``); one whose numbers come with blanks or missing-value tokens, from its present text (``text``);
+    anything else is dictionary-coded first, so trimming, the token check and the number pattern run once per
+    distinct text rather than once per cell (``codes``). Cells the CSV parser has already typed (float64 from
+    its number decoder, dictionary codes: :mod:`ml8s.data.csv_typed`) take the route they were typed for.
     """
+    if pa.types.is_floating(cells.type):  # every present cell a number, no NaN (csv_typed.Plan.accepts)
+        return Numbers(values=floats(cells), present=len(cells) - cells.null_count), "numbers"
+    if pa.types.is_dictionary(cells.type):
+        return _numbers_or_texts(_dictionary_texts(cells)), "codes"
     head = pc.drop_null(present_text(cells.slice(0, _SAMPLE)))
     if not len(head) or pc.all(number_mask(head)).as_py():  # a first few present cells the pattern refuses: text
         raw = _cast_numbers(cells)
         if raw is not None:
-            return Numbers(values=raw, present=len(cells) - cells.null_count)
+            return Numbers(values=raw, present=len(cells) - cells.null_count), "numbers"
         values = present_text(cells)
         parsed = _cast_numbers(values)
         if parsed is not None:
-            return Numbers(values=parsed, present=len(values) - values.null_count)
-    texts = _dictionary_texts(cells)
-    if texts.numbers == texts.present:
-        return Numbers(values=_as_numbers(texts), present=texts.present)
-    return texts
+            return Numbers(values=parsed, present=len(values) - values.null_count), "text"
+    return _numbers_or_texts(_dictionary_texts(cells)), "codes"
+
+
+def _numbers_or_texts(texts: Texts) -> Chunk:
+    return Numbers(values=_as_numbers(texts), present=texts.present) if texts.numbers == texts.present else texts
 
 
 def _cast_numbers(values: pa.ChunkedArray | pa.Array) -> FloatArray | None:
@@ -105,8 +121,9 @@ def _dictionary_texts(cells: pa.ChunkedArray | pa.Array) -> Texts:
     """:class:`Texts` of the cells, the rules applied to each distinct text once: equal to
     ``categorical("", present_text(cells))`` (codes into the sorted distinct present texts, -1 = missing)."""
     if isinstance(cells, pa.ChunkedArray):
-        cells = cells.combine_chunks()
-    encoded = pc.dictionary_encode(cells)
+        cells = cells.combine_chunks()  # dictionary chunks: over one dictionary, their union
+    # The codes' order is immaterial: each distinct text's code is its place among the sorted present texts.
+    encoded = cells if pa.types.is_dictionary(cells.type) else pc.dictionary_encode(cells)
     # each distinct raw text's code (several may trim to one text; a blank or a token is missing, -1)
     distinct = categorical("", present_text(encoded.dictionary))
     # The codes are made and kept by Arrow's allocator, as every other chunk's values: numpy arrays made per

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ml8s.data.csv_lines import long_line, longest_cell, repeated_header
+from ml8s.data.csv_pieces import Blocks, PieceTypes, segments
 from ml8s.errors import CsvRefusedError, DataError
 from ml8s.text import is_utf8
 
@@ -30,8 +31,6 @@ BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held be
 # one or not by where the block boundaries fell. Longer lines are refused, by a check of every file, named.
 ROW_MAX = BLOCK
 _PIECE_BLOCK = 1024 * 1024  # Arrow's default block: the pieces of one batch parsed on every core
-# PARSE_OPTIONS but for newlines in values: a file without a quote has none, and Arrow cuts its blocks faster
-_NO_QUOTES = pacsv.ParseOptions(newlines_in_values=False)
 
 
 def csv_table(data: bytes, where: str) -> pa.Table:
@@ -40,9 +39,12 @@ def csv_table(data: bytes, where: str) -> pa.Table:
     return pa.Table.from_batches(list(batches), schema=pa.schema([(name, pa.string()) for name in names]))
 
 
-def csv_batches(data: bytes, where: str, *, empty_as_null: bool = False) -> tuple[list[str], Iterator[pa.RecordBatch]]:
+def csv_batches(
+    data: bytes, where: str, *, empty_as_null: bool = False, types: PieceTypes | None = None
+) -> tuple[list[str], Iterator[pa.RecordBatch]]:
     """A CSV file's column names and its rows as text, a block of :data:`BLOCK` bytes at a time; with
-    ``empty_as_null`` an empty cell (quoted or not) is null, at no cost (the parser marks it).
+    ``empty_as_null`` an empty cell (quoted or not) is null, at no cost (the parser marks it). With ``types``, a
+    file cut into pieces (no quote, over a block) has each piece's columns typed as ``types`` asks where it can.
 
     Raises:
         DataError: the file is empty, its header is unusable, its text does not parse (naming the data row where
@@ -62,15 +64,17 @@ def csv_batches(data: bytes, where: str, *, empty_as_null: bool = False) -> tupl
             null_values=[""] if empty_as_null else [],
         )
         if len(data) > BLOCK and data.find(b'"') < 0:
-            names, parsed = _segments(data, options)
-        else:
-            reader = pacsv.open_csv(
-                pa.BufferReader(data),
-                read_options=pacsv.ReadOptions(block_size=BLOCK),
-                parse_options=PARSE_OPTIONS,
-                convert_options=options,
-            )
-            names, parsed = list(reader.schema.names), iter(reader)
+            # No quote: no value was left open at the end (nothing to check), and with ``types`` a column need not
+            # be text.
+            blocks = Blocks(block=BLOCK, piece=_PIECE_BLOCK)
+            return segments(data, options, header, types, blocks, lambda exc: _unparsed(where, data, header, exc))
+        reader = pacsv.open_csv(
+            pa.BufferReader(data),
+            read_options=pacsv.ReadOptions(block_size=BLOCK),
+            parse_options=PARSE_OPTIONS,
+            convert_options=options,
+        )
+        names, parsed = list(reader.schema.names), iter(reader)
     except pa.ArrowException as exc:
         raise _unparsed(where, data, header, exc) from exc
 
@@ -115,58 +119,6 @@ def _refuse_lines(data: bytes, end: int, header: list[str], where: str) -> None:
     long = long_line(data, ROW_MAX)
     if long is not None:
         raise _too_long(where, data, header, long)
-
-
-def _segments(data: bytes, options: pacsv.ConvertOptions) -> tuple[list[str], Iterator[pa.RecordBatch]]:
-    """A CSV file without a quote character, as batches of about :data:`BLOCK` bytes each parsed by Arrow on every
-    core: with no quote, every newline ends a record, so the file is cut at the first newline past each block's
-    size and each piece read on its own (the first with the header, the rest under its names). A quoted value
-    may hold a newline; a file with a quote is read by the streaming reader, whose parser runs on one core."""
-    view = pa.py_buffer(data)
-    end = _cut(data, 0)
-    first = _piece(view, 0, end, options, None)
-    names = first.schema.names
-
-    def rest() -> Iterator[pa.RecordBatch]:
-        if first.num_rows:  # the header alone when its line is longer than a block
-            yield first
-        start = end
-        while start < len(data):
-            stop = _cut(data, start)
-            piece = _piece(view, start, stop, options, names)
-            if piece.num_rows:  # a piece of blank lines (the file's tail) holds no record
-                yield piece
-            start = stop
-
-    return names, rest()
-
-
-def _cut(data: bytes, start: int) -> int:
-    found = data.find(b"\n", start + BLOCK)
-    return len(data) if found < 0 else found + 1
-
-
-def _piece(
-    view: pa.Buffer, start: int, stop: int, options: pacsv.ConvertOptions, names: list[str] | None
-) -> pa.RecordBatch:
-    def read(block: int) -> pa.Table:
-        return pacsv.read_csv(
-            pa.BufferReader(view.slice(start, stop - start)),
-            read_options=pacsv.ReadOptions(block_size=block, column_names=names or []),
-            parse_options=_NO_QUOTES,
-            convert_options=options,
-        )
-
-    try:
-        table = read(_PIECE_BLOCK)
-    except pa.ArrowInvalid:
-        if _PIECE_BLOCK >= BLOCK:
-            raise
-        # a row longer than a piece's block (Arrow's "straddling object"): rows up to ROW_MAX bytes are read
-        # wherever they are, as the streaming reader reads them; a failure again is the file's
-        table = read(BLOCK)
-    # one chunk per column: the typing works a block's column at a time (a copy of one block's text, transient)
-    return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
 
 
 def _header(data: bytes, where: str) -> tuple[list[str], int]:

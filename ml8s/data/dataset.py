@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -23,8 +24,9 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, number_mask, present_text, text_column
 from ml8s.data.columns import convert as _convert
 from ml8s.data.columns import floats as _floats
-from ml8s.data.csv_columns import Chunk, chunk_of, file_row, finish, not_finite
+from ml8s.data.csv_columns import Chunk, chunk_route, file_row, finish, not_finite
 from ml8s.data.csv_text import csv_batches, csv_table
+from ml8s.data.csv_typed import Plan
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.data.sources import read_checking, read_verified, restrict
@@ -109,9 +111,10 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
     files: list[FileEntry] = []
     names: tuple[str, ...] | None = None
     origins: list[tuple[int, int, int]] = []  # per chunk: (file index, first row in the file, rows)
+    plan = Plan()  # the parser types the columns whose earlier blocks say how (ml8s.data.csv_typed)
     for entry, data, check in read_checking(fingerprint):
         try:
-            these, blocks = _typed_blocks(data, _where(fingerprint, entry))
+            these, blocks = _typed_blocks(data, _where(fingerprint, entry), plan)
         except DataError:
             check()  # a file changed since it was fingerprinted is named as such, not by what it holds now
             raise
@@ -144,9 +147,14 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
         return _parse(entry, data, root).column(name)
 
     def cells_of(name: str) -> Callable[[int], pa.ChunkedArray]:
+        parsed: dict[int, pa.ChunkedArray] = {}  # the last file parsed again: its blocks come one after another
+
         def cells(chunk: int) -> pa.ChunkedArray:
             index, start, rows = origins[chunk]
-            return file_cells(name, index).slice(start, rows)
+            if index not in parsed:
+                parsed.clear()
+                parsed[index] = file_cells(name, index)
+            return parsed[index].slice(start, rows)
 
         return cells
 
@@ -172,15 +180,21 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
 _THREADS = min(4, os.cpu_count() or 1)
 
 
-def _typed_blocks(data: bytes, where: str) -> tuple[tuple[str, ...], list[tuple[int, list[Chunk]]]]:
+def _typed_blocks(data: bytes, where: str, plan: Plan) -> tuple[tuple[str, ...], list[tuple[int, list[Chunk]]]]:
     """A CSV file's column names, sorted, and per block its rows and its columns' chunks in that order."""
-    header, batches = csv_batches(data, where, empty_as_null=True)
+    header, batches = csv_batches(data, where, empty_as_null=True, types=plan)
     these = tuple(sorted(header))
     blocks = []
+
+    def chunk(batch: pa.RecordBatch, name: str) -> Chunk:
+        made, route = chunk_route(batch.column(name))
+        plan.learn(name, route)
+        return made
+
     # Arrow's kernels release the GIL: a block's columns are typed in parallel
     with ThreadPoolExecutor(_THREADS, thread_name_prefix="ml8s-type") as pool:
         for batch in _read_ahead(batches):
-            blocks.append((batch.num_rows, list(pool.map(chunk_of, [batch.column(name) for name in these]))))
+            blocks.append((batch.num_rows, list(pool.map(partial(chunk, batch), these))))
     return these, blocks
 
 
