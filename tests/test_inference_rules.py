@@ -393,13 +393,16 @@ def test_a_row_too_large_for_the_float32_input_is_named(data: Path) -> None:
 
 
 def test_a_matrix_value_beyond_float32_is_refused_not_written_as_an_infinity() -> None:
-    from ml8s.features.matrix import _float32
+    from ml8s.features.matrix_groups import GroupBuffers, fill_group
 
-    assert _float32("f", np.array([1.0, -3e38])).dtype == np.float32
+    buffers = GroupBuffers(1, 2, alternate=False)
+    out = buffers.take(2)
+    fill_group(["f"], np.array([[1.0], [-3e38]]), out, buffers)
+    assert out.dtype == np.float32 and out[0].tolist() == np.array([1.0, -3e38], dtype=np.float32).tolist()
     with pytest.raises(
         DataError, match=r"feature 'f' has a value too large for the float32 feature matrix \(magnitude 1e\+39"
     ):
-        _float32("f", np.array([1.0, -1e39]))
+        fill_group(["f"], np.array([[1.0], [-1e39]]), out, buffers)
 
 
 @pytest.mark.parametrize("precision", [0, 1, 3, 6, 17, None])
@@ -421,3 +424,36 @@ def test_csv_probabilities_are_the_rounded_values_digits(precision: int | None) 
     assert [r["probability_yes"] for r in records] == [
         p if precision is None else round(p, precision) for p in probabilities[:, 1].tolist()
     ]
+
+
+@pytest.mark.parametrize(
+    ("rule", "kind", "values"),
+    [
+        (dict(kind="numeric", impute=2.5), "numeric", [1.0, np.nan, -3e5, 0.1, 7e-9]),
+        (dict(kind="numeric", impute=0.3, scale_mean=0.7, scale_std=3.1), "numeric", [1.0, np.nan, -3e5, 0.1, 7e-9]),
+        (dict(kind="boolean", impute=0.25), "boolean", [1.0, 0.0, np.nan, 1.0, 0.0]),
+        (dict(kind="indicator"), "numeric", [1.0, np.nan, 2.0, np.nan, 3.0]),
+        (dict(kind="indicator"), "categorical", [0, -1, 1, -1, 2]),
+        (dict(kind="onehot", category="b"), "categorical", [0, -1, 1, 2, 1]),
+        (dict(kind="onehot", category=MISSING), "categorical", [0, -1, 1, 2, 1]),
+        (dict(kind="onehot", category="zzz"), "categorical", [0, -1, 1, 2, 1]),
+    ],
+)
+def test_a_feature_made_in_place_is_the_feature_values_as_float32(
+    rule: dict[str, object], kind: str, values: list[float]
+) -> None:
+    """The matrix writer's in-place encoding (reused arrays) gives the bits of feature_values cast to float32."""
+    from ml8s.data.columns import Column
+    from ml8s.inference.rules import FeatureRule, bucket, feature_into, feature_values
+
+    if kind == "categorical":
+        column = Column(
+            name="c", kind=kind, values=np.array(values, dtype=np.int32), categories=pa.array(["a", "b", "c"])
+        )
+    else:
+        column = Column(name="c", kind=kind, values=np.array(values, dtype=np.float64))
+    feature = FeatureRule.model_validate({"name": "f", "source": "c", **rule})
+    buckets = bucket(column, ["a", "b"]) if feature.kind == "onehot" else None
+    out = np.full(len(values), 99.0, dtype=np.float32)
+    feature_into(feature, column, buckets, out, np.full(len(values), 5.0), np.ones(len(values), dtype=bool))
+    assert out.tobytes() == feature_values(feature, column, buckets).astype(np.float32).tobytes()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,13 @@ def test_the_file_written_while_training_is_the_direct_write(
 ) -> None:
     monkeypatch.setattr(matrix_deferred, "defers", lambda rows, group, train_rows: True)
     monkeypatch.setattr(matrix, "overlaps", lambda rows, features, train_rows: overlap)
+    real = matrix_mapped.SplitRows.write
+
+    def slow(*args: object) -> None:  # a group buffer encoded again before its rows were written shows here
+        time.sleep(0.002)
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matrix_mapped.SplitRows, "write", slow)
     deferred = tmp_path / "deferred.parquet"
     with matrix_deferred.deferred_matrix():
         _write(deferred, fitted, hand=True)

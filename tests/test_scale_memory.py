@@ -9,9 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 import tracemalloc
-import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from ml8s.data.columns import Column
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
-from ml8s.features import matrix, matrix_mapped
+from ml8s.features import matrix, matrix_groups, matrix_mapped
 from ml8s.features import prepared as row_preparing
 from ml8s.features import rules as rule_fitting
 from ml8s.features.matrix_read import read_matrix32
@@ -164,33 +163,44 @@ def test_handed_over_rows_are_the_decoded_rows(
 def test_row_groups_of_features_alive_at_a_time(
     small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overlap: bool
 ) -> None:
-    """A group's float32 columns are freed before the next group is encoded (at 2M rows, 116 MiB of peak); where
-    the writing overlaps the encoding, the group being written is the one more alive. The bytes are the same."""
+    """Row groups are encoded into one group buffer, used again for each group (at 2M rows a group is 116 MiB of
+    peak); where the writing overlaps the encoding, into two in turn, and a buffer is encoded again only once its
+    group is written (slow writes here: a buffer overwritten while written would change the file's bytes)."""
     monkeypatch.setattr(matrix, "ROW_GROUP", 97)
     monkeypatch.setattr(matrix, "overlaps", lambda rows, features, train_rows: overlap)
     prepared, rules, kept = _prepared(small_data)
-    alive: list[list[weakref.ref[np.ndarray]]] = []
-    real = matrix.encode_each
+    made: list[int] = []
+    real_take = matrix_groups.GroupBuffers.take
 
-    def encode_each(*args: object) -> Iterator[np.ndarray]:
-        living = [n for n, group in enumerate(alive) if any(ref() is not None for ref in group)]
-        allowed = 1 if overlap else 0
-        assert len(living) <= allowed, f"groups {living} are alive while group {len(alive)} is encoded"
-        alive.append([])
-        for values in real(*args):
-            out = np.asarray(values, dtype=np.float32)
-            alive[-1].append(weakref.ref(out))
-            yield out
+    def take(self: matrix_groups.GroupBuffers, rows: int) -> np.ndarray:
+        out = real_take(self, rows)
+        made.append(len(self._groups))
+        return out
 
-    monkeypatch.setattr(matrix, "encode_each", encode_each)
+    real_write, real_scratch = matrix._write_taken, matrix_mapped.SplitRows.write
+
+    def slow_write(*args: object) -> None:
+        time.sleep(0.002)
+        real_write(*args)  # type: ignore[arg-type]
+
+    def slow_scratch(*args: object) -> None:
+        time.sleep(0.002)
+        real_scratch(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matrix_groups.GroupBuffers, "take", take)
+    monkeypatch.setattr(matrix, "_write_taken", slow_write)
+    monkeypatch.setattr(matrix_mapped.SplitRows, "write", slow_scratch)
     for hand in (True, False):
         _write(tmp_path / f"{hand}.parquet", prepared, rules, kept, hand=hand)
     matrix_mapped._handed.clear()
-    assert len(alive) == 2 * -(-len(prepared.target) // 97) > 4
-    monkeypatch.setattr(matrix, "encode_each", real)
+    assert len(made) == 2 * -(-len(prepared.target) // 97) > 4
+    assert max(made) == (2 if overlap else 1)
+    monkeypatch.undo()
+    monkeypatch.setattr(matrix, "ROW_GROUP", 97)
     monkeypatch.setattr(matrix, "overlaps", lambda rows, features, train_rows: not overlap)
     _write(tmp_path / "other.parquet", prepared, rules, kept, hand=False)
     assert (tmp_path / "other.parquet").read_bytes() == (tmp_path / "False.parquet").read_bytes()
+    assert (tmp_path / "True.parquet").read_bytes() == (tmp_path / "False.parquet").read_bytes()
 
 
 def test_writing_overlaps_encoding_only_where_a_group_hides_in_the_fitting_peak() -> None:

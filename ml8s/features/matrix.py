@@ -22,14 +22,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s.data.columns import Column
-from ml8s.errors import DataError
 from ml8s.features import matrix_deferred, matrix_mapped
 from ml8s.features.column_names import SPLIT, TARGET
+from ml8s.features.matrix_groups import GroupBuffers, encode_group, fill_group
 from ml8s.features.matrix_mapped import SplitRows
-from ml8s.inference.rules import FeatureRule, encode_each
+from ml8s.inference.rules import FeatureRule
 
 IntArray = npt.NDArray[np.int64]
 Float32Array = npt.NDArray[np.float32]
+# A row group's float32 features (features x rows), class indices and splits.
+Group = tuple[Float32Array, IntArray, npt.NDArray[np.integer]]
 # pyarrow's default row group size for write_table: writing group by group with it keeps every matrix file's
 # bytes what one write_table call of the whole matrix wrote before.
 ROW_GROUP = 1024 * 1024
@@ -40,10 +42,14 @@ def write_matrix_arrays(
 ) -> None:
     """Parquet with fixed writer options: same values, same bytes (pyarrow is pinned)."""
 
-    def groups() -> Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]]:
+    buffers = GroupBuffers(len(names), min(len(target), ROW_GROUP), alternate=False)
+
+    def groups() -> Iterator[Group]:
         for start in range(0, len(target), ROW_GROUP):
             end = min(start + ROW_GROUP, len(target))
-            yield (matrix[start:end, i] for i in range(len(names))), target[start:end], split[start:end]
+            out = buffers.take(end - start)
+            fill_group(names, matrix[start:end], out, buffers)
+            yield out, target[start:end], split[start:end]
 
     _write(path, names, groups(), overlap=False)  # the matrix is in memory already: nothing to hide a group in
 
@@ -64,24 +70,29 @@ def write_encoded(
     that :func:`map_matrix32` of this file then maps instead of decoding the Parquet file again.
     """
     names = [rule.name for rule in rules]
+    train_rows = int(np.count_nonzero(split == 0))
+    overlap = overlaps(len(target), len(names), train_rows)
+    # with overlap a group is written while the next is encoded: two group buffers in turn (the _write loops wait
+    # for a group's write before the group after next is encoded)
+    buffers = GroupBuffers(len(names), min(len(target), ROW_GROUP), alternate=overlap)
 
-    def groups() -> Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]]:
+    def groups() -> Iterator[Group]:
         for start in range(0, len(target), ROW_GROUP):
             end = min(start + ROW_GROUP, len(target))
             part = {name: columns[name].part(start, end) for name in sorted({rule.source for rule in rules})}
-            yield encode_each(rules, part, kept), target[start:end], split[start:end]
+            out = buffers.take(end - start)
+            encode_group(rules, part, kept, out, buffers)
+            yield out, target[start:end], split[start:end]
 
-    train_rows = int(np.count_nonzero(split == 0))
     if not hand_over or not len(target) * len(names):
-        _write(path, names, groups(), overlap=overlaps(len(target), len(names), train_rows))
+        _write(path, names, groups(), overlap=overlap)
         return
     matrix_mapped.forget_handed()
     defer = matrix_deferred.defers(len(target), ROW_GROUP, train_rows)
-    overlap = overlaps(len(target), len(names), train_rows)
     with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
         scratch = SplitRows(handle, split, len(names))
         if defer:  # the file is written from the scratch rows while training runs
-            _scratch_only(names, groups(), scratch, overlap=overlap)
+            _scratch_only(groups(), scratch, overlap=overlap)
         else:
             _write(path, names, groups(), scratch, overlap=overlap)
         mapped = scratch.mapped(target, names)  # the rows flushed
@@ -106,7 +117,7 @@ def write_encoded(
 def _write(
     path: str,
     names: list[str],
-    groups: Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]],
+    groups: Iterator[Group],
     scratch: SplitRows | None = None,
     *,
     overlap: bool,
@@ -137,8 +148,7 @@ def _write(
 
 
 def _scratch_only(
-    names: list[str],
-    groups: Iterator[tuple[Iterator[npt.NDArray[np.floating]], IntArray, npt.NDArray[np.integer]]],
+    groups: Iterator[Group],
     scratch: SplitRows,
     *,
     overlap: bool,
@@ -149,21 +159,14 @@ def _scratch_only(
     with ThreadPoolExecutor(1, thread_name_prefix="ml8s-scratch") as pool:
         writing: Future[None] | None = None
         for features, _, split in groups:
-            arrays = [_float32(name, values) for name, values in zip(names, features, strict=False)]
             if not overlap:
-                scratch.write(arrays, split)
+                scratch.write(features, split)
                 continue
             if writing is not None:
                 writing.result()
-            writing = pool.submit(_write_rows, scratch, [arrays], split)
-            del arrays
+            writing = pool.submit(scratch.write, features, split)
         if writing is not None:
             writing.result()
-
-
-def _write_rows(scratch: SplitRows, arrays: list[list[Float32Array]], split: npt.NDArray[np.integer]) -> None:
-    """Write the one group in ``arrays``, taken out of it: freed when the write returns (as :func:`_write_taken`)."""
-    scratch.write(arrays.pop(), split)
 
 
 def _schema(names: list[str]) -> pa.Schema:
@@ -197,40 +200,15 @@ def overlaps(rows: int, features: int, train_rows: int) -> bool:
 
 def _group_table(
     schema: pa.Schema,
-    features: Iterator[npt.NDArray[np.floating]],
+    features: Float32Array,
     target: IntArray,
     split: npt.NDArray[np.integer],
     scratch: SplitRows | None,
 ) -> pa.Table:
-    """One row group's table (its float32 rows also written to ``scratch``)."""
-    columns = [pa.array(values) for values in _group_arrays(schema.names, features, split, scratch)]
+    """One row group's table (features x rows; its float32 rows also written to ``scratch``): the features'
+    columns are views of the group buffer, not copies."""
+    if scratch is not None:
+        scratch.write(features, split)
+    columns = [pa.array(values) for values in features]
     columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
     return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _group_arrays(
-    names: list[str],
-    features: Iterator[npt.NDArray[np.floating]],
-    split: npt.NDArray[np.integer],
-    scratch: SplitRows | None,
-) -> list[Float32Array]:
-    """One row group's float32 columns (also written to ``scratch``). A function of its own so that its float64
-    intermediates are freed before the next group's are made."""
-    arrays = [_float32(name, values) for name, values in zip(names, features, strict=False)]
-    if scratch is not None:
-        scratch.write(arrays, split)
-    return arrays
-
-
-def _float32(name: str, values: npt.NDArray[np.floating]) -> Float32Array:
-    """A feature's values as float32, refused where one is too large for it: the rules were fitted on other rows
-    (a warm start's parent, or the training split), so a value of these rows may be beyond float32's range."""
-    narrow = np.asarray(values, dtype=np.float32)
-    if not np.isfinite(narrow).all():
-        peak = max(float(np.nanmax(values)), -float(np.nanmin(values)))
-        raise DataError(
-            f"feature {name!r} has a value too large for the float32 feature matrix (magnitude {peak:.6g}, "
-            f"under the rules fitted on the training rows); expected magnitudes below 3.4e38 (rescale its column, "
-            "or list it in EXCLUDE_COLUMNS)"
-        )
-    return narrow

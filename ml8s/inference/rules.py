@@ -112,6 +112,48 @@ def feature_values(rule: FeatureRule, column: Column, categories: Buckets | None
     return np.asarray(values, dtype=np.float64)
 
 
+Float32Array = npt.NDArray[np.float32]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def feature_into(
+    rule: FeatureRule,
+    column: Column,
+    categories: Buckets | None,
+    out: Float32Array,
+    work: FloatArray,
+    mask: BoolArray,
+) -> None:
+    """:func:`feature_values` of the rule, cast to float32 into ``out``: the same values (each step numpy's, in
+    the same order, in place), made in ``work`` (float64) and ``mask``, each as long as ``out``, which a caller
+    reuses from one feature to the next: no array is made per feature (at 20M rows, 640 features' arrays of a
+    row group each, and as many page faults on fresh memory)."""
+    if rule.kind == "onehot":
+        if categories is None:
+            raise InferenceError(f"feature {rule.name!r} is one-hot; expected its column's bucketed categories")
+        if rule.category not in categories.labels:
+            out.fill(0.0)
+            return
+        np.equal(categories.rows, categories.labels.index(rule.category), out=mask)
+        np.copyto(out, mask)
+        return
+    if column.kind == "categorical":
+        np.less(column.values, 0, out=mask)
+    else:
+        np.isnan(column.values, out=mask)
+    if rule.kind == "indicator":
+        np.copyto(out, mask)
+        return
+    if rule.impute is None:
+        raise InferenceError(f"feature {rule.name!r} is a {rule.kind} value; expected its impute value")
+    np.copyto(work, column.values)
+    np.copyto(work, rule.impute, where=mask)
+    if rule.scale_mean is not None and rule.scale_std is not None:
+        np.subtract(work, rule.scale_mean, out=work)
+        np.divide(work, rule.scale_std, out=work)
+    np.copyto(out, work, casting="same_kind")
+
+
 def encode_columns(
     rules: Sequence[FeatureRule], columns: Mapping[str, Column], kept: Mapping[str, Collection[str]], rows: int
 ) -> FloatArray:
