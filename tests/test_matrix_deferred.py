@@ -164,3 +164,27 @@ def test_ml8s_run_publishes_the_file_written_while_training(
     direct = tmp_path / "direct.parquet"
     _write(direct, fitted, hand=False)
     assert published.read_bytes() == direct.read_bytes()
+
+
+def test_scratch_rows_are_in_memory_only_when_they_fit_a_quarter_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A matrix over a quarter of the memory available goes to an unnamed file under $TMPDIR (pages the kernel can
+    evict); a refused memfd too. Either way nothing is left behind (no name)."""
+
+    def kind(size: int) -> str:
+        with matrix_mapped.scratch_file(size) as handle:
+            handle.write(b"x" * 10)
+            target = os.readlink(f"/proc/self/fd/{handle.fileno()}")
+            return "memory" if target.startswith("/memfd:") else "disk"
+
+    monkeypatch.setattr(matrix_mapped, "_available", lambda: 4000)
+    assert kind(1000) == "memory"
+    assert kind(1001) == "disk"
+    monkeypatch.setattr(matrix_mapped, "_available", lambda: 0)  # /proc/meminfo unreadable
+    assert kind(1) == "disk"
+
+    def refused(*args: object) -> int:
+        raise OSError(errno.EPERM, "memfd_create refused")
+
+    monkeypatch.setattr(matrix_mapped, "_available", lambda: 4000)
+    monkeypatch.setattr(os, "memfd_create", refused)
+    assert kind(1) == "disk"

@@ -178,16 +178,21 @@ def not_finite(path: str, root: str, name: str, row: int, cell: object) -> DataE
     )
 
 
-def _drained(chunks: list[Chunk], value: Callable[[Chunk], FloatArray]) -> FloatArray:
-    """The chunks' values as one array, each chunk released once copied: the column is never held twice."""
+Values = Callable[[Chunk, FloatArray | None], FloatArray]  # a chunk's float per row, made in ``out`` if given
+
+
+def _drained(chunks: list[Chunk], value: Values) -> FloatArray:
+    """The chunks' values as one array, each chunk's made in its place and the chunk released: the column is never
+    held twice, and no chunk's values are made apart first."""
     if len(chunks) == 1:
-        return value(chunks.pop())
+        return value(chunks.pop(), None)
     out = np.empty(sum(_rows(c) for c in chunks), dtype=np.float64)
     start = 0
     while chunks:
-        part = value(chunks.pop(0))
-        out[start : start + len(part)] = part
-        start += len(part)
+        chunk = chunks.pop(0)
+        rows = _rows(chunk)
+        value(chunk, out[start : start + rows])
+        start += rows
     return out
 
 
@@ -195,26 +200,35 @@ def _rows(chunk: Chunk) -> int:
     return len(chunk.values) if isinstance(chunk, Numbers) else len(chunk.column.values)
 
 
-def _per_category(chunk: Texts, value: Callable[[pa.Array], pa.Array]) -> FloatArray:
-    """A float per row from a float per distinct text (NaN where missing)."""
-    lut = np.append(floats(value(chunk.column.categories)), np.nan)
-    return np.asarray(lut[np.asarray(chunk.column.values, dtype=np.int64)], dtype=np.float64)
+def _per_category(chunk: Texts, value: Callable[[pa.Array], pa.Array], out: FloatArray | None) -> FloatArray:
+    """A float per row from a float per distinct text (NaN where missing; a code of -1 takes the last entry)."""
+    lut: FloatArray = np.append(floats(value(chunk.column.categories)), np.nan)
+    codes = np.asarray(chunk.column.values, dtype=np.int32)  # int32 already: no copy
+    made: FloatArray = np.empty(len(codes), dtype=np.float64) if out is None else out
+    # mode "wrap": -1 is the last entry, as in indexing; the default mode makes a temporary copy of ``out``
+    np.take(lut, codes, out=made, mode="wrap")
+    return made
 
 
-def _as_numbers(chunk: Chunk) -> FloatArray:
+def _as_numbers(chunk: Chunk, out: FloatArray | None = None) -> FloatArray:
     if isinstance(chunk, Numbers):
-        return chunk.values
-    return _per_category(chunk, lambda texts: convert(stray_as_missing(texts), pa.float64()))
+        return chunk.values if out is None else _copied(chunk.values, out)
+    return _per_category(chunk, lambda texts: convert(stray_as_missing(texts), pa.float64()), out)
+
+
+def _copied(values: FloatArray, out: FloatArray) -> FloatArray:
+    np.copyto(out, values)
+    return out
 
 
 def _boolean(chunk: Texts) -> bool:
     return bool(pc.all(pc.is_in(pc.utf8_lower(chunk.column.categories), pa.array(["true", "false"]))).as_py())
 
 
-def _booleans(chunk: Chunk) -> FloatArray:
-    if isinstance(chunk, Numbers):
-        return chunk.values  # every cell missing: NaN
-    return _per_category(chunk, lambda texts: convert(pc.equal(pc.utf8_lower(texts), "true"), pa.float64()))
+def _booleans(chunk: Chunk, out: FloatArray | None = None) -> FloatArray:
+    if isinstance(chunk, Numbers):  # every cell missing: NaN
+        return chunk.values if out is None else _copied(chunk.values, out)
+    return _per_category(chunk, lambda texts: convert(pc.equal(pc.utf8_lower(texts), "true"), pa.float64()), out)
 
 
 def _is_number(column: Column) -> npt.NDArray[np.bool_]:
@@ -239,9 +253,10 @@ def _merged(name: str, parts: list[Column]) -> Column:
     """One categorical column of the files' columns: codes into the sorted union of their texts."""
     union = pc.unique(pa.chunked_array([p.categories for p in parts], type=pa.string()))
     categories = pc.take(union, pc.array_sort_indices(union))
-    codes = []
-    for part in parts:
+    values = np.empty(sum(len(part.values) for part in parts), dtype=np.int32)
+    start = 0
+    for part in parts:  # each part's codes made in their place: not made apart, then concatenated
         lut = np.append(np.asarray(pc.index_in(part.categories, value_set=categories).to_numpy(), dtype=np.int32), -1)
-        codes.append(mapped_codes(lut, part.values))
-    values = codes[0] if len(codes) == 1 else np.concatenate(codes)
+        mapped_codes(lut, part.values, out=values[start : start + len(part.values)])
+        start += len(part.values)
     return Column(name=name, kind="categorical", values=values, categories=categories)

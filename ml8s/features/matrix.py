@@ -12,7 +12,6 @@ file written beside the Parquet file, so training maps them without decoding the
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -86,15 +85,18 @@ def write_encoded(
 
     if not hand_over or not len(target) * len(names):
         _write(path, names, groups(), overlap=overlap)
+        buffers.release()
         return
     matrix_mapped.forget_handed()
     defer = matrix_deferred.defers(len(target), ROW_GROUP, train_rows)
-    with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
+    with matrix_mapped.scratch_file(len(target) * len(names) * 4) as handle:
         scratch = SplitRows(handle, split, len(names))
         if defer:  # the file is written from the scratch rows while training runs
             _scratch_only(groups(), scratch, overlap=overlap)
         else:
             _write(path, names, groups(), scratch, overlap=overlap)
+        buffers.release()  # not held beside the rows handed over (and the deferred writer's group)
+        scratch.release()
         mapped = scratch.mapped(target, names)  # the rows flushed
         if defer:
             schema = _schema(names)

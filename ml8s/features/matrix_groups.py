@@ -34,6 +34,11 @@ class GroupBuffers:
         self.work = np.empty(rows, dtype=np.float64)
         self.mask = np.empty(rows, dtype=np.bool_)
 
+    def release(self) -> None:
+        """Free the buffers (a later :meth:`take` makes them again)."""
+        self._groups.clear()
+        self.work, self.mask = np.empty(0, dtype=np.float64), np.empty(0, dtype=np.bool_)
+
     def take(self, rows: int) -> Float32Array:
         """The next group buffer, as a (features x ``rows``) view."""
         if len(self._groups) < self._count:

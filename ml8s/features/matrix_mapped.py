@@ -36,6 +36,36 @@ class Handed:
 
 
 _handed: list[Handed] = []  # at most one: taken by the training of this process
+_MEMORY_SHARE = 4  # scratch rows are kept in memory when they take at most 1/4 of the memory available
+
+
+def scratch_file(size: int) -> IO[bytes]:
+    """An unnamed scratch file for ``size`` bytes of rows, nothing left behind however the process ends.
+
+    In memory (``memfd_create``) when the rows take at most a quarter of the memory available, else under
+    ``$TMPDIR`` (``O_TMPFILE``). Both are page cache that a mapping shares; a file on a disk also has its
+    pages written back while it is written, which throttles the writes to the disk's speed (here 2.7 GB took
+    4.9 s against 2.6 s in memory, all of it system time), for pages that are read back from memory and
+    dropped when training ends. A larger matrix goes to the disk, whose pages the kernel can evict.
+    """
+    if hasattr(os, "memfd_create") and size <= _available() // _MEMORY_SHARE:
+        try:
+            return os.fdopen(os.memfd_create("ml8s-matrix", os.MFD_CLOEXEC), "w+b")
+        except OSError:  # memfd refused (a seccomp filter, a memory limit): the disk, as always before
+            pass
+    return tempfile.TemporaryFile(prefix="ml8s-matrix-")
+
+
+def _available() -> int:
+    """MemAvailable of /proc/meminfo in bytes (0 where it cannot be read: the disk then)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
 
 
 def _take(path: str) -> Handed | None:
@@ -137,6 +167,10 @@ class SplitRows:
                 self.handle.write(block.data)
                 self.next[value] += count
 
+    def release(self) -> None:
+        """Free the arrays the writes made their rows in."""
+        self._slices.clear()
+
     def _slice(self, which: int, rows: int) -> Float32Array:
         """The first ``rows`` of kept array ``which`` (0: a slice's rows, 1: those of one split), made once."""
         while len(self._slices) <= which:
@@ -190,7 +224,7 @@ def map_matrix32(path: str) -> MappedMatrix:
         target[start:end] = read_column(file, group, TARGET)
         bounds.append((start, end))
         start = end
-    with tempfile.TemporaryFile(prefix="ml8s-matrix-") as handle:
+    with scratch_file(rows * len(names) * _FLOAT32) as handle:
         scratch = SplitRows(handle, split, len(names))
         for group, (start, end) in enumerate(bounds):
             features = np.empty((len(names), end - start), dtype=np.float32)
