@@ -170,3 +170,39 @@ def test_a_column_categorical_overall_parses_its_file_again_once(
     loaded = load_dataset(fingerprint_local(str(path)))
     assert loaded.column("late text").kind == "categorical"
     assert calls == ["parse"]
+
+
+def test_files_are_read_into_one_buffer_unless_something_holds_it(tmp_path: Path) -> None:
+    """read_checking(reuse=True) fills one buffer file after file (no fresh memory per file), of each file's size;
+    a buffer still exported (Arrow made an array of it without a copy) is left as it is and a new one made."""
+    from ml8s.data.sources import read_checking
+
+    contents = {f"part-{i}.csv": (f"a,b\n{i},x\n" * (50 + 30 * (i % 2))).encode() for i in range(4)}
+    for name, text in contents.items():
+        (tmp_path / name).write_bytes(text)
+    fingerprint = fingerprint_local(str(tmp_path))
+    seen, held = [], []
+    for entry, data, check in read_checking(fingerprint, reuse=True):
+        check()
+        assert bytes(data) == contents[entry.relative_path]
+        seen.append(id(data))
+        if entry.relative_path == "part-1.csv":
+            held.append((pa.py_buffer(data), bytes(data)))  # an export that outlives the file
+        del data
+    assert seen[0] == seen[1] and seen[2] != seen[1] and seen[3] == seen[2]
+    exported, copy = held[0]
+    assert exported.to_pybytes() == copy  # never read over
+
+
+def test_a_changed_file_read_into_the_buffer_is_named_as_changed(tmp_path: Path) -> None:
+    from ml8s.data.sources import read_checking
+    from ml8s.errors import DataChangedError
+
+    for i in range(2):
+        (tmp_path / f"part-{i}.csv").write_bytes(b"a,b\n1,x\n" * 20)
+    fingerprint = fingerprint_local(str(tmp_path))
+    (tmp_path / "part-1.csv").write_bytes(b"a,b\n1,x\n" * 25)  # longer than the buffer
+    with pytest.raises(DataChangedError, match=r"part-1\.csv changed after it was fingerprinted"):
+        for _, data, check in read_checking(fingerprint, reuse=True):
+            check()
+            del data

@@ -9,6 +9,9 @@ row: a CSV file of 20M rows is checked in a few passes over its bytes.
 
 from __future__ import annotations
 
+# A file's bytes as the readers take them: a bytearray where files are read into one reused buffer
+# (ml8s.data.sources.read_checking).
+FileBytes = bytes | bytearray
 BOM = b"\xef\xbb\xbf"  # the second file of a concatenation brings its own byte order mark
 # Hits of the header's text that are no whole line (a row holding it as part of a cell) searched past one at a
 # time before the search looks for whole lines only: a few passes over the bytes, whatever the rows hold.
@@ -17,7 +20,7 @@ _CELLS_SHOWN = 4096  # separators in a long line beyond which its longest cell i
 _SHOWN = 80  # characters of a repeated header shown in an error
 
 
-def repeated_header(data: bytes, end: int) -> tuple[int, str] | None:
+def repeated_header(data: FileBytes, end: int) -> tuple[int, str] | None:
     """The line number (1 = the first line) and text of the first line after the header, which ends at ``end``
     (its newline, or the end of the data), that repeats the header line, or None. A repeat may end with LF or
     CRLF, or the data, and start with a byte order mark; one inside a quoted value (an odd number of quotes
@@ -41,7 +44,7 @@ def repeated_header(data: bytes, end: int) -> tuple[int, str] | None:
         misses, pos = misses + 1, hit + 1
 
 
-def _line_start(data: bytes, hit: int) -> int:
+def _line_start(data: FileBytes, hit: int) -> int:
     """Where the line holding the header's text at ``hit`` starts when that text starts it (after a byte order
     mark or not), else -1."""
     if data.endswith(b"\n", 0, hit):
@@ -51,11 +54,11 @@ def _line_start(data: bytes, hit: int) -> int:
     return -1
 
 
-def _ends_line(data: bytes, at: int) -> bool:
+def _ends_line(data: FileBytes, at: int) -> bool:
     return at == len(data) or data.startswith((b"\n", b"\r\n"), at) or (at == len(data) - 1 and data[at] == 0x0D)
 
 
-def _whole_line(data: bytes, line: bytes, pos: int) -> int:
+def _whole_line(data: FileBytes, line: FileBytes, pos: int) -> int:
     """The first place from ``pos`` where ``line`` is a whole line (see :func:`repeated_header`), else -1: four
     searches that each find whole lines only, so rows holding the text in a cell cost nothing more."""
     found = [
@@ -71,7 +74,7 @@ def _whole_line(data: bytes, line: bytes, pos: int) -> int:
     return min(found, default=-1)
 
 
-def long_line(data: bytes, limit: int) -> tuple[int, int] | None:
+def long_line(data: FileBytes, limit: int) -> tuple[int, int] | None:
     """Where the first line longer than ``limit`` bytes (its newline included) starts and ends (its newline, or
     the end of the data), or None: each step looks ``limit`` bytes ahead for the last newline and jumps past it,
     so the search makes about ``len(data) / limit`` steps."""
@@ -85,7 +88,7 @@ def long_line(data: bytes, limit: int) -> tuple[int, int] | None:
     return None
 
 
-def longest_cell(data: bytes, start: int, end: int) -> int | None:
+def longest_cell(data: FileBytes, start: int, end: int) -> int | None:
     """The index of the longest comma-separated cell of the line ``data[start:end]``, or None when the line
     holds a quote (a comma may then be inside a value) or too many cells to look through."""
     if data.find(b'"', start, end) >= 0 or data.count(b",", start, end) > _CELLS_SHOWN:

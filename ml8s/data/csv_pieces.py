@@ -15,6 +15,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from ml8s.data.csv_lines import FileBytes
 from ml8s.errors import DataError
 
 # csv_text's options but for newlines in values: a file without a quote has none, and Arrow cuts its blocks faster
@@ -45,7 +46,7 @@ class Blocks:
 
 
 def segments(
-    data: bytes,
+    data: FileBytes,
     options: pacsv.ConvertOptions,
     header: list[str],
     types: PieceTypes | None,
@@ -114,7 +115,7 @@ def _typed_piece(
     return batch if types.accepts(batch) else None
 
 
-def _cut(data: bytes, start: int, block: int) -> int:
+def _cut(data: FileBytes, start: int, block: int) -> int:
     found = data.find(b"\n", start + block)
     return len(data) if found < 0 else found + 1
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ml8s.data.csv_lines import long_line, longest_cell, repeated_header
+from ml8s.data.csv_lines import FileBytes, long_line, longest_cell, repeated_header
 from ml8s.data.csv_pieces import Blocks, PieceTypes, segments
 from ml8s.errors import CsvRefusedError, DataError
 from ml8s.text import is_utf8
@@ -33,14 +33,14 @@ ROW_MAX = BLOCK
 _PIECE_BLOCK = 1024 * 1024  # Arrow's default block: the pieces of one batch parsed on every core
 
 
-def csv_table(data: bytes, where: str) -> pa.Table:
+def csv_table(data: FileBytes, where: str) -> pa.Table:
     """A whole CSV file as a table of text columns (:func:`csv_batches`, collected); ``where`` names it in errors."""
     names, batches = csv_batches(data, where)
     return pa.Table.from_batches(list(batches), schema=pa.schema([(name, pa.string()) for name in names]))
 
 
 def csv_batches(
-    data: bytes, where: str, *, empty_as_null: bool = False, types: PieceTypes | None = None
+    data: FileBytes, where: str, *, empty_as_null: bool = False, types: PieceTypes | None = None
 ) -> tuple[list[str], Iterator[pa.RecordBatch]]:
     """A CSV file's column names and its rows as text, a block of :data:`BLOCK` bytes at a time; with
     ``empty_as_null`` an empty cell (quoted or not) is null, at no cost (the parser marks it). With ``types``, a
@@ -93,7 +93,7 @@ def csv_batches(
     return names, batches()
 
 
-def refuse_lines(data: bytes, where: str) -> None:
+def refuse_lines(data: FileBytes, where: str) -> None:
     """The checks by line of :func:`csv_batches` (a repeated header line, a line over :data:`ROW_MAX`), for a
     reader that parses the text otherwise (Python's csv module) and must refuse what training refuses.
 
@@ -108,7 +108,7 @@ def refuse_lines(data: bytes, where: str) -> None:
     _refuse_lines(data, end, header, where)
 
 
-def _refuse_lines(data: bytes, end: int, header: list[str], where: str) -> None:
+def _refuse_lines(data: FileBytes, end: int, header: list[str], where: str) -> None:
     found = repeated_header(data, end)
     if found is not None:
         line, text = found
@@ -121,7 +121,7 @@ def _refuse_lines(data: bytes, end: int, header: list[str], where: str) -> None:
         raise _too_long(where, data, header, long)
 
 
-def _header(data: bytes, where: str) -> tuple[list[str], int]:
+def _header(data: FileBytes, where: str) -> tuple[list[str], int]:
     # The header ends at the first newline outside quotes (a quoted name may hold one, as Arrow reads it); an
     # escaped quote ("") keeps the parity. Only the header's bytes are scanned and decoded, never the file.
     start, quotes = 0, 0
@@ -147,7 +147,7 @@ def _header(data: bytes, where: str) -> tuple[list[str], int]:
     return header, len(data) if end < 0 else end
 
 
-def _check_closed(data: bytes, name: str, value: str, rows: int, where: str) -> None:
+def _check_closed(data: FileBytes, name: str, value: str, rows: int, where: str) -> None:
     """Refuse a quoted value left open at the end of a file (a file cut short inside it): Arrow reads it as
     running to the end of the file, so a truncated file would otherwise load a made-up last value. The file's
     text must end with the last value, quoted and closed or not quoted at all (trailing newlines aside)."""
@@ -169,7 +169,7 @@ def _check_closed(data: bytes, name: str, value: str, rows: int, where: str) -> 
     )
 
 
-def _text_end(data: bytes) -> int:
+def _text_end(data: FileBytes) -> int:
     """Where the file's text ends, trailing newlines aside (``len(data.rstrip(b"\\r\\n"))``, copying at most
     64 KiB at a time)."""
     end = len(data)
@@ -185,7 +185,7 @@ def _text_end(data: bytes) -> int:
 _TAIL = 1 << 16
 
 
-def _unparsed(where: str, data: bytes, header: list[str], exc: pa.ArrowException) -> DataError:
+def _unparsed(where: str, data: FileBytes, header: list[str], exc: pa.ArrowException) -> DataError:
     """The error of a CSV file Arrow could not parse, naming the data row (and column) of the first record unlike
     the header when Python's csv module finds it (a second pass, on this failure path only; Arrow's own message
     names neither)."""
@@ -200,7 +200,7 @@ def _unparsed(where: str, data: bytes, header: list[str], exc: pa.ArrowException
     )
 
 
-def _too_long(where: str, data: bytes, header: list[str], long: tuple[int, int] | None) -> CsvRefusedError:
+def _too_long(where: str, data: FileBytes, header: list[str], long: tuple[int, int] | None) -> CsvRefusedError:
     """The error of a row longer than :data:`ROW_MAX` (``long``: where its line starts and ends) or than a parse
     block (``long`` None: a record of quoted newlines, named by no line): its line and, when found, the column
     of its longest cell."""
@@ -214,7 +214,7 @@ def _too_long(where: str, data: bytes, header: list[str], long: tuple[int, int] 
     return CsvRefusedError(f"{where}, line {line} (1 = the first line){column}: a row of {size} bytes; {expected}")
 
 
-def _first_bad_record(data: bytes, header: list[str]) -> tuple[int, str] | None:
+def _first_bad_record(data: FileBytes, header: list[str]) -> tuple[int, str] | None:
     # surrogateescape: a byte that is not UTF-8 becomes a lone surrogate in its cell, found below, rather than
     # an error at an unknown record.
     text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", errors="surrogateescape", newline="")

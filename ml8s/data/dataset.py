@@ -25,6 +25,7 @@ from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, numb
 from ml8s.data.columns import convert as _convert
 from ml8s.data.columns import floats as _floats
 from ml8s.data.csv_columns import Chunk, chunk_route, file_row, finish, not_finite
+from ml8s.data.csv_lines import FileBytes
 from ml8s.data.csv_text import csv_batches, csv_table
 from ml8s.data.csv_typed import Plan
 from ml8s.data.fingerprint import FileEntry, Fingerprint
@@ -112,7 +113,7 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
     names: tuple[str, ...] | None = None
     origins: list[tuple[int, int, int]] = []  # per chunk: (file index, first row in the file, rows)
     plan = Plan()  # the parser types the columns whose earlier blocks say how (ml8s.data.csv_typed)
-    for entry, data, check in read_checking(fingerprint):
+    for entry, data, check in read_checking(fingerprint, reuse=True):  # nothing holds a file's bytes past it
         try:
             these, blocks = _typed_blocks(data, _where(fingerprint, entry), plan)
         except DataError:
@@ -180,7 +181,7 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
 _THREADS = min(4, os.cpu_count() or 1)
 
 
-def _typed_blocks(data: bytes, where: str, plan: Plan) -> tuple[tuple[str, ...], list[tuple[int, list[Chunk]]]]:
+def _typed_blocks(data: FileBytes, where: str, plan: Plan) -> tuple[tuple[str, ...], list[tuple[int, list[Chunk]]]]:
     """A CSV file's column names, sorted, and per block its rows and its columns' chunks in that order."""
     header, batches = csv_batches(data, where, empty_as_null=True, types=plan)
     these = tuple(sorted(header))
@@ -223,7 +224,7 @@ def _where(fingerprint: Fingerprint, entry: FileEntry) -> str:
     return f"data file {entry.relative_path} (under {fingerprint.data_root})"
 
 
-def parse_file(entry: FileEntry, data: bytes, root: str) -> pa.Table:
+def parse_file(entry: FileEntry, data: FileBytes, root: str) -> pa.Table:
     """One data file's table (CSV cells as text, Parquet as typed); ``root`` names DATA_ROOT in errors.
 
     Raises:
@@ -232,7 +233,7 @@ def parse_file(entry: FileEntry, data: bytes, root: str) -> pa.Table:
     return _parse(entry, data, root)
 
 
-def _parse(entry: FileEntry, data: bytes, root: str) -> pa.Table:
+def _parse(entry: FileEntry, data: FileBytes, root: str) -> pa.Table:
     where = f"data file {entry.relative_path} (under {root})"
     fmt = _FORMATS.get(os.path.splitext(entry.relative_path)[1].lower())
     if fmt is None:

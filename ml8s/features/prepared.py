@@ -7,6 +7,7 @@ step then fits and encodes them (:mod:`ml8s.features.rules`).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import numpy as np
@@ -91,9 +92,13 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
     candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
 
     _check_split(len(rows), params.test_size)
-    split = _split(len(rows), params.test_size, params.random_seed)
     keep_rows = partial(_keep_rows, rows=rows, consume=consume)
-    results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
+    # The split's permutation runs on one core (2 s at 20M rows) and releases the GIL: drawn while the columns'
+    # rows are kept, on the cores their threads leave it.
+    with ThreadPoolExecutor(1, thread_name_prefix="ml8s-split") as pool:
+        drawn = pool.submit(_split, len(rows), params.test_size, params.random_seed)
+        results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
+        split = drawn.result()
     del keep_rows, rows  # before the features' names are made: the row indices are a column's worth of int64
     columns: list[Column] = []
     for candidate, kept in zip(candidates, results, strict=True):
