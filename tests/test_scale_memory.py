@@ -434,17 +434,14 @@ def test_candidates_fitted_from_their_training_rows_are_the_encoded_columns_trai
     for typed, in_train in ((prepared.columns, prepared.split == 0), (synthetic, train)):
         for column in typed:
             kept: dict[str, list[str]] = {}
-            work = np.full(int(np.count_nonzero(in_train)), 7.0)  # made in, feature after feature (as fitting does)
-            made = 0
-            for rule, observed, peak in rule_fitting._fit_column(column, in_train, kept, work):
-                made += 1
-                buckets = inference_rules.bucket(column, kept[column.name]) if column.kind == "categorical" else None
+            made = list(rule_fitting._fit_column(column, in_train, kept))
+            assert made
+            buckets = inference_rules.bucket(column, kept[column.name]) if column.kind == "categorical" else None
+            for rule, observed, peak in made:
                 values = inference_rules.feature_values(rule, column, buckets)
                 assert observed.dtype == np.float64 and np.array_equal(observed, values[in_train]), rule.name
                 expected = max(float(values.max(initial=0.0)), -float(values.min(initial=0.0)))
                 assert peak == (expected if rule.kind == "numeric" else 1.0), rule.name
-                observed.fill(np.nan)  # as the caller leaves it: the next feature must not depend on it
-            assert made
 
 
 @pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 127, 128, 129, 8191, 8192, 8193, 65_537, 1_000_003])

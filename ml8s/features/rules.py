@@ -7,7 +7,6 @@ Kept apart from the pipeline step so it can be tested on tiny in-memory datasets
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Iterator
 from functools import partial
 
@@ -21,7 +20,6 @@ from ml8s.features.prepared import Prepared
 from ml8s.identity.params import RunParams
 from ml8s.inference.rules import (
     OTHER,
-    Buckets,
     FeatureKind,
     FeatureRule,
     bucket,
@@ -56,10 +54,7 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
     that fails, are those of fitting one column after the other.
     """
     train = prepared.split == 0
-    rows = _Rows(int(np.count_nonzero(train)))
-    fit = partial(_fit_statistics, train=train, rows=rows)
-    results = in_order(fit, prepared.columns, threads=COLUMN_THREADS, name="fit")
-    del fit, rows  # the threads' arrays
+    results = in_order(partial(_fit_statistics, train=train), prepared.columns, threads=COLUMN_THREADS, name="fit")
     fitted: list[_Fitted] = []
     kept: dict[str, list[str]] = {}
     for features, categories in results:
@@ -83,23 +78,12 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
 _Fitted = tuple[FeatureRule, float, float, float, float]  # rule, training variance, mean, std, largest magnitude
 
 
-class _Rows(threading.local):
-    """Each fitting thread's float64 array as long as the training rows, in which every feature's values on them
-    are made in turn: fresh memory per feature was 25 one-hot features of 128 MiB each at 20M rows, page-faulted
-    and zeroed by the kernel (about 2 CPU s)."""
-
-    def __init__(self, rows: int) -> None:
-        self.array: FloatArray = np.empty(rows, dtype=np.float64)
-
-
-def _fit_statistics(
-    column: Column, train: npt.NDArray[np.bool_], rows: _Rows
-) -> tuple[list[_Fitted], dict[str, list[str]]]:
+def _fit_statistics(column: Column, train: npt.NDArray[np.bool_]) -> tuple[list[_Fitted], dict[str, list[str]]]:
     """Every candidate feature of ``column`` with its training statistics, and its kept categories if it has
     any (``{column: kept}``)."""
     kept: dict[str, list[str]] = {}
     fitted: list[_Fitted] = []
-    for rule, observed, peak in _fit_column(column, train, kept, rows.array):
+    for rule, observed, peak in _fit_column(column, train, kept):
         mean, variance = mean_and_variance(observed)  # consumes ``observed``: its own copy of the training rows
         del observed
         # numpy's std is the square root of its var, correctly rounded as math.sqrt is: one pass fewer
@@ -158,29 +142,26 @@ def mean_and_variance(values: FloatArray) -> tuple[float, float]:
 
 
 def _fit_column(
-    column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]], work: FloatArray
+    column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]]
 ) -> Iterator[tuple[FeatureRule, FloatArray, float]]:
     """The candidate features of one column, one at a time: its rule, its (unscaled) values on the training rows
     (the rules applied to the column's training rows alone: a float64 column of every row less at the step's
     peak, 160 MiB at 20M rows) and its largest magnitude over every row (a numeric feature's; the other kinds'
-    values are 0 or 1). Records a categorical's kept set. Each feature's values are made in ``work`` (as long as the
-    training rows), which the caller has used up before it asks for the next feature."""
+    values are 0 or 1). Records a categorical's kept set."""
     if column.kind == "categorical":
         kept[column.name] = kept_categories(column)
         present = present_labels(column, kept[column.name])  # a category of any row makes a feature
         in_train = bucket(column.take(train), kept[column.name])  # the same labels: the column's categories
         for category in present:
             rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
-            yield rule, _onehot(in_train, category, work), 1.0
+            yield rule, in_train.onehot(category), 1.0
         return
     missing = column.missing()
     any_missing = bool(missing.any())
     values = column.values.astype(np.float64, copy=False)  # float64 already: no copy
-    observable = train & ~missing
-    observed = work[: int(np.count_nonzero(observable))]
-    np.compress(observable, values, out=observed)  # values[observable], made in ``work``
+    observed = values[train & ~missing]
     fill = float(observed.mean()) if len(observed) else 0.0
-    del observed, observable
+    del observed  # not held while the features are fitted: a column's worth at 20M rows
     kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
     rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
     peak = _largest(values, fill if any_missing else None) if kind == "numeric" else 1.0
@@ -188,23 +169,13 @@ def _fit_column(
     # and imputed in the copy the training rows are taken into: one array of them per thread at a time
     missing_in_train = missing[train]
     del missing
-    imputed = np.compress(train, values, out=work)  # values[train]
+    imputed = values[train]
     np.copyto(imputed, fill, where=missing_in_train)
     yield rule, imputed, peak
     del imputed
     if any_missing:
         indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
-        np.copyto(work, missing_in_train)  # 1.0 where missing: missing_in_train.astype(np.float64)
-        yield indicator, work, 1.0
-
-
-def _onehot(rows: Buckets, category: str | None, out: FloatArray) -> FloatArray:
-    """``rows.onehot(category)`` made in ``out``."""
-    if category not in rows.labels:
-        out.fill(0.0)
-    else:
-        np.equal(rows.rows, rows.labels.index(category), out=out)
-    return out
+        yield indicator, missing_in_train.astype(np.float64), 1.0
 
 
 def _largest(values: FloatArray, fill: float | None) -> float:
