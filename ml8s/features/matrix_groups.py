@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ml8s.data.columns import Column
 from ml8s.errors import DataError
-from ml8s.inference.rules import Buckets, FeatureRule, bucket, feature_into
+from ml8s.inference.rules import FeatureRule, feature_into, sources
 
 Float32Array = npt.NDArray[np.float32]
 
@@ -62,14 +62,7 @@ def encode_group(
     """
     rows = out.shape[1]
     work, mask = buffers.work[:rows], buffers.mask[:rows]
-    buckets: dict[str, Buckets] = {}
-    for index, rule in enumerate(rules):
-        column = columns[rule.source]
-        categories = None
-        if rule.kind == "onehot":
-            if rule.source not in buckets:
-                buckets[rule.source] = bucket(column, kept[rule.source])
-            categories = buckets[rule.source]
+    for index, (rule, column, categories) in enumerate(sources(rules, columns, kept)):
         feature_into(rule, column, categories, out[index], work, mask)
         if rule.kind in ("numeric", "boolean"):  # one-hot and indicator features are 0 or 1
             check_float32(rule.name, out[index], work, mask)

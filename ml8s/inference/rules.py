@@ -176,6 +176,15 @@ def encode_each(
 ) -> Iterator[FloatArray]:
     """The matrix's columns one at a time (float64), in the order of ``rules``: what :func:`encode_columns`
     fills its matrix with, for writers that need one column at a time."""
+    for rule, column, categories in sources(rules, columns, kept):
+        yield feature_values(rule, column, categories)
+
+
+def sources(
+    rules: Sequence[FeatureRule], columns: Mapping[str, Column], kept: Mapping[str, Collection[str]]
+) -> Iterator[tuple[FeatureRule, Column, Buckets | None]]:
+    """Each rule with its source column and, for a one-hot feature, the column's bucketed rows (bucketed once per
+    column)."""
     buckets: dict[str, Buckets] = {}
     for rule in rules:
         column = columns[rule.source]
@@ -184,4 +193,4 @@ def encode_each(
             if rule.source not in buckets:
                 buckets[rule.source] = bucket(column, kept[rule.source])
             categories = buckets[rule.source]
-        yield feature_values(rule, column, categories)
+        yield rule, column, categories
