@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -488,3 +489,36 @@ def test_columns_fitted_on_threads_give_the_rules_and_the_error_of_one_thread(
         monkeypatch.setattr(rule_fitting, "COLUMN_THREADS", threads)
         with pytest.raises(DataError, match="column 'a_huge' has values too large"):
             fit_rules(failing, params)
+
+
+def test_training_state_does_not_record_what_other_code_drew_from_the_global_rngs(tmp_path: Path) -> None:
+    """Training draws nothing from Python's or numpy's global RNG; something else in the process may (a retry's
+    jitter in another thread draws from ``random``). The recorded states are those training began with, so such
+    draws during training change no byte of training_state.safetensors."""
+    import random
+
+    from conftest import make_context, write_small_churn
+
+    from ml8s.pipeline.features import compute_features
+    from ml8s.training import fit
+
+    ctx = make_context(write_small_churn(tmp_path / "data", rows=600), tmp_path / "root", epochs="2")
+    features = str(tmp_path / "features")
+    compute_features(ctx.spec, features)
+    fit.train(ctx.spec, features, str(tmp_path / "clean"))
+    done = threading.Event()
+
+    def draw() -> None:  # another thread of the process, drawing all through the training
+        while not done.is_set():
+            random.random()
+            np.random.rand()
+
+    drawer = threading.Thread(target=draw, daemon=True)
+    drawer.start()
+    try:
+        fit.train(ctx.spec, features, str(tmp_path / "drawn"))
+    finally:
+        done.set()
+        drawer.join()
+    for name in ("training_state.safetensors", "model_native.safetensors"):
+        assert (tmp_path / "clean" / name).read_bytes() == (tmp_path / "drawn" / name).read_bytes(), name

@@ -40,7 +40,7 @@ from ml8s.training.epochs import EpochRecorder, HeldOut, eval_logits, write_epoc
 from ml8s.training.loop import epoch_stepper
 from ml8s.training.metrics import classification_metrics
 from ml8s.training.optim import adam
-from ml8s.training.state import capture_rng, state_bytes
+from ml8s.training.state import HostRng, capture_rng, host_rng, state_bytes
 from ml8s.training.summary import TrainSummary as TrainSummary  # re-exported: export names it here
 from ml8s.training.tensorboard import write_training_events
 
@@ -109,6 +109,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     params = spec.params
     family = model_family(spec)  # before seeding: a plug-in's import-time code must not move the seeded RNGs
     device = seed_everything(params.random_seed, params.train_device)
+    host = host_rng(params.random_seed)
     data = read_training_data(spec, features_dir, device)
     model = family.build(data.model_spec).to(device)
     plan = spec.lineage
@@ -119,7 +120,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
             model.parameters(), params.learning_rate, capturable=device.type == "cuda"
         )
         losses, steps = _fit(spec, family, model, optimizer, data, recorder)
-        state = cold_state(model, steps, device)
+        state = cold_state(model, steps, device, host)
     else:
         from ml8s.training.warm import warm_fit
 
@@ -242,7 +243,7 @@ def predict_proba(
     return probs
 
 
-def cold_state(model: torch.nn.Module, steps: int, device: torch.device) -> TrainingState:
+def cold_state(model: torch.nn.Module, steps: int, device: torch.device, host: HostRng) -> TrainingState:
     """A cold start's state: the first of its lineage (which its FULL_CONFIG_HASH names), generation 0 being
     every file of its DATA_ROOT (listed by its data fingerprint, not here)."""
     return TrainingState(
@@ -253,7 +254,7 @@ def cold_state(model: torch.nn.Module, steps: int, device: torch.device) -> Trai
         global_step=steps,
         trainings=1,
         parameter_names=[name for name, _ in model.named_parameters()],
-        rng=capture_rng(device),
+        rng=capture_rng(device, host),
     )
 
 
