@@ -115,10 +115,10 @@ def test_bad_cell_in_a_late_block_names_its_row_in_the_file(
 def test_a_cell_past_the_first_cells_of_a_block_types_the_column_as_the_pattern_does(cell: str) -> None:
     """The fast path samples a block's first cells; a cell after them must count exactly as it would there."""
     from ml8s.data.columns import present_text
-    from ml8s.data.csv_columns import Numbers, chunk_of, number_mask
+    from ml8s.data.csv_columns import Numbers, chunk_route, number_mask
 
     cells = pa.array([str(i) for i in range(500)] + [cell] + ["1.5"] * 10)
-    late, early = chunk_of(cells), chunk_of(pa.array([cell] + cells.to_pylist()[:500] + ["1.5"] * 10))
+    late, early = chunk_route(cells)[0], chunk_route(pa.array([cell] + cells.to_pylist()[:500] + ["1.5"] * 10))[0]
     numbers = bool(pc.all(pc.or_(number_mask(present_text(cells)), pc.is_null(present_text(cells)))).as_py())
     assert isinstance(late, Numbers) == isinstance(early, Numbers)
     assert isinstance(late, Numbers) == numbers
@@ -269,10 +269,10 @@ TRICKY = ["1", "+1", "-1", "1.", ".5", "+.5", "1e5", "1E+5", "1.e5", "5e", ".", 
 
 @pytest.mark.parametrize("cell", TRICKY)
 def test_a_column_of_one_tricky_cell_is_typed_by_the_number_pattern(cell: str) -> None:
-    from ml8s.data.csv_columns import Numbers, chunk_of, number_mask
+    from ml8s.data.csv_columns import Numbers, chunk_route, number_mask
 
     cells = pa.array(["7", cell, "8"])
-    chunk = chunk_of(cells)
+    chunk = chunk_route(cells)[0]
     assert isinstance(chunk, Numbers) == bool(pc.all(number_mask(cells)).as_py())
 
 
@@ -310,13 +310,13 @@ COLUMNS = {
 
 @pytest.mark.parametrize("name", sorted(COLUMNS))
 def test_each_route_to_a_chunk_types_cells_as_the_rules_do(name: str) -> None:
-    """chunk_of's fast routes (a cast of the cells as read, a cast of their present text, dictionary coding)
+    """chunk_route's fast routes (a cast of the cells as read, a cast of their present text, dictionary coding)
     give exactly the chunk the rules define, empty cells given as null (as the loader reads them) or as ""."""
-    from ml8s.data.csv_columns import Numbers, chunk_of
+    from ml8s.data.csv_columns import Numbers, chunk_route
 
     expected = _reference_chunk(pa.array(COLUMNS[name], pa.string()))
     for cells in (pa.array(COLUMNS[name], pa.string()), pc.fill_null(pa.array(COLUMNS[name], pa.string()), "")):
-        chunk = chunk_of(cells)
+        chunk = chunk_route(cells)[0]
         if isinstance(chunk, Numbers):
             got = ("numbers", chunk.values.tolist(), None, None, chunk.present, chunk.present)
         else:

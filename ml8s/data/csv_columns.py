@@ -64,12 +64,6 @@ Route = Literal["numbers", "text", "codes"]
 Reparse = Callable[[int], pa.ChunkedArray | pa.Array]  # file index -> the column's present text in that file
 
 
-def chunk_of(cells: pa.ChunkedArray | pa.Array) -> Chunk:
-    """The compact chunk of one file's text cells of one column (a null cell is an empty one): :func:`chunk_route`'s
-    chunk."""
-    return chunk_route(cells)[0]
-
-
 def chunk_route(cells: pa.ChunkedArray | pa.Array) -> tuple[Chunk, Route]:
     """The compact chunk of one file's cells of one column, and the route that made it.
 
