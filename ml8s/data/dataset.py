@@ -32,7 +32,7 @@ from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.data.sources import read_checking, read_verified, restrict
 from ml8s.errors import DataError
-from ml8s.memory import return_freed_memory
+from ml8s.memory import give_back, return_freed_memory
 from ml8s.threads import COLUMN_THREADS, in_order
 
 log = logging.getLogger(__name__)
@@ -127,13 +127,8 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
                 f"{_where(fingerprint, entry)} has columns {list(these)}; expected the columns of "
                 f"{files[0].relative_path}: {list(names)}"
             )
-        rows = 0
-        for count, typed in blocks:
-            for name, chunk in zip(these, typed, strict=True):
-                chunks.setdefault(name, []).append(chunk)
-            origins.append((len(files), rows, count))
-            rows += count
-        del data
+        rows = _collect(these, blocks, chunks, origins, len(files))
+        del data, blocks  # ``chunks`` alone holds them now: typing a column frees its chunks as it drains them
         pa.default_memory_pool().release_unused()  # the file's text: Arrow's allocator would keep its pages
         rows_per_file[entry.relative_path] = rows
         files.append(entry)
@@ -166,6 +161,7 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
             if len(bad):
                 index, row = file_row(int(bad[0]), [rows_per_file[f.relative_path] for f in files])
                 raise not_finite(files[index].relative_path, root, name, row, file_cells(name, index)[row].as_py())
+        give_back()  # the column's chunks, drained into it
         return column, warning
 
     # two columns at a time; the error, where columns fail, is the first one's in name order
@@ -179,6 +175,23 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
 
 
 _THREADS = min(4, os.cpu_count() or 1)
+
+
+def _collect(
+    names: tuple[str, ...],
+    blocks: list[tuple[int, list[Chunk]]],
+    chunks: dict[str, list[Chunk]],
+    origins: list[tuple[int, int, int]],
+    file: int,
+) -> int:
+    """Append a file's blocks' chunks to their columns' and the blocks' origins; the file's rows."""
+    rows = 0
+    for count, typed in blocks:
+        for name, chunk in zip(names, typed, strict=True):
+            chunks.setdefault(name, []).append(chunk)
+        origins.append((file, rows, count))
+        rows += count
+    return rows
 
 
 def _typed_blocks(data: FileBytes, where: str, plan: Plan) -> tuple[tuple[str, ...], list[tuple[int, list[Chunk]]]]:

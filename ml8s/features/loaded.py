@@ -12,6 +12,7 @@ from ml8s.data.dataset import load_dataset
 from ml8s.data.fingerprint import Fingerprint
 from ml8s.features.prepared import Prepared, prepare
 from ml8s.identity.params import RunParams
+from ml8s.memory import give_back
 
 _held: dict[tuple[str, str], Prepared] = {}
 
@@ -30,6 +31,7 @@ def load_prepared(fingerprint: Fingerprint, params: RunParams, *, keep: bool) ->
     _held.clear()  # at most one run's rows, and never a stale run's
     if prepared is None:
         prepared = prepare(load_dataset(fingerprint), params, consume=True)  # the dataset is used only here
+        give_back()  # the rows not kept and preparing's temporaries (ml8s.memory)
     if keep:
         _held[key] = prepared
     return prepared
