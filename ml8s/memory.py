@@ -11,7 +11,7 @@ were made):
   instead of each faulting fresh ones in, and :func:`give_back` returns the heap's free pages where a step has
   just freed many (``malloc_trim``: after a column is typed, the rows are prepared, the features fitted).
   Measured at 20M rows, the steps before training: 10.3M page faults and 31 s of system time with glibc's
-  initial 128 KiB threshold, 5.1M and 21 s with 1 MiB; 2 MiB and :func:`give_back` took 3.6 s less system time
+  initial 128 KiB threshold, 5.1M and 21 s with 1 MiB; 2 MiB and :func:`give_back` took about 4 s less system time
   than 1 MiB and 3.3 s less wall time, for the same peak (docs/sizing.md).
 - Arrow's default pool (mimalloc or jemalloc) caches freed pages for reuse. The system pool is glibc's malloc,
   and with the fixed threshold Arrow's column buffers are unmapped when freed too.
