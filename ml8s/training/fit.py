@@ -25,7 +25,7 @@ from ml8s.context.publish import local_path
 from ml8s.context.run import RunSpec
 from ml8s.contract import FeatureSchema, Metrics, ModelSpec, layout, load
 from ml8s.contract.epochs import EpochRecord
-from ml8s.contract.training_state import STATE_VERSION, Generation, TrainingState
+from ml8s.contract.training_state import STATE_VERSION, Generation, RngStates, TrainingState
 from ml8s.errors import RankError, TrainingError
 from ml8s.features.matrix_deferred import raise_if_failed
 from ml8s.features.matrix_mapped import MappedMatrix, map_matrix32
@@ -40,7 +40,7 @@ from ml8s.training.epochs import EpochRecorder, HeldOut, eval_logits, write_epoc
 from ml8s.training.loop import epoch_stepper
 from ml8s.training.metrics import classification_metrics
 from ml8s.training.optim import adam
-from ml8s.training.state import HostRng, capture_rng, host_rng, state_bytes
+from ml8s.training.state import began_rng, capture_rng, state_bytes
 from ml8s.training.summary import TrainSummary as TrainSummary  # re-exported: export names it here
 from ml8s.training.tensorboard import write_training_events
 
@@ -109,7 +109,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     params = spec.params
     family = model_family(spec)  # before seeding: a plug-in's import-time code must not move the seeded RNGs
     device = seed_everything(params.random_seed, params.train_device)
-    host = host_rng(params.random_seed)
+    began = began_rng(params.random_seed)
     data = read_training_data(spec, features_dir, device)
     model = family.build(data.model_spec).to(device)
     plan = spec.lineage
@@ -120,7 +120,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
             model.parameters(), params.learning_rate, capturable=device.type == "cuda"
         )
         losses, steps = _fit(spec, family, model, optimizer, data, recorder)
-        state = cold_state(model, steps, device, host)
+        state = cold_state(model, steps, device, began)
     else:
         from ml8s.training.warm import warm_fit
 
@@ -243,7 +243,7 @@ def predict_proba(
     return probs
 
 
-def cold_state(model: torch.nn.Module, steps: int, device: torch.device, host: HostRng) -> TrainingState:
+def cold_state(model: torch.nn.Module, steps: int, device: torch.device, began: RngStates) -> TrainingState:
     """A cold start's state: the first of its lineage (which its FULL_CONFIG_HASH names), generation 0 being
     every file of its DATA_ROOT (listed by its data fingerprint, not here)."""
     return TrainingState(
@@ -254,7 +254,7 @@ def cold_state(model: torch.nn.Module, steps: int, device: torch.device, host: H
         global_step=steps,
         trainings=1,
         parameter_names=[name for name, _ in model.named_parameters()],
-        rng=capture_rng(device, host),
+        rng=capture_rng(device, began),
     )
 
 

@@ -36,7 +36,7 @@ from ml8s.store import open_store
 from ml8s.training.ddp import RankEnv, close_group, ddp_fit, open_group
 from ml8s.training.fit import cold_state, model_family, native_bytes, read_training_data, write_trained
 from ml8s.training.optim import adam
-from ml8s.training.state import host_rng
+from ml8s.training.state import began_rng
 from ml8s.training.summary import TrainSummary
 
 SHARD_PREFIX = layout.MODEL_SHARD_PREFIX.rsplit("/", 1)[-1]
@@ -91,7 +91,7 @@ def train_rank(spec: RunSpec, features_dir: str, out_dir: str, world: RankEnv | 
             )
         torch.cuda.set_device(world.local_rank)  # "cuda" below is this rank's GPU
     device = seed_everything(params.random_seed, params.train_device)
-    host = host_rng(params.random_seed)
+    began = began_rng(params.random_seed)
     if device.type == "cuda":
         device = torch.device("cuda", world.local_rank)
     open_group(world, device)
@@ -113,7 +113,7 @@ def train_rank(spec: RunSpec, features_dir: str, out_dir: str, world: RankEnv | 
             write_metadata(open_store(_file_uri(out_dir)), SHARD_PREFIX, receipts, plan=WriterConfig().plan)
             spec.log("train", f"rank 0 wrote {SHARD_PREFIX}.metadata.json for {len(receipts)} shards, last")
             summary = write_trained(
-                spec, data, model, optimizer, cold_state(model, steps, device, host), losses, out_dir
+                spec, data, model, optimizer, cold_state(model, steps, device, began), losses, out_dir
             )
         return RankResult(summary=_from_rank0(summary), out_dir=out_dir)
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import random
-from dataclasses import dataclass
 
 import numpy as np
 import safetensors
@@ -25,44 +24,16 @@ from ml8s.lineage.state import read_training_state
 _MOMENTS = ("exp_avg", "exp_avg_sq", "step")
 
 
-@dataclass(frozen=True)
-class HostRng:
-    """Python's and numpy's global RNG states as training began (seeded, or restored for a warm start), as
-    :class:`RngStates` records them."""
-
-    numpy_keys: list[int]
-    numpy_pos: int
-    numpy_has_gauss: int
-    numpy_cached_gaussian: float
-    python: list[int]
-    python_gauss: float | None
-
-
-def host_rng(seed: int) -> HostRng:
-    """Python's and numpy's global RNG states as ``seed_everything(seed)`` leaves them, made from the seed (fresh
-    generators), not read from the globals. Training draws nothing from them, so these are the states it leaves,
-    and :func:`capture_rng` records these rather than the globals as they stand, which anything else in the
-    process may move at any time (a retry's jitter in another thread draws from ``random``): the same run gives
-    the same bytes."""
-    return _host(np.random.RandomState(seed), random.Random(seed))
-
-
-def restored_host_rng(states: RngStates) -> HostRng:
-    """The states :func:`restore_rng` puts back (a warm start's parent's), as :func:`host_rng` gives them."""
-    return HostRng(
-        numpy_keys=list(states.numpy_keys),
-        numpy_pos=states.numpy_pos,
-        numpy_has_gauss=states.numpy_has_gauss,
-        numpy_cached_gaussian=states.numpy_cached_gaussian,
-        python=list(states.python),
-        python_gauss=states.python_gauss,
-    )
-
-
-def _host(numpy_rng: np.random.RandomState, python_rng: random.Random) -> HostRng:
-    _kind, keys, pos, has_gauss, cached = numpy_rng.get_state(legacy=True)
-    _version, internal, gauss = python_rng.getstate()
-    return HostRng(
+def began_rng(seed: int) -> RngStates:
+    """Every RNG as ``seed_everything(seed)`` leaves it: torch's CPU generator as it stands (just seeded), Python's
+    and numpy's made from the seed (fresh generators), not read from the globals, which anything else in the
+    process may move at any time (a retry's jitter in another thread draws from ``random``). :func:`capture_rng`
+    keeps Python's and numpy's from here: training draws nothing from them."""
+    _kind, keys, pos, has_gauss, cached = np.random.RandomState(seed).get_state(legacy=True)
+    _version, internal, gauss = random.Random(seed).getstate()
+    return RngStates(
+        torch_cpu=_b64(torch.get_rng_state()),
+        torch_cuda=[],
         numpy_keys=[int(k) for k in keys],
         numpy_pos=int(pos),
         numpy_has_gauss=int(has_gauss),
@@ -72,19 +43,12 @@ def _host(numpy_rng: np.random.RandomState, python_rng: random.Random) -> HostRn
     )
 
 
-def capture_rng(device: torch.device, host: HostRng) -> RngStates:
-    """Every RNG training touches: torch's as they stand now, Python's and numpy's as ``host`` holds them."""
+def capture_rng(device: torch.device, began: RngStates) -> RngStates:
+    """Every RNG training touches, as training ends: torch's as they stand now, Python's and numpy's as training
+    began (``began``: :func:`began_rng` for a cold start, the restored parent's for a warm one), so that the same
+    run gives the same bytes whatever else in the process draws from the globals meanwhile."""
     cuda = [_b64(s) for s in torch.cuda.get_rng_state_all()] if device.type == "cuda" else []
-    return RngStates(
-        torch_cpu=_b64(torch.get_rng_state()),
-        torch_cuda=cuda,
-        numpy_keys=host.numpy_keys,
-        numpy_pos=host.numpy_pos,
-        numpy_has_gauss=host.numpy_has_gauss,
-        numpy_cached_gaussian=host.numpy_cached_gaussian,
-        python=host.python,
-        python_gauss=host.python_gauss,
-    )
+    return began.model_copy(update={"torch_cpu": _b64(torch.get_rng_state()), "torch_cuda": cuda})
 
 
 def restore_rng(states: RngStates, device: torch.device) -> None:

@@ -31,7 +31,7 @@ from ml8s.modeling.registry import cross_entropy_step
 from ml8s.records import RecencySampler, SamplerConfig, gather
 from ml8s.tempdirs import owned_tempdir
 from ml8s.training.optim import adam
-from ml8s.training.state import capture_rng, load_optimizer, read_state, restore_rng, restored_host_rng
+from ml8s.training.state import capture_rng, load_optimizer, read_state, restore_rng
 
 
 def warm_fit(
@@ -59,7 +59,6 @@ def warm_fit(
     optimizer = adam(model.parameters(), params.learning_rate)
     load_optimizer(model, optimizer, tensors, where)
     restore_rng(state.rng, device)
-    host = restored_host_rng(state.rng)
     generations = read_generations(features_dir)
     step = family.train_step or cross_entropy_step
     losses: list[float] = []
@@ -104,7 +103,7 @@ def warm_fit(
         global_step=state.global_step + params.epochs * batches,
         trainings=state.trainings + 1,
         parameter_names=names,
-        rng=capture_rng(device, host),
+        rng=capture_rng(device, state.rng),  # the parent's, as restored: training draws none
         sampler=sampler_state,
     )
     return optimizer, losses, new_state
