@@ -129,7 +129,7 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
             )
         rows = _collect(these, blocks, chunks, origins, len(files))
         del data, blocks  # ``chunks`` alone holds them now: typing a column frees its chunks as it drains them
-        pa.default_memory_pool().release_unused()  # the file's text: Arrow's allocator would keep its pages
+        give_back()  # the file's blocks of text
         rows_per_file[entry.relative_path] = rows
         files.append(entry)
         log.info("[data] parsed %s: %d rows (%d rows so far)", entry.relative_path, rows, sum(rows_per_file.values()))

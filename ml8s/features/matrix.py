@@ -26,6 +26,7 @@ from ml8s.features.column_names import SPLIT, TARGET
 from ml8s.features.matrix_groups import GroupBuffers, encode_group, fill_group
 from ml8s.features.matrix_mapped import SplitRows
 from ml8s.inference.rules import FeatureRule
+from ml8s.memory import give_back
 
 IntArray = npt.NDArray[np.int64]
 Float32Array = npt.NDArray[np.float32]
@@ -146,7 +147,7 @@ def _write(
                 writing.result()
     except OSError as exc:
         raise matrix_deferred.write_error(path, exc) from exc
-    pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed pages: torch is loaded next
+    give_back()  # the encoding's freed pages: torch is loaded next
 
 
 def _scratch_only(

@@ -18,12 +18,11 @@ from typing import IO
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s.features.column_names import SPLIT, TARGET
 from ml8s.features.matrix_read import feature_names, read_column, read_matrix32
-from ml8s.memory import return_freed_memory
+from ml8s.memory import give_back, return_freed_memory
 
 Float32Array = npt.NDArray[np.float32]
 
@@ -256,5 +255,5 @@ def map_matrix32(path: str) -> MappedMatrix:
             scratch.write(features, split[start:end])
             del features
         mapped = scratch.mapped(target, names)
-    pa.default_memory_pool().release_unused()
+    give_back()
     return mapped

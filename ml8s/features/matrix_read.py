@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s.data.dataset import FloatArray
 from ml8s.features.column_names import SPLIT, TARGET
+from ml8s.memory import give_back
 
 IntArray = npt.NDArray[np.int64]
 Float32Array = npt.NDArray[np.float32]
@@ -44,7 +44,7 @@ def read_matrix32(path: str) -> tuple[Float32Array, IntArray, IntArray, list[str
         target[start:end] = read_column(file, group, TARGET)
         split[start:end] = read_column(file, group, SPLIT)
         start = end
-    pa.default_memory_pool().release_unused()
+    give_back()
     return features, target, split, names
 
 
@@ -66,7 +66,7 @@ def read_split32(path: str, split: int) -> Float32Array:
         for i, name in enumerate(names):
             part[:, i] = read_column(file, group, name)[chosen]
         parts.append(part)
-    pa.default_memory_pool().release_unused()
+    give_back()
     if not parts:
         return np.empty((0, len(names)), dtype=np.float32)
     return np.concatenate(parts) if len(parts) > 1 else parts[0]

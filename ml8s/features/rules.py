@@ -26,7 +26,6 @@ from ml8s.inference.rules import (
     encode_columns,
     present_labels,
 )
-from ml8s.memory import give_back
 from ml8s.threads import COLUMN_THREADS, in_order
 
 __all__ = ["encode", "fit_rules", "hidden_categories", "mean_and_variance"]
@@ -56,7 +55,6 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
     """
     train = prepared.split == 0
     results = in_order(partial(_fit_statistics, train=train), prepared.columns, threads=COLUMN_THREADS, name="fit")
-    give_back()  # fitting's temporaries, not carried into encoding (ml8s.memory)
     fitted: list[_Fitted] = []
     kept: dict[str, list[str]] = {}
     for features, categories in results:

@@ -25,6 +25,7 @@ from ml8s.features.loaded import forget, load_prepared
 from ml8s.features.matrix import write_encoded
 from ml8s.features.prepared import Prepared
 from ml8s.features.rules import fit_rules, hidden_categories
+from ml8s.memory import give_back
 
 # Version 2 adds ``categories`` (hidden_categories); it is written only when that is not empty, so every
 # other schema keeps version 1 and its bytes.
@@ -51,6 +52,7 @@ def compute_features(spec: RunSpec, out_dir: str, *, hand_over: bool = False) ->
         return
     prepared = load_prepared(spec.fingerprint, spec.params, keep=False)
     rules, kept = fit_rules(prepared, spec.params)
+    give_back()  # fitting's temporaries are not carried into encoding's peak (ml8s.memory)
     features = [rule.record() for rule in rules]
     os.makedirs(out_dir, exist_ok=True)
     columns = {column.name: column for column in prepared.columns}
