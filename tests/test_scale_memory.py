@@ -465,7 +465,10 @@ def test_candidates_fitted_from_their_training_rows_are_the_encoded_columns_trai
     for typed, in_train in ((prepared.columns, prepared.split == 0), (synthetic, train)):
         for column in typed:
             kept: dict[str, list[str]] = {}
-            made = list(rule_fitting._fit_column(column, in_train, kept))
+            # each feature is made in the thread's work arrays, valid until the next is asked for: copied as made
+            work = rule_fitting._Work(len(in_train), int(np.count_nonzero(in_train)))
+            fitting = rule_fitting._fit_column(column, in_train, kept, work)
+            made = [(r, observed.copy(), p) for r, observed, p in fitting]
             assert made
             buckets = inference_rules.bucket(column, kept[column.name]) if column.kind == "categorical" else None
             for rule, observed, peak in made:
@@ -552,3 +555,19 @@ def test_training_state_does_not_record_what_other_code_drew_from_the_global_rng
         drawer.join()
     for name in ("training_state.safetensors", "model_native.safetensors"):
         assert (tmp_path / "clean" / name).read_bytes() == (tmp_path / "drawn" / name).read_bytes(), name
+
+
+def test_masked_into_is_boolean_indexing_across_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``masked_into`` gives ``values[mask]`` whatever the slices' boundaries, every kind of mask included (none
+    kept, all kept, a slice keeping nothing), and leaves ``out`` past the kept rows untouched."""
+    monkeypatch.setattr(columns, "CODE_SLICE", 7)
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal(50)
+    for mask in (rng.random(50) < 0.3, np.zeros(50, bool), np.ones(50, bool), np.arange(50) >= 21):
+        out = np.full(60, -1.0)
+        made = columns.masked_into(values, mask, out)
+        assert np.array_equal(made, values[mask]) and (not len(made) or np.shares_memory(made, out))
+        assert (out[len(made) :] == -1.0).all()
+    codes = rng.integers(-1, 9, 50).astype(np.int32)
+    mask = rng.random(50) < 0.5
+    assert np.array_equal(columns.masked_into(codes, mask, np.empty(50, np.int32)), codes[mask])

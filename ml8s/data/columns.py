@@ -7,6 +7,8 @@ makes the codes of a given set of values the same however the rows were split in
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -240,8 +242,10 @@ def convert(array: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa
 
 
 # Rows a pass over a column's codes takes at a time: numpy indexes and counts with intp (int64) copies of an index
-# array, 160 MiB for a whole 20M-row column where a slice's copy is 8 MiB.
-CODE_SLICE = 1 << 20
+# array, 160 MiB for a whole 20M-row column where a slice's copy is 1 MiB. Under glibc's mmap threshold
+# (ml8s.memory) a slice's temporaries reuse heap pages; at 8 MiB each was a fresh mapping the kernel faulted in
+# and zeroed, slice after slice (about 1 CPU s of the 20M-row load).
+CODE_SLICE = 1 << 17
 
 
 def code_counts(codes: CodeArray | FloatArray, categories: int) -> npt.NDArray[np.int64]:
@@ -268,3 +272,19 @@ def mapped_codes(
     for start in range(0, len(codes), CODE_SLICE):
         out[start : start + CODE_SLICE] = lut[np.asarray(codes[start : start + CODE_SLICE], dtype=np.intp)]
     return out
+
+
+_Kept = TypeVar("_Kept", bound=np.generic)
+
+
+def masked_into(values: npt.NDArray[_Kept], mask: npt.NDArray[np.bool_], out: npt.NDArray[_Kept]) -> npt.NDArray[_Kept]:
+    """``values[mask]`` made in the first rows of ``out`` (returned: that part), a slice of :data:`CODE_SLICE` rows
+    at a time. ``np.compress(mask, values, out=out)`` would make an intp index of every row kept and a copy of
+    ``out`` (at 20M rows, 256 MiB more per column); a slice's ``values[mask]`` is a small temporary that reuses
+    heap pages."""
+    made = 0
+    for start in range(0, len(values), CODE_SLICE):
+        taken = values[start : start + CODE_SLICE][mask[start : start + CODE_SLICE]]
+        out[made : made + len(taken)] = taken
+        made += len(taken)
+    return out[:made]

@@ -7,12 +7,14 @@ Kept apart from the pipeline step so it can be tested on tiny in-memory datasets
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from functools import partial
 
 import numpy as np
 import numpy.typing as npt
 
+from ml8s.data.columns import masked_into
 from ml8s.data.dataset import Column, FloatArray
 from ml8s.errors import DataError
 from ml8s.features.candidates import kept_categories
@@ -20,6 +22,7 @@ from ml8s.features.prepared import Prepared
 from ml8s.identity.params import RunParams
 from ml8s.inference.rules import (
     OTHER,
+    Buckets,
     FeatureKind,
     FeatureRule,
     bucket,
@@ -54,7 +57,10 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
     that fails, are those of fitting one column after the other.
     """
     train = prepared.split == 0
-    results = in_order(partial(_fit_statistics, train=train), prepared.columns, threads=COLUMN_THREADS, name="fit")
+    work = _Work(len(train), int(np.count_nonzero(train)))
+    fit = partial(_fit_statistics, train=train, work=work)
+    results = in_order(fit, prepared.columns, threads=COLUMN_THREADS, name="fit")
+    del fit, work  # each thread's arrays
     fitted: list[_Fitted] = []
     kept: dict[str, list[str]] = {}
     for features, categories in results:
@@ -78,12 +84,14 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
 _Fitted = tuple[FeatureRule, float, float, float, float]  # rule, training variance, mean, std, largest magnitude
 
 
-def _fit_statistics(column: Column, train: npt.NDArray[np.bool_]) -> tuple[list[_Fitted], dict[str, list[str]]]:
+def _fit_statistics(
+    column: Column, train: npt.NDArray[np.bool_], work: _Work
+) -> tuple[list[_Fitted], dict[str, list[str]]]:
     """Every candidate feature of ``column`` with its training statistics, and its kept categories if it has
     any (``{column: kept}``)."""
     kept: dict[str, list[str]] = {}
     fitted: list[_Fitted] = []
-    for rule, observed, peak in _fit_column(column, train, kept):
+    for rule, observed, peak in _fit_column(column, train, kept, work):
         mean, variance = mean_and_variance(observed)  # consumes ``observed``: its own copy of the training rows
         del observed
         # numpy's std is the square root of its var, correctly rounded as math.sqrt is: one pass fewer
@@ -142,40 +150,96 @@ def mean_and_variance(values: FloatArray) -> tuple[float, float]:
 
 
 def _fit_column(
-    column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]]
+    column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]], work: _Work
 ) -> Iterator[tuple[FeatureRule, FloatArray, float]]:
     """The candidate features of one column, one at a time: its rule, its (unscaled) values on the training rows
     (the rules applied to the column's training rows alone: a float64 column of every row less at the step's
     peak, 160 MiB at 20M rows) and its largest magnitude over every row (a numeric feature's; the other kinds'
-    values are 0 or 1). Records a categorical's kept set."""
+    values are 0 or 1). Records a categorical's kept set.
+
+    Each feature's values are made in ``work``'s arrays, which the caller consumes before asking for the next:
+    the same values as numpy's own ``values[train]``, ``astype``, ``==`` (each step numpy's), without an array of
+    fresh memory per feature."""
+    rows = work.train_rows
     if column.kind == "categorical":
         kept[column.name] = kept_categories(column)
         present = present_labels(column, kept[column.name])  # a category of any row makes a feature
-        in_train = bucket(column.take(train), kept[column.name])  # the same labels: the column's categories
+        codes = masked_into(np.asarray(column.values, dtype=np.int32), train, work.codes())  # int32 already: no copy
+        coded = Column(name=column.name, kind=column.kind, values=codes, categories=column.categories)
+        in_train = bucket(coded, kept[column.name], out=codes)  # bucketed in place
         for category in present:
             rule = FeatureRule(name=f"{column.name}={category}", source=column.name, kind="onehot", category=category)
-            yield rule, in_train.onehot(category), 1.0
+            yield rule, _onehot(in_train, category, work), 1.0
         return
-    missing = column.missing()
-    any_missing = bool(missing.any())
     values = column.values.astype(np.float64, copy=False)  # float64 already: no copy
-    observed = values[train & ~missing]
+    missing = np.isnan(values, out=work.every(0))
+    any_missing = bool(missing.any())
+    seen = np.logical_and(train, np.logical_not(missing, out=work.every(1)), out=work.every(1))
+    observed = masked_into(values, seen, work.floats(rows))
     fill = float(observed.mean()) if len(observed) else 0.0
-    del observed  # not held while the features are fitted: a column's worth at 20M rows
     kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
     rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
     peak = _largest(values, fill if any_missing else None) if kind == "numeric" else 1.0
-    # ``feature_values`` of the column's training rows (the test holds them equal), made from the column's mask
-    # and imputed in the copy the training rows are taken into: one array of them per thread at a time
-    missing_in_train = missing[train]
-    del missing
-    imputed = values[train]
+    # ``feature_values`` of the column's training rows (the test holds them equal), imputed where they are taken
+    missing_in_train = masked_into(missing, train, work.in_train())
+    imputed = masked_into(values, train, work.floats(rows))
     np.copyto(imputed, fill, where=missing_in_train)
     yield rule, imputed, peak
-    del imputed
     if any_missing:
         indicator = FeatureRule(name=f"{column.name}__missing", source=column.name, kind="indicator")
-        yield indicator, missing_in_train.astype(np.float64), 1.0
+        flags = work.floats(rows)
+        np.copyto(flags, missing_in_train)
+        yield indicator, flags, 1.0
+
+
+def _onehot(buckets: Buckets, category: str, work: _Work) -> FloatArray:
+    """``buckets.onehot(category)``, made in ``work``."""
+    values = work.floats(len(buckets.rows))
+    if category not in buckets.labels:
+        values.fill(0.0)
+        return values
+    np.copyto(values, np.equal(buckets.rows, buckets.labels.index(category), out=work.in_train()))
+    return values
+
+
+class _Work:
+    """The arrays one fitting thread makes a column's features in, made once per thread and reused for every
+    feature: at 20M rows each feature's values were 128 MiB of fresh memory, faulted in and zeroed by the kernel
+    (about 2 CPU s of the features step)."""
+
+    def __init__(self, rows: int, train_rows: int) -> None:
+        self.rows, self.train_rows = rows, train_rows
+        self._local = threading.local()
+
+    def floats(self, rows: int) -> FloatArray:
+        """The first ``rows`` of this thread's float64 array of the training rows."""
+        kept: FloatArray | None = getattr(self._local, "floats", None)
+        if kept is None:
+            kept = self._local.floats = np.empty(self.train_rows, dtype=np.float64)
+        return kept[:rows]
+
+    def codes(self) -> npt.NDArray[np.int32]:
+        """This thread's int32 array of the training rows."""
+        kept: npt.NDArray[np.int32] | None = getattr(self._local, "codes", None)
+        if kept is None:
+            kept = self._local.codes = np.empty(self.train_rows, dtype=np.int32)
+        return kept
+
+    def in_train(self) -> npt.NDArray[np.bool_]:
+        """This thread's bool array of the training rows."""
+        kept: npt.NDArray[np.bool_] | None = getattr(self._local, "in_train", None)
+        if kept is None:
+            kept = self._local.in_train = np.empty(self.train_rows, dtype=np.bool_)
+        return kept
+
+    def every(self, which: int) -> npt.NDArray[np.bool_]:
+        """This thread's bool array ``which`` (0 or 1) of every row."""
+        name = f"every{which}"
+        kept: npt.NDArray[np.bool_] | None = getattr(self._local, name, None)
+        if kept is None:
+            kept = np.empty(self.rows, dtype=np.bool_)
+            setattr(self._local, name, kept)
+        return kept
 
 
 def _largest(values: FloatArray, fill: float | None) -> float:

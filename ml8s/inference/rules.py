@@ -74,12 +74,13 @@ def category_counts(column: Column) -> dict[str, int]:
     return counts
 
 
-def bucket(column: Column, kept: Collection[str]) -> Buckets:
-    """Each value itself if it is a kept category, else ``__other__``; a missing value is ``__missing__``."""
+def bucket(column: Column, kept: Collection[str], *, out: npt.NDArray[np.int32] | None = None) -> Buckets:
+    """Each value itself if it is a kept category, else ``__other__``; a missing value is ``__missing__``. The
+    rows' buckets are made in ``out`` when given (the column's own codes may be: each slice is read first)."""
     per_code = _labels_per_code(column, kept)
     labels = tuple(sorted(set(per_code)))
     lut = np.array([labels.index(label) for label in per_code], dtype=np.int32)
-    return Buckets(labels=labels, rows=mapped_codes(lut, column.values))
+    return Buckets(labels=labels, rows=mapped_codes(lut, column.values, out=out))
 
 
 def present_labels(column: Column, kept: Collection[str]) -> list[str]:
