@@ -571,3 +571,44 @@ def test_masked_into_is_boolean_indexing_across_slices(monkeypatch: pytest.Monke
     codes = rng.integers(-1, 9, 50).astype(np.int32)
     mask = rng.random(50) < 0.5
     assert np.array_equal(columns.masked_into(codes, mask, np.empty(50, np.int32)), codes[mask])
+
+
+@pytest.mark.parametrize("rows", [2, 3, 1000, 65_537])
+def test_split_is_the_int64_permutations_split(rows: int) -> None:
+    """The split is drawn from an int32 shuffle of the row indices: the same rows as numpy's int64
+    ``permutation`` of the same generator, which the split was always drawn from (the artifacts' bytes)."""
+    for seed in (0, 42, 2**40):
+        order = np.random.default_rng([seed, 1]).permutation(rows)
+        expected = np.zeros(rows, dtype=np.int64)
+        expected[order[: row_preparing._test_rows(rows, 0.2)]] = 1
+        made = row_preparing._split(rows, 0.2, seed)
+        assert made.dtype == np.int64 and np.array_equal(made, expected)
+
+
+def test_slice_helpers_match_whole_array_operations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``first_infinite``, ``taken_into`` and ``Column.all_missing`` give what the whole-array operations gave,
+    wherever the slices' boundaries fall (a hit on a boundary, in the last short slice, or none)."""
+    monkeypatch.setattr(columns, "CODE_SLICE", 8)
+    values = np.arange(40, dtype=np.float64)
+    assert columns.first_infinite(values) is None
+    for at in (0, 7, 8, 39):
+        hit = values.copy()
+        hit[at] = -np.inf
+        hit[min(at + 3, 39)] = np.inf
+        assert columns.first_infinite(hit) == at
+    rows = np.array([0, 3, 9, 17, 39, 39, 22], dtype=np.int64)
+    codes = np.arange(40, dtype=np.int32) * 3 - 1
+    made = columns.taken_into(codes, rows, np.empty(len(rows), dtype=np.int64))
+    assert made.dtype == np.int64 and made.tolist() == codes[rows].tolist()
+    nan = np.full(40, np.nan)
+    assert Column(name="n", kind="numeric", values=nan).all_missing()
+    for at in (0, 8, 39):
+        one = nan.copy()
+        one[at] = 0.0
+        assert not Column(name="n", kind="numeric", values=one).all_missing()
+        coded = np.full(40, -1, dtype=np.int32)
+        coded[at] = 0
+        assert not Column(name="c", kind="categorical", values=coded, categories=pa.array(["a"])).all_missing()
+    assert Column(
+        name="c", kind="categorical", values=np.full(40, -1, np.int32), categories=pa.array(["a"])
+    ).all_missing()

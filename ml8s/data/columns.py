@@ -66,6 +66,15 @@ class Column(BaseModel):
             self.values[start : start + len(chosen)] = moved[: len(chosen)]
         return self.part(0, len(rows))
 
+    def all_missing(self) -> bool:
+        """Whether every value is missing, checked a slice of :data:`CODE_SLICE` rows at a time (no mask of every
+        row: 20 MiB of fresh memory per column at 20M rows), stopping at the first present one."""
+        for start in range(0, len(self.values), CODE_SLICE):
+            part = self.values[start : start + CODE_SLICE]
+            if np.any(part >= 0) if self.kind == "categorical" else not np.isnan(part).all():
+                return False
+        return True
+
     def part(self, start: int, stop: int) -> Column:
         """Rows ``start`` to ``stop`` (a view, no copy)."""
         return Column(name=self.name, kind=self.kind, values=self.values[start:stop], categories=self.categories)
@@ -288,3 +297,23 @@ def masked_into(values: npt.NDArray[_Kept], mask: npt.NDArray[np.bool_], out: np
         out[made : made + len(taken)] = taken
         made += len(taken)
     return out[:made]
+
+
+def taken_into(
+    values: npt.NDArray[np.integer], rows: npt.NDArray[np.integer], out: npt.NDArray[_Kept]
+) -> npt.NDArray[_Kept]:
+    """``values[rows]`` cast into ``out`` (as long as ``rows``), a slice of :data:`CODE_SLICE` rows at a time: no
+    gathered copy of every row in ``values``' own type first."""
+    for start in range(0, len(rows), CODE_SLICE):
+        out[start : start + CODE_SLICE] = values[rows[start : start + CODE_SLICE]]
+    return out
+
+
+def first_infinite(values: FloatArray | CodeArray) -> int | None:
+    """The index of the first infinite value, or None, looked for a slice of :data:`CODE_SLICE` rows at a time (no
+    mask of every row)."""
+    for start in range(0, len(values), CODE_SLICE):
+        found = np.flatnonzero(np.isinf(values[start : start + CODE_SLICE]))
+        if len(found):
+            return start + int(found[0])
+    return None

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, number_mask, present_text, text_column
 from ml8s.data.columns import convert as _convert
+from ml8s.data.columns import first_infinite as _first_infinite
 from ml8s.data.columns import floats as _floats
 from ml8s.data.csv_columns import Chunk, chunk_route, file_row, finish, not_finite
 from ml8s.data.csv_lines import FileBytes
@@ -157,9 +158,9 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
     def finished(name: str) -> tuple[Column, DataWarning | None]:
         column, warning = finish(name, chunks.pop(name), cells_of(name))
         if column.kind != "categorical":
-            bad = np.flatnonzero(np.isinf(column.values))
-            if len(bad):
-                index, row = file_row(int(bad[0]), [rows_per_file[f.relative_path] for f in files])
+            bad = _first_infinite(column.values)
+            if bad is not None:
+                index, row = file_row(bad, [rows_per_file[f.relative_path] for f in files])
                 raise not_finite(files[index].relative_path, root, name, row, file_cells(name, index)[row].as_py())
         give_back()  # the column's chunks, drained into it
         return column, warning
