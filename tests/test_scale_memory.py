@@ -468,7 +468,7 @@ def test_candidates_fitted_from_their_training_rows_are_the_encoded_columns_trai
             # each feature is made in the thread's work arrays, valid until the next is asked for: copied as made
             work = rule_fitting._Work(len(in_train), int(np.count_nonzero(in_train)))
             fitting = rule_fitting._fit_column(column, in_train, kept, work)
-            made = [(r, observed.copy(), p) for r, observed, p in fitting]
+            made = [(r, _as_floats(observed), p) for r, observed, p in fitting]
             assert made
             buckets = inference_rules.bucket(column, kept[column.name]) if column.kind == "categorical" else None
             for rule, observed, peak in made:
@@ -476,6 +476,35 @@ def test_candidates_fitted_from_their_training_rows_are_the_encoded_columns_trai
                 assert observed.dtype == np.float64 and np.array_equal(observed, values[in_train]), rule.name
                 expected = max(float(values.max(initial=0.0)), -float(values.min(initial=0.0)))
                 assert peak == (expected if rule.kind == "numeric" else 1.0), rule.name
+
+
+def _as_floats(observed: np.ndarray | rule_fitting.Flags) -> np.ndarray:
+    """A fitted feature's training values as float64, copied (fitting reuses its arrays for the next feature)."""
+    if isinstance(observed, rule_fitting.Flags):
+        assert rule_fitting.flag_mean_and_variance(observed.flags, np.empty(len(observed.flags))) == (
+            rule_fitting.mean_and_variance(observed.flags.astype(np.float64))
+        )
+        return observed.flags.astype(np.float64)
+    return observed.copy()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 127, 128, 129, 8191, 8192, 8193, 65_537, 1_000_003])
+def test_flag_mean_and_variance_are_the_float_columns_bits(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0/1 feature's mean and variance from its booleans: numpy's ``mean`` and ``var`` of the float column, bit
+    for bit, at every density (none, all, one, a few, half) and across numpy's pairwise blocking, whatever the
+    slices the squared deviations are laid out in."""
+    monkeypatch.setattr(rule_fitting, "CODE_SLICE", 1000)
+    rng = np.random.default_rng(rows)
+    densities = {"none": 0.0, "all": 1.1, "sparse": 1e-3, "third": 0.3, "half": 0.5, "dense": 0.97}
+    for name, density in densities.items():
+        flags = rng.random(rows) < density
+        if name == "sparse":
+            flags[rows // 2] = True
+        floats = flags.astype(np.float64)
+        made = rule_fitting.flag_mean_and_variance(flags, np.full(rows, np.nan))
+        assert made == (float(floats.mean()), float(floats.var())), name
+    with pytest.warns(RuntimeWarning):  # no rows: NaN, and numpy's warnings, as the float column gives
+        assert np.isnan(rule_fitting.flag_mean_and_variance(np.zeros(0, bool), np.empty(0))).all()
 
 
 @pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 127, 128, 129, 8191, 8192, 8193, 65_537, 1_000_003])
