@@ -26,6 +26,9 @@ CELLS: dict[str, list[str]] = {
     "infinity": ["1", "inf", "2", "-Infinity", "3", "4", "5", "6", "7", "8"],
     "text": ["b", " a", "a ", "NA", "", "b", "\u00a0c\u00a0", "c", "a", "d"],
     "booleans": ["true", "False", "", "TRUE", "false", "true", "true", "false", "", "true"],
+    "flags": ["true", "false", "", "NA", "false", "true", "true", "false", "?", "true"],
+    "flags padded": ["true", "false", "true", "false", " true", "false", "true", "false\t", "true", "true"],
+    "flags then text": ["false", "true", "false", "true", "false", "true", "false", "true", "false", "maybe"],
     "stray": ["1", " 2", "x", "3", "NA", "4e1 ", "5", "6", "7", "8"],
     "late text": ["1", "2", "3", "4", "5", "6", "7", "8", "9", "abc"],
     "odd numbers": ["1", "0x10", "1_000", "5e", ".", "1d5", "\u0661", "+-1", "Inf1", "1.5f"],
@@ -34,7 +37,7 @@ CELLS: dict[str, list[str]] = {
 }
 NAMES = sorted(CELLS)
 REPEAT = 40  # 400 rows: at a block of 64 bytes, dozens of pieces
-ROUTES: dict[str, Route] = {"numbers": "numbers", "codes": "codes", "text": "text"}
+ROUTES: dict[str, Route] = {"numbers": "numbers", "codes": "codes", "text": "text", "flags": "flags"}
 
 
 def _file(tmp_path: Path, cells: dict[str, list[str]], repeat: int = REPEAT) -> tuple[Path, bytes]:
@@ -85,7 +88,7 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(csv_text, "BLOCK", 64)
 
 
-@pytest.mark.parametrize("route", ["numbers", "codes", "text", "learned"])
+@pytest.mark.parametrize("route", ["numbers", "codes", "text", "flags", "learned"])
 def test_every_route_gives_the_chunks_of_the_text_parse(
     route: str, small_blocks: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -111,11 +114,12 @@ def test_the_learned_routes_type_what_the_parser_can(tmp_path: Path) -> None:
     dataset._typed_blocks(data, "data file part.csv", plan)
     wanted = plan.wanted(NAMES)
     assert wanted["plain"] == pa.float64()
-    assert {wanted[name] for name in ("text", "booleans", "stray", "odd numbers")} == {CODES}
+    assert {wanted[name] for name in ("text", "booleans", "stray", "odd numbers", "flags then text")} == {CODES}
+    assert wanted["flags"] == wanted["flags padded"] == pa.bool_()  # their texts, trimmed, are spelled as FLAGS
     assert "tokens" not in wanted and "padded" not in wanted  # numbers among tokens or blanks: text, as before
 
 
-@pytest.mark.parametrize("route", ["numbers", "codes", "learned"])
+@pytest.mark.parametrize("route", ["numbers", "codes", "flags", "learned"])
 def test_a_whole_load_is_the_text_parse(
     route: str, small_blocks: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,7 +137,7 @@ def test_a_whole_load_is_the_text_parse(
     assert load(Plan if route == "learned" else lambda: _Fixed(ROUTES[route])) == expected
 
 
-@pytest.mark.parametrize("route", ["numbers", "codes"])
+@pytest.mark.parametrize("route", ["numbers", "codes", "flags"])
 @pytest.mark.parametrize(
     ("row", "says"),
     [(b"1,2\n", "has 2 field"), (b"1,\xff" + b",1" * (len(NAMES) - 2) + b"\n", "not UTF-8")],

@@ -59,8 +59,9 @@ class Texts:
 
 Chunk = Numbers | Texts
 # How a chunk was made, and how the CSV parser is asked for the column's next block (ml8s.data.csv_typed):
-# numbers as read, numbers from trimmed text (so text), or dictionary codes.
-Route = Literal["numbers", "text", "codes"]
+# numbers as read, numbers from trimmed text (so text), dictionary codes, or booleans spelled exactly FLAGS.
+Route = Literal["numbers", "text", "codes", "flags"]
+FLAGS = ("false", "true")  # the spellings the parser reads as booleans for the flags route (any other: text)
 Reparse = Callable[[int], pa.ChunkedArray | pa.Array]  # file index -> the column's present text in that file
 
 
@@ -72,12 +73,16 @@ def chunk_route(cells: pa.ChunkedArray | pa.Array) -> tuple[Chunk, Route]:
     (``numbers``); one whose numbers come with blanks or missing-value tokens, from its present text (``text``);
     anything else is dictionary-coded first, so trimming, the token check and the number pattern run once per
     distinct text rather than once per cell (``codes``). Cells the CSV parser has already typed (float64 from
-    its number decoder, dictionary codes: :mod:`ml8s.data.csv_typed`) take the route they were typed for.
+    its number decoder, dictionary codes: :mod:`ml8s.data.csv_typed`) take the route they were typed for. A
+    column whose present texts are all spelled as :data:`FLAGS` takes ``flags``: the parser's boolean decoder
+    reads them without a dictionary (a hash of every cell).
     """
     if pa.types.is_floating(cells.type):  # every present cell a number, no NaN (csv_typed.Plan.accepts)
         return Numbers(values=_kept_floats(cells), present=len(cells) - cells.null_count), "numbers"
+    if pa.types.is_boolean(cells.type):  # every present cell spelled as FLAGS (the parser refuses any other)
+        return _flag_texts(cells), "flags"
     if pa.types.is_dictionary(cells.type):
-        return _numbers_or_texts(_dictionary_texts(cells)), "codes"
+        return _coded(_dictionary_texts(cells))
     head = pc.drop_null(present_text(cells.slice(0, _SAMPLE)))
     if not len(head) or pc.all(number_mask(head)).as_py():  # a first few present cells the pattern refuses: text
         raw = _cast_numbers(cells)
@@ -87,11 +92,34 @@ def chunk_route(cells: pa.ChunkedArray | pa.Array) -> tuple[Chunk, Route]:
         parsed = _cast_numbers(values)
         if parsed is not None:
             return Numbers(values=parsed, present=len(values) - values.null_count), "text"
-    return _numbers_or_texts(_dictionary_texts(cells)), "codes"
+    return _coded(_dictionary_texts(cells))
+
+
+def _coded(texts: Texts) -> tuple[Chunk, Route]:
+    """The chunk of dictionary-coded cells, and the route of the column's next blocks: ``flags`` where every
+    present text is spelled as :data:`FLAGS`."""
+    categories = texts.column.category_list()
+    flags = texts.present > 0 and set(categories) <= set(FLAGS)
+    return _numbers_or_texts(texts), "flags" if flags else "codes"
 
 
 def _numbers_or_texts(texts: Texts) -> Chunk:
     return Numbers(values=_as_numbers(texts), present=texts.present) if texts.numbers == texts.present else texts
+
+
+def _flag_texts(cells: pa.ChunkedArray | pa.Array) -> Texts:
+    """The :class:`Texts` of booleans the parser read from cells spelled as :data:`FLAGS` (null: missing): what
+    :func:`_dictionary_texts` of those cells gives, codes into the spellings that occur, sorted."""
+    if isinstance(cells, pa.ChunkedArray):
+        cells = cells.combine_chunks()
+    present = len(cells) - cells.null_count
+    trues = int(pc.sum(cells).as_py() or 0)
+    occurring = [text for text, count in zip(FLAGS, (present - trues, trues), strict=True) if count]
+    true_code = pa.scalar(len(occurring) - 1, pa.int32())  # "true" is last of the two, or alone
+    coded = pc.fill_null(pc.if_else(cells, true_code, pa.scalar(0, pa.int32())), pa.scalar(-1, pa.int32()))
+    codes = np.asarray(coded.to_numpy(), dtype=np.int32)
+    column = Column(name="", kind="categorical", values=codes, categories=pa.array(occurring, pa.string()))
+    return Texts(column=column, present=present, numbers=0)
 
 
 def _cast_numbers(values: pa.ChunkedArray | pa.Array) -> FloatArray | None:

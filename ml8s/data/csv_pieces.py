@@ -15,6 +15,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from ml8s.data.csv_columns import FLAGS
 from ml8s.data.csv_lines import FileBytes
 from ml8s.errors import DataError
 
@@ -107,6 +108,8 @@ def _typed_piece(
         column_types={name: wanted.get(name, pa.string()) for name in header},
         strings_can_be_null=options.strings_can_be_null,
         null_values=options.null_values,
+        false_values=[FLAGS[0]],  # a column asked as booleans: these spellings exactly, any other refused
+        true_values=[FLAGS[1]],
     )
     try:
         batch = _piece(view, where, typed, names, blocks, retry=False)

