@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from ml8s.data import columns
+from ml8s.data import slices
 from ml8s.data.columns import Column
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
@@ -405,14 +405,14 @@ def test_codes_counted_and_mapped_a_slice_at_a_time_are_the_whole_columns(
 ) -> None:
     """Counting and bucketing a categorical column's codes a slice at a time (no int64 copy of every row) gives
     what one numpy call over the whole column gave, at any slice size."""
-    monkeypatch.setattr(columns, "CODE_SLICE", slice_rows)
+    monkeypatch.setattr(slices, "CODE_SLICE", slice_rows)
     codes = np.random.default_rng(3).integers(-1, 5, 1000).astype(np.int32)
     codes[:3] = 4  # code 3 never occurs after them
     codes[codes == 3] = 2
     whole = np.asarray(codes, dtype=np.int64)
-    assert np.array_equal(columns.code_counts(codes, 5), np.bincount(whole + 1, minlength=6))
+    assert np.array_equal(slices.code_counts(codes, 5), np.bincount(whole + 1, minlength=6))
     lut = np.array([0, 2, 2, 1, 3, 4], dtype=np.int32)  # code -1 takes the last entry
-    assert np.array_equal(columns.mapped_codes(lut, codes), lut[whole])
+    assert np.array_equal(slices.mapped_codes(lut, codes), lut[whole])
     column = Column(name="c", kind="categorical", values=codes, categories=pa.array(list("abcde")))
     kept = {"a", "c", "e", "__missing__"}
     buckets = inference_rules.bucket(column, kept)
@@ -428,7 +428,7 @@ def test_codes_counted_and_mapped_a_slice_at_a_time_are_the_whole_columns(
 def test_rows_compacted_a_slice_at_a_time_are_the_rows_taken(monkeypatch: pytest.MonkeyPatch, slice_rows: int) -> None:
     """Moving the kept rows to the front of a column's own array a slice at a time (no column-sized copy) gives
     the rows :meth:`Column.take` copies, for a few or most rows kept, numbers or codes, at any slice size."""
-    monkeypatch.setattr(columns, "CODE_SLICE", slice_rows)
+    monkeypatch.setattr(slices, "CODE_SLICE", slice_rows)
     rng = np.random.default_rng(11)
     for share in (0.02, 0.5, 0.999, 1.0):
         rows = np.flatnonzero(rng.random(5000) < share)
@@ -493,7 +493,7 @@ def test_flag_mean_and_variance_are_the_float_columns_bits(rows: int, monkeypatc
     """A 0/1 feature's mean and variance from its booleans: numpy's ``mean`` and ``var`` of the float column, bit
     for bit, at every density (none, all, one, a few, half) and across numpy's pairwise blocking, whatever the
     slices the squared deviations are laid out in."""
-    monkeypatch.setattr(rule_fitting, "CODE_SLICE", 1000)
+    monkeypatch.setattr(slices, "CODE_SLICE", 1000)
     rng = np.random.default_rng(rows)
     densities = {"none": 0.0, "all": 1.1, "sparse": 1e-3, "third": 0.3, "half": 0.5, "dense": 0.97}
     for name, density in densities.items():
@@ -589,17 +589,17 @@ def test_training_state_does_not_record_what_other_code_drew_from_the_global_rng
 def test_masked_into_is_boolean_indexing_across_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """``masked_into`` gives ``values[mask]`` whatever the slices' boundaries, every kind of mask included (none
     kept, all kept, a slice keeping nothing), and leaves ``out`` past the kept rows untouched."""
-    monkeypatch.setattr(columns, "CODE_SLICE", 7)
+    monkeypatch.setattr(slices, "CODE_SLICE", 7)
     rng = np.random.default_rng(3)
     values = rng.standard_normal(50)
     for mask in (rng.random(50) < 0.3, np.zeros(50, bool), np.ones(50, bool), np.arange(50) >= 21):
         out = np.full(60, -1.0)
-        made = columns.masked_into(values, mask, out)
+        made = slices.masked_into(values, mask, out)
         assert np.array_equal(made, values[mask]) and (not len(made) or np.shares_memory(made, out))
         assert (out[len(made) :] == -1.0).all()
     codes = rng.integers(-1, 9, 50).astype(np.int32)
     mask = rng.random(50) < 0.5
-    assert np.array_equal(columns.masked_into(codes, mask, np.empty(50, np.int32)), codes[mask])
+    assert np.array_equal(slices.masked_into(codes, mask, np.empty(50, np.int32)), codes[mask])
 
 
 @pytest.mark.parametrize("rows", [2, 3, 1000, 65_537])
@@ -617,17 +617,17 @@ def test_split_is_the_int64_permutations_split(rows: int) -> None:
 def test_slice_helpers_match_whole_array_operations(monkeypatch: pytest.MonkeyPatch) -> None:
     """``first_infinite``, ``taken_into`` and ``Column.all_missing`` give what the whole-array operations gave,
     wherever the slices' boundaries fall (a hit on a boundary, in the last short slice, or none)."""
-    monkeypatch.setattr(columns, "CODE_SLICE", 8)
+    monkeypatch.setattr(slices, "CODE_SLICE", 8)
     values = np.arange(40, dtype=np.float64)
-    assert columns.first_infinite(values) is None
+    assert slices.first_infinite(values) is None
     for at in (0, 7, 8, 39):
         hit = values.copy()
         hit[at] = -np.inf
         hit[min(at + 3, 39)] = np.inf
-        assert columns.first_infinite(hit) == at
+        assert slices.first_infinite(hit) == at
     rows = np.array([0, 3, 9, 17, 39, 39, 22], dtype=np.int64)
     codes = np.arange(40, dtype=np.int32) * 3 - 1
-    made = columns.taken_into(codes, rows, np.empty(len(rows), dtype=np.int64))
+    made = slices.taken_into(codes, rows, np.empty(len(rows), dtype=np.int64))
     assert made.dtype == np.int64 and made.tolist() == codes[rows].tolist()
     nan = np.full(40, np.nan)
     assert Column(name="n", kind="numeric", values=nan).all_missing()
@@ -641,3 +641,17 @@ def test_slice_helpers_match_whole_array_operations(monkeypatch: pytest.MonkeyPa
     assert Column(
         name="c", kind="categorical", values=np.full(40, -1, np.int32), categories=pa.array(["a"])
     ).all_missing()
+
+
+def test_a_columns_code_counts_are_counted_once_and_never_carried_to_another() -> None:
+    """Preparing and fitting ask a categorical column for its counts many times: counted once per column, and a
+    column made from it (compacted, taken, a part) counts its own rows."""
+    codes = np.array([0, 1, -1, 1, 2, 2, 2, -1], dtype=np.int32)
+    column = Column(name="c", kind="categorical", values=codes.copy(), categories=pa.array(["a", "b", "c"]))
+    first = column.code_counts()
+    assert first.tolist() == [2, 1, 2, 3] and column.code_counts() is first
+    assert column.counts() == {None: 2, "a": 1, "b": 2, "c": 3}
+    assert column.part(4, 8).code_counts().tolist() == [1, 0, 0, 3]
+    assert column.take(np.array([0, 1])).code_counts().tolist() == [0, 1, 1, 0]
+    kept = column.compact(np.array([1, 3, 6], dtype=np.int64))
+    assert kept.code_counts().tolist() == [0, 0, 2, 1]

@@ -7,15 +7,15 @@ makes the codes of a given set of values the same however the rows were split in
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from ml8s.data import slices
 from ml8s.data.missing import MISSING_TOKENS
+from ml8s.data.slices import code_counts
 from ml8s.errors import DataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -37,6 +37,7 @@ class Column(BaseModel):
     kind: str
     values: FloatArray | CodeArray
     categories: pa.Array = _NO_CATEGORIES
+    _counts: npt.NDArray[np.int64] | None = PrivateAttr(default=None)
 
     def missing(self) -> npt.NDArray[np.bool_]:
         if self.kind == "categorical":
@@ -52,25 +53,25 @@ class Column(BaseModel):
         """:meth:`take` of ascending ``rows`` that moves them to the front of this column's own array, leaving this
         column invalid: no second copy of the column. A read-only array is copied instead.
 
-        Moved a slice of :data:`CODE_SLICE` rows at a time: ascending, ``rows[i] >= i``, so a slice reads no place
-        an earlier slice wrote. A slice's values are gathered into one array (a slice's, not a column's: 160 MiB at
-        20M rows) before they are written, the same array for every slice (one per slice was 20 arrays of fresh,
-        page-faulted memory a column).
+        Moved a slice of ``slices.CODE_SLICE`` rows at a time: ascending, ``rows[i] >= i``, so a slice reads no
+        place an earlier slice wrote. A slice's values are gathered into one array (a slice's, not a column's: 160
+        MiB at 20M rows) before they are written, the same array for every slice (one per slice was 20 arrays of
+        fresh, page-faulted memory a column).
         """
         if not self.values.flags.writeable:
             return self.take(rows)
-        moved = np.empty(min(len(rows), CODE_SLICE), dtype=self.values.dtype)  # made once, not per slice
-        for start in range(0, len(rows), CODE_SLICE):
-            chosen = rows[start : start + CODE_SLICE]
+        moved = np.empty(min(len(rows), slices.CODE_SLICE), dtype=self.values.dtype)  # made once, not per slice
+        for start in range(0, len(rows), slices.CODE_SLICE):
+            chosen = rows[start : start + slices.CODE_SLICE]
             np.take(self.values, chosen, out=moved[: len(chosen)], mode="wrap")  # the default would copy ``out``
             self.values[start : start + len(chosen)] = moved[: len(chosen)]
         return self.part(0, len(rows))
 
     def all_missing(self) -> bool:
-        """Whether every value is missing, checked a slice of :data:`CODE_SLICE` rows at a time (no mask of every
-        row: 20 MiB of fresh memory per column at 20M rows), stopping at the first present one."""
-        for start in range(0, len(self.values), CODE_SLICE):
-            part = self.values[start : start + CODE_SLICE]
+        """Whether every value is missing, checked a slice of ``slices.CODE_SLICE`` rows at a time (no mask of
+        every row: 20 MiB of fresh memory per column at 20M rows), stopping at the first present one."""
+        for start in range(0, len(self.values), slices.CODE_SLICE):
+            part = self.values[start : start + slices.CODE_SLICE]
             if np.any(part >= 0) if self.kind == "categorical" else not np.isnan(part).all():
                 return False
         return True
@@ -79,9 +80,17 @@ class Column(BaseModel):
         """Rows ``start`` to ``stop`` (a view, no copy)."""
         return Column(name=self.name, kind=self.kind, values=self.values[start:stop], categories=self.categories)
 
+    def code_counts(self) -> npt.NDArray[np.int64]:
+        """:func:`code_counts` of the column, counted once: preparing and fitting ask a categorical column for its
+        counts five times, a pass over every row each (0.06 s at 20M rows). The values are never changed in place
+        once counted (:meth:`compact` leaves this column invalid and returns another)."""
+        if self._counts is None:
+            self._counts = code_counts(self.values, len(self.categories))
+        return self._counts
+
     def counts(self) -> dict[str | None, int]:
         """How often each value occurs (``None``: missing), values that occur only; categorical columns only."""
-        counts = code_counts(self.values, len(self.categories))
+        counts = self.code_counts()
         names: list[str | None] = [None, *self.category_list()]
         return {names[i]: int(counts[i]) for i in np.flatnonzero(counts)}
 
@@ -248,72 +257,3 @@ def convert(array: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa
     if pa.types.is_integer(array.type) and pa.types.is_floating(to):
         return pc.call_function("cast", [array], pc.CastOptions.unsafe(to))
     return pc.call_function("cast", [array], pc.CastOptions.safe(to))
-
-
-# Rows a pass over a column's codes takes at a time: numpy indexes and counts with intp (int64) copies of an index
-# array, 160 MiB for a whole 20M-row column where a slice's copy is 1 MiB. Under glibc's mmap threshold
-# (ml8s.memory) a slice's temporaries reuse heap pages; at 8 MiB each was a fresh mapping the kernel faulted in
-# and zeroed, slice after slice (about 1 CPU s of the 20M-row load).
-CODE_SLICE = 1 << 17
-
-
-def code_counts(codes: CodeArray | FloatArray, categories: int) -> npt.NDArray[np.int64]:
-    """How many rows hold each code, missing (``-1``) first: ``np.bincount(codes + 1)`` over ``categories + 1``
-    slots."""
-    return slot_counts(codes, categories + 1, offset=1)
-
-
-def slot_counts(values: npt.NDArray[np.integer] | FloatArray, slots: int, *, offset: int = 0) -> npt.NDArray[np.int64]:
-    """``np.bincount(values + offset, minlength=slots)``, counted a slice of :data:`CODE_SLICE` rows at a time."""
-    counts = np.zeros(slots, dtype=np.int64)
-    for start in range(0, len(values), CODE_SLICE):
-        counts += np.bincount(np.asarray(values[start : start + CODE_SLICE], dtype=np.intp) + offset, minlength=slots)
-    return counts
-
-
-def mapped_codes(
-    lut: npt.NDArray[np.int32], codes: CodeArray | FloatArray, *, out: npt.NDArray[np.int32] | None = None
-) -> npt.NDArray[np.int32]:
-    """``lut[codes]`` (a code of -1 takes ``lut``'s last entry), made a slice of :data:`CODE_SLICE` rows at a time,
-    into ``out`` when given."""
-    if out is None:
-        out = np.empty(len(codes), dtype=np.int32)
-    for start in range(0, len(codes), CODE_SLICE):
-        out[start : start + CODE_SLICE] = lut[np.asarray(codes[start : start + CODE_SLICE], dtype=np.intp)]
-    return out
-
-
-_Kept = TypeVar("_Kept", bound=np.generic)
-
-
-def masked_into(values: npt.NDArray[_Kept], mask: npt.NDArray[np.bool_], out: npt.NDArray[_Kept]) -> npt.NDArray[_Kept]:
-    """``values[mask]`` made in the first rows of ``out`` (returned: that part), a slice of :data:`CODE_SLICE` rows
-    at a time. ``np.compress(mask, values, out=out)`` would make an intp index of every row kept and a copy of
-    ``out`` (at 20M rows, 256 MiB more per column); a slice's ``values[mask]`` is a small temporary that reuses
-    heap pages."""
-    made = 0
-    for start in range(0, len(values), CODE_SLICE):
-        taken = values[start : start + CODE_SLICE][mask[start : start + CODE_SLICE]]
-        out[made : made + len(taken)] = taken
-        made += len(taken)
-    return out[:made]
-
-
-def taken_into(
-    values: npt.NDArray[np.integer], rows: npt.NDArray[np.integer], out: npt.NDArray[_Kept]
-) -> npt.NDArray[_Kept]:
-    """``values[rows]`` cast into ``out`` (as long as ``rows``), a slice of :data:`CODE_SLICE` rows at a time: no
-    gathered copy of every row in ``values``' own type first."""
-    for start in range(0, len(rows), CODE_SLICE):
-        out[start : start + CODE_SLICE] = values[rows[start : start + CODE_SLICE]]
-    return out
-
-
-def first_infinite(values: FloatArray | CodeArray) -> int | None:
-    """The index of the first infinite value, or None, looked for a slice of :data:`CODE_SLICE` rows at a time (no
-    mask of every row)."""
-    for start in range(0, len(values), CODE_SLICE):
-        found = np.flatnonzero(np.isinf(values[start : start + CODE_SLICE]))
-        if len(found):
-            return start + int(found[0])
-    return None

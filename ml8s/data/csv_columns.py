@@ -24,15 +24,14 @@ from ml8s.data.columns import (
     Column,
     FloatArray,
     categorical,
-    code_counts,
     convert,
     floats,
-    mapped_codes,
     number_mask,
     present_text,
     stray_as_missing,
 )
 from ml8s.data.missing import MISSING_TOKENS, DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.data.slices import code_counts, mapped_codes
 from ml8s.errors import DataError
 
 _SAMPLE = 64  # leading cells of a block tried against the number pattern before Arrow's cast of the whole block

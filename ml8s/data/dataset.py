@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, number_mask, present_text, text_column
 from ml8s.data.columns import convert as _convert
-from ml8s.data.columns import first_infinite as _first_infinite
 from ml8s.data.columns import floats as _floats
 from ml8s.data.csv_columns import Chunk, chunk_route, file_row, finish, not_finite
 from ml8s.data.csv_lines import FileBytes
@@ -31,6 +30,7 @@ from ml8s.data.csv_text import csv_batches, csv_table
 from ml8s.data.csv_typed import Plan
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.data.slices import first_infinite as _first_infinite
 from ml8s.data.sources import read_checking, read_verified, restrict
 from ml8s.errors import DataError
 from ml8s.memory import give_back, return_freed_memory

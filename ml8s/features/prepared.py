@@ -14,9 +14,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.columns import code_counts, mapped_codes, taken_into
 from ml8s.data.dataset import Column, Dataset
 from ml8s.data.missing import DataWarning
+from ml8s.data.slices import mapped_codes, taken_into
 from ml8s.errors import DataError
 from ml8s.features.candidates import feature_names
 from ml8s.features.column_names import check_feature_names, resolve_excluded, resolve_target
@@ -143,7 +143,7 @@ def _encode_target(
     numbers, by code point for text. ``keep``: the rows whose target is present (``~column.missing()``)."""
     if column.kind == "categorical":
         # a category is a class when some row holds it: the rows kept are those whose code is one (``keep``)
-        occurs = code_counts(column.values, len(column.categories))[1:] > 0
+        occurs = column.code_counts()[1:] > 0
         categories = column.category_list()
         present = [categories[i] for i in np.flatnonzero(occurs)]  # the categories are sorted
         index = np.full(len(categories) + 1, -1, dtype=np.int32)  # the last slot: code -1, missing

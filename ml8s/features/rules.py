@@ -15,8 +15,9 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
-from ml8s.data.columns import CODE_SLICE, masked_into
+from ml8s.data import slices
 from ml8s.data.dataset import Column, FloatArray
+from ml8s.data.slices import masked_into
 from ml8s.errors import DataError
 from ml8s.features.candidates import kept_categories
 from ml8s.features.prepared import Prepared
@@ -174,9 +175,12 @@ def flag_mean_and_variance(flags: npt.NDArray[np.bool_], work: FloatArray) -> tu
     mean = np.float64(np.count_nonzero(flags)) / rows
     low, high = np.square(np.subtract(np.float64(0.0), mean)), np.square(np.subtract(np.float64(1.0), mean))
     squares = np.array([low, high])
-    for start in range(0, rows, CODE_SLICE):  # a slice's intp copy of the flags is a small temporary
+    for start in range(0, rows, slices.CODE_SLICE):  # a slice's intp copy of the flags is a small temporary
         np.take(
-            squares, flags[start : start + CODE_SLICE].view(np.uint8), out=work[start : start + CODE_SLICE], mode="wrap"
+            squares,
+            flags[start : start + slices.CODE_SLICE].view(np.uint8),
+            out=work[start : start + slices.CODE_SLICE],
+            mode="wrap",
         )
     return float(mean), float(np.add.reduce(work) / rows)
 

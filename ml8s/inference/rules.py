@@ -22,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.columns import Column, FloatArray, code_counts, mapped_codes
+from ml8s.data.columns import Column, FloatArray
+from ml8s.data.slices import mapped_codes
 from ml8s.errors import InferenceError
 
 MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
@@ -88,7 +89,7 @@ def present_labels(column: Column, kept: Collection[str]) -> list[str]:
     row's when a code that becomes it occurs, so the rows need not be bucketed (one counting pass over the codes
     instead of a mapping pass and a counting pass)."""
     per_code = _labels_per_code(column, kept)  # the last entry: code -1, missing
-    counts = code_counts(column.values, len(column.categories))  # code -1's count first
+    counts = column.code_counts()  # code -1's count first
     return sorted({per_code[i - 1] for i in np.flatnonzero(counts).tolist()})
 
 
