@@ -655,3 +655,5 @@ def test_a_columns_code_counts_are_counted_once_and_never_carried_to_another() -
     assert column.take(np.array([0, 1])).code_counts().tolist() == [0, 1, 1, 0]
     kept = column.compact(np.array([1, 3, 6], dtype=np.int64))
     assert kept.code_counts().tolist() == [0, 0, 2, 1]
+    # the compacted column's own array changed: its counts are made again, never the stale ones
+    assert column.code_counts().tolist() == slices.code_counts(column.values, 3).tolist() != first.tolist()

@@ -15,12 +15,12 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from ml8s.data import slices
 from ml8s.data.missing import MISSING_TOKENS
+from ml8s.data.slices import CodeArray as CodeArray  # re-exported: the column types live with the slices
+from ml8s.data.slices import FloatArray as FloatArray
 from ml8s.data.slices import code_counts
 from ml8s.errors import DataError
 
-FloatArray = npt.NDArray[np.float64]
 ObjectArray = npt.NDArray[np.object_]
-CodeArray = npt.NDArray[np.int32]
 
 NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 INFINITY = r"^[+-]?(inf|infinity)$"  # spelled infinities are numbers (found and refused, not one-hot encoded)
@@ -65,14 +65,14 @@ class Column(BaseModel):
             chosen = rows[start : start + slices.CODE_SLICE]
             np.take(self.values, chosen, out=moved[: len(chosen)], mode="wrap")  # the default would copy ``out``
             self.values[start : start + len(chosen)] = moved[: len(chosen)]
+        self._counts = None  # this column's values are no longer its rows
         return self.part(0, len(rows))
 
     def all_missing(self) -> bool:
         """Whether every value is missing, checked a slice of ``slices.CODE_SLICE`` rows at a time (no mask of
         every row: 20 MiB of fresh memory per column at 20M rows), stopping at the first present one."""
         for start in range(0, len(self.values), slices.CODE_SLICE):
-            part = self.values[start : start + slices.CODE_SLICE]
-            if np.any(part >= 0) if self.kind == "categorical" else not np.isnan(part).all():
+            if not self.part(start, start + slices.CODE_SLICE).missing().all():
                 return False
         return True
 

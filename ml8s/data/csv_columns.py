@@ -97,8 +97,8 @@ def chunk_route(cells: pa.ChunkedArray | pa.Array) -> tuple[Chunk, Route]:
 def _coded(texts: Texts) -> tuple[Chunk, Route]:
     """The chunk of dictionary-coded cells, and the route of the column's next blocks: ``flags`` where every
     present text is spelled as :data:`FLAGS`."""
-    categories = texts.column.category_list()
-    flags = texts.present > 0 and set(categories) <= set(FLAGS)
+    categories = texts.column.categories  # a column of many texts is not listed: it cannot be flags
+    flags = texts.present > 0 and len(categories) <= len(FLAGS) and set(categories.to_pylist()) <= set(FLAGS)
     return _numbers_or_texts(texts), "flags" if flags else "codes"
 
 

@@ -13,8 +13,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-CodeArray = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float64]  # a numeric or boolean column's values (NaN = missing)
+CodeArray = npt.NDArray[np.int32]  # a categorical column's codes (-1 = missing)
 
 # Rows a pass over a column's codes takes at a time: numpy indexes and counts with intp (int64) copies of an index
 # array, 160 MiB for a whole 20M-row column where a slice's copy is 1 MiB. Under glibc's mmap threshold

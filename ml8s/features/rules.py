@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -232,7 +233,7 @@ def _fit_column(
 
 def _onehot(buckets: Buckets, category: str, work: _Work) -> Flags:
     """``buckets.onehot(category)`` as :class:`Flags`, made in ``work``."""
-    flags = work.in_train()[: len(buckets.rows)]
+    flags = work.in_train()
     if category not in buckets.labels:
         flags.fill(False)
         return Flags(flags)
@@ -250,33 +251,29 @@ class _Work:
 
     def floats(self, rows: int) -> FloatArray:
         """The first ``rows`` of this thread's float64 array of the training rows."""
-        kept: FloatArray | None = getattr(self._local, "floats", None)
-        if kept is None:
-            kept = self._local.floats = np.empty(self.train_rows, dtype=np.float64)
-        return kept[:rows]
+        return self._kept("floats", self.train_rows, np.float64)[:rows]
 
     def codes(self) -> npt.NDArray[np.int32]:
         """This thread's int32 array of the training rows."""
-        kept: npt.NDArray[np.int32] | None = getattr(self._local, "codes", None)
-        if kept is None:
-            kept = self._local.codes = np.empty(self.train_rows, dtype=np.int32)
-        return kept
+        return self._kept("codes", self.train_rows, np.int32)
 
     def in_train(self) -> npt.NDArray[np.bool_]:
         """This thread's bool array of the training rows."""
-        kept: npt.NDArray[np.bool_] | None = getattr(self._local, "in_train", None)
-        if kept is None:
-            kept = self._local.in_train = np.empty(self.train_rows, dtype=np.bool_)
-        return kept
+        return self._kept("in_train", self.train_rows, np.bool_)
 
     def every(self, which: int) -> npt.NDArray[np.bool_]:
         """This thread's bool array ``which`` (0 or 1) of every row."""
-        name = f"every{which}"
-        kept: npt.NDArray[np.bool_] | None = getattr(self._local, name, None)
+        return self._kept(f"every{which}", self.rows, np.bool_)
+
+    def _kept(self, name: str, size: int, dtype: type[_Item]) -> npt.NDArray[_Item]:
+        kept: npt.NDArray[_Item] | None = getattr(self._local, name, None)
         if kept is None:
-            kept = np.empty(self.rows, dtype=np.bool_)
+            kept = np.empty(size, dtype=dtype)
             setattr(self._local, name, kept)
         return kept
+
+
+_Item = TypeVar("_Item", bound=np.generic)
 
 
 def _largest(values: FloatArray, fill: float | None) -> float:
