@@ -156,9 +156,8 @@ class SplitRows:
         time: a row-major copy of a whole row group would be 128 MiB more at 32 features.
 
         Each slice's place in the file is settled first (the split's counts), so the slices are written on
-        :data:`_WRITERS` threads (numpy's copies and the writes release the GIL; transposing the columns into rows
-        is most of the cost: 2.3 of 6 s at 20M rows), each in arrays kept from one slice (and group) to the next,
-        so no write touches fresh memory."""
+        :data:`_WRITERS` threads (numpy's copies and the writes release the GIL), each in arrays kept from one slice
+        to the next, so no write touches fresh memory."""
         jobs: list[tuple[int, dict[int, int]]] = []
         for start in range(0, len(split), _ROWS_PER_WRITE):
             counts = np.bincount(split[start : start + _ROWS_PER_WRITE])
@@ -175,28 +174,31 @@ class SplitRows:
         self, features: Float32Array, split: npt.NDArray[np.integer], start: int, places: dict[int, int]
     ) -> None:
         part = split[start : start + _ROWS_PER_WRITE]
-        # the slice's rows: a row is 4 x features contiguous bytes of the transposed columns
-        rows = self._slice(0, len(part))
-        np.copyto(rows, features[:, start : start + len(part)].T)
-        for value, first in places.items():
-            if len(places) == 1:
-                block = rows
-            else:
-                chosen = part == value
-                block = np.compress(chosen, rows, axis=0, out=self._slice(1, int(np.count_nonzero(chosen))))
-            os.pwrite(self.handle.fileno(), block.data, first * self.features * _FLOAT32)
+        columns = features[:, start : start + len(part)]
+        groups = [np.flatnonzero(part == value) for value in places] if len(places) > 1 else []
+        if groups:  # the slice's columns in the grouped order first: a column's take is a contiguous gather
+            order = np.concatenate(groups)
+            grouped = self._kept(1, (self.features, _ROWS_PER_WRITE))[:, : len(part)]
+            for index in range(self.features):
+                np.take(columns[index], order, out=grouped[index])
+            columns = grouped
+        rows = self._kept(0, (_ROWS_PER_WRITE, self.features))[: len(part)]
+        _transpose_into(columns, rows)
+        offset = 0
+        for first, count in zip(places.values(), [len(g) for g in groups] or [len(part)], strict=True):
+            os.pwrite(self.handle.fileno(), rows[offset : offset + count].data, first * self.features * _FLOAT32)
+            offset += count
 
     def release(self) -> None:
         """Free the arrays the writes made their rows in (each writing thread's)."""
         self._arrays = threading.local()
 
-    def _slice(self, which: int, rows: int) -> Float32Array:
-        """The first ``rows`` of this thread's kept array ``which`` (0: a slice's rows, 1: those of one split),
-        made once."""
-        kept: list[Float32Array] = self._arrays.__dict__.setdefault("slices", [])
-        while len(kept) <= which:
-            kept.append(np.empty((_ROWS_PER_WRITE, self.features), dtype=np.float32))
-        return kept[which][:rows]
+    def _kept(self, which: int, shape: tuple[int, int]) -> Float32Array:
+        """This thread's kept array ``which`` (0: a slice's rows, 1: its columns in the grouped order), made once."""
+        kept: dict[int, Float32Array] = self._arrays.__dict__.setdefault("kept", {})
+        if which not in kept:
+            kept[which] = np.empty(shape, dtype=np.float32)
+        return kept[which]
 
     def mapped(self, target: npt.NDArray[np.integer], names: list[str]) -> MappedMatrix:
         """The rows written, mapped copy-on-write (torch tensors can share them), with the class indices and
@@ -212,6 +214,21 @@ class SplitRows:
 
 
 _ROWS_PER_WRITE = 1 << 16
+_TILE_BYTES = 1 << 19  # rows transposed at a time: their row-major bytes stay in the core's cache
+
+
+def _transpose_into(columns: Float32Array, rows: Float32Array) -> None:
+    """``rows[:] = columns.T``, a tile of rows at a time and within it a column at a time: numpy's copy of a whole
+    transposed view gathers each row from every column's pages at once (1.05 s/GiB here); a column written
+    strided into a tile whose bytes stay cached is about twice as fast (0.6 s/GiB)."""
+    features = columns.shape[0]
+    tile = max(1, _TILE_BYTES // max(1, features * _FLOAT32))
+    for start in range(0, columns.shape[1], tile):
+        block = rows[start : start + tile]
+        for index in range(features):
+            block[:, index] = columns[index, start : start + tile]
+
+
 _WRITERS = 2  # threads writing a group's slices: the machine's two cores
 _FLOAT32 = np.dtype(np.float32).itemsize
 
