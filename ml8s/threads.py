@@ -12,6 +12,7 @@ have raised), whatever finished first. Items not yet started when one fails are 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -26,18 +27,68 @@ _R = TypeVar("_R")
 COLUMN_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
-def in_order(function: Callable[[_T], _R], items: Sequence[_T], *, threads: int, name: str) -> list[_R]:
+def in_order(
+    function: Callable[[_T], _R], items: Sequence[_T], *, threads: int, name: str, lead: int | None = None
+) -> list[_R]:
     """``[function(item) for item in items]``, run on up to ``threads`` threads (named ``ml8s-{name}``).
+
+    ``lead``: the index of an item started before the others (a caller that wants that item's work done early,
+    by a side effect of ``function``); the results and the error raised are those of the loop all the same.
 
     Raises:
         Exception: the first item's error, in the order of ``items``, among those that failed.
     """
-    if threads <= 1 or len(items) <= 1:
-        return [function(item) for item in items]
-    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix=f"ml8s-{name}") as pool:
-        futures = [pool.submit(function, item) for item in items]
+    order = list(range(len(items)))
+    if lead is not None:
+        order.insert(0, order.pop(lead))
+    failed: list[int] = []  # the items that failed so far
+    lock = threading.Lock()
+
+    def run(index: int) -> _R | _Skipped:
+        with lock:
+            if failed and min(failed) < index:  # an item before it failed: its error is the one raised
+                return _SKIPPED
         try:
-            return [future.result() for future in futures]
+            return function(items[index])
+        except Exception:
+            with lock:
+                failed.append(index)
+            raise
+
+    if threads <= 1 or len(items) <= 1:
+        outcomes: dict[int, _R | _Skipped | _Failed] = {}
+        for index in order:
+            try:
+                outcomes[index] = run(index)
+            except Exception as exc:  # raised below, in the order of the items
+                outcomes[index] = _Failed(exc)
+        return [_result(outcomes[index]) for index in range(len(items))]
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix=f"ml8s-{name}") as pool:
+        futures = {index: pool.submit(run, index) for index in order}
+        try:
+            return [_result(futures[index].result()) for index in range(len(items))]
         finally:
-            for future in futures:  # after a failure, the items not yet started are not run
+            for future in futures.values():  # after a failure, the items not yet started are not run
                 future.cancel()
+
+
+class _Skipped:
+    """The outcome of an item not run because an item before it had failed."""
+
+
+_SKIPPED = _Skipped()
+
+
+class _Failed:
+    """The outcome of an item that raised ``error`` (run without threads: raised in the order of the items)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _result(outcome: _R | _Skipped | _Failed) -> _R:
+    if isinstance(outcome, _Failed):
+        raise outcome.error
+    if isinstance(outcome, _Skipped):  # never reached: the failure before it is raised first
+        raise RuntimeError("an item after a failed one was asked for its result")
+    return outcome

@@ -128,9 +128,9 @@ def test_snapshot_and_features_parse_the_files_once(small_data: Path, tmp_path: 
     calls: list[str] = []
     real = loaded.load_dataset
 
-    def counting(fingerprint: object) -> object:
+    def counting(fingerprint: object, **options: object) -> object:
         calls.append(str(fingerprint))
-        return real(fingerprint)  # type: ignore[arg-type]
+        return real(fingerprint, **options)  # type: ignore[arg-type]
 
     env = {"DATA_ROOT": str(small_data), "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": str(tmp_path / "r")}
     with pytest.MonkeyPatch.context() as patch:

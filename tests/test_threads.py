@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -45,3 +46,42 @@ def test_the_first_failing_item_in_order_is_the_error_and_later_items_are_not_st
     with pytest.raises(ValueError, match="item 1"):
         in_order(work, list(range(50)), threads=threads, name="test")
     assert max(started) < 10, started  # the queue behind the failures was dropped
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_lead_item_starts_first_and_changes_neither_results_nor_error(threads: int) -> None:
+    """``lead`` starts one item before the others (the data path types the target column first so that the split
+    is drawn while the other columns are typed); what comes back is a loop's all the same."""
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def square(item: int) -> int:
+        with lock:
+            started.append(item)
+        return item * item
+
+    assert in_order(square, list(range(8)), threads=threads, name="test", lead=5) == [i * i for i in range(8)]
+    assert started[0] == 5 if threads == 1 else 5 in started[:2]
+
+    def fails(bad: set[int]) -> Callable[[int], int]:
+        def work(item: int) -> int:
+            with lock:
+                started.append(item)
+            if item in bad:
+                raise ValueError(f"item {item}")
+            return item
+
+        return work
+
+    # the lead fails, and so does an item before it: the loop's error is the earlier item's
+    with pytest.raises(ValueError, match="item 2"):
+        in_order(fails({2, 6}), list(range(8)), threads=threads, name="test", lead=6)
+    # the lead fails first: items before it still run (one of them could be the loop's error), items after it do not
+    started.clear()
+    with pytest.raises(ValueError, match="item 3"):
+        in_order(fails({3}), list(range(40)), threads=threads, name="test", lead=3)
+    assert {0, 1, 2} <= set(started)
+    if threads == 1:
+        assert started == [3, 0, 1, 2]
+    else:
+        assert max(started) < 10, started

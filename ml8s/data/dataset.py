@@ -14,30 +14,29 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.data.columns import Column, FloatArray, ObjectArray, categorical, number_mask, present_text, text_column
-from ml8s.data.columns import convert as _convert
-from ml8s.data.columns import floats as _floats
+from ml8s.data.columns import Column, FloatArray, ObjectArray, text_column
 from ml8s.data.csv_columns import Chunk, chunk_route, file_row, finish, not_finite
 from ml8s.data.csv_lines import FileBytes
 from ml8s.data.csv_text import csv_batches, csv_table
 from ml8s.data.csv_typed import Plan
 from ml8s.data.fingerprint import FileEntry, Fingerprint
-from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
+from ml8s.data.missing import DataWarning
 from ml8s.data.slices import first_infinite as _first_infinite
 from ml8s.data.sources import read_checking, read_verified, restrict
+from ml8s.data.table_columns import type_column
 from ml8s.errors import DataError
 from ml8s.memory import give_back, return_freed_memory
 from ml8s.threads import COLUMN_THREADS, in_order
 
 log = logging.getLogger(__name__)
-__all__ = ["Column", "Dataset", "FloatArray", "ObjectArray", "load_dataset", "parse_file", "text_column"]
+__all__ = ["Column", "Dataset", "FloatArray", "Lead", "ObjectArray", "load_dataset", "parse_file", "text_column"]
 
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -63,8 +62,21 @@ class Dataset(BaseModel):
         return tuple(c.name for c in self.columns)
 
 
-def load_dataset(fingerprint: Fingerprint) -> Dataset:
+class Lead(Protocol):
+    """A caller's use for one column before the others are typed (:func:`load_dataset`'s ``lead``)."""
+
+    def pick(self, names: tuple[str, ...]) -> str | None:
+        """The column wanted first, among every column's name (None: none)."""
+
+    def take(self, column: Column) -> None:
+        """The picked column, once typed: called on the thread that typed it while others are still typed."""
+
+
+def load_dataset(fingerprint: Fingerprint, *, lead: Lead | None = None) -> Dataset:
     """Parse every file of the fingerprint into one typed dataset.
+
+    ``lead`` picks a column that is typed before the others and handed to it as soon as it is (the features
+    step draws the split from the target column while the other columns are typed); the dataset is the same.
 
     Raises:
         DataChangedError: a file's bytes differ from its fingerprint entry.
@@ -72,7 +84,7 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     """
     return_freed_memory()
     if all(_FORMATS.get(os.path.splitext(e.relative_path)[1].lower()) == "csv" for e in fingerprint.entries):
-        return _load_csv(fingerprint)
+        return _load_csv(fingerprint, lead)
     tables: list[pa.Table] = []
     rows_per_file: dict[str, int] = {}
     names: tuple[str, ...] | None = None
@@ -92,9 +104,12 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     total = sum(rows_per_file.values())
     if names is None or total == 0:
         raise DataError(f"DATA_ROOT {fingerprint.data_root} holds no data rows; expected at least 2 rows")
-    typed = [_type_column(name, [t.column(name) for t in tables]) for name in names]
+    typed = [type_column(name, [t.column(name) for t in tables]) for name in names]
     for column, _ in typed:
         _check_finite(column, tables, list(rows_per_file), fingerprint.data_root)
+    picked = lead.pick(names) if lead is not None else None
+    if lead is not None and picked is not None:
+        lead.take(typed[names.index(picked)][0])
     return Dataset(
         columns=tuple(column for column, _ in typed),
         rows=total,
@@ -103,7 +118,7 @@ def load_dataset(fingerprint: Fingerprint) -> Dataset:
     )
 
 
-def _load_csv(fingerprint: Fingerprint) -> Dataset:
+def _load_csv(fingerprint: Fingerprint, lead: Lead | None) -> Dataset:
     """:func:`load_dataset` of CSV files, a block at a time: each block's text is reduced to compact typed chunks
     (:mod:`ml8s.data.csv_columns`) before the next is parsed, so one file's bytes and one block's text are held
     besides the typed chunks."""
@@ -163,10 +178,14 @@ def _load_csv(fingerprint: Fingerprint) -> Dataset:
                 index, row = file_row(bad, [rows_per_file[f.relative_path] for f in files])
                 raise not_finite(files[index].relative_path, root, name, row, file_cells(name, index)[row].as_py())
         give_back()  # the column's chunks, drained into it
+        if lead is not None and name == first:
+            lead.take(column)
         return column, warning
 
-    # two columns at a time; the error, where columns fail, is the first one's in name order
-    results = in_order(finished, names, threads=COLUMN_THREADS, name="column")
+    # two columns at a time, the lead's first; the error, where columns fail, is the first one's in name order
+    first = lead.pick(names) if lead is not None else None
+    start = names.index(first) if first is not None else None
+    results = in_order(finished, names, threads=COLUMN_THREADS, name="column", lead=start)
     return Dataset(
         columns=tuple(column for column, _ in results),
         rows=total,
@@ -263,51 +282,3 @@ def _parse(entry: FileEntry, data: FileBytes, root: str) -> pa.Table:
         return pq.read_table(pa.BufferReader(data))
     except pa.ArrowException as exc:
         raise DataError(f"{where} cannot be parsed as {fmt}: {exc}") from exc
-
-
-def _type_column(name: str, chunks: list[pa.ChunkedArray]) -> tuple[Column, DataWarning | None]:
-    common = _common_type(name, chunks)
-    try:  # files may disagree on a column's type (CSV text vs Parquet int, int32 vs int64, ...)
-        parts = [c if c.type == common else _convert(c, common) for chunk in chunks for c in chunk.chunks]
-    except pa.ArrowException as exc:
-        types = sorted({str(c.type) for c in chunks})
-        raise DataError(
-            f"column {name!r} has type(s) {types} that cannot be read as {common}; expected numbers, booleans or text"
-        ) from exc
-    array = pa.chunked_array(parts, type=common)
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        return _infer_text(name, array)
-    if pa.types.is_boolean(array.type):
-        return Column(name=name, kind="boolean", values=_floats(_convert(array, pa.float64()))), None
-    return Column(name=name, kind="numeric", values=_floats(_convert(array, pa.float64()))), None
-
-
-def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:
-    types = {str(c.type) for c in chunks}
-    if len(types) == 1:
-        only = chunks[0].type
-        if pa.types.is_integer(only) or pa.types.is_floating(only) or pa.types.is_boolean(only):
-            return only
-        if pa.types.is_string(only) or pa.types.is_large_string(only) or pa.types.is_null(only):
-            return pa.string()
-    if all(pa.types.is_integer(c.type) or pa.types.is_floating(c.type) for c in chunks):
-        return pa.float64()
-    return pa.string()
-
-
-def _infer_text(name: str, array: pa.ChunkedArray) -> tuple[Column, DataWarning | None]:
-    values = present_text(array)
-    lower = pc.utf8_lower(values)
-    non_missing = pc.drop_null(values)
-    if len(non_missing) and pc.all(pc.is_in(pc.drop_null(lower), pa.array(["true", "false"]))).as_py():
-        return Column(name=name, kind="boolean", values=_floats(_convert(pc.equal(lower, "true"), pa.float64()))), None
-    is_number = number_mask(values)
-    numbers = int(pc.sum(is_number).as_py() or 0)
-    if not is_mostly_numeric(numbers, len(non_missing)):
-        return categorical(name, values), None
-    warning = None
-    if numbers < len(non_missing):
-        stray = pc.drop_null(pc.if_else(is_number, pa.scalar(None, pa.string()), values)).to_pylist()
-        warning = stray_text_warning(name, [str(v) for v in stray], numbers)
-        values = pc.if_else(is_number, values, pa.scalar(None, pa.string()))
-    return Column(name=name, kind="numeric", values=_floats(_convert(values, pa.float64()))), warning

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ml8s.data.dataset import load_dataset
 from ml8s.data.fingerprint import Fingerprint
-from ml8s.features.prepared import Prepared, prepare
+from ml8s.features.prepared import Prepared, SplitAhead, prepare
 from ml8s.identity.params import RunParams
 from ml8s.memory import give_back
 
@@ -30,7 +30,8 @@ def load_prepared(fingerprint: Fingerprint, params: RunParams, *, keep: bool) ->
     prepared = _held.pop(key, None)
     _held.clear()  # at most one run's rows, and never a stale run's
     if prepared is None:
-        prepared = prepare(load_dataset(fingerprint), params, consume=True)  # the dataset is used only here
+        with SplitAhead(params) as ahead:  # the split drawn from the target column while the others are typed
+            prepared = prepare(load_dataset(fingerprint, lead=ahead), params, consume=True, ahead=ahead)
         give_back()  # the rows not kept and preparing's temporaries (ml8s.memory)
     if keep:
         _held[key] = prepared

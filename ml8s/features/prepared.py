@@ -7,8 +7,9 @@ step then fits and encodes them (:mod:`ml8s.features.rules`).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +25,7 @@ from ml8s.identity.params import RunParams
 from ml8s.inference.rules import MAX_CATEGORIES
 from ml8s.threads import COLUMN_THREADS, in_order
 
-__all__ = ["IntArray", "Prepared", "prepare"]
+__all__ = ["IntArray", "Prepared", "SplitAhead", "prepare"]
 
 IntArray = npt.NDArray[np.int64]
 MIN_TRAIN_ROWS = 2  # _check_split
@@ -64,11 +65,56 @@ class Prepared(BaseModel):
         }
 
 
-def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepared:
+class SplitAhead:
+    """The TEST_SIZE split drawn while the dataset's other columns are still typed: a
+    :class:`~ml8s.data.dataset.Lead` for :func:`~ml8s.data.dataset.load_dataset` and then for :func:`prepare`.
+
+    The split depends only on how many rows are kept (and TEST_SIZE and the seed), which the target column alone
+    tells; its shuffle runs on one core (3 s at 20M rows), and drawn after every column was typed it was the
+    longest part of preparing the rows. Where the rows kept turn out another number (it cannot: the count is
+    the one :func:`prepare` makes), :func:`prepare` draws the split itself. A context manager: leaving it waits
+    for a split being drawn, so no thread outlives it.
+    """
+
+    def __init__(self, params: RunParams) -> None:
+        self._params = params
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="ml8s-split")
+        self._drawn: tuple[int, Future[IntArray]] | None = None
+
+    def __enter__(self) -> SplitAhead:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def pick(self, names: tuple[str, ...]) -> str | None:
+        """The target column (None where TARGET_COLUMN names none: :func:`prepare` says so)."""
+        try:
+            return resolve_target(names, self._params.target_column)
+        except DataError:
+            return None
+
+    def take(self, column: Column) -> None:
+        """Start drawing the split of the rows :func:`prepare` will keep: those with a target, SAMPLE_ROWS of them."""
+        kept = len(column.values) - int(np.count_nonzero(column.missing()))
+        if self._params.sample_rows is not None:
+            kept = min(kept, self._params.sample_rows)
+        if kept >= 2:  # fewer: prepare() refuses the rows
+            self._drawn = (kept, self._pool.submit(_split, kept, self._params.test_size, self._params.random_seed))
+
+    def drawn(self, rows: int) -> Future[IntArray] | None:
+        """The split of ``rows`` kept rows if it is the one being drawn, else None."""
+        return self._drawn[1] if self._drawn is not None and self._drawn[0] == rows else None
+
+
+def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: SplitAhead | None = None) -> Prepared:
     """Validate columns, drop rows without a target, sample SAMPLE_ROWS and split TEST_SIZE, all seeded.
 
     With ``consume`` the kept rows are moved to the front of ``data``'s own arrays instead of copied (``data``
-    must not be used afterwards): the rows are then held once, not twice, while they are prepared.
+    must not be used afterwards): the rows are then held once, not twice, while they are prepared. ``ahead``: the
+    split drawn while ``data`` was typed, if it was.
     """
     target_name = resolve_target(data.names, params.target_column)
     excluded = resolve_excluded(data.names, params.exclude_columns)
@@ -77,27 +123,35 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
     target_col = data.column(target_name)
     keep = ~target_col.missing()
     labels, classes = _encode_target(target_col, keep)
-    rows = np.flatnonzero(keep)
-    if params.sample_rows is not None and params.sample_rows < len(rows):
-        chosen = np.random.default_rng(params.random_seed).permutation(len(rows))[: params.sample_rows]
-        rows = rows[np.sort(chosen)]
-    if len(rows) < 2:
+    count = int(np.count_nonzero(keep))
+    # None: every row is kept (the common case), which needs no index of every row and moves no row
+    rows: IntArray | None = None if count == len(keep) else np.flatnonzero(keep)
+    if params.sample_rows is not None and params.sample_rows < count:
+        chosen = np.sort(np.random.default_rng(params.random_seed).permutation(count)[: params.sample_rows])
+        rows = chosen if rows is None else rows[chosen]
+        count = len(rows)
+    if count < 2:
         raise DataError(
-            f"TARGET_COLUMN={params.target_column!r} has a value in only {len(rows)} row(s); expected at least 2"
+            f"TARGET_COLUMN={params.target_column!r} has a value in only {count} row(s); expected at least 2"
         )
-    target = taken_into(labels, rows, np.empty(len(rows), dtype=np.int64))
+    if rows is None:
+        target = np.asarray(labels, dtype=np.int64)
+    else:
+        target = taken_into(labels, rows, np.empty(count, dtype=np.int64))
     del labels  # a column of every row (80 MiB at 20M rows): not held longer than it is needed
     if np.count_nonzero(np.bincount(target)) < 2:  # class indices, >= 0 (was a Python list of every row's)
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
     candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
 
-    _check_split(len(rows), params.test_size)
+    _check_split(count, params.test_size)
     keep_rows = partial(_keep_rows, rows=rows, consume=consume)
     # The split's permutation runs on one core (2 s at 20M rows) and releases the GIL: drawn while the columns'
     # rows are kept, on the cores their threads leave it.
+    drawn = ahead.drawn(count) if ahead is not None else None
     with ThreadPoolExecutor(1, thread_name_prefix="ml8s-split") as pool:
-        drawn = pool.submit(_split, len(rows), params.test_size, params.random_seed)
+        if drawn is None:
+            drawn = pool.submit(_split, count, params.test_size, params.random_seed)
         results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
         split = drawn.result()
     del keep_rows, rows  # before the features' names are made: the row indices are a column's worth of int64
@@ -126,12 +180,16 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False) -> Prepa
     )
 
 
-def _keep_rows(column: Column, rows: IntArray, consume: bool) -> Column | str:
-    """``column`` at the kept ``rows``, or why it is dropped."""
-    kept = column.compact(rows) if consume else column.take(rows)
+def _keep_rows(column: Column, rows: IntArray | None, consume: bool) -> Column | str:
+    """``column`` at the kept ``rows`` (None: all of them), or why it is dropped."""
+    if rows is None:
+        kept = column if consume else column.take(np.arange(len(column.values)))
+    else:
+        kept = column.compact(rows) if consume else column.take(rows)
+    count = len(kept.values)
     if kept.all_missing():
         return "all values missing"
-    if kept.kind == "categorical" and len(rows) > MAX_CATEGORIES and len(kept.counts()) == len(rows):
+    if kept.kind == "categorical" and count > MAX_CATEGORIES and len(kept.counts()) == count:
         return "identifier: every value distinct"
     return kept
 
