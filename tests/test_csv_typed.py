@@ -176,9 +176,10 @@ def test_a_column_categorical_overall_parses_its_file_again_once(
     assert calls == ["parse"]
 
 
-def test_files_are_read_into_one_buffer_unless_something_holds_it(tmp_path: Path) -> None:
-    """read_checking(reuse=True) fills one buffer file after file (no fresh memory per file), of each file's size;
-    a buffer still exported (Arrow made an array of it without a copy) is left as it is and a new one made."""
+def test_files_are_read_into_two_buffers_in_turn_unless_something_holds_one(tmp_path: Path) -> None:
+    """read_checking(reuse=True) fills two buffers in turn (the next file is read while the caller parses one; no
+    fresh memory per file), each of its file's size; a buffer still exported (Arrow made an array of it without a
+    copy) is left as it is and a new one made."""
     from ml8s.data.sources import read_checking
 
     contents = {f"part-{i}.csv": (f"a,b\n{i},x\n" * (50 + 30 * (i % 2))).encode() for i in range(4)}
@@ -193,7 +194,8 @@ def test_files_are_read_into_one_buffer_unless_something_holds_it(tmp_path: Path
         if entry.relative_path == "part-1.csv":
             held.append((pa.py_buffer(data), bytes(data)))  # an export that outlives the file
         del data
-    assert seen[0] == seen[1] and seen[2] != seen[1] and seen[3] == seen[2]
+    assert seen[0] != seen[1] and seen[2] == seen[0]  # the first file's buffer holds the third
+    assert seen[3] not in (seen[0], seen[1])  # the second's is still exported: a new one for the fourth
     exported, copy = held[0]
     assert exported.to_pybytes() == copy  # never read over
 

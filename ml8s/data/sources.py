@@ -90,13 +90,16 @@ def read_checking(fingerprint: Fingerprint, *, reuse: bool = False) -> Iterator[
     parsed from the bytes, and when parsing fails (a file changed since it was fingerprinted is named as
     such, not as the bad cell it may now hold). An object is checked by its read (``If-Match``) already.
 
-    With ``reuse``, local files are read into one buffer, filled again for each file (a ``bytearray``): a fresh
-    buffer per file was a page fault per 4 KiB of data (420k at 20M rows, seconds of system time). The caller
-    must keep no reference to a file's bytes once it asks for the next file; what Arrow made of them without a
-    copy holds the buffer exported, and such a buffer is left to its holders and a new one made.
+    With ``reuse``, local files are read into two buffers in turn, each filled again for the file after next (a
+    ``bytearray``): a fresh buffer per file was a page fault per 4 KiB of data (420k at 20M rows, seconds of
+    system time). The next file is read on a thread of its own while the caller parses one: read between two
+    files, a 345 MB file took 0.25 s of the 2.9 s a file took, on one core. The caller must keep no reference to
+    a file's bytes once it asks for the next file; what Arrow made of them without a copy holds the buffer
+    exported, and such a buffer is left to its holders and a new one made.
 
     Raises:
-        DataChangedError: from the check, or at once: a file cannot be read, or an object has changed.
+        DataChangedError: from the check, or when the caller comes to a file that cannot be read, or to an object
+            that has changed.
     """
     if fingerprint.data_root.startswith("s3://"):
         for entry, fetched in _read_objects(fingerprint):
@@ -104,33 +107,54 @@ def read_checking(fingerprint: Fingerprint, *, reuse: bool = False) -> Iterator[
         return
     root = fingerprint.data_root[len("file://") :]
     single = os.path.isfile(root)
-    buffer: bytearray | None = None
-    data: FileBytes
-    with ThreadPoolExecutor(1, thread_name_prefix="ml8s-sha256") as pool:
-        for entry in fingerprint.entries:
-            path = root if single else os.path.join(root, *entry.relative_path.split("/"))
-            try:  # not blocking: a FIFO put there since the fingerprint would block a plain open forever
-                with open(open_regular(path, path, nofollow=False), "rb") as handle:
-                    if reuse:
-                        data = buffer = _read_into(handle, buffer)
-                    else:
-                        data = handle.read()
-            except UnsafeObjectError as exc:
-                raise DataChangedError(
-                    f"{path} was fingerprinted as a regular file but is not one now ({exc.message}); expected it "
-                    "unchanged"
-                ) from exc
-            except (StoreError, OSError) as exc:  # gone, unreadable, a link loop
-                cause = exc.__cause__ if isinstance(exc, StoreError) else exc
-                loop = isinstance(cause, OSError) and cause.errno == errno.ELOOP
-                why = "it is a symlink loop now" if loop else exc.message if isinstance(exc, StoreError) else str(exc)
-                raise DataChangedError(
-                    f"{path} was fingerprinted but cannot be read now: {why}; expected it unchanged"
-                ) from exc
-            digest = pool.submit(_sha256, data)
-            yield entry, data, functools.partial(_compare, path, entry, len(data), digest)
+    entries = fingerprint.entries
+    if not entries:
+        return
+
+    def path_of(entry: FileEntry) -> str:
+        return root if single else os.path.join(root, *entry.relative_path.split("/"))
+
+    def read(entry: FileEntry, buffer: bytearray | None, hashed: Future[str] | None) -> FileBytes:
+        if hashed is not None:
+            hashed.exception()  # the hash has read the bytes last read into ``buffer`` before they are read over
+        return _read_file(path_of(entry), buffer if reuse else None, reuse)
+
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="ml8s-sha256") as hashing,
+        ThreadPoolExecutor(1, thread_name_prefix="ml8s-read") as reading,
+    ):
+        spare: tuple[bytearray | None, Future[str] | None] = (None, None)  # a buffer for the file after next
+        ahead = reading.submit(read, entries[0], None, None)
+        for index, entry in enumerate(entries):
+            data = ahead.result()
+            digest = hashing.submit(_sha256, data)
+            following = entries[index + 1] if index + 1 < len(entries) else None
+            if following is not None and reuse:  # read now, into the buffer the caller gave back
+                ahead = reading.submit(read, following, *spare)
+            yield entry, data, functools.partial(_compare, path_of(entry), entry, len(data), digest)
+            spare = (data if isinstance(data, bytearray) else None, digest)
             del data  # not held while the next file is read: the caller is done with it
-            digest.exception()  # the hash has read the bytes (whatever the caller did) before they are read over
+            if following is not None and not reuse:
+                digest.exception()
+                ahead = reading.submit(read, following, None, None)
+
+
+def _read_file(path: str, buffer: bytearray | None, reuse: bool) -> FileBytes:
+    """A local file's bytes (into ``buffer`` with ``reuse``), a read error named as a change since the fingerprint."""
+    try:  # not blocking: a FIFO put there since the fingerprint would block a plain open forever
+        with open(open_regular(path, path, nofollow=False), "rb") as handle:
+            return _read_into(handle, buffer) if reuse else handle.read()
+    except UnsafeObjectError as exc:
+        raise DataChangedError(
+            f"{path} was fingerprinted as a regular file but is not one now ({exc.message}); expected it unchanged"
+        ) from exc
+    except (StoreError, OSError) as exc:  # gone, unreadable, a link loop
+        cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+        loop = isinstance(cause, OSError) and cause.errno == errno.ELOOP
+        why = "it is a symlink loop now" if loop else exc.message if isinstance(exc, StoreError) else str(exc)
+        raise DataChangedError(
+            f"{path} was fingerprinted but cannot be read now: {why}; expected it unchanged"
+        ) from exc
 
 
 def _read_into(handle: io.BufferedReader, buffer: bytearray | None) -> bytearray:
