@@ -354,18 +354,19 @@ def test_a_refused_release_leaves_the_rows_resident_and_usable() -> None:
     assert float(mapped.features.sum()) == float(rows.sum())
 
 
-@pytest.mark.parametrize(("threads", "bound"), [(1, 24), (2, 30)])
+@pytest.mark.parametrize(("threads", "bound"), [(1, 17), (2, 21)])
 def test_preparing_rows_holds_four_row_arrays_at_most(
     monkeypatch: pytest.MonkeyPatch, threads: int, bound: int
 ) -> None:
-    """prepare(consume=True) at its peak holds, beside the columns it compacts in place, the kept-row mask and three
-    int64 arrays of the kept rows (their indices, class indices and split): 22 bytes a row here. It held the
-    class indices of every row, a second copy of the kept rows' and a Python list of them too (36 bytes a row
-    here; about 200 MiB more at the 20M-row snapshot step's peak).
+    """prepare(consume=True) at its peak holds, beside the columns it compacts in place, the kept-row mask, the kept
+    rows' indices (int64) and their class indices (int32) and split (int8): 14.4 bytes a row measured here, with
+    one thread or two. It held the class indices of every row, a second copy of the kept rows' and a Python list
+    of them too (36 bytes a row here; about 200 MiB more at the 20M-row snapshot step's peak); then, with the class
+    indices and the split as int64, 22.4 bytes a row (one thread) and 27.7 (two: a categorical's bucket codes
+    beside a numeric's missing-value mask came on top).
 
-    The rows are moved a slice at a time, so no column-sized copy comes on top (22.4 bytes a row measured; 26 was
-    the bound while a column was copied whole). With two columns at once, the second column's temporaries do: a
-    categorical's bucket codes (int32) beside a numeric's missing-value mask, 5.3 bytes a row more measured."""
+    The rows are moved a slice at a time, so no column-sized copy comes on top (26 bytes a row was the bound while
+    a column was copied whole)."""
     monkeypatch.setattr(row_preparing, "COLUMN_THREADS", threads)
     rows = 1 << 20
     rng = np.random.default_rng(0)
@@ -605,13 +606,14 @@ def test_masked_into_is_boolean_indexing_across_slices(monkeypatch: pytest.Monke
 @pytest.mark.parametrize("rows", [2, 3, 1000, 65_537])
 def test_split_is_the_int64_permutations_split(rows: int) -> None:
     """The split is drawn from an int32 shuffle of the row indices: the same rows as numpy's int64
-    ``permutation`` of the same generator, which the split was always drawn from (the artifacts' bytes)."""
+    ``permutation`` of the same generator, which the split was always drawn from (the artifacts' bytes); held as
+    int8 (the values 0 and 1)."""
     for seed in (0, 42, 2**40):
         order = np.random.default_rng([seed, 1]).permutation(rows)
         expected = np.zeros(rows, dtype=np.int64)
         expected[order[: row_preparing._test_rows(rows, 0.2)]] = 1
         made = row_preparing._split(rows, 0.2, seed)
-        assert made.dtype == np.int64 and np.array_equal(made, expected)
+        assert made.dtype == np.int8 and np.array_equal(made, expected)
 
 
 def test_slice_helpers_match_whole_array_operations(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,7 @@ from ml8s.features.matrix_mapped import SplitRows
 from ml8s.inference.rules import FeatureRule
 from ml8s.memory import give_back
 
-IntArray = npt.NDArray[np.int64]
+IntArray = npt.NDArray[np.integer]  # class indices (int32 from preparing, int64 from a matrix file read back)
 Float32Array = npt.NDArray[np.float32]
 # A row group's float32 features (features x rows), class indices and splits.
 Group = tuple[Float32Array, IntArray, npt.NDArray[np.integer]]
@@ -213,5 +213,6 @@ def _group_table(
     if scratch is not None:
         scratch.write(features, split)
     columns = [pa.array(values) for values in features]
-    columns += [pa.array(target.astype(np.int32)), pa.array(split.astype(np.int8))]
+    # no copy where they are int32 and int8 already (as prepared)
+    columns += [pa.array(target.astype(np.int32, copy=False)), pa.array(split.astype(np.int8, copy=False))]
     return pa.Table.from_arrays(columns, schema=schema)

@@ -207,7 +207,7 @@ class SplitRows:
         rows = len(self.split)
         region = mmap.mmap(self.handle.fileno(), rows * self.features * _FLOAT32, access=mmap.ACCESS_COPY)
         features: Float32Array = np.frombuffer(region, dtype=np.float32).reshape(rows, self.features)
-        narrow = target.astype(np.int32)
+        narrow = target.astype(np.int32, copy=False)
         grouped = np.concatenate([narrow[self.split == v] for v in self.counts]) if self.counts else narrow
         split = np.repeat(np.array(list(self.counts), dtype=np.int8), list(self.counts.values()))
         return MappedMatrix(features, grouped, split, names, region)
