@@ -170,6 +170,8 @@ def _load_csv(fingerprint: Fingerprint, lead: Lead | None) -> Dataset:
 
         return cells
 
+    first = lead.pick(names) if lead is not None else None  # the column typed before the others, if any
+
     def finished(name: str) -> tuple[Column, DataWarning | None]:
         column, warning = finish(name, chunks.pop(name), cells_of(name))
         if column.kind != "categorical":
@@ -183,7 +185,6 @@ def _load_csv(fingerprint: Fingerprint, lead: Lead | None) -> Dataset:
         return column, warning
 
     # two columns at a time, the lead's first; the error, where columns fail, is the first one's in name order
-    first = lead.pick(names) if lead is not None else None
     start = names.index(first) if first is not None else None
     results = in_order(finished, names, threads=COLUMN_THREADS, name="column", lead=start)
     return Dataset(
