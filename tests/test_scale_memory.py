@@ -468,7 +468,7 @@ def test_candidates_fitted_from_their_training_rows_are_the_encoded_columns_trai
             kept: dict[str, list[str]] = {}
             # each feature is made in the thread's work arrays, valid until the next is asked for: copied as made
             work = rule_fitting._Work(len(in_train), int(np.count_nonzero(in_train)))
-            fitting = rule_fitting._fit_column(column, in_train, kept, work)
+            fitting = rule_fitting._fit_column(column, slices.Picked(in_train), kept, work)
             made = [(r, _as_floats(observed), p) for r, observed, p in fitting]
             assert made
             buckets = inference_rules.bucket(column, kept[column.name]) if column.kind == "categorical" else None
@@ -659,3 +659,17 @@ def test_a_columns_code_counts_are_counted_once_and_never_carried_to_another() -
     assert kept.code_counts().tolist() == [0, 0, 2, 1]
     # the compacted column's own array changed: its counts are made again, never the stale ones
     assert column.code_counts().tolist() == slices.code_counts(column.values, 3).tolist() != first.tolist()
+
+
+@pytest.mark.parametrize("slice_rows", [1, 8, 1 << 17])
+def test_picked_rows_are_the_boolean_take(monkeypatch: pytest.MonkeyPatch, slice_rows: int) -> None:
+    """``picked_into`` (each slice's kept rows by index, made once for every column fitted) gives ``values[mask]``
+    for float, code and boolean columns, whatever the slices' size, with no row kept, every row or some."""
+    monkeypatch.setattr(slices, "CODE_SLICE", slice_rows)
+    rng = np.random.default_rng(slice_rows)
+    for mask in (rng.random(1001) < 0.8, np.zeros(1001, dtype=bool), np.ones(1001, dtype=bool)):
+        picked = slices.Picked(mask)
+        assert picked.count == int(np.count_nonzero(mask))
+        for values in (rng.standard_normal(1001), rng.integers(-1, 9, 1001).astype(np.int32), rng.random(1001) < 0.3):
+            out = np.full(1001, values[0])
+            assert np.array_equal(slices.picked_into(values, picked, out), values[mask])

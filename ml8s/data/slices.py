@@ -83,3 +83,25 @@ def first_infinite(values: FloatArray | CodeArray) -> int | None:
         if len(found):
             return start + int(found[0])
     return None
+
+
+class Picked:
+    """The rows ``mask`` keeps, as each slice's row indices (intp), made once for many :func:`picked_into` calls:
+    numpy's boolean take of a slice costs about three times a take by index (at 20M rows, 0.16 s against 0.05 s
+    for a float64 column; 0.07 against 0.02 for a boolean one), for 8 bytes a kept row held."""
+
+    def __init__(self, mask: npt.NDArray[np.bool_]) -> None:
+        self.mask, self.slice_rows = mask, CODE_SLICE
+        self.slices = [np.flatnonzero(mask[start : start + CODE_SLICE]) for start in range(0, len(mask), CODE_SLICE)]
+        self.count = sum(len(rows) for rows in self.slices)
+
+
+def picked_into(values: npt.NDArray[_Kept], rows: Picked, out: npt.NDArray[_Kept]) -> npt.NDArray[_Kept]:
+    """``values[rows.mask]`` made in the first rows of ``out`` (returned: that part), a slice at a time by index."""
+    made = 0
+    for index, chosen in enumerate(rows.slices):
+        start = index * rows.slice_rows
+        # mode "wrap": the indices are in range; the default ("raise") would take into a copy of ``out``
+        np.take(values[start : start + rows.slice_rows], chosen, out=out[made : made + len(chosen)], mode="wrap")
+        made += len(chosen)
+    return out[:made]

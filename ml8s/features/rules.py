@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ml8s.data import slices
 from ml8s.data.dataset import Column, FloatArray
-from ml8s.data.slices import masked_into
+from ml8s.data.slices import Picked, masked_into, picked_into
 from ml8s.errors import DataError
 from ml8s.features.candidates import kept_categories
 from ml8s.features.prepared import Prepared
@@ -59,8 +59,8 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
     Columns are fitted two at a time (:func:`ml8s.threads.in_order`); the rules, and the error of the first column
     that fails, are those of fitting one column after the other.
     """
-    train = prepared.split == 0
-    work = _Work(len(train), int(np.count_nonzero(train)))
+    train = Picked(prepared.split == 0)  # taken from every column: its rows' indices made once
+    work = _Work(len(train.mask), train.count)
     fit = partial(_fit_statistics, train=train, work=work)
     results = in_order(fit, prepared.columns, threads=COLUMN_THREADS, name="fit")
     del fit, work  # each thread's arrays
@@ -87,9 +87,7 @@ def fit_rules(prepared: Prepared, params: RunParams) -> tuple[list[FeatureRule],
 _Fitted = tuple[FeatureRule, float, float, float, float]  # rule, training variance, mean, std, largest magnitude
 
 
-def _fit_statistics(
-    column: Column, train: npt.NDArray[np.bool_], work: _Work
-) -> tuple[list[_Fitted], dict[str, list[str]]]:
+def _fit_statistics(column: Column, train: Picked, work: _Work) -> tuple[list[_Fitted], dict[str, list[str]]]:
     """Every candidate feature of ``column`` with its training statistics, and its kept categories if it has
     any (``{column: kept}``)."""
     kept: dict[str, list[str]] = {}
@@ -187,7 +185,7 @@ def flag_mean_and_variance(flags: npt.NDArray[np.bool_], work: FloatArray) -> tu
 
 
 def _fit_column(
-    column: Column, train: npt.NDArray[np.bool_], kept: dict[str, list[str]], work: _Work
+    column: Column, train: Picked, kept: dict[str, list[str]], work: _Work
 ) -> Iterator[tuple[FeatureRule, FloatArray | Flags, float]]:
     """The candidate features of one column, one at a time: its rule, its (unscaled) values on the training rows
     (the rules applied to the column's training rows alone: a float64 column of every row less at the step's
@@ -201,7 +199,7 @@ def _fit_column(
     if column.kind == "categorical":
         kept[column.name] = kept_categories(column)
         present = present_labels(column, kept[column.name])  # a category of any row makes a feature
-        codes = masked_into(np.asarray(column.values, dtype=np.int32), train, work.codes())  # int32 already: no copy
+        codes = picked_into(np.asarray(column.values, dtype=np.int32), train, work.codes())  # int32 already: no copy
         coded = Column(name=column.name, kind=column.kind, values=codes, categories=column.categories)
         in_train = bucket(coded, kept[column.name], out=codes)  # bucketed in place
         for category in present:
@@ -212,15 +210,15 @@ def _fit_column(
     missing = np.isnan(values, out=work.every(0))
     any_missing = bool(missing.any())
     # ``feature_values`` of the column's training rows (the test holds them equal), imputed where they are taken
-    missing_in_train = masked_into(missing, train, work.in_train())
+    missing_in_train = picked_into(missing, train, work.in_train())
     if missing_in_train.any():
-        seen = np.logical_and(train, np.logical_not(missing, out=work.every(1)), out=work.every(1))
+        seen = np.logical_and(train.mask, np.logical_not(missing, out=work.every(1)), out=work.every(1))
         observed = masked_into(values, seen, work.floats(rows))
         fill = float(observed.mean()) if len(observed) else 0.0
-        imputed = masked_into(values, train, work.floats(rows))
+        imputed = picked_into(values, train, work.floats(rows))
         np.copyto(imputed, fill, where=missing_in_train)
     else:  # the training rows observed are the training rows: their mean, taken once
-        imputed = masked_into(values, train, work.floats(rows))
+        imputed = picked_into(values, train, work.floats(rows))
         fill = float(imputed.mean())
     kind: FeatureKind = "boolean" if column.kind == "boolean" else "numeric"
     rule = FeatureRule(name=column.name, source=column.name, kind=kind, impute=fill)
