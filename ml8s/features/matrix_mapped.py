@@ -145,7 +145,10 @@ class SplitRows:
         counts = tally[values]
         self.counts = dict(zip(values.tolist(), counts.tolist(), strict=True))  # split value -> rows, sorted
         self.next = self.starts()  # split value -> the next row to write
-        self._arrays = threading.local()  # each writing thread's arrays (_slice)
+        self._arrays = threading.local()  # each writing thread's arrays (_kept)
+        # one write into the scratch file at a time: the kernel holds the file's lock through a write, and a
+        # second writer spun on it (0.6 of the 9.5 CPU s of writing the matrix at 20M rows)
+        self._writing = threading.Lock()
 
     def starts(self) -> dict[int, int]:
         """Split value -> the first row of its group in the grouped order."""
@@ -179,14 +182,15 @@ class SplitRows:
         if groups:  # the slice's columns in the grouped order first: a column's take is a contiguous gather
             order = np.concatenate(groups)
             grouped = self._kept(1, (self.features, _ROWS_PER_WRITE))[:, : len(part)]
-            for index in range(self.features):
-                np.take(columns[index], order, out=grouped[index])
+            for index in range(self.features):  # mode "wrap": in range; "raise" would take into a copy of ``out``
+                np.take(columns[index], order, out=grouped[index], mode="wrap")
             columns = grouped
         rows = self._kept(0, (_ROWS_PER_WRITE, self.features))[: len(part)]
         _transpose_into(columns, rows)
         offset = 0
         for first, count in zip(places.values(), [len(g) for g in groups] or [len(part)], strict=True):
-            os.pwrite(self.handle.fileno(), rows[offset : offset + count].data, first * self.features * _FLOAT32)
+            with self._writing:
+                os.pwrite(self.handle.fileno(), rows[offset : offset + count].data, first * self.features * _FLOAT32)
             offset += count
 
     def release(self) -> None:
