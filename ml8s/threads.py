@@ -17,9 +17,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-__all__ = ["COLUMN_THREADS", "in_order"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["COLUMN_THREADS", "ThreadArrays", "in_order"]
 
 _T = TypeVar("_T")
+_Item = TypeVar("_Item", bound=np.generic)
 _R = TypeVar("_R")
 
 # Two: both cores of the 2-core machine the memory bounds are set for (docs/sizing.md). Each thread holds one
@@ -92,3 +96,20 @@ def _result(outcome: _R | _Skipped | _Failed) -> _R:
     if isinstance(outcome, _Skipped):  # never reached: the failure before it is raised first
         raise RuntimeError("an item after a failed one was asked for its result")
     return outcome
+
+
+class ThreadArrays:
+    """Arrays each thread makes once and reuses, by name: per-column work on several threads (fitting, writing
+    the hand-over's rows) reuses its arrays from one column or slice to the next, where an array per use was fresh
+    memory the kernel faulted in and zeroed every time. Dropping the object frees every thread's arrays."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def get(self, name: str, shape: int | tuple[int, ...], dtype: type[_Item]) -> npt.NDArray[_Item]:
+        """This thread's array ``name``, made (uninitialised) the first time with ``shape`` and ``dtype``."""
+        kept: npt.NDArray[_Item] | None = getattr(self._local, name, None)
+        if kept is None:
+            kept = np.empty(shape, dtype=dtype)
+            setattr(self._local, name, kept)
+        return kept

@@ -85,3 +85,19 @@ def test_a_lead_item_starts_first_and_changes_neither_results_nor_error(threads:
         assert started == [3, 0, 1, 2]
     else:
         assert max(started) < 10, started
+
+
+def test_thread_arrays_are_made_once_per_thread_and_name() -> None:
+    import numpy as np
+
+    from ml8s.threads import ThreadArrays
+
+    arrays = ThreadArrays()
+    first = arrays.get("rows", (4, 3), np.float32)
+    assert arrays.get("rows", (4, 3), np.float32) is first and first.shape == (4, 3) and first.dtype == np.float32
+    assert arrays.get("codes", 5, np.int32) is not first
+    other: list[object] = []
+    worker = threading.Thread(target=lambda: other.append(arrays.get("rows", (4, 3), np.float32)))
+    worker.start()
+    worker.join()
+    assert other[0] is not first  # each thread its own

@@ -101,9 +101,7 @@ class SplitAhead:
 
     def take(self, column: Column) -> None:
         """Start drawing the split of the rows :func:`prepare` will keep: those with a target, SAMPLE_ROWS of them."""
-        kept = len(column.values) - int(np.count_nonzero(column.missing()))
-        if self._params.sample_rows is not None:
-            kept = min(kept, self._params.sample_rows)
+        kept = _rows_kept(len(column.values) - int(np.count_nonzero(column.missing())), self._params)
         if kept >= 2:  # fewer: prepare() refuses the rows
             self._drawn = (kept, self._pool.submit(_split, kept, self._params.test_size, self._params.random_seed))
 
@@ -129,7 +127,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     count = int(np.count_nonzero(keep))
     # None: every row is kept (the common case), which needs no index of every row and moves no row
     rows: IntArray | None = None if count == len(keep) else np.flatnonzero(keep)
-    if params.sample_rows is not None and params.sample_rows < count:
+    if _rows_kept(count, params) < count:  # SAMPLE_ROWS of them, seeded
         chosen = np.sort(np.random.default_rng(params.random_seed).permutation(count)[: params.sample_rows])
         rows = chosen if rows is None else rows[chosen]
         count = len(rows)
@@ -185,8 +183,10 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
 
 def _keep_rows(column: Column, rows: IntArray | None, consume: bool) -> Column | str:
     """``column`` at the kept ``rows`` (None: all of them), or why it is dropped."""
-    if rows is None:
-        kept = column if consume else column.take(np.arange(len(column.values)))
+    if rows is None:  # every row: the column itself, or a copy of its values (no index of every row)
+        kept = column
+        if not consume:
+            kept = Column(name=column.name, kind=column.kind, values=column.values.copy(), categories=column.categories)
     else:
         kept = column.compact(rows) if consume else column.take(rows)
     count = len(kept.values)
@@ -215,6 +215,11 @@ def _encode_target(column: Column, keep: npt.NDArray[np.bool_]) -> tuple[ClassAr
     names = tuple(_number_label(float(u), column.kind) for u in uniques)
     positions = np.searchsorted(uniques, np.where(keep, values, uniques[0]))
     return np.where(keep, positions, -1).astype(np.int32), names
+
+
+def _rows_kept(present: int, params: RunParams) -> int:
+    """How many rows preparing keeps of ``present`` rows with a target: SAMPLE_ROWS of them where it is fewer."""
+    return present if params.sample_rows is None else min(present, params.sample_rows)
 
 
 def _number_label(value: float, kind: str) -> str:

@@ -7,11 +7,9 @@ Kept apart from the pipeline step so it can be tested on tiny in-memory datasets
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +30,7 @@ from ml8s.inference.rules import (
     encode_columns,
     present_labels,
 )
-from ml8s.threads import COLUMN_THREADS, in_order
+from ml8s.threads import COLUMN_THREADS, ThreadArrays, in_order
 
 __all__ = ["encode", "fit_rules", "hidden_categories", "mean_and_variance"]
 
@@ -245,33 +243,23 @@ class _Work:
 
     def __init__(self, rows: int, train_rows: int) -> None:
         self.rows, self.train_rows = rows, train_rows
-        self._local = threading.local()
+        self._arrays = ThreadArrays()
 
     def floats(self, rows: int) -> FloatArray:
         """The first ``rows`` of this thread's float64 array of the training rows."""
-        return self._kept("floats", self.train_rows, np.float64)[:rows]
+        return self._arrays.get("floats", self.train_rows, np.float64)[:rows]
 
     def codes(self) -> npt.NDArray[np.int32]:
         """This thread's int32 array of the training rows."""
-        return self._kept("codes", self.train_rows, np.int32)
+        return self._arrays.get("codes", self.train_rows, np.int32)
 
     def in_train(self) -> npt.NDArray[np.bool_]:
         """This thread's bool array of the training rows."""
-        return self._kept("in_train", self.train_rows, np.bool_)
+        return self._arrays.get("in_train", self.train_rows, np.bool_)
 
     def every(self, which: int) -> npt.NDArray[np.bool_]:
         """This thread's bool array ``which`` (0 or 1) of every row."""
-        return self._kept(f"every{which}", self.rows, np.bool_)
-
-    def _kept(self, name: str, size: int, dtype: type[_Item]) -> npt.NDArray[_Item]:
-        kept: npt.NDArray[_Item] | None = getattr(self._local, name, None)
-        if kept is None:
-            kept = np.empty(size, dtype=dtype)
-            setattr(self._local, name, kept)
-        return kept
-
-
-_Item = TypeVar("_Item", bound=np.generic)
+        return self._arrays.get(f"every{which}", self.rows, np.bool_)
 
 
 def _largest(values: FloatArray, fill: float | None) -> float:
