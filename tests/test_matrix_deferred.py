@@ -146,9 +146,15 @@ def test_ml8s_run_publishes_the_file_written_while_training(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The whole run with the file written while training runs: the file published once training ends is the
-    direct write's, and no write is left behind."""
+    """The whole run of large data, with the file written while training runs and torch loaded beside the data
+    steps: the file published once training ends is the direct write's, and no write is left behind."""
     import ml8s.pipeline.run as run
+    from ml8s.pipeline import training_ahead
+
+    monkeypatch.setattr(training_ahead, "AHEAD_BYTES", 0)
+    loaded: list[bool] = []
+    real_load = training_ahead._load
+    monkeypatch.setattr(training_ahead, "_load", lambda: loaded.append(True) or real_load())
 
     monkeypatch.setattr(matrix, "ROW_GROUP", 1024 * 1024)  # the run's own row group
     started: list[str] = []
@@ -160,6 +166,7 @@ def test_ml8s_run_publishes_the_file_written_while_training(
     env.update(DATA_ROOT=str(small_data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root), EPOCHS="1")
     run.run_pipeline(env)
     assert len(started) == 1 and not matrix_deferred._pending
+    assert loaded == [True]
     (published,) = root.glob("ml8s_training_runs/*/features/feature_matrix.parquet")
     direct = tmp_path / "direct.parquet"
     _write(direct, fitted, hand=False)

@@ -76,12 +76,17 @@ def _run(ctx: RunContext) -> str:
     from ml8s.features.matrix_deferred import deferred_matrix
     from ml8s.pipeline.features import compute_features
     from ml8s.pipeline.snapshot import snapshot
+    from ml8s.pipeline.training_ahead import TrainingAhead, loads_ahead
 
     spec = ctx.spec
     if spec.params.train_device == "cuda":  # this machine will train: no GPU must fail before any write
         from ml8s.modeling.determinism import seed_everything
 
         seed_everything(spec.params.random_seed, "cuda")
+    # A large run loads torch while its data steps run (both cores are busy, but not all the time)
+    ahead = TrainingAhead(loads_ahead(spec.fingerprint, spec.params.train_world_size))
+    if ahead.enabled:
+        ctx.log("run", "loading torch beside the data steps (large data: training starts once the features are made)")
     snapshot(ctx, store)
     with owned_tempdir(f"ml8s-{ctx.run_id}-") as tmp:
         features, model, exported = (os.path.join(tmp, name) for name in ("features", "model", "export"))
@@ -89,8 +94,9 @@ def _run(ctx: RunContext) -> str:
         # features are published once training ends, when the file is whole.
         with deferred_matrix():
             compute_features(spec, features, hand_over=spec.params.train_world_size == 1)  # ranks are processes
-            # Torch is loaded once the typed columns are gone, and MLflow and onnx once the model is trained: the
-            # data steps' memory and time never include them.
+            # Torch is loaded once the typed columns are gone (but for large data, above), and MLflow and onnx once
+            # the model is trained: the data steps' memory and time do not include them.
+            ahead.wait()
             ctx.log("run", "loading torch")
             from ml8s.pipeline.train import train_all_ranks
 
