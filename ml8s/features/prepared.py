@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.dataset import Column, Dataset
 from ml8s.data.missing import DataWarning
-from ml8s.data.slices import mapped_codes, taken_into
+from ml8s.data.slices import mapped_codes, slot_counts, taken_into
 from ml8s.errors import DataError
 from ml8s.features.candidates import feature_names
 from ml8s.features.column_names import check_feature_names, resolve_excluded, resolve_target
@@ -140,7 +140,9 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     else:
         target = taken_into(labels, rows, np.empty(count, dtype=np.int32))
     del labels  # a column of every row (80 MiB at 20M rows): not held longer than it is needed
-    if np.count_nonzero(np.bincount(target)) < 2:  # class indices, >= 0 (was a Python list of every row's)
+    # class indices, >= 0, counted a slice at a time: np.bincount of every row made an int64 copy of it (0.28 s at
+    # 20M rows, with nothing beside it)
+    if np.count_nonzero(slot_counts(target, len(classes))) < 2:
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
     candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
