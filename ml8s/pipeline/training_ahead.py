@@ -3,10 +3,10 @@
 Loading torch and the training modules takes about 2.5 s and 4 CPU s on the 2-core machine. A process that trains
 next (``ml8s run``, one rank) loaded them after the features step, with nothing else to do meanwhile. Where the
 data is large, :class:`TrainingAhead` loads them on a thread of the lowest priority (niceness 19) from the start
-of the snapshot step: both cores are busy parsing and typing, and the scheduler gives the loading thread what
-those leave (they keep the cores about 85% busy). At 20M demo rows the run
-reaches training about 2.4 s sooner; started at the features step instead, where less is left idle, it gained
-nothing (docs/sizing.md).
+of the snapshot step: both cores are busy parsing and typing, about 85% of the time, and the scheduler gives the
+loading thread what they leave. At 20M demo rows the run reaches training about 1.2 s sooner (34.2-35.7 s against
+35.5-37.1 s, alternating); started at the features step instead, where less is left idle, it gained nothing
+(docs/sizing.md).
 
 Only where the data is large: torch adds about 170 MiB, which the data steps then hold beside the rows. From
 :data:`AHEAD_BYTES` of data files (1 GiB: 12.5M rows of the demo's 86 bytes a row, whose data steps hold about 1.8
