@@ -11,6 +11,7 @@ have raised), whatever finished first. Items not yet started when one fails are 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["COLUMN_THREADS", "ThreadArrays", "in_order"]
+__all__ = ["COLUMN_THREADS", "ThreadArrays", "in_order", "lower_priority"]
 
 _T = TypeVar("_T")
 _Item = TypeVar("_Item", bound=np.generic)
@@ -113,3 +114,11 @@ class ThreadArrays:
             kept = np.empty(shape, dtype=dtype)
             setattr(self._local, name, kept)
         return kept
+
+
+def lower_priority(niceness: int) -> None:
+    """Give the calling thread ``niceness`` (Linux keeps one per thread; raising one's own is always allowed): work
+    beside the run's critical path (the matrix file written while training runs, torch loaded while the data steps
+    run) gets what the critical path's threads leave. Where the system refuses, the thread runs as it was."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)

@@ -17,7 +17,8 @@ import pytest
 from ml8s.data.dataset import Column, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
-from ml8s.features.prepared import Prepared, SplitAhead, prepare
+from ml8s.features import prepared
+from ml8s.features.prepared import Prepared, SplitAhead, SplitArray, prepare
 from ml8s.identity.params import RunParams, validate_params
 from ml8s.identity.variables import canonical_config
 
@@ -58,26 +59,41 @@ def _same(left: Prepared, right: Prepared) -> None:
         assert mine.values.tobytes() == theirs.values.tobytes()
 
 
+@pytest.fixture
+def draws(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row counts splits are drawn for, in order."""
+    counts: list[int] = []
+    real = prepared._split
+
+    def counted(n: int, test_size: float, seed: int) -> SplitArray:
+        counts.append(n)
+        return real(n, test_size, seed)
+
+    monkeypatch.setattr(prepared, "_split", counted)
+    return counts
+
+
 @pytest.mark.parametrize("parquet", [False, True])
 @pytest.mark.parametrize(
     ("missing_every", "settings"),
     [(0, {}), (7, {}), (0, {"SAMPLE_ROWS": "300"}), (5, {"SAMPLE_ROWS": "250", "TEST_SIZE": "0.37"})],
 )
 def test_the_split_drawn_ahead_prepares_what_preparing_afterwards_does(
-    tmp_path: Path, parquet: bool, missing_every: int, settings: dict[str, str]
+    tmp_path: Path, parquet: bool, missing_every: int, settings: dict[str, str], draws: list[int]
 ) -> None:
     data = _write(tmp_path / "data", 1000, missing_every, parquet)
     params = _params(**settings)
     fingerprint = fingerprint_local(str(data))
     plain = prepare(load_dataset(fingerprint), params)
+    draws.clear()
     with SplitAhead(params) as ahead:
         early = prepare(load_dataset(fingerprint, lead=ahead), params, consume=True, ahead=ahead)
-        assert ahead.drawn(len(early.target)) is not None  # the split was drawn ahead, and used
+    assert draws == [len(early.target)]  # drawn once, ahead, and used
     _same(early, plain)
 
 
-def test_a_split_drawn_for_another_count_is_not_used(tmp_path: Path) -> None:
-    """Were the count taken from the target ever not the rows kept, preparing draws the split itself."""
+def test_a_split_drawn_for_another_count_is_not_used(tmp_path: Path, draws: list[int]) -> None:
+    """Were the count taken from the target ever not the rows kept, preparing draws the split of its own count."""
     data = _write(tmp_path / "data", 400, 9, parquet=False)
     params = _params()
     fingerprint = fingerprint_local(str(data))
@@ -86,8 +102,9 @@ def test_a_split_drawn_for_another_count_is_not_used(tmp_path: Path) -> None:
         dataset = load_dataset(fingerprint)
         wrong = dataset.column("y").part(0, 100)  # a target of another length: another count
         ahead.take(wrong)
-        assert ahead.drawn(len(plain.target)) is None
+        draws.clear()
         _same(prepare(dataset, params, consume=True, ahead=ahead), plain)
+    assert draws == [len(plain.target)]
 
 
 def test_the_lead_gets_the_picked_column_once_typed_and_the_dataset_is_the_same(tmp_path: Path) -> None:

@@ -101,3 +101,30 @@ def test_thread_arrays_are_made_once_per_thread_and_name() -> None:
     worker.start()
     worker.join()
     assert other[0] is not first  # each thread its own
+
+
+def test_lower_priority_changes_the_calling_thread_only_and_a_refusal_is_no_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    from ml8s.threads import lower_priority
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)  # on Linux, the calling thread's niceness
+    seen: list[int] = []
+
+    def lowered() -> None:
+        lower_priority(before + 5)
+        seen.append(os.getpriority(os.PRIO_PROCESS, 0))
+
+    worker = threading.Thread(target=lowered)
+    worker.start()
+    worker.join()
+    assert seen == [before + 5] and os.getpriority(os.PRIO_PROCESS, 0) == before
+
+    def refused(which: int, who: int, value: int) -> None:
+        raise PermissionError("not allowed here")
+
+    monkeypatch.setattr(os, "setpriority", refused)
+    lower_priority(19)  # a system that refuses leaves the thread as it was
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before

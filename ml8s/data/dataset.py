@@ -107,8 +107,7 @@ def load_dataset(fingerprint: Fingerprint, *, lead: Lead | None = None) -> Datas
     typed = [type_column(name, [t.column(name) for t in tables]) for name in names]
     for column, _ in typed:
         _check_finite(column, tables, list(rows_per_file), fingerprint.data_root)
-    picked = lead.pick(names) if lead is not None else None
-    if lead is not None and picked is not None:
+    if lead is not None and (picked := lead.pick(names)) is not None:
         lead.take(typed[names.index(picked)][0])
     return Dataset(
         columns=tuple(column for column, _ in typed),

@@ -117,7 +117,7 @@ def read_checking(fingerprint: Fingerprint, *, reuse: bool = False) -> Iterator[
     def read(entry: FileEntry, buffer: bytearray | None, hashed: Future[str] | None) -> FileBytes:
         if hashed is not None:
             hashed.exception()  # the hash has read the bytes last read into ``buffer`` before they are read over
-        return _read_file(path_of(entry), buffer if reuse else None, reuse)
+        return _read_file(path_of(entry), buffer, reuse)  # ``buffer``: None without ``reuse``
 
     with (
         ThreadPoolExecutor(1, thread_name_prefix="ml8s-sha256") as hashing,

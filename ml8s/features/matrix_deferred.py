@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s.errors import OutputError
+from ml8s.threads import lower_priority
 
 # A row group is rebuilt this many rows at a time: the slice's rows are read from the scratch file, put back in
 # the file's order, and copied into the group's columns.
@@ -69,9 +70,8 @@ class Writer:
 
     def _run(self) -> None:
         # Training is the run's critical path: where the two compete for a core (a loaded or one-core machine), the
-        # scheduler favours it. Linux keeps a niceness per thread; raising one's own is always allowed.
-        with _ignored(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+        # scheduler favours it.
+        lower_priority(_NICE)
         try:
             with self.open_writer(self.path) as writer:
                 for start in range(0, len(self.split), self.row_group):
@@ -86,7 +86,7 @@ class Writer:
         finally:
             os.close(self.fd)
         if self.cancelled.is_set() or self.error is not None:
-            with _ignored(FileNotFoundError):
+            with suppress(FileNotFoundError):
                 os.unlink(self.path)
 
     def _group(self, start: int, end: int, schema: pa.Schema) -> pa.Table:
@@ -171,12 +171,3 @@ def _finish(*, cancel: bool) -> None:
             raise
         if writer.error is not None and not cancel:
             raise writer.error
-
-
-@contextmanager
-def _ignored(kind: type[OSError]) -> Iterator[None]:
-    """Ignore ``kind`` (a file already gone, advice the system refuses)."""
-    try:
-        yield
-    except kind:
-        return

@@ -7,6 +7,7 @@ step then fits and encodes them (:mod:`ml8s.features.rules`).
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
@@ -69,20 +70,21 @@ class Prepared(BaseModel):
 
 
 class SplitAhead:
-    """The TEST_SIZE split drawn while the dataset's other columns are still typed: a
-    :class:`~ml8s.data.dataset.Lead` for :func:`~ml8s.data.dataset.load_dataset` and then for :func:`prepare`.
+    """The TEST_SIZE split, drawn on a thread of its own: by :func:`prepare` beside keeping the columns' rows, and,
+    as a :class:`~ml8s.data.dataset.Lead` of :func:`~ml8s.data.dataset.load_dataset`, while the dataset's other
+    columns are still typed.
 
     The split depends only on how many rows are kept (and TEST_SIZE and the seed), which the target column alone
     tells; its shuffle runs on one core (3 s at 20M rows), and drawn after every column was typed it was the
-    longest part of preparing the rows. Where the rows kept turn out another number (it cannot: the count is
-    the one :func:`prepare` makes), :func:`prepare` draws the split itself. A context manager: leaving it waits
-    for a split being drawn, so no thread outlives it.
+    longest part of preparing the rows. A split is drawn once for a number of rows, TEST_SIZE and seed: where
+    :func:`prepare` asks for another (it cannot: the count is the one it makes), that one is drawn then. A context
+    manager: leaving it waits for a split being drawn, so no thread outlives it.
     """
 
     def __init__(self, params: RunParams) -> None:
         self._params = params
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="ml8s-split")
-        self._drawn: tuple[int, Future[SplitArray]] | None = None
+        self._drawn: tuple[tuple[int, float, int], Future[SplitArray]] | None = None
 
     def __enter__(self) -> SplitAhead:
         return self
@@ -103,11 +105,14 @@ class SplitAhead:
         """Start drawing the split of the rows :func:`prepare` will keep: those with a target, SAMPLE_ROWS of them."""
         kept = _rows_kept(len(column.values) - int(np.count_nonzero(column.missing())), self._params)
         if kept >= 2:  # fewer: prepare() refuses the rows
-            self._drawn = (kept, self._pool.submit(_split, kept, self._params.test_size, self._params.random_seed))
+            self.draw(kept, self._params.test_size, self._params.random_seed)
 
-    def drawn(self, rows: int) -> Future[SplitArray] | None:
-        """The split of ``rows`` kept rows if it is the one being drawn, else None."""
-        return self._drawn[1] if self._drawn is not None and self._drawn[0] == rows else None
+    def draw(self, rows: int, test_size: float, seed: int) -> Future[SplitArray]:
+        """The split of ``rows`` kept rows: the one being drawn when it is for these, else drawn now."""
+        key = (rows, test_size, seed)
+        if self._drawn is None or self._drawn[0] != key:
+            self._drawn = (key, self._pool.submit(_split, rows, test_size, seed))
+        return self._drawn[1]
 
 
 def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: SplitAhead | None = None) -> Prepared:
@@ -150,11 +155,10 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     _check_split(count, params.test_size)
     keep_rows = partial(_keep_rows, rows=rows, consume=consume)
     # The split's permutation runs on one core (2 s at 20M rows) and releases the GIL: drawn while the columns'
-    # rows are kept, on the cores their threads leave it.
-    drawn = ahead.drawn(count) if ahead is not None else None
-    with ThreadPoolExecutor(1, thread_name_prefix="ml8s-split") as pool:
-        if drawn is None:
-            drawn = pool.submit(_split, count, params.test_size, params.random_seed)
+    # rows are kept, on the cores their threads leave it (or before, while the columns were typed: ``ahead``).
+    with contextlib.ExitStack() as stack:
+        splits = ahead if ahead is not None else stack.enter_context(SplitAhead(params))
+        drawn = splits.draw(count, params.test_size, params.random_seed)
         results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
         split = drawn.result()
     del keep_rows, rows  # before the features' names are made: the row indices are a column's worth of int64

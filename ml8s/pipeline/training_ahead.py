@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import threading
 
 from ml8s.data.fingerprint import Fingerprint
+from ml8s.threads import lower_priority
 
 __all__ = ["AHEAD_BYTES", "TrainingAhead", "loads_ahead"]
 
@@ -65,8 +65,7 @@ class TrainingAhead:
 
 
 def _load() -> None:
-    with contextlib.suppress(OSError):  # Linux keeps a niceness per thread; raising one's own is always allowed
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+    lower_priority(_NICE)
     for name in _MODULES:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
