@@ -30,6 +30,10 @@ BLOCK = 32 * 1024 * 1024  # bytes of CSV text parsed at a time: the text held be
 # The longest line read (its line end included): Arrow's parser needs a whole row in a block, and refused a longer
 # one or not by where the block boundaries fell. Longer lines are refused, by a check of every file, named.
 ROW_MAX = BLOCK
+# Python's csv reader (predict's strict quote check, the search for a bad record's row) refuses a field over 128 KiB
+# by default, a limit Arrow's reader does not have: a quoted cell training reads was refused by predict. The limit is
+# the process's; it is only ever raised, to the longest row read.
+csv.field_size_limit(max(csv.field_size_limit(), ROW_MAX))
 _PIECE_BLOCK = 1024 * 1024  # Arrow's default block: the pieces of one batch parsed on every core
 
 
