@@ -155,8 +155,28 @@ def test_a_link_planted_as_a_key_lock_is_refused_not_followed(tmp_path: Path, ta
 def test_a_file_where_the_lock_directory_belongs_is_a_store_error(tmp_path: Path) -> None:
     """Was the OSError of makedirs, an INTERNAL_ERROR."""
     (tmp_path / local_module.LOCK_DIR).write_bytes(b"")
-    with pytest.raises(StoreError, match=r"cannot lock file://.*/head: .*\.lock: File exists; expected a writable"):
+    with pytest.raises(
+        UnsafeObjectError, match=r"cannot lock file://.*/head under file://.*/\.ml8s-locks: a regular file; expected"
+    ):
         LocalStore(str(tmp_path)).put_if_match("head", b"1", None)
+
+
+def test_a_linked_lock_directory_is_refused_and_nothing_lands_where_it_points(tmp_path: Path) -> None:
+    """The root's lock directory linked out of the store: every key's lock file was made where it pointed (a
+    directory outside the store, or one a dangling link named), and left there."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / local_module.LOCK_DIR).symlink_to(outside)
+    store = LocalStore(str(root))
+    with pytest.raises(UnsafeObjectError, match=r"/\.ml8s-locks: a symbolic link; expected the store's lock"):
+        store.put_if_match("head", b"1", None)
+    assert os.listdir(outside) == [] and sorted(os.listdir(root)) == [local_module.LOCK_DIR]
+    (root / local_module.LOCK_DIR).unlink()
+    (root / local_module.LOCK_DIR).symlink_to(tmp_path / "absent")  # dangling: makedirs would have made it
+    with pytest.raises(UnsafeObjectError):
+        store.put_if_match("head", b"1", None)
+    assert not (tmp_path / "absent").exists()
 
 
 def test_a_fifo_planted_as_a_key_lock_does_not_hang_a_write(tmp_path: Path) -> None:

@@ -225,15 +225,22 @@ class LocalStore(Store):
     def _scratch(self, final: str) -> str:
         """A fresh file name under the root's ``.tmp/`` for staging a conditional write to ``final``; UnsafeObjectError
         when ``.tmp`` is a link (a write staged through it would land, and be left on a crash, wherever it points)."""
-        directory = os.path.join(self.root, TMP_DIR)
-        with contextlib.suppress(FileNotFoundError):
-            if not stat.S_ISDIR(mode := os.lstat(directory).st_mode):
-                raise UnsafeObjectError(
-                    f"cannot stage a write to {final} under {self.uri(TMP_DIR)}: {kind(mode)}; expected the store's "
-                    "staging directory (nothing written): check what it is and remove it by hand"
-                )
+        directory = self._own_directory(TMP_DIR, f"stage a write to {final}", "staging directory")
         name = f"{os.path.basename(final)[:64]}.{os.getpid()}.{secrets.token_hex(8)}.new"
         return os.path.join(directory, name)
+
+    def _own_directory(self, name: str, doing: str, what: str) -> str:
+        """The path of the root's directory ``name`` (``.tmp``, ``.ml8s-locks``); UnsafeObjectError when it is a link
+        or not a directory: files made through a link land, and stay, wherever it points."""
+        directory = os.path.join(self.root, name)
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISDIR(mode := os.lstat(directory).st_mode):
+                found = "a regular file" if stat.S_ISREG(mode) else kind(mode)
+                raise UnsafeObjectError(
+                    f"cannot {doing} under {self.uri(name)}: {found}; expected the store's {what} (nothing "
+                    "written): check what it is and remove it by hand"
+                )
+        return directory
 
     def _move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
         """Move the fsynced tmp file, hashed while written, to ``key`` if it still has the size written."""
@@ -263,7 +270,7 @@ class LocalStore(Store):
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
         name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"
-        path = os.path.join(self.root, LOCK_DIR, name)
+        path = os.path.join(self._own_directory(LOCK_DIR, f"lock {self.uri(key)}", "lock directory"), name)
         lock = path_lock(path)
         try:
             lock.acquire()
