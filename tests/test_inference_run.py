@@ -201,49 +201,35 @@ def test_onnx_metadata_carries_classes_features_and_rules(trained: Trained) -> N
     assert meta["ml8s.target_column"] == "churned"
 
 
-def _plain_onnxruntime(model: bytes, rows: list[dict[str, str]]) -> np.ndarray:
-    """docs/predict.md's recipe: nothing but the ONNX file, numpy and onnxruntime (CSV text cells in)."""
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
-    meta = session.get_modelmeta().custom_metadata_map
-    rules = json.loads(meta["ml8s.feature_rules"])
-    categories: dict[str, set[str]] = {}
-    for rule in rules:
-        if rule["kind"] == "onehot":
-            categories.setdefault(rule["source"], set()).add(rule["category"])
-    features = np.zeros((len(rows), len(rules)), dtype=np.float64)
-    for i, row in enumerate(rows):
-        for j, rule in enumerate(rules):
-            text = row[rule["source"]].strip()
-            if rule["kind"] == "indicator":
-                value = float(text == "")
-            elif rule["kind"] == "onehot":
-                category = text or "__missing__"
-                if category not in categories[rule["source"]]:
-                    category = "__other__"
-                value = float(category == rule["category"])
-            elif text == "":
-                value = rule["impute"]
-            else:
-                value = float(text.lower() == "true") if rule["kind"] == "boolean" else float(text)
-            if "scale_mean" in rule:
-                value = (value - rule["scale_mean"]) / rule["scale_std"]
-            features[i, j] = value
-    (logits,) = session.run(["logits"], {"features": features.astype(np.float32)})
-    wide = np.asarray(logits, dtype=np.float64)
-    exp = np.exp(wide - wide.max(axis=1, keepdims=True))
-    return np.asarray(exp / exp.sum(axis=1, keepdims=True))
+def _docs_recipe() -> str:
+    """docs/predict.md's "With onnxruntime alone" recipe, as written there."""
+    text = (Path(__file__).parent.parent / "docs" / "predict.md").read_text()
+    section = text[text.index("## With onnxruntime alone") :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    return code[: code.index("\n```")]
 
 
-def test_plain_onnxruntime_from_the_metadata_predicts_the_same(trained: Trained) -> None:
+def test_plain_onnxruntime_from_the_metadata_predicts_the_same(
+    trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The docs' recipe (nothing but the ONNX file, numpy and onnxruntime), run as written on CSV text: the same
+    probabilities as ``ml8s predict``, missing-value tokens and a numeric column's stray text included (the
+    recipe read only an empty cell as missing, and failed on stray text)."""
     rows = raw_rows(trained.data)[:50]
-    rows.append(
-        {"customer_id": "N", "tenure": "", "monthly_charges": " 80 ", "plan": "", "auto_pay": "TRUE", "churned": ""}
-    )
+    odd = {"customer_id": "N", "tenure": "", "monthly_charges": " 80 ", "plan": "", "auto_pay": "TRUE", "churned": ""}
+    rows.append(odd)
+    rows.append({**odd, "tenure": "NA", "monthly_charges": " ? ", "plan": "null", "auto_pay": "N/A"})
+    rows.append({**odd, "tenure": "twelve", "monthly_charges": "1_000", "plan": "#N/A", "auto_pay": "false"})
+    rows.append({**odd, "tenure": "+.5e1", "monthly_charges": "None", "plan": "<NA>", "auto_pay": "NaN"})
     predictor = Predictor(read_run_files(f"file://{trained.root}", trained.onnx.run_id))
     expected = predictor.predict(rows).probabilities
-    np.testing.assert_allclose(_plain_onnxruntime(trained.files(ONNX).read_bytes(), rows), expected, rtol=0, atol=0)
+    shutil.copyfile(trained.files(ONNX), tmp_path / "model.onnx")
+    write_rows(tmp_path / "rows.csv", rows)
+    monkeypatch.chdir(tmp_path)
+    recipe: dict[str, object] = {}
+    exec(compile(_docs_recipe(), "docs/predict.md", "exec"), recipe)
+    np.testing.assert_allclose(np.asarray(recipe["probabilities"]), expected, rtol=0, atol=0)
+    assert capsys.readouterr().out.startswith("[")  # the recipe's labels
 
 
 def test_labelling_is_deterministic_across_processes(trained: Trained, tmp_path: Path) -> None:
