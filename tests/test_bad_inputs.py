@@ -169,7 +169,20 @@ CASES: dict[str, Case] = {
     ),
     "seed_negative": Case(ConfigError, ("RANDOM_SEED=-1", "an integer >= 0"), {"RANDOM_SEED": "-1"}),
     "seed_fraction": Case(ConfigError, ("RANDOM_SEED=1.5", "an integer >= 0"), {"RANDOM_SEED": "1.5"}),
-    "seed_leading_zero": Case(ConfigError, ("RANDOM_SEED='007'", "an integer >= 0"), {"RANDOM_SEED": "007"}),
+    # "007" is no JSON number, so it stays text: the message says so and how to write it (it said "an integer"
+    # alone, which 007 looks like)
+    "seed_leading_zero": Case(
+        ConfigError,
+        ("RANDOM_SEED='007'", "an integer >= 0", "'007' is read as text, not a number", "write 7"),
+        {"RANDOM_SEED": "007"},
+    ),
+    "epochs_plus": Case(ConfigError, ("EPOCHS='+5'", "read as text", "no '+'", "write 5"), {"EPOCHS": "+5"}),
+    "learning_rate_no_leading_digit": Case(
+        ConfigError, ("LEARNING_RATE='.001'", "a number > 0", "read as text", "write 0.001"), {"LEARNING_RATE": ".001"}
+    ),
+    "test_size_trailing_point": Case(
+        ConfigError, ("TEST_SIZE='1.e-1'", "strictly between", "write 0.1"), {"TEST_SIZE": "1.e-1"}
+    ),
     # 1e3 matches the JSON number grammar with an exponent, so it normalizes to the float 1000.0
     "seed_exponent": Case(
         ConfigError,

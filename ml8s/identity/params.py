@@ -9,6 +9,7 @@ bounds are fixed, never measured, so a config is valid or not wherever it is che
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -27,6 +28,8 @@ MAX_HIDDEN_LAYERS = 256
 # Hidden-to-hidden weights: each is held four times in float32 while training (weight, gradient and
 # Adam's two moments): 2**28 of them is 4 GiB.
 MAX_HIDDEN_WEIGHTS = 2**28
+# What Python reads as a decimal number: a value of this form that is not a canonical number was written loosely.
+_LOOSE_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 MAX_WORLD_SIZE = 64  # ranks of one distributed training: processes (or GPUs) of one node
 MAX_SAMPLER_ALPHA = 64.0  # (g + 1) ** 64 still fits a float64 for a million generations
 _BYTES_PER_WEIGHT = 16
@@ -170,7 +173,7 @@ def _integer(config: CanonicalConfig, key: str, *, minimum: int, maximum: int = 
         if isinstance(value, float) and value.is_integer() and minimum <= value <= maximum:
             # the canonical form of "1e3" or "1000.0" is the float 1000.0: say how to write the integer it meant
             expected += f"; the value was written with a fraction or an exponent: write {int(value)}"
-        raise _fail(key, value, expected)
+        raise _fail(key, value, expected + _spelling(value))
     return value
 
 
@@ -181,8 +184,24 @@ def _optional_integer(config: CanonicalConfig, key: str, *, minimum: int) -> int
 def _number(config: CanonicalConfig, key: str, expected: str) -> float:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(key, value, expected)
+        raise _fail(key, value, expected + _spelling(value))
     return float(value)
+
+
+def _spelling(value: JsonValue) -> str:
+    """Why a value that Python reads as a number is text here, and how to write it: numbers are read as JSON writes
+    them (SPEC's normalization), so ``.001``, ``010``, ``+5`` and ``5.`` stay text, and "expected a number" alone
+    contradicted what the user saw."""
+    if not isinstance(value, str) or not _LOOSE_NUMBER.fullmatch(value):
+        return ""
+    number = float(value)
+    if not math.isfinite(number):
+        return ""  # out of float64's range: the range check's words are the ones to read
+    meant = str(int(number)) if number.is_integer() and abs(number) < 2**53 else repr(number)
+    return (
+        f"; {value_shown(value)} is read as text, not a number: numbers are written as JSON writes them (no '+', "
+        f"no leading zero, a digit on both sides of a point): write {meant}"
+    )
 
 
 def _fraction(config: CanonicalConfig, key: str) -> float:
