@@ -561,6 +561,23 @@ def test_ml8s_predict_reads_stray_text_in_a_numeric_column_as_missing(
     )
 
 
+def test_predict_output_format_follows_the_extension_unless_given(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output preds.json`` (or ``.parquet``) without --format wrote CSV into it; --format still wins."""
+    rows_csv = write_rows(tmp_path / "rows.csv", raw_rows(trained.data)[:3])
+    args = ["--run", trained.onnx.run_id, "--root", str(trained.root), "--input", str(rows_csv)]
+    for name in ("p.json", "P.JSON", "p.parquet", "p.txt", "p"):
+        assert _predict_cli(capsys, *args, "--output", str(tmp_path / name))[0] == 0
+    assert len(json.loads((tmp_path / "p.json").read_bytes())) == 3
+    assert json.loads((tmp_path / "P.JSON").read_bytes()) == json.loads((tmp_path / "p.json").read_bytes())
+    assert pq.read_table(tmp_path / "p.parquet").num_rows == 3
+    assert (tmp_path / "p.txt").read_bytes() == (tmp_path / "p").read_bytes()
+    assert (tmp_path / "p").read_bytes().startswith(b"predicted_class,")
+    assert _predict_cli(capsys, *args, "--output", str(tmp_path / "q.json"), "--format", "csv")[0] == 0
+    assert (tmp_path / "q.json").read_bytes() == (tmp_path / "p").read_bytes()
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
 @pytest.mark.parametrize("name", ["predicted_class", "probability_yes"])
 def test_an_id_column_named_like_a_prediction_column_is_refused(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ml8s.chain import Anchor, ChainStore, ChainVersion, ReadTrust
     from ml8s.cli.args import Subcommands
     from ml8s.inference import ModelFiles
+    from ml8s.inference.output import OutputFormat
 
 
 def register(commands: Subcommands) -> None:
@@ -48,7 +49,11 @@ def register(commands: Subcommands) -> None:
     add_require_signed(predict)
     predict.add_argument("--input", required=True, metavar="FILE", help="CSV of raw rows with a header ('-': stdin)")
     predict.add_argument("--output", default="-", metavar="FILE", help="where the predictions go (default: stdout)")
-    predict.add_argument("--format", choices=FORMATS, default="csv", help="csv (default), json (a list) or parquet")
+    predict.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="csv, json (a list) or parquet (default: by --output's extension, .json or .parquet, else csv)",
+    )
     predict.add_argument("--id-column", metavar="NAME", help="an input column copied first into each prediction")
     predict.add_argument(
         "--precision",
@@ -72,6 +77,14 @@ def _precision(text: str) -> int | None:
     if not is_digits(text) or int(text) > 17:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number of decimals from 0 to 17, or 'full'")
     return int(text)
+
+
+def _format(args: argparse.Namespace) -> OutputFormat:
+    """--format, else the one --output's extension names: ``--output preds.json`` wrote CSV into a .json file."""
+    named = str(args.format) if args.format is not None else ""
+    if not named and args.output != "-":
+        named = os.path.splitext(str(args.output))[1].lower().lstrip(".")
+    return "json" if named == "json" else "parquet" if named == "parquet" else "csv"
 
 
 def _counter(text: str) -> int:
@@ -130,7 +143,7 @@ def _predict(args: argparse.Namespace) -> int:
         print(f"ml8s: warning: {warning.message}", file=sys.stderr)
     ids = table.cells[args.id_column].to_pylist() if args.id_column is not None else []
     predictions = predictor.predict_typed(typed, table.rows)
-    out = render(predictions, args.format, precision=args.precision, id_column=args.id_column, ids=ids)
+    out = render(predictions, _format(args), precision=args.precision, id_column=args.id_column, ids=ids)
     if args.output == "-":
         write_binary(out)
     else:
