@@ -15,7 +15,15 @@ from s3_servers import S3Endpoint
 from shards_support import CID, OTHER_CID, PREFIX, SMALL, flip, make_state, reseal, rewrite
 
 from ml8s.errors import ShardVerificationError, UnsafeObjectError
-from ml8s.shards import load_resharded, load_state_dict, pieces_for_rank, save_state_dict, verify_checkpoint
+from ml8s.shards import (
+    collect_receipts,
+    load_resharded,
+    load_state_dict,
+    pieces_for_rank,
+    save_state_dict,
+    verify_checkpoint,
+)
+from ml8s.shards.reader import ShardFile
 from ml8s.store import LocalStore, S3Store, Store
 
 SHARD0, SHARD1 = f"{PREFIX}_shard_0.shard", f"{PREFIX}_shard_1.shard"
@@ -163,6 +171,38 @@ def test_a_shard_or_metadata_that_is_no_regular_file_is_named_so(tmp_path: Path,
         load_state_dict(store, PREFIX)  # was NotFoundError '... does not exist'
     plant(META)
     assert _findings(store) == {SHARD1: {"unsafe_object"}, stray: {"unsafe_object"}, META: {"unsafe_object"}}
+
+
+def test_a_shard_linked_from_outside_the_store_is_not_read(tmp_path: Path) -> None:
+    """A shard replaced by a symbolic link to an intact copy outside the store: verify named it unsafe_object
+    ('not read'), while load_state_dict and collect_receipts read through the link, outside the store."""
+    store = LocalStore(str(tmp_path / "root"))
+    save_state_dict(store, PREFIX, make_state(), world_size=2, checkpoint_id=CID, config=SMALL)
+    link = tmp_path / "root" / SHARD1
+    link.rename(tmp_path / "outside.shard")
+    link.symlink_to(tmp_path / "outside.shard")
+    assert _findings(store) == {SHARD1: {"unsafe_object"}}
+    with pytest.raises(UnsafeObjectError, match=r"model_shard_1\.shard: no regular file; expected a shard"):
+        load_state_dict(store, PREFIX)
+    with pytest.raises(UnsafeObjectError, match=r"model_shard_1\.shard: no regular file"):
+        collect_receipts(store, PREFIX, 2, CID)
+
+
+def test_a_fifo_swapped_in_after_the_check_is_refused_unread(tmp_path: Path) -> None:
+    """A FIFO put where a shard was, after local_shard looked: ShardFile opened it as a file (with no writer
+    it would wait forever; here a writer holds it open) and judged its bytes; now it refuses it unread."""
+    store = LocalStore(str(tmp_path / "root"))
+    save_state_dict(store, PREFIX, make_state(), world_size=2, checkpoint_id=CID, config=SMALL)
+    data = store.get(SHARD1)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.write(writer, data[:4096])
+        with pytest.raises(UnsafeObjectError, match="a FIFO; expected a regular file"):
+            ShardFile(str(fifo), "swapped")
+    finally:
+        os.close(writer)
 
 
 def test_every_problem_at_once(store: Store) -> None:

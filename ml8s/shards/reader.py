@@ -2,7 +2,9 @@
 
 A shard in a :class:`~ml8s.store.LocalStore` is read in place, by byte range. Other stores have no ranged
 GET in the ``Store`` interface, so the shard is downloaded (streamed) to a local temp file first and its
-sha256, computed during the download, compared with the metadata's before anything is parsed.
+sha256, computed during the download, compared with the metadata's before anything is parsed. Every shard
+file is opened as the store reads (``open_regular``): a regular file only, never through a symbolic link
+(it may lead outside the store), never waiting on a FIFO swapped in after the check.
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ import functools
 import hashlib
 import io
 import os
+import stat
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import NotFoundError, ShardChecksumError, ShardFormatError, UnsafeObjectError
+from ml8s.errors import NotFoundError, ShardChecksumError, ShardFormatError, StoreError, UnsafeObjectError
 from ml8s.shards import dtypes
 from ml8s.shards.format import FIXED_SIZE, ShardHeader, TensorEntry, decode_fixed, decode_header
 from ml8s.shards.hashing import DataHasher
-from ml8s.store import LocalStore, Store
+from ml8s.store import LocalStore, Store, open_regular
 
 _CHUNK = 4 * 1024 * 1024
 
@@ -43,7 +46,7 @@ class ShardFile:
 
     def __init__(self, path: str, where: str) -> None:
         self.where = where
-        self._handle = open(path, "rb")  # closed by close()
+        self._handle = open_shard(path, where)  # closed by close()
         try:
             size = os.fstat(self._handle.fileno()).st_size
             self.header = read_header(self._handle, size, where)
@@ -118,6 +121,11 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="ml8s-shard-hash")
 
 
+def open_shard(path: str, where: str) -> io.BufferedReader:
+    """The shard file at ``path`` for reading (module docstring); NotFoundError, UnsafeObjectError otherwise."""
+    return os.fdopen(open_regular(path, where, nofollow=True), "rb")
+
+
 def _sha256(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -131,15 +139,19 @@ def as_bytes(tensor: torch.Tensor) -> memoryview:
 def local_shard(store: Store, key: str, scratch: str) -> Iterator[tuple[str, str | None]]:
     """(a local path holding the shard at ``key``, its sha256 when a download computed it, else None).
 
-    NotFoundError when the key does not exist, UnsafeObjectError when it holds no regular file (local). A
-    download lives in ``scratch`` until the block ends.
+    NotFoundError when the key does not exist, UnsafeObjectError when it holds no regular file (local: a
+    symbolic link is none, wherever it leads). A download lives in ``scratch`` until the block ends.
     """
     if isinstance(store, LocalStore):
         path = os.path.join(store.root, *key.split("/"))
-        if not os.path.isfile(path):
-            if os.path.lexists(path):  # a FIFO (opening it would block), a directory, a link to a device
-                raise UnsafeObjectError(f"cannot read {store.uri(key)}: no regular file; expected a shard (not read)")
-            raise NotFoundError(f"{store.uri(key)} does not exist")
+        try:
+            regular = stat.S_ISREG(os.lstat(path).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFoundError(f"{store.uri(key)} does not exist") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {store.uri(key)}: {exc.strerror or exc}") from exc
+        if not regular:  # a link, a FIFO (opening it would block), a directory, a device
+            raise UnsafeObjectError(f"cannot read {store.uri(key)}: no regular file; expected a shard (not read)")
         yield path, None
         return
     path = os.path.join(scratch, key.replace("/", "__"))
@@ -169,7 +181,7 @@ class ShardScan(BaseModel):
 
 def scan_shard(path: str, where: str) -> ShardScan:
     """Read the whole file once: file sha256; header; data sha256, block hashes and zero padding against it."""
-    with open(path, "rb") as handle:
+    with open_shard(path, where) as handle:
         size = os.fstat(handle.fileno()).st_size
         problems: list[tuple[str, str]] = []
         try:
