@@ -196,8 +196,9 @@ def test_bad_magic_and_unknown_version(store: LocalStore) -> None:
 @pytest.mark.parametrize(
     ("offset", "fmt", "value", "match"),
     [
-        (48, "<I", 0xFFFFFFFF, "runs past header_length"),  # tensor count
-        (64, "<Q", 2**63, "runs past header_length"),  # data length: an absurd block table
+        (48, "<I", 0xFFFFFFFF, "4294967295 tensors, at most 262144 per shard"),  # tensor count
+        (48, "<I", 200000, "200000 entries and .* block hashes need at least"),
+        (64, "<Q", 2**63, "block hashes need at least"),  # data length: an absurd block table
         (56, "<Q", 2**62, "header length"),  # header length
         (52, "<I", 0, "block size"),
         (6, "<H", 1, "flags"),
@@ -351,3 +352,46 @@ def test_crafted_entries_with_a_valid_checksum(entries: tuple[TensorEntry, ...],
     with pytest.raises(ShardFormatError, match=match) as err:
         decode_header(_crafted(*entries, data_length=data_length), "crafted")
     assert err.value.check == "header_invalid"
+
+
+def _many_empty_tensors(count: int) -> bytes:
+    """A valid, sealed header of ``count`` zero-length tensors with sorted names (as an attacker can make)."""
+    entry = struct.Struct("<H6sBBQQQQQ")
+    head_len = FIXED_SIZE + count * entry.size + 32
+    fixed = struct.pack("<IHHII32sIIQQ32s", MAGIC, 1, 0, 0, 1, bytes.fromhex(CID), count, 64, head_len, 0, bytes(32))
+    offset = align(head_len)
+    entries = b"".join(entry.pack(6, b"%06d" % i, 1, 1, 0, 0, 0, offset, 0) for i in range(count))
+    return reseal(fixed + entries + bytes(32))
+
+
+def test_a_header_of_more_tensors_than_the_limit_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """A planted shard whose header is valid but holds 2**18 + 1 empty tensors (11 MiB): it was parsed whole,
+    ~1 KiB of memory per 42-byte entry (a 1 GiB header, which the old 1 GiB limit let through, ~27 GiB)."""
+    from ml8s.shards import format as shard_format
+
+    data = _many_empty_tensors(shard_format.MAX_TENSORS + 1)
+    path = tmp_path / "x.shard"
+    path.write_bytes(data)
+    with pytest.raises(ShardFormatError, match="262145 tensors, at most 262144 per shard") as err:
+        ShardFile(str(path), "planted")
+    assert err.value.check == "header_invalid"
+    assert decode_header(_many_empty_tensors(3), "three").entries[2].name == "000002"  # the same layout, in bounds
+
+
+@pytest.mark.parametrize(
+    ("limit", "value", "match"), [("MAX_TENSORS", 2, "at most 2 per shard"), ("MAX_HEADER", 200, r"\.\.200")]
+)
+def test_the_writer_refuses_a_header_no_reader_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str, value: int, match: str
+) -> None:
+    """More tensors in one shard, or a longer header (a small block_size makes a long block table), than a
+    reader accepts: the shard was streamed and stored, then refused by every reader. Now: nothing written."""
+    from ml8s.shards import format as shard_format
+
+    monkeypatch.setattr(shard_format, limit, value)
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(ShardInputError, match=f"{match}; expected fewer tensors per rank or a larger block_size"):
+        write_shard(
+            store, PREFIX, 0, 1, {"a": torch.zeros(2), "b": torch.zeros(2), "c": torch.zeros(2)}, checkpoint_id=CID
+        )
+    assert store.list("") == []

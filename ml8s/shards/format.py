@@ -33,6 +33,9 @@ before it. Zero bytes pad the header to ``data_offset`` = header_length rounded 
 holds each piece's C-contiguous bytes at its offset, zero padding between pieces (each starts 64-aligned),
 and ends with the last piece: the file is exactly ``data_offset + data_length`` bytes.
 
+A header is at most ``MAX_HEADER`` (64 MiB) long and lists at most ``MAX_TENSORS`` (2**18) pieces: the writer
+refuses to write more, a reader refuses it before parsing an entry.
+
 Departures from the seed, on purpose: the seed's header is magic, rank, a length-prefixed checksum string,
 tensor count, then the data length and the data. Its writer stores that length as a 32-bit int (its table
 says 8 bytes), which caps a shard at 2-4 GiB, so every length and offset here is 64-bit. A format version,
@@ -59,7 +62,14 @@ FORMAT_VERSION = 1
 FIXED_SIZE = 104
 ALIGN = 64
 MAX_NDIM = 32
-MAX_HEADER = 1 << 30  # a reader refuses to buffer more header than this, whatever the file claims
+# A header is read whole and parsed into a model per entry and a hex digest per block: ~1 KiB of memory per
+# 37-byte entry, ~120 bytes per 32-byte block hash. So both are bounded, for the writer as for the reader: a
+# planted 1 GiB header of minimal entries would have cost ~27 GiB before its first check failed. 64 MiB holds
+# the block table of an 8 TiB shard (4 MiB blocks); 2**18 tensors is more pieces than the metadata's 64 MiB
+# can map in all (ml8s.shards.layout.METADATA_MAX_BYTES).
+MAX_HEADER = 64 * 1024 * 1024
+MAX_TENSORS = 1 << 18
+_MIN_ENTRY = 2 + 1 + 1 + 1 + 32  # a 1-byte name, dtype, ndim 0, the four u64 fields
 _FIXED = struct.Struct("<IHHII32sIIQQ32s")
 _ENTRY_TAIL = struct.Struct("<QQQQ")
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -127,6 +137,18 @@ def header_length(names: list[str], ndims: list[int], blocks: int) -> int:
     return FIXED_SIZE + entries + 32 * blocks + 32
 
 
+def size_problem(count: int, head_len: int, blocks: int) -> str:
+    """Why a header of ``count`` entries, ``blocks`` block hashes and ``head_len`` bytes is refused ("" if it is
+    not): over a limit (MAX_HEADER, MAX_TENSORS), or too short to hold what it counts."""
+    if count > MAX_TENSORS:
+        return f"{count} tensors, at most {MAX_TENSORS} per shard"
+    if not FIXED_SIZE + 32 <= head_len <= MAX_HEADER:
+        return f"header length {head_len}, expected {FIXED_SIZE + 32}..{MAX_HEADER}"
+    if (need := FIXED_SIZE + count * _MIN_ENTRY + 32 * blocks + 32) > head_len:
+        return f"{count} entries and {blocks} block hashes need at least {need} bytes, header_length is {head_len}"
+    return ""
+
+
 def encode_header(h: ShardHeader) -> bytes:
     """The header bytes, header_sha256 computed here (``h.header_sha256`` is ignored), padded to data_offset."""
     out = bytearray(
@@ -179,7 +201,7 @@ def decode_fixed(fixed: bytes, file_size: int, where: str) -> tuple[int, int]:
         raise ShardFormatError(
             f"{where}: {len(fixed)} bytes, shorter than the {FIXED_SIZE}-byte header", check="truncated"
         )
-    magic, version, flags, rank, world, _, _, block_size, head_len, data_len, _ = _FIXED.unpack(fixed[:FIXED_SIZE])
+    magic, version, flags, rank, world, _, count, block_size, head_len, data_len, _ = _FIXED.unpack(fixed[:FIXED_SIZE])
     if magic != MAGIC:
         raise ShardFormatError(f"{where}: magic {magic:#010x}, expected {MAGIC:#010x}", check="bad_magic")
     if version != FORMAT_VERSION:
@@ -190,9 +212,7 @@ def decode_fixed(fixed: bytes, file_size: int, where: str) -> tuple[int, int]:
         f"block size {block_size}, expected a positive multiple of {ALIGN}"
         if not block_size or block_size % ALIGN
         else "",
-        f"header length {head_len}, expected {FIXED_SIZE + 32}..{MAX_HEADER}"
-        if not FIXED_SIZE + 32 <= head_len <= MAX_HEADER
-        else "",
+        size_problem(count, head_len, block_count(data_len, block_size)) if block_size else "",
     ]
     if problem := "; ".join(p for p in problems if p):
         raise ShardFormatError(f"{where}: {problem}", check="header_invalid")

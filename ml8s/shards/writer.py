@@ -30,6 +30,7 @@ from ml8s.shards.format import (
     block_count,
     encode_header,
     header_length,
+    size_problem,
 )
 from ml8s.shards.hashing import DataHasher
 from ml8s.shards.metadata import CheckpointMetadata, ShardFileInfo, ShardReceipt, build_metadata, encode_metadata
@@ -91,6 +92,8 @@ def write_shard(
         block_sha256=("00" * 32,) * block_count(data_length, config.block_size),
         header_sha256="00" * 32,
     )
+    if problem := size_problem(len(entries), header.header_length, len(header.block_sha256)):  # no reader takes it
+        raise ShardInputError(f"{name}: {problem}; expected fewer tensors per rank or a larger block_size")
     with _local_file(config.local_tmp_dir, name) as (handle, path):
         handle.write(bytes(header.data_offset))
         hasher = DataHasher(config.block_size)
