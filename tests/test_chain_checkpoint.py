@@ -212,6 +212,23 @@ def test_a_nan_weight_is_refused_before_anything_is_committed(
     )
 
 
+@pytest.mark.parametrize("other", ["I64", "F64"])
+def test_a_nan_weight_beside_a_tensor_the_weights_hash_skips_is_refused(tmp_path: Path, other: str) -> None:
+    """One int64 buffer (a BatchNorm's num_batches_tracked, position ids) or float64 tensor makes the file carry
+    no weights hash, and that also skipped the NaN check of every float weight: the NaN was committed."""
+    poisoned = _bits(13, 9, 4)[:-8] + struct.pack("<f", float("nan")) + _bits(14, 1, 4)
+    tensors = [("w", "F32", [3, 3], poisoned), ("counter", other, [1], struct.pack("<q", 7))]
+    path = raw_file(tmp_path / "w.safetensors", tensors)
+    with pytest.raises(ConfigError, match=r"tensor 'w' holds NaN \(element 7\); expected no NaN"):
+        hash_checkpoint(str(path), check_safetensors(str(path)))
+    nan64 = [("w", "F32", [1], _bits(15, 1, 4)), ("d", "F64", [2], struct.pack("<2d", 1.0, float("nan")))]
+    path = raw_file(tmp_path / "d.safetensors", nan64)
+    with pytest.raises(ConfigError, match=r"tensor 'd' holds NaN \(element 1\)"):
+        hash_checkpoint(str(path), check_safetensors(str(path)))
+    clean = raw_file(tmp_path / "c.safetensors", [("w", "F32", [9], _bits(13, 9, 4)), *tensors[1:]])
+    assert hash_checkpoint(str(clean), check_safetensors(str(clean)))[1] == ""  # still no weights hash
+
+
 def test_infinities_are_weights_like_any_other(tmp_path: Path) -> None:
     masks = struct.pack("<4f", float("-inf"), 0.0, float("inf"), -1.0)  # a mask buffer holds -inf by design
     path = raw_file(tmp_path / "w.safetensors", [("mask", "F32", [4], masks), ("h", "F16", [1], b"\x00\x7c")])

@@ -51,6 +51,7 @@ WEIGHTS_FULL = "model_native.safetensors"
 WEIGHTS_DELTA = "weights.delta"
 # safetensors dtype -> the dtype name the weights hash frames (only these carry a weights hash)
 FLOAT_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+NAN_CHECKED = {*FLOAT_DTYPES, "F64"}  # checked for NaN whether or not the file carries a weights hash
 _DOMAIN = b"ml8s.weights.v1\x00"
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -59,7 +60,8 @@ _Update = Callable[[memoryview], None]
 
 
 def hash_checkpoint(path: str, summary: SafetensorsSummary, stage: StagedWriter | None = None) -> tuple[LocalFile, str]:
-    """The file as a payload entry (sha256, size) and its weights hash ("" unless every tensor is float).
+    """The file as a payload entry (sha256, size) and its weights hash ("" unless every tensor is float); every
+    float tensor (NAN_CHECKED) is checked for NaN either way.
 
     With ``stage``, every buffer read is also written there, so the copy holds exactly the bytes hashed,
     and a tensor out of name order is read again from that copy, not from ``path``.
@@ -83,7 +85,9 @@ def hash_checkpoint(path: str, summary: SafetensorsSummary, stage: StagedWriter 
                     if inline:
                         feed.also(weights.update, _frame(path, span))
                         done += 1
-                    feed(span.end - span.begin, whole.update, _checked(path, span, weights.update) if inline else None)
+                    # no weights hash (an int buffer beside the weights): the NaN check still reads each float tensor
+                    check = _checked(path, span, _ignored) if not hashed and span.dtype in NAN_CHECKED else None
+                    feed(span.end - span.begin, whole.update, _checked(path, span, weights.update) if inline else check)
                 size = handle.tell()
                 if handle.read(1):
                     raise ConfigError(f"--payload {path}: the file grew while it was read; expected it unchanged")
@@ -169,8 +173,8 @@ def _checked(path: str, span: TensorSpan, update: _Update) -> _Update:
 
     def check_then_update(chunk: memoryview) -> None:
         nonlocal seen
-        if span.dtype == "F32":
-            nan = np.isnan(np.frombuffer(chunk, dtype="<f4"))
+        if span.dtype in ("F32", "F64"):
+            nan = np.isnan(np.frombuffer(chunk, dtype="<f4" if span.dtype == "F32" else "<f8"))
         else:  # NaN: an all-ones exponent and a non-zero mantissa (bit tests: numpy's float16 is slow, bf16 absent)
             nan = (np.frombuffer(chunk, dtype="<u2") & 0x7FFF) > (0x7F80 if span.dtype == "BF16" else 0x7C00)
         if nan.any():
@@ -182,6 +186,10 @@ def _checked(path: str, span: TensorSpan, update: _Update) -> _Update:
         update(chunk)
 
     return check_then_update
+
+
+def _ignored(chunk: memoryview) -> None:
+    """The update of a NaN check that feeds no hash."""
 
 
 def _hash_again(
