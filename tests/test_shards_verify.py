@@ -205,6 +205,21 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_unread(tmp_path: Path) -> 
         os.close(writer)
 
 
+def test_a_shard_larger_than_the_metadata_lists_is_not_read(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard grown past its recorded size (a planted 64 GiB object, here 1 MiB) was read whole, and off a
+    local store first downloaded whole into the temp directory; now only the listing's size is judged."""
+    from ml8s.shards import verify
+
+    read: list[str] = []
+    original = verify.local_shard
+    monkeypatch.setattr(verify, "local_shard", lambda s, key, scratch: read.append(key) or original(s, key, scratch))
+    rewrite(store, SHARD1, store.get(SHARD1) + bytes(1024 * 1024))
+    report = verify_checkpoint(store, PREFIX)
+    assert [(f.file, f.check) for f in report.findings] == [(SHARD1, "shard_size")]
+    assert "more than the" in report.findings[0].reason and "(not read)" in report.findings[0].reason
+    assert read == [SHARD0]
+
+
 def test_every_problem_at_once(store: Store) -> None:
     _delete(store)
     _stray(store)

@@ -9,7 +9,8 @@ Checks (``ShardFinding.check``):
 ``stray_shard``         a ``{prefix}_shard_*.shard`` file of a rank the metadata does not list
 ``unsafe_object``       a shard's or the metadata's name holds no regular file but a symbolic link, FIFO or device
                         (local stores; not read: it would block, never end, or lead outside the store)
-``shard_size``          a shard's size differs from the metadata's, and the shard is damaged
+``shard_size``          a shard's size differs from the metadata's, and the shard is damaged (or is larger
+                        than the metadata lists: then it is not read)
 ``metadata_size``       the metadata lists a wrong size for a shard that is intact (header, data, length)
 ``shard_checksum``      a shard's sha256 differs from the metadata's
 ``bad_magic`` / ``header_invalid`` / ``header_checksum``  the header is not a valid, intact format-1 header
@@ -113,6 +114,11 @@ def verify_checkpoint(store: Store, prefix: str, *, read_data: bool = True) -> S
                 findings.append(
                     ShardFinding(check="shard_missing", reason="listed in the metadata, not stored", file=key)
                 )
+            elif info is not None and listing[key] > info.size:
+                # never read (off a LocalStore: downloaded) past what the metadata records: a planted 64 GiB
+                # object would fill the temp directory
+                why = f"{listing[key]} bytes stored, more than the {info.size} the metadata lists (not read)"
+                findings.append(ShardFinding(check="shard_size", reason=why, file=key))
             elif not read_data:
                 if info is not None and listing[key] != info.size:
                     why = f"{listing[key]} bytes stored, the metadata lists {info.size}"
