@@ -230,3 +230,17 @@ def test_metadata_lists_tensor_map(written: LocalStore) -> None:
     raw = json.loads(written.get(f"{PREFIX}.metadata.json"))
     assert list(raw) == sorted(raw) and raw["world_size"] == 2 and raw["ranks"] == [0, 1]
     assert [s["file"] for s in raw["shards"]] == ["model_shard_0.shard", "model_shard_1.shard"]
+
+
+def test_conjugate_and_negative_views_are_stored_as_the_values_they_read_as(tmp_path: Path) -> None:
+    """``x.conj()`` (and torch's negative views) is a lazy view: a flag over its source's bits. Saving one was a
+    raw RuntimeError from the writer's uint8 view ('not supported for conjugate view tensors')."""
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(6, 2, generator=g, dtype=torch.complex64)
+    state = {"conj": z.conj(), "neg": torch._neg_view(torch.randn(5, generator=g)), "plain": z}
+    assert state["conj"].is_conj() and state["neg"].is_neg()
+    store = LocalStore(str(tmp_path))
+    save_state_dict(store, PREFIX, state, world_size=2, checkpoint_id=CID, config=SMALL)
+    loaded = load_state_dict(store, PREFIX)
+    assert all(torch.equal(loaded[k], v.resolve_conj().resolve_neg()) for k, v in state.items())
+    assert not torch.equal(loaded["conj"], z)  # the conjugate's values, not its source's bits

@@ -224,8 +224,12 @@ def _header_length(names_and_dims: list[tuple[str, int]], data_length: int, bloc
 
 
 def _chunks(tensor: torch.Tensor, chunk_bytes: int) -> Iterator[memoryview]:
-    """The tensor's C-contiguous bytes, ``chunk_bytes`` at a time, without copying a CPU tensor already contiguous."""
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+    """The tensor's C-contiguous bytes, ``chunk_bytes`` at a time, without copying a CPU tensor already contiguous.
+
+    A lazy conjugate or negative view (``x.conj()``) holds its source's bits and a flag: its values are
+    materialized first (a uint8 view of it is a RuntimeError), so the shard holds what the tensor reads as.
+    """
+    flat = tensor.detach().to("cpu").resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
     view = flat.numpy().data
     for start in range(0, len(view), chunk_bytes):
         yield view[start : start + chunk_bytes]
