@@ -94,6 +94,10 @@ def test_bad_rank_or_world_size(tmp_path: Path, rank: int, world: int) -> None:
         ([TensorPiece("a", torch.zeros(2)), TensorPiece("a", torch.ones(2))], "given twice"),
         ([TensorPiece("a", torch.zeros(4, 2), row_start=3, global_rows=6)], "rows 3..7 of 6"),
         ([TensorPiece("a", torch.tensor(1.0), row_start=0, global_rows=1)], "dim-0 slice"),
+        # no global_rows: a whole tensor, so a row_start gave a shard every reader refuses (rows 3..7 of 4)
+        ([TensorPiece("a", torch.zeros(4), row_start=3)], r"rows 3\.\.7 of 4; expected a dim-0 slice"),
+        ([TensorPiece("a", torch.zeros(4), row_start=-1)], r"rows -1\.\.3 of 4"),  # was struct.error, after the data
+        ([TensorPiece("a", torch.tensor(1.0), row_start=2)], r"rows 2\.\.3 of 1"),
     ],
 )
 def test_bad_pieces(tmp_path: Path, tensors: dict[str, torch.Tensor] | list[TensorPiece], match: str) -> None:

@@ -187,9 +187,11 @@ def _pieces(tensors: Sequence[TensorPiece] | Mapping[str, torch.Tensor], where: 
         if p.tensor.dim() > MAX_NDIM:
             raise ShardInputError(f"{what}: {p.tensor.dim()} dims, at most {MAX_NDIM}")
         rows = dtypes.row_count(tuple(p.tensor.shape))
-        if p.global_rows is not None and (p.tensor.dim() == 0 or p.row_start < 0 or p.row_start + rows > p.global_rows):
+        # without global_rows a piece is a whole tensor: a row_start would make a header every reader refuses
+        sliced_scalar = p.global_rows is not None and p.tensor.dim() == 0
+        if sliced_scalar or p.row_start < 0 or p.row_start + rows > p.total_rows:
             raise ShardInputError(
-                f"{what}: rows {p.row_start}..{p.row_start + rows} of {p.global_rows}; expected a dim-0 slice inside"
+                f"{what}: rows {p.row_start}..{p.row_start + rows} of {p.total_rows}; expected a dim-0 slice inside"
             )
     return pieces
 
