@@ -98,6 +98,9 @@ def test_bad_rank_or_world_size(tmp_path: Path, rank: int, world: int) -> None:
         ([TensorPiece("a", torch.zeros(4), row_start=3)], r"rows 3\.\.7 of 4; expected a dim-0 slice"),
         ([TensorPiece("a", torch.zeros(4), row_start=-1)], r"rows -1\.\.3 of 4"),  # was struct.error, after the data
         ([TensorPiece("a", torch.tensor(1.0), row_start=2)], r"rows 2\.\.3 of 1"),
+        # a global shape no reader can address: written (and refused by every reader), or a raw struct.error
+        ([TensorPiece("a", torch.zeros(4, 2**10), global_rows=2**60)], r"\(1152921504606846976, 1024\) too large"),
+        ([TensorPiece("a", torch.zeros(4), global_rows=2**64)], "too large to address; expected pieces a reader"),
     ],
 )
 def test_bad_pieces(tmp_path: Path, tensors: dict[str, torch.Tensor] | list[TensorPiece], match: str) -> None:

@@ -280,7 +280,9 @@ def check_entries(h: ShardHeader, where: str) -> None:
             if e.row_stop > e.global_rows
             else "",
             "0-d piece that is not the whole tensor" if not e.shape and (e.row_start, e.global_rows) != (0, 1) else "",
-            f"shape {e.shape} too large to address" if not dtypes.shape_fits(e.dtype, e.global_shape) else "",
+            f"global shape {e.global_shape} too large to address"
+            if not dtypes.shape_fits(e.dtype, e.global_shape)
+            else "",
         ]
         if problem := "; ".join(p for p in problems if p):
             raise ShardFormatError(f"{where}: entry {e.name!r}: {problem}", check="header_invalid")

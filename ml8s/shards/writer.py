@@ -19,7 +19,7 @@ from typing import BinaryIO
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ml8s.errors import ShardInputError, ShardVerificationError
+from ml8s.errors import ShardFormatError, ShardInputError, ShardVerificationError
 from ml8s.shards import dtypes, layout
 from ml8s.shards.format import (
     FORMAT_VERSION,
@@ -28,6 +28,7 @@ from ml8s.shards.format import (
     TensorEntry,
     align,
     block_count,
+    check_entries,
     encode_header,
     header_length,
     size_problem,
@@ -94,6 +95,10 @@ def write_shard(
     )
     if problem := size_problem(len(entries), header.header_length, len(header.block_sha256)):  # no reader takes it
         raise ShardInputError(f"{name}: {problem}; expected fewer tensors per rank or a larger block_size")
+    try:  # the reader's own checks of the entries, before a byte is written (a global shape it cannot address)
+        check_entries(header, name)
+    except ShardFormatError as exc:
+        raise ShardInputError(f"{exc.message}; expected pieces a reader accepts") from None
     with _local_file(config.local_tmp_dir, name) as (handle, path):
         handle.write(bytes(header.data_offset))
         hasher = DataHasher(config.block_size)
