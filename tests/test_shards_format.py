@@ -402,3 +402,15 @@ def test_the_writer_refuses_a_header_no_reader_takes(
             store, PREFIX, 0, 1, {"a": torch.zeros(2), "b": torch.zeros(2), "c": torch.zeros(2)}, checkpoint_id=CID
         )
     assert store.list("") == []
+
+
+def test_metadata_larger_than_a_reader_takes_is_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Metadata over METADATA_MAX_BYTES (64 MiB: ~250,000 tensors) was written, then every reader refused it
+    unread (STORE_OBJECT_TOO_LARGE): a checkpoint that could never be loaded. Here the bound is made small."""
+    from ml8s.shards import layout
+
+    monkeypatch.setattr(layout, "METADATA_MAX_BYTES", 1000)
+    store = LocalStore(str(tmp_path))
+    with pytest.raises(ShardInputError, match=r"metadata of \d+ bytes, readers take at most 1000 \(not written"):
+        save_state_dict(store, PREFIX, make_state(), world_size=2, checkpoint_id=CID, config=SMALL)
+    assert not store.exists(META) and store.exists(SHARD1)

@@ -140,8 +140,8 @@ def write_metadata(
     """Rank 0, after every rank's write_shard returned: check each shard is stored, then write the metadata.
 
     ``plan`` is recorded as the default target layout for resharding: pass the writers' ``WriterConfig.plan``.
-    ShardInputError when the receipts are not one checkpoint's; ShardVerificationError when a shard is
-    missing from the store.
+    ShardInputError when the receipts are not one checkpoint's or the metadata would be larger than a reader
+    takes (layout.METADATA_MAX_BYTES); ShardVerificationError when a shard is missing from the store.
     """
     meta = build_metadata(prefix, receipts, plan or PlanConfig())
     # existence only: each receipt's size and sha256 were validated by put_file_atomic, and listing would
@@ -149,7 +149,12 @@ def write_metadata(
     if missing := [key for s in meta.shards if not store.exists(key := layout.shard_key(prefix, s.rank))]:
         raise ShardVerificationError(f"{store.uri(missing[0])}: expected in the store before the metadata, absent")
     mkey = layout.metadata_key(prefix)
-    store.put_atomic(mkey, encode_metadata(meta), tmp_key=layout.tmp_key(prefix, mkey.rsplit("/", 1)[-1]))
+    if (size := len(encoded := encode_metadata(meta))) > layout.METADATA_MAX_BYTES:  # every reader refuses it unread
+        raise ShardInputError(
+            f"{store.uri(mkey)}: metadata of {size} bytes, readers take at most {layout.METADATA_MAX_BYTES} (not "
+            f"written; the shards are): expected fewer tensors or ranks in one checkpoint"
+        )
+    store.put_atomic(mkey, encoded, tmp_key=layout.tmp_key(prefix, mkey.rsplit("/", 1)[-1]))
     return meta
 
 
