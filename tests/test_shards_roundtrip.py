@@ -244,3 +244,26 @@ def test_conjugate_and_negative_views_are_stored_as_the_values_they_read_as(tmp_
     loaded = load_state_dict(store, PREFIX)
     assert all(torch.equal(loaded[k], v.resolve_conj().resolve_neg()) for k, v in state.items())
     assert not torch.equal(loaded["conj"], z)  # the conjugate's values, not its source's bits
+
+
+def test_small_tensors_sharing_a_block_hash_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each small tensor's read hashed the whole block holding it: 3,000 tensors of 1 KiB in one 4 MiB block
+    took 3,000 block hashes (24 s to load 3 MiB, quadratic in the tensor count). A verified block is kept
+    while the next pieces read from it."""
+    from ml8s.shards import reader
+
+    state = {f"norm.{i:04d}": torch.full((256,), float(i)) for i in range(300)}
+    store = LocalStore(str(tmp_path))
+    save_state_dict(store, PREFIX, state, world_size=2, checkpoint_id=CID, config=WriterConfig(block_size=64 * 1024))
+    hashed: list[int] = []
+    original = reader._sha256
+
+    def counted(data: bytes | memoryview) -> str:
+        hashed.append(len(data))
+        return original(data)
+
+    monkeypatch.setattr(reader, "_sha256", counted)
+    loaded = load_state_dict(store, PREFIX)
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    blocks = sum(-(-(info.size - 64) // (64 * 1024)) for info in store.list("ckpt") if info.key.endswith(".shard"))
+    assert len(hashed) <= blocks + 2, (len(hashed), blocks)

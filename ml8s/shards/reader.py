@@ -46,6 +46,7 @@ class ShardFile:
 
     def __init__(self, path: str, where: str) -> None:
         self.where = where
+        self._kept: tuple[int, bytes] | None = None  # the last partial block verified: (index, bytes)
         self._handle = open_shard(path, where)  # closed by close()
         try:
             size = os.fstat(self._handle.fileno()).st_size
@@ -70,7 +71,8 @@ class ShardFile:
         """Fill ``out`` with the bytes at ``offset``, reading and verifying only the blocks that hold them.
 
         Runs of whole blocks are read straight into ``out`` and hashed on a thread pool (hashlib releases
-        the GIL) while the next run is read; a partial block at either end is read aside and copied.
+        the GIL) while the next run is read; a partial block at either end is read aside, verified, copied,
+        and kept for the next read (small tensors share blocks: each one hashed its block again).
         """
         h, stop = self.header, offset + len(out)
         if offset < h.data_offset or stop > h.file_size:
@@ -85,10 +87,7 @@ class ShardFile:
             lo, hi = start - first, min(stop - first, size)
             self._handle.seek(first)
             if (lo, hi) != (0, size):
-                data = self._handle.read(size)
-                self._expect(len(data), size, block)
-                out[start - offset : start - offset + hi - lo] = data[lo:hi]
-                pending.append((block, _pool().submit(_sha256, data)))
+                out[start - offset : start - offset + hi - lo] = self._partial(block, size)[lo:hi]
                 start, block = first + hi, block + 1
                 continue
             run = 1  # whole blocks that lie inside ``out``, up to _RUN_BLOCKS of them
@@ -107,12 +106,26 @@ class ShardFile:
                     f"{self.where}: block {index} does not match its sha256", check="block_checksum"
                 )
 
+    def _partial(self, block: int, size: int) -> bytes:
+        """Block ``block`` (``size`` bytes), verified: the one kept, or read (the handle is at its start)."""
+        if self._kept is not None and self._kept[0] == block:
+            return self._kept[1]
+        data = self._handle.read(size)
+        self._expect(len(data), size, block)
+        if _sha256(data) != self.header.block_sha256[block]:
+            raise ShardChecksumError(f"{self.where}: block {block} does not match its sha256", check="block_checksum")
+        if size <= _KEEP_MAX:
+            self._kept = (block, data)
+        return data
+
     def _expect(self, got: int, size: int, block: int) -> None:
         if got != size:
             raise ShardFormatError(f"{self.where}: block {block} cut short at {got} of {size}", check="truncated")
 
 
 _RUN_BLOCKS = 8
+# a shard keeps its last partial block while open (a load keeps every shard open): at most this much each
+_KEEP_MAX = 16 * 1024 * 1024
 
 
 @functools.cache
