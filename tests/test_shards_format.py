@@ -6,6 +6,7 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from shards_support import CID, OTHER_CID, PREFIX, SMALL, flip, make_state, reseal, rewrite
@@ -26,6 +27,7 @@ from ml8s.shards import (
     load_resharded,
     load_shard,
     load_state_dict,
+    pieces_for_rank,
     read_metadata,
     save_state_dict,
     write_metadata,
@@ -87,6 +89,11 @@ def test_bad_rank_or_world_size(tmp_path: Path, rank: int, world: int) -> None:
     ("tensors", "match"),
     [
         ({"a": torch.zeros(2, dtype=torch.float8_e4m3fnuz)}, "cannot be stored"),
+        # not tensors: a raw AttributeError ('int' object has no attribute 'dtype'), and for a numpy array
+        # 'dtype float64 cannot be stored', a dtype the format does store
+        ({"a": torch.zeros(2), "epoch": 5}, r"entry 'epoch' is int \(key type str\); expected a torch.Tensor"),
+        ({"a": torch.zeros(2), "x": np.zeros(2)}, r"entry 'x' is ndarray"),
+        ({"a": torch.zeros(2), 7: torch.zeros(2)}, r"entry 7 is Tensor \(key type int\)"),  # was TypeError, sorting
         ({"": torch.zeros(2)}, "name"),
         ({"a\ud800": torch.zeros(2)}, "name of 1..65535 UTF-8 bytes"),  # a lone surrogate: UnicodeEncodeError
         ({"a": torch.zeros(2).to_sparse()}, "a torch.sparse_coo tensor on cpu; expected a dense"),  # RuntimeError
@@ -298,6 +305,18 @@ def test_metadata_not_json_or_missing(store: LocalStore) -> None:
     store.delete(META)
     with pytest.raises(NotFoundError, match=r"metadata\.json does not exist"):
         _load(store)
+
+
+@pytest.mark.parametrize("value", [5, None, [1.0]])
+def test_a_state_dict_holding_no_tensor_is_refused_by_name(tmp_path: Path, value: object) -> None:
+    state = {**make_state(), "epoch": value}
+    for call in (
+        lambda: save_state_dict(LocalStore(str(tmp_path)), PREFIX, state, world_size=2, checkpoint_id=CID),  # type: ignore[arg-type]
+        lambda: pieces_for_rank(state, 0, 2),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ShardInputError, match=rf"entry 'epoch' is {type(value).__name__} \(key type str\)"):
+            call()
+    assert LocalStore(str(tmp_path)).list("") == []
 
 
 def test_load_arguments(store: LocalStore) -> None:

@@ -45,6 +45,17 @@ def dtype_name(dtype: torch.dtype, *, where: str) -> str:
         raise ShardInputError(f"{where}: dtype {dtype} cannot be stored; expected one of {SUPPORTED_DTYPES}") from None
 
 
+def tensor_dtype(name: object, value: object, *, where: str) -> str:
+    """The format's dtype name of a state dict entry; ShardInputError for a name that is no ``str``, a value
+    that is no ``torch.Tensor`` (an epoch count, a numpy array) or a dtype the format cannot store."""
+    if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+        raise ShardInputError(
+            f"{where}: entry {name!r} is {type(value).__name__} (key type {type(name).__name__}); expected a "
+            "torch.Tensor under a str key (keep other values, such as an epoch count, beside the state dict)"
+        )
+    return dtype_name(value.dtype, where=f"{where}: tensor {name!r}")
+
+
 def dtype_code(name: str) -> int:
     return _DTYPES[name][0]
 

@@ -126,7 +126,7 @@ def plan_shards(specs: Sequence[TensorSpec], world_size: int, config: PlanConfig
 def specs_of(state_dict: Mapping[str, torch.Tensor]) -> list[TensorSpec]:
     """The plan's view of a state dict (ShardInputError for a dtype the format cannot store)."""
     return [
-        TensorSpec(name=name, dtype=dtypes.dtype_name(t.dtype, where=f"tensor {name!r}"), shape=tuple(t.shape))
+        TensorSpec(name=name, dtype=dtypes.tensor_dtype(name, t, where="state dict"), shape=tuple(t.shape))
         for name, t in state_dict.items()
     ]
 

@@ -182,10 +182,11 @@ def _pieces(tensors: Sequence[TensorPiece] | Mapping[str, torch.Tensor], where: 
         pieces = [TensorPiece(name=n, tensor=t) for n, t in tensors.items()]
     else:
         pieces = list(tensors)
+    for p in pieces:  # before sorting: a name that is no str cannot be ordered
+        dtypes.tensor_dtype(p.name, p.tensor, where=where)
     pieces.sort(key=lambda p: p.name)
     for i, p in enumerate(pieces):
         what = f"{where}: tensor {p.name!r}"
-        dtypes.dtype_name(p.tensor.dtype, where=what)
         if not p.name or not is_utf8(p.name) or len(p.name.encode()) > 0xFFFF:
             raise ShardInputError(f"{what}: expected a name of 1..65535 UTF-8 bytes")
         if p.tensor.layout != torch.strided or p.tensor.is_meta:  # a shard holds each element's bytes in row order
