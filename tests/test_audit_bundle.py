@@ -228,3 +228,41 @@ def test_a_member_name_that_is_not_utf8_is_shown_escaped(bundle: Path, tmp_path:
     problems = [p for check in report.checks for p in (check.reason, *check.details)]
     assert any("run/caf\\xff.txt is in the bundle but not in" in p for p in problems), problems
     assert not any("\udcff" in p for p in problems)
+
+
+def test_an_edit_of_training_metadata_with_every_list_recomputed_fails_the_chain_check(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """training_metadata.json's sha256 is recorded in no run file, only in the chain block; the offline chain check
+    compared the block with the weights and the manifest alone, so a library version edited in the bundle (with
+    artifacts.sha256, VERIFY.md and checksums.sha256 recomputed) PASSed every check."""
+    from ml8s.audit import mlflow_refs
+    from ml8s.audit.bundle import ARTIFACT_CHECKSUMS, MLFLOW, VERIFICATION, VERIFY_MD
+    from ml8s.audit.report import Report
+    from ml8s.audit.verify_md import verify_md
+
+    opened = open_bundle(str(bundle))
+    data = dict(opened.members)
+    record = json.loads(data[f"run/{layout.TRAINING_METADATA}"])
+    record["versions"]["torch"] += ".edited"
+    data[f"run/{layout.TRAINING_METADATA}"] = edited = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    listed = {**opened.checksum_list(ARTIFACT_CHECKSUMS), layout.TRAINING_METADATA: hashlib.sha256(edited).hexdigest()}
+    data[ARTIFACT_CHECKSUMS] = checksum_lines(listed)
+    index = opened.index()
+    data[VERIFY_MD] = verify_md(
+        artifact_root=index.artifact_root,
+        snapshot=opened.snapshot(),
+        checksum_kind=opened.fingerprint_record().checksum,
+        artifact_sha256=listed,
+        report=opened.parse(VERIFICATION, Report),
+        view=opened.parse(MLFLOW, mlflow_refs.MlflowView),
+        models=index.model_files,
+    ).encode("utf-8")
+    data[CHECKSUMS] = checksum_lines(
+        {rel: hashlib.sha256(body).hexdigest() for rel, body in data.items() if rel != CHECKSUMS}
+    )
+    target = tmp_path / "b.tar.gz"
+    write_bundle(str(target), write_archive(opened.top, [BundleEntry(rel, body) for rel, body in data.items()]))
+    report = verify_bundle(str(target))
+    assert report.failed() == ("chain",), [(c.name, c.reason) for c in report.checks]
+    assert f"records another {layout.TRAINING_METADATA} than the bundle's" in report.check("chain").reason

@@ -33,6 +33,7 @@ from ml8s.contract import (
     Invalid,
     layout,
 )
+from ml8s.identity.versions import world_size_of
 from ml8s.text import shown
 
 REQUIRED = (
@@ -176,13 +177,17 @@ def check_chain_proof(bundle: OpenedBundle) -> CheckResult:
     """Genesis → the run's block → the head at bundle time, every hash recomputed offline."""
     snapshot = use(bundle.snapshot, "config_snapshot")
     manifest = bundle.read(f"{b.RUN_DIR}/{layout.MANIFEST}")
-    weights = bundle.members.get(f"{b.RUN_DIR}/{layout.MODEL_NATIVE}")
     try:
-        listed = bundle.checksum_list(b.ARTIFACT_CHECKSUMS).get(layout.MODEL_NATIVE)
+        listed = bundle.checksum_list(b.ARTIFACT_CHECKSUMS)
     except Invalid:
-        listed = None
-    weights_sha = hashlib.sha256(weights).hexdigest() if weights is not None else listed
-    problems = proof_problems(bundle.read(CHAIN_PROOF), snapshot.full_config_hash, weights_sha, manifest)
+        listed = {}
+    payload_sha256: dict[str, str | None] = {}
+    for name, rel in layout.chain_payload_files(
+        offline.model_format(snapshot), snapshot.canonicalization_version, world_size_of(snapshot.canonical_config)
+    ):
+        data = bundle.members.get(f"{b.RUN_DIR}/{rel}")
+        payload_sha256[name] = hashlib.sha256(data).hexdigest() if data is not None else listed.get(rel)
+    problems = proof_problems(bundle.read(CHAIN_PROOF), snapshot.full_config_hash, manifest, payload_sha256)
     problems += anchor_problems(bundle.members.get(ANCHOR), bundle.read(CHAIN_PROOF))
     anchored = " and agrees with the bundled anchor" if ANCHOR in bundle.members else ""
     return verdict(

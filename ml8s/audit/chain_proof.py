@@ -9,6 +9,7 @@ moved; a bundle made later proves more, never less.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -79,8 +80,12 @@ def _as_chained(manifest: bytes) -> bytes:
         return manifest  # the manifest check reports why; here it simply matches no block
 
 
-def proof_problems(data: bytes, full_config_hash: str, weights_sha256: str | None, manifest: bytes) -> list[str]:
-    """Everything wrong with a proof, offline, given the sha256 of the run's weights (bundled, or listed)."""
+def proof_problems(
+    data: bytes, full_config_hash: str, manifest: bytes, payload_sha256: Mapping[str, str | None]
+) -> list[str]:
+    """Everything wrong with a proof, offline. ``payload_sha256``: payload name -> the sha256 of the run file the
+    bundle offers for it (bundled, else listed in artifacts.sha256; None when neither), for every payload file
+    but the manifest, which is compared as the chain holds it."""
     try:
         proof = ChainProof.model_validate_json(data)
     except ValidationError as exc:
@@ -106,11 +111,20 @@ def proof_problems(data: bytes, full_config_hash: str, weights_sha256: str | Non
     files = {f.name: f.sha256 for f in runs[0].header.files}
     if files.get(PAYLOAD_MANIFEST) != sha256_hex(_as_chained(manifest)):
         problems.append(f"the run's block records another {PAYLOAD_MANIFEST} than the bundled {layout.MANIFEST}")
-    if files.get(PAYLOAD_WEIGHTS) != weights_sha256:
+    if files.get(PAYLOAD_WEIGHTS) != payload_sha256.get(PAYLOAD_WEIGHTS):
         problems.append(f"the run's block records another {PAYLOAD_WEIGHTS} than the bundled weights")
+    # Every other file the block holds too: training_metadata.json's sha256 is recorded in no run file, only in
+    # the block, so an edit of it (the bundle's own lists recomputed) passed offline though the live check FAILs it.
+    for name, sha in sorted(payload_sha256.items()):
+        if name not in (PAYLOAD_WEIGHTS, PAYLOAD_MANIFEST) and name in files and files[name] != sha:
+            problems.append(f"the run's block records another {name} than the bundle's (sha256 {_shown_sha(sha)})")
     if proof.blocks and proof.blocks[-1].header.counter != proof.head_counter:
         problems.append(f"the proof ends at v{proof.blocks[-1].header.counter}, not at its head v{proof.head_counter}")
     return problems
+
+
+def _shown_sha(sha: str | None) -> str:
+    return sha or "unknown: neither bundled nor listed"
 
 
 def anchor_bytes(anchor: Anchor) -> bytes:
