@@ -266,3 +266,24 @@ def test_an_edit_of_training_metadata_with_every_list_recomputed_fails_the_chain
     report = verify_bundle(str(target))
     assert report.failed() == ("chain",), [(c.name, c.reason) for c in report.checks]
     assert f"records another {layout.TRAINING_METADATA} than the bundle's" in report.check("chain").reason
+
+
+def test_model_files_larger_than_a_record_are_bundled(
+    run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Model files were read with a record's 16 MiB bound: a run whose model is larger (but under the bundle's
+    256 MiB) could not be bundled at all (AUDIT_BUNDLE_ERROR '... expected a record of at most ... bytes').
+    Here the record bound is lowered below this run's model files, above its records."""
+    import ml8s.audit.state as state
+
+    models = [run.directory / rel for rel in (layout.MODEL_NATIVE, "model/model.onnx")]
+    bound = min(path.stat().st_size for path in models) - 1
+    assert max((run.directory / rel).stat().st_size for rel in (layout.TRAINING_METADATA, layout.MANIFEST)) < bound
+    monkeypatch.setattr(state, "_SMALL", bound)
+    data, report = build_bundle(str(run.root), run.run_id, {})
+    assert report.passed
+    write_bundle(str(tmp_path / "b.tar.gz"), data)
+    got = members(tmp_path / "b.tar.gz")
+    for path in models:
+        assert got[f"run/{path.relative_to(run.directory)}"] == path.read_bytes()
+    assert verify_bundle(str(tmp_path / "b.tar.gz")).passed

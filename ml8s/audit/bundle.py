@@ -85,7 +85,15 @@ class BundleSource:
 
 def _run_files(source: BundleSource) -> list[BundleEntry]:
     rels = sorted({*RECORDS, *SHARD_RECORDS, *source.model_files})
-    return [BundleEntry(f"{RUN_DIR}/{rel}", source.state.read(rel)) for rel in rels if rel in source.state.listing()]
+    # A model file is bundled up to MODEL_BYTES_LIMIT (checked when choosing them), not a record's bound: a
+    # model over 16 MiB refused the whole bundle.
+    return [
+        BundleEntry(
+            f"{RUN_DIR}/{rel}", source.state.read(rel, MODEL_BYTES_LIMIT if rel in source.model_files else None)
+        )
+        for rel in rels
+        if rel in source.state.listing()
+    ]
 
 
 def artifact_sha256(state: RunState) -> dict[str, str]:

@@ -69,18 +69,21 @@ class RunState:
             self._listing = {i.key[len(base) :]: i for i in self.store.list(base) if i.key.startswith(base)}
         return self._listing
 
-    def read(self, rel: str) -> bytes:
-        """A file's bytes; :class:`Unavailable` when it is missing, :class:`Invalid` when it is larger than a record
-        (only records are read whole: a sparse 64 GiB one must not be) or a link (its target may lie outside the
-        root and be readable by root alone: an audit bundle would carry it)."""
+    def read(self, rel: str, max_bytes: int | None = None) -> bytes:
+        """A file's bytes; :class:`Unavailable` when it is missing, :class:`Invalid` when it is larger than
+        ``max_bytes`` (a record by default: a sparse 64 GiB one must not be read whole; an audit bundle reads its
+        model files up to its own bound) or a link (its target may lie outside the root and be readable by root
+        alone: an audit bundle would carry it)."""
+        limit = _SMALL if max_bytes is None else max_bytes
         if rel not in self._bytes:
             # Not listed is not always missing: the listing leaves out a FIFO, a directory or a dangling link, which
             # the strict read names (it was reported "missing", which sends an auditor looking for a deleted file).
             info = self.listing().get(rel)
-            if info is not None and info.size > _SMALL:
-                raise Invalid(f"{rel} holds {info.size} bytes; expected a record of at most {_SMALL} bytes (not read)")
+            if info is not None and info.size > limit:
+                what = "a record of " if max_bytes is None else ""
+                raise Invalid(f"{rel} holds {info.size} bytes; expected {what}at most {limit} bytes (not read)")
             try:
-                self._bytes[rel] = self.store.get(f"{self.prefix}/{rel}", max_bytes=_SMALL)
+                self._bytes[rel] = self.store.get(f"{self.prefix}/{rel}", max_bytes=limit)
             except NotFoundError as exc:
                 raise Unavailable(f"{rel} is missing") from exc
             except (UnsafeObjectError, ObjectTooLargeError) as exc:
