@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,33 @@ def test_a_tar_cut_short_inside_a_whole_gzip_is_a_problem_not_an_internal_error(
     assert opened.problems == (f"{cut} is cut short after {whole} whole member(s) (unexpected end of data); "
                                "expected a whole tar.gz",)  # fmt: skip
     assert opened.members == ({"bundle.json": b"{}"} if whole else {})
+
+
+def _longer_than_it_says() -> bytes:
+    """b/a's header says 10 bytes; 1024 follow, where the next header (b/z's) was due."""
+    header = tarfile.TarInfo("b/a")
+    header.size = 10
+    tail = tar_bytes({"b/z": b"z"})
+    return header.tobuf(format=tarfile.USTAR_FORMAT) + b"A" * 1024 + tail
+
+
+def _appended_after_the_end() -> bytes:
+    hidden = tarfile.TarInfo("b/hidden.onnx")
+    hidden.size = 6
+    return tar_bytes({"b/a": b"x" * 10}) + hidden.tobuf(format=tarfile.USTAR_FORMAT) + b"hidden" + bytes(506)
+
+
+@pytest.mark.parametrize("tar", [_longer_than_it_says(), _appended_after_the_end()], ids=["longer", "appended"])
+def test_data_after_the_last_readable_member_is_a_problem(tmp_path: Path, tar: bytes) -> None:
+    """tarfile ends its listing silently at the first block that is no valid header: a member longer than its header
+    says (the members after it dropped) or a member appended after the end-of-archive blocks was never read, and
+    the archive had no problem."""
+    path = tmp_path / "b.tar.gz"
+    path.write_bytes(gzip.compress(tar))
+    opened = open_bundle(str(path))
+    assert opened.members == {"a": tar[512:522]}
+    (problem,) = opened.problems
+    assert problem.startswith(f"{path} holds data at byte ") and "after its last readable member" in problem
+    whole = tmp_path / "whole.tar.gz"
+    whole.write_bytes(gzip.compress(tar_bytes({"b/a": b"x" * 10, "b/z": b"z"}) + bytes(4096)))
+    assert open_bundle(str(whole)).problems == ()  # zero padding after the end, however long, is no problem

@@ -11,6 +11,7 @@ import dataclasses
 import gzip
 import io
 import os
+import re
 import tarfile
 import zlib
 from typing import TypeVar
@@ -34,6 +35,7 @@ from ml8s.errors import ConfigError
 from ml8s.store.operator_files import read_operator_file
 
 M = TypeVar("M", bound=BaseModel)
+_NOT_ZERO = re.compile(rb"[^\0]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +109,16 @@ def open_bundle(path: str) -> OpenedBundle:
                 tops.add(top)
     except (EOFError, tarfile.TarError) as exc:  # the tar cut short inside a whole gzip: its headers read lazily
         problems.append(f"{path} is cut short after {len(members)} whole member(s) ({exc}); expected a whole tar.gz")
+    else:
+        # tarfile ends its listing, silently, at the first block that is no valid header: a member longer than its
+        # header says, a corrupt header or anything appended after the end of the archive was never read, and the
+        # bundle PASSed. What follows the last member is the tar's zero padding alone.
+        if stray := _NOT_ZERO.search(raw, archive.offset):
+            problems.append(
+                f"{path} holds data at byte {stray.start()} of its tar, after its last readable member (ending at "
+                f"byte {archive.offset}): a corrupt header, a member longer than it says or data appended; "
+                "expected only the tar's zero padding after its members"
+            )
     if len(tops) > 1:
         problems.append(f"members under several top directories: {sorted(tops)}")
     return OpenedBundle(path, min(tops, default=""), members, tuple(problems))
