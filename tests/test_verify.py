@@ -519,3 +519,40 @@ def test_a_large_artifact_is_hashed_where_it_lies_not_copied(tmp_path: Path, mon
     state._listing = {**state.listing(), "linked": state.listing()["features/feature_matrix.parquet"]}
     with pytest.raises(IntegrityError, match="linked"):
         state.digest("linked")
+
+
+@pytest.mark.parametrize("what", ["link", "fifo"])
+def test_a_marker_that_is_no_regular_file_fails(tampered: Run, tmp_path: Path, what: str) -> None:
+    # The listing follows a link to a file: a link to any empty file was taken for the marker and PASSed.
+    marker = tampered.directory / layout.SUCCESS_MARKER
+    marker.unlink()
+    (tmp_path / "empty").write_bytes(b"")
+    {"link": lambda: marker.symlink_to(tmp_path / "empty"), "fifo": lambda: os.mkfifo(marker)}[what]()
+    report = verify(tampered)
+    assert report.failed() == ("marker",)
+    assert_fails(report, "marker", "is no regular file (a symbolic link, FIFO, socket or device)")
+
+
+@pytest.mark.parametrize("where", ["features/outside", "extra.fifo", "."])
+def test_a_link_or_fifo_planted_in_the_run_fails_unexpected_files(tampered: Run, tmp_path: Path, where: str) -> None:
+    # The listing leaves out a link to a directory and a FIFO, and reads a run directory that is a link through it:
+    # unexpected_files saw nothing, and the run PASSed.
+    planted = tampered.directory / where
+    if where == "features/outside":
+        planted.symlink_to(tmp_path, target_is_directory=True)
+    elif where == "extra.fifo":
+        os.mkfifo(planted)
+    else:
+        real = tmp_path / "real"
+        shutil.copytree(tampered.directory, real)
+        shutil.rmtree(tampered.directory)
+        tampered.directory.symlink_to(real, target_is_directory=True)
+    try:
+        report = verify(tampered)
+    finally:
+        if where == ".":
+            tampered.directory.unlink()
+            tampered.directory.mkdir()
+    assert report.failed() == ("unexpected_files",)
+    said = "or a directory on the way to it, is no regular file" if where == "." else f"unexpected entry {where}"
+    assert_fails(report, "unexpected_files", said)

@@ -17,6 +17,7 @@ from ml8s.contract import Unavailable, layout
 from ml8s.data.sources import fingerprint_data
 
 T = TypeVar("T")
+_NO_FILE = "no regular file or directory (a symbolic link, FIFO, socket or device)"
 
 
 def use(load: Callable[[], T], owner: str) -> T:
@@ -39,6 +40,14 @@ def check_marker(state: RunState) -> CheckResult:
     info = listing.get(layout.SUCCESS_MARKER)
     if not listing:
         return failed("marker", [f"nothing is stored at {state.artifact_root}: no run {state.run_id} under this root"])
+    if layout.SUCCESS_MARKER in state.irregular():  # a link to an empty file was listed as the marker, and PASSed
+        return failed(
+            "marker",
+            [
+                f"{state.uri(layout.SUCCESS_MARKER)} is no regular file (a symbolic link, FIFO, socket or device); "
+                "the marker is an empty regular file the pipeline writes"
+            ],
+        )
     if info is None:
         return failed(
             "marker",
@@ -147,6 +156,13 @@ def check_unexpected_files(state: RunState) -> CheckResult:
     if logs:
         details.append(f"{len(logs)} log file(s) under {layout.LOGS_DIR}/ (allowed; logs are not artifacts)")
     problems = [f"unexpected file {rel} ({state.uri(rel)})" for rel in extra]
+    # Left out of the listing: a link (to a directory outside the root, say), a FIFO or a device planted in the run.
+    # One where a layout file belongs FAILs that file's own check; under .tmp/ and logs/ they are tolerated.
+    for rel in state.irregular():
+        if not rel:
+            problems.append(f"{state.artifact_root}, or a directory on the way to it, is {_NO_FILE}: read through it")
+        elif rel not in allowed and not rel.startswith((f"{layout.TMP_DIR}/", f"{layout.LOGS_DIR}/")):
+            problems.append(f"unexpected entry {rel} ({state.uri(rel)}): {_NO_FILE}")
     return verdict("unexpected_files", problems, "no file outside the layout", details)
 
 

@@ -55,6 +55,7 @@ class RunState:
         self.prefix = layout.run_prefix(run_id)
         self.artifact_root = f"{self.root_uri}/{self.prefix}"
         self._listing: dict[str, ObjectInfo] | None = None
+        self._irregular: list[str] | None = None
         self._bytes: dict[str, bytes] = {}
         self._digests: dict[str, Digest] = {}
         self.anchor: Anchor | None = None  # a chain anchor the chain check verifies against (verify_run)
@@ -68,6 +69,16 @@ class RunState:
             base = self.prefix + "/"
             self._listing = {i.key[len(base) :]: i for i in self.store.list(base) if i.key.startswith(base)}
         return self._listing
+
+    def irregular(self) -> list[str]:
+        """Entries under ARTIFACT_ROOT that are neither regular files nor directories (symbolic links, FIFOs,
+        devices), relative to it, sorted; ``""`` for ARTIFACT_ROOT itself, or a directory on the way to it, being
+        one. The listing leaves them out (or, for a link to a file, lists its target), so no check saw them."""
+        if self._irregular is None:
+            base = self.prefix + "/"
+            found = self.store.irregular(self.prefix)
+            self._irregular = sorted({key.removeprefix(base) if key.startswith(base) else "" for key in found})
+        return self._irregular
 
     def read(self, rel: str, max_bytes: int | None = None) -> bytes:
         """A file's bytes; :class:`Unavailable` when it is missing, :class:`Invalid` when it is larger than
