@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,8 @@ from test_verify import Run, clean_env, ml8s, restore, verified_run  # noqa: F40
 
 from ml8s.audit import Status, build_bundle, verify_bundle, write_bundle
 from ml8s.audit.bundle import CHECKSUMS, BundleEntry, write_archive
-from ml8s.audit.bundle_open import open_bundle
+from ml8s.audit.bundle_open import OpenedBundle, open_bundle
+from ml8s.audit.chain_proof import CHAIN_PROOF
 from ml8s.contract import checksum_lines, layout
 
 # The check that FAILs when a member is changed *and* checksums.sha256 is recomputed to match.
@@ -230,12 +231,9 @@ def test_a_member_name_that_is_not_utf8_is_shown_escaped(bundle: Path, tmp_path:
     assert not any("\udcff" in p for p in problems)
 
 
-def test_an_edit_of_training_metadata_with_every_list_recomputed_fails_the_chain_check(
-    bundle: Path, tmp_path: Path
-) -> None:
-    """training_metadata.json's sha256 is recorded in no run file, only in the chain block; the offline chain check
-    compared the block with the weights and the manifest alone, so a library version edited in the bundle (with
-    artifacts.sha256, VERIFY.md and checksums.sha256 recomputed) PASSed every check."""
+def forge(bundle: Path, target: Path, change: Callable[[dict[str, bytes]], None]) -> None:
+    """Rewrite the bundle with ``change`` made to its members and every list recomputed to match, as a forger would:
+    artifacts.sha256 (the bundled run files), VERIFY.md and checksums.sha256. Only chain_proof.json is beyond reach."""
     from ml8s.audit import mlflow_refs
     from ml8s.audit.bundle import ARTIFACT_CHECKSUMS, MLFLOW, VERIFICATION, VERIFY_MD
     from ml8s.audit.report import Report
@@ -243,29 +241,66 @@ def test_an_edit_of_training_metadata_with_every_list_recomputed_fails_the_chain
 
     opened = open_bundle(str(bundle))
     data = dict(opened.members)
-    record = json.loads(data[f"run/{layout.TRAINING_METADATA}"])
-    record["versions"]["torch"] += ".edited"
-    data[f"run/{layout.TRAINING_METADATA}"] = edited = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
-    listed = {**opened.checksum_list(ARTIFACT_CHECKSUMS), layout.TRAINING_METADATA: hashlib.sha256(edited).hexdigest()}
+    change(data)
+    listed = opened.checksum_list(ARTIFACT_CHECKSUMS)
+    listed |= {rel[4:]: hashlib.sha256(data[rel]).hexdigest() for rel in data if rel[4:] in listed}
     data[ARTIFACT_CHECKSUMS] = checksum_lines(listed)
-    index = opened.index()
+    forged = OpenedBundle(opened.path, opened.top, data, ())
+    index = forged.index()
     data[VERIFY_MD] = verify_md(
         artifact_root=index.artifact_root,
-        snapshot=opened.snapshot(),
-        checksum_kind=opened.fingerprint_record().checksum,
+        snapshot=forged.snapshot(),
+        checksum_kind=forged.fingerprint_record().checksum,
         artifact_sha256=listed,
-        report=opened.parse(VERIFICATION, Report),
-        view=opened.parse(MLFLOW, mlflow_refs.MlflowView),
+        report=forged.parse(VERIFICATION, Report),
+        view=forged.parse(MLFLOW, mlflow_refs.MlflowView),
         models=index.model_files,
     ).encode("utf-8")
     data[CHECKSUMS] = checksum_lines(
         {rel: hashlib.sha256(body).hexdigest() for rel, body in data.items() if rel != CHECKSUMS}
     )
-    target = tmp_path / "b.tar.gz"
     write_bundle(str(target), write_archive(opened.top, [BundleEntry(rel, body) for rel, body in data.items()]))
-    report = verify_bundle(str(target))
+
+
+def test_the_forge_helper_alone_changes_no_verdict(bundle: Path, tmp_path: Path) -> None:
+    """The forge helper is faithful: a bundle rewritten with no change still PASSes (so the tests below can fail)."""
+    forge(bundle, tmp_path / "b.tar.gz", lambda data: None)
+    assert verify_bundle(str(tmp_path / "b.tar.gz")).passed
+
+
+def test_an_edit_of_training_metadata_with_every_list_recomputed_fails_the_chain_check(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """training_metadata.json's sha256 is recorded in no run file, only in the chain block; the offline chain check
+    compared the block with the weights and the manifest alone, so a library version edited in the bundle (with
+    artifacts.sha256, VERIFY.md and checksums.sha256 recomputed) PASSed every check."""
+
+    def edit(data: dict[str, bytes]) -> None:
+        record = json.loads(data[f"run/{layout.TRAINING_METADATA}"])
+        record["versions"]["torch"] += ".edited"
+        data[f"run/{layout.TRAINING_METADATA}"] = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+
+    forge(bundle, tmp_path / "b.tar.gz", edit)
+    report = verify_bundle(str(tmp_path / "b.tar.gz"))
     assert report.failed() == ("chain",), [(c.name, c.reason) for c in report.checks]
     assert f"records another {layout.TRAINING_METADATA} than the bundle's" in report.check("chain").reason
+
+
+def test_a_bundle_relabelled_to_another_root_fails_the_chain_check(bundle: Path, run: Run, tmp_path: Path) -> None:
+    """The chain holds the manifest without its artifact_root: a bundle whose records all say the run lives under
+    another root (manifest, bundle.json, mlflow.json, verification.json rewritten, lists recomputed) PASSed, though
+    the run's block header records where it really lives."""
+    here, there = f"file://{run.root}/".encode(), b"file:///srv/prod/"
+
+    def relabel(data: dict[str, bytes]) -> None:
+        for rel in [rel for rel in data if rel != CHAIN_PROOF]:
+            data[rel] = data[rel].replace(here, there)
+
+    forge(bundle, tmp_path / "b.tar.gz", relabel)
+    report = verify_bundle(str(tmp_path / "b.tar.gz"))
+    assert report.failed() == ("chain",), [(c.name, c.reason) for c in report.checks]
+    assert "records artifact_root " in report.check("chain").reason
+    assert "the bundle says 'file:///srv/prod/" in report.check("chain").reason
 
 
 def test_model_files_larger_than_a_record_are_bundled(

@@ -187,7 +187,15 @@ def check_chain_proof(bundle: OpenedBundle) -> CheckResult:
     ):
         data = bundle.members.get(f"{b.RUN_DIR}/{rel}")
         payload_sha256[name] = hashlib.sha256(data).hexdigest() if data is not None else listed.get(rel)
-    problems = proof_problems(bundle.read(CHAIN_PROOF), snapshot.full_config_hash, manifest, payload_sha256)
+    index = bundle.index()
+    problems = proof_problems(
+        bundle.read(CHAIN_PROOF),
+        snapshot.full_config_hash,
+        manifest,
+        payload_sha256,
+        run_id=index.run_id,
+        artifact_root=index.artifact_root,
+    )
     problems += anchor_problems(bundle.members.get(ANCHOR), bundle.read(CHAIN_PROOF))
     anchored = " and agrees with the bundled anchor" if ANCHOR in bundle.members else ""
     return verdict(

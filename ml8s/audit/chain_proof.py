@@ -81,11 +81,18 @@ def _as_chained(manifest: bytes) -> bytes:
 
 
 def proof_problems(
-    data: bytes, full_config_hash: str, manifest: bytes, payload_sha256: Mapping[str, str | None]
+    data: bytes,
+    full_config_hash: str,
+    manifest: bytes,
+    payload_sha256: Mapping[str, str | None],
+    *,
+    run_id: str,
+    artifact_root: str,
 ) -> list[str]:
     """Everything wrong with a proof, offline. ``payload_sha256``: payload name -> the sha256 of the run file the
     bundle offers for it (bundled, else listed in artifacts.sha256; None when neither), for every payload file
-    but the manifest, which is compared as the chain holds it."""
+    but the manifest, which is compared as the chain holds it. ``run_id`` and ``artifact_root``: what the bundle
+    says the run is and where it lives, which the run's block header must record."""
     try:
         proof = ChainProof.model_validate_json(data)
     except ValidationError as exc:
@@ -108,7 +115,13 @@ def proof_problems(
     if len(runs) != 1 or runs[0].header.counter != proof.run_counter:
         problems.append(f"the proof holds {len(runs)} block(s) of this run; expected exactly one, v{proof.run_counter}")
         return problems
-    files = {f.name: f.sha256 for f in runs[0].header.files}
+    header = runs[0].header
+    # The chain holds the manifest without its artifact_root (Manifest.chain_payload): only the header records
+    # where the run lives, so a bundle relabelled to another root (its records and lists rewritten) PASSed.
+    for field, got, want in (("run_id", header.run_id, run_id), ("artifact_root", header.artifact_root, artifact_root)):
+        if got != want:
+            problems.append(f"the run's block v{header.counter} records {field} {got!r}; the bundle says {want!r}")
+    files = {f.name: f.sha256 for f in header.files}
     if files.get(PAYLOAD_MANIFEST) != sha256_hex(_as_chained(manifest)):
         problems.append(f"the run's block records another {PAYLOAD_MANIFEST} than the bundled {layout.MANIFEST}")
     if files.get(PAYLOAD_WEIGHTS) != payload_sha256.get(PAYLOAD_WEIGHTS):
