@@ -493,3 +493,24 @@ def test_resolve_collision_reads_an_incident_or_snapshot_whole_only_up_to_the_re
         handle.truncate(layout.RECORD_MAX_BYTES + 1)  # sparse: one byte over the bound
     with pytest.raises(ObjectTooLargeError, match=r"run_id_hash_collision-1\.json"):
         resolve_collision(store, run_id)
+
+
+def test_runs_list_lists_every_run_when_an_incident_record_is_a_link_or_too_large(tmp_path: Path) -> None:
+    """A collision record replaced by a link (or a sparse file over the record bound) made `ml8s runs list` fail
+    whole (STORE_UNSAFE_OBJECT, exit 1, no run listed); it is skipped like a malformed record, the others counted."""
+    other = "b" * 12
+    for run_id, full_hash in ((RUN, "e" * 64), (other, "f" * 64)):
+        plant(tmp_path, f"ml8s_training_runs/{run_id}/{layout.CONFIG_SNAPSHOT}", 0).write_text(
+            json.dumps({"full_config_hash": full_hash})
+        )
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"kind": "RUN_ID_HASH_COLLISION", "stored": {}}))
+    plant(tmp_path, f"ml8s_incidents/{RUN}/run_id_hash_collision-1.json", 0).unlink()
+    (tmp_path / f"ml8s_incidents/{RUN}/run_id_hash_collision-1.json").symlink_to(tmp_path / "elsewhere.json")
+    os.truncate(plant(tmp_path, f"ml8s_incidents/{RUN}/run_id_hash_collision-2.json", 0), layout.RECORD_MAX_BYTES + 1)
+    plant(tmp_path, f"ml8s_incidents/{other}/run_id_hash_collision-1.json", 0).write_text(
+        json.dumps({"kind": "RUN_ID_HASH_COLLISION", "stored": {"full_config_hash": "f" * 64}})
+    )
+    runs = list_runs(LocalStore(str(tmp_path)))
+    assert [(r.run_id, r.status) for r in runs] == [(RUN, "incomplete"), (other, "collided")]
+    with pytest.raises(UnsafeObjectError, match=r"run_id_hash_collision-1\.json"):
+        resolve_collision(LocalStore(str(tmp_path)), RUN)  # resolving still refuses, naming the record

@@ -19,7 +19,13 @@ import socket
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import Invalid, MovedFile, Resolution, layout, parse
-from ml8s.errors import IntegrityError, NotFoundError, ResolutionRefusedError
+from ml8s.errors import (
+    IntegrityError,
+    NotFoundError,
+    ObjectTooLargeError,
+    ResolutionRefusedError,
+    UnsafeObjectError,
+)
 from ml8s.identity.hashing import json_loads
 from ml8s.identity.settings import worker_id
 from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
@@ -41,17 +47,20 @@ def quarantine_prefix(run_id: str, full_hash: str) -> str:
     return f"{QUARANTINE_DIR}/{run_id}/{full_hash}"
 
 
-def collision_incidents(store: Store, run_id: str) -> dict[str, str]:
-    """Recorded collisions of ``run_id``: incident key -> the stored FULL_CONFIG_HASH it names."""
+def collision_incidents(store: Store, run_id: str, *, skip_unsafe: bool = False) -> dict[str, str]:
+    """Recorded collisions of ``run_id``: incident key -> the stored FULL_CONFIG_HASH it names. A malformed record
+    is no collision; one that cannot be read safely (a link, a FIFO, over the record bound) raises its error, or,
+    with ``skip_unsafe`` (``runs list``, which lists a damaged root rather than nothing), is skipped as malformed."""
     found: dict[str, str] = {}
     prefix = f"{layout.INCIDENTS_DIR}/{run_id}/"
+    skipped = (UnsafeObjectError, ObjectTooLargeError) if skip_unsafe else ()
     for info in store.list(prefix):
         if not info.key.rpartition("/")[2].startswith(COLLISION.lower() + "-"):
             continue
         try:
             record = json_loads(store.get(info.key, max_bytes=layout.RECORD_MAX_BYTES))
             stored = str(record["stored"]["full_config_hash"]) if isinstance(record, dict) else ""
-        except (NotFoundError, ValueError, KeyError, TypeError):
+        except (NotFoundError, ValueError, KeyError, TypeError, *skipped):
             continue
         if isinstance(record, dict) and record.get("kind") == COLLISION and len(stored) == 64:
             found[info.key] = stored

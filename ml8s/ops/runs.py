@@ -75,7 +75,7 @@ def _runs(store: Store, strays: set[str]) -> list[RunEntry]:
         prefix = layout.run_prefix(run_id)
         full_hash = str(_read_json(store, f"{prefix}/{layout.CONFIG_SNAPSHOT}").get("full_config_hash", ""))
         complete = f"{prefix}/{layout.SUCCESS_MARKER}" in keys
-        collided = bool(full_hash) and full_hash in collision_incidents(store, run_id).values()
+        collided = bool(full_hash) and full_hash in collision_incidents(store, run_id, skip_unsafe=True).values()
         status = "collided" if collided else "complete" if complete else "incomplete"
         entries.append(_entry(store, run_id, status, full_hash, prefix, len(keys)))
     for (run_id, full_hash), keys in sorted(_keys_by(store, QUARANTINE_DIR, 2, strays).items()):
