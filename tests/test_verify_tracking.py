@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,24 @@ def test_no_error_or_log_line_carries_a_password(text: str, shown: str | None) -
     assert str(RegistryError(text)) == f"REGISTRY_ERROR: {shown}" and RegistryError(text).message == shown
     record = logging.LogRecord("ml8s", logging.WARNING, __file__, 1, "%s", (text,), None)
     assert HumanFormatter().format(record).endswith(f" {shown}")
+
+
+def test_a_registry_whose_database_driver_is_not_installed_is_a_named_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A postgresql:// registry where psycopg is not installed: MLflow's client raised ModuleNotFoundError, and
+    `ml8s verify`, `ml8s audit bundle` (reading the published anchor) and `ml8s runs list` each ended in an
+    INTERNAL_ERROR. Each is now a RegistryError naming the module (the mlflow check FAILs; runs list says why the
+    registration is unconfirmed). None in sys.modules makes the import fail whatever is installed."""
+    from ml8s.audit.anchor_tags import read_published
+    from ml8s.audit.mlflow_refs import read_view
+    from ml8s.ops.registrations import registration_states
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    uri = "postgresql://ml@127.0.0.1:9/mlflow"
+    said = "the module 'psycopg', which its URI's database driver needs, is not installed"
+    with pytest.raises(RegistryError, match=said):
+        read_view(uri, _ref(uri), "f" * 64)
+    with pytest.raises(RegistryError, match=said):
+        read_published(uri, "ml8s-model")
+    ref = {"tracking_uri": uri, "model_name": "ml8s-model", "model_version": "1", "mlflow_run_id": "0" * 32}
+    (state,) = registration_states({"a" * 12: ref}, {}).values()
+    assert state.startswith("unconfirmed: ") and said in state

@@ -28,7 +28,7 @@ from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
-from ml8s.registry.confirm import missing_database
+from ml8s.registry.confirm import missing_database, missing_driver
 from ml8s.registry.query import versions_of_hash
 from ml8s.store.operator_files import read_operator_file
 
@@ -87,15 +87,17 @@ def read_published(tracking_uri: str, model_name: str, version: str | None = Non
     """
     from mlflow.exceptions import MlflowException
 
-    client = _client(tracking_uri)
     what = f"model {model_name!r}" + (f" version {version}" if version else "") + f" in MLflow at {tracking_uri}"
     try:
+        client = _client(tracking_uri)  # MlflowClient opens a database here: its driver may be missing
         if version is None:
             tags = client.get_registered_model(model_name).tags
         else:
             tags = client.get_model_version(model_name, version).tags
     except MlflowException as exc:
         raise RegistryError(f"{what}: {exc.message}") from exc
+    except ModuleNotFoundError as exc:
+        raise RegistryError(f"{what}: {missing_driver(exc)}") from exc
     if ANCHOR_TAG not in tags:
         raise RegistryError(f"{what} has no {ANCHOR_TAG} tag: publish one with `ml8s chain anchor --publish mlflow`")
     return read_anchor(str(tags[ANCHOR_TAG]).encode("utf-8"), where=f"the {ANCHOR_TAG} tag of {what}")

@@ -42,6 +42,18 @@ def registry_errors(where: str) -> Iterator[None]:
         raise RegistryError(f"{where}: {'not found' if missing else 'MLflow error'}: {exc.message}") from exc
     except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
         raise RegistryError(f"{where}: the MLflow database cannot be read: {first_line(exc)}") from exc
+    except ModuleNotFoundError as exc:
+        raise RegistryError(f"{where}: {missing_driver(exc)}") from exc
+
+
+def missing_driver(exc: ModuleNotFoundError) -> str:
+    """Why MLflow could not open a registry whose URI names a database driver not installed here (``postgresql://``
+    without psycopg, ``mysql://`` without MySQLdb): it was an INTERNAL_ERROR of verify, audit bundle and runs list."""
+    return (
+        f"MLflow cannot open this registry here: the module {exc.name!r}, which its URI's database driver needs, "
+        "is not installed; expected a registry this environment can read (install the driver, or pass a reachable "
+        "URI)"
+    )
 
 
 def confirm_registration(client: MlflowClient, shown: str, model_name: str, version: str, mlflow_run_id: str) -> None:
