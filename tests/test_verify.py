@@ -556,3 +556,14 @@ def test_a_link_or_fifo_planted_in_the_run_fails_unexpected_files(tampered: Run,
     assert report.failed() == ("unexpected_files",)
     said = "or a directory on the way to it, is no regular file" if where == "." else f"unexpected entry {where}"
     assert_fails(report, "unexpected_files", said)
+
+
+@pytest.mark.parametrize("length", [2**64 - 1, 2**40])
+def test_native_weights_whose_header_length_is_absurd_fail_not_crash(tampered: Run, length: int) -> None:
+    # Over 16 MiB, so streamed: the safetensors length field was read as a count of bytes to read, and verify (and
+    # audit bundle) ended in OverflowError or MemoryError, with no report.
+    weights = tampered.directory / layout.MODEL_NATIVE
+    with open(weights, "wb") as handle:
+        handle.write(length.to_bytes(8, "little"))
+        handle.truncate(layout.RECORD_MAX_BYTES + 1024)
+    assert_fails(verify(tampered), "training_metadata", "the native weights' safetensors header cannot be read")

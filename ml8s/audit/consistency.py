@@ -35,9 +35,16 @@ def safetensors_shapes(head: bytes) -> list[list[int]] | None:
         return None
 
 
+# The safetensors library refuses a header longer than this; a length field beyond it (a damaged or planted file
+# over 16 MiB, so streamed) made the verifier read 2**64 bytes: OverflowError or MemoryError, no report at all.
+SAFETENSORS_HEADER_MAX = 100_000_000
+
+
 def header_length(head: bytes) -> int:
-    """Bytes to read for the whole safetensors header (from its first 8 bytes)."""
-    return 8 + int.from_bytes(head[:8], "little") if len(head) >= 8 else 8
+    """Bytes to read for the whole safetensors header (from its first 8 bytes), at most the library's bound: a
+    longer one is read only that far, and does not parse (:func:`safetensors_shapes` gives None)."""
+    length = int.from_bytes(head[:8], "little") if len(head) >= 8 else 0
+    return 8 + min(length, SAFETENSORS_HEADER_MAX)
 
 
 def cross_problems(
@@ -76,7 +83,12 @@ def cross_problems(
     if weights_head is not None:
         shapes = safetensors_shapes(weights_head)
         counted = None if shapes is None else sum(math.prod(s) for s in shapes)
-        if counted != model.parameter_count:
+        if counted is None:
+            problems.append(
+                f"the native weights' safetensors header cannot be read (its length field, or its JSON, is damaged); "
+                f"expected the {model.parameter_count} parameters model.parameter_count records"
+            )
+        elif counted != model.parameter_count:
             problems.append(f"model.parameter_count is {model.parameter_count}; the native weights hold {counted}")
     if len(training.epoch_losses) != training.epochs or training.optimizer != families.OPTIMIZER:
         problems.append(

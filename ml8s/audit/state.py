@@ -127,8 +127,8 @@ class RunState:
         with owned_tempdir("ml8s-verify-") as tmp:
             path = os.path.join(tmp, "artifact")
             self.store.download(f"{self.prefix}/{rel}", path)
-            with open(path, "rb") as handle:
-                return handle.read(size)
+            with open(path, "rb") as handle:  # never more than the file: read(n) allocates n bytes first
+                return handle.read(min(size, os.fstat(handle.fileno()).st_size))
 
     def snapshot(self) -> ConfigSnapshot:
         return parse(layout.CONFIG_SNAPSHOT, self.read(layout.CONFIG_SNAPSHOT), ConfigSnapshot)
