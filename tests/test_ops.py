@@ -514,3 +514,18 @@ def test_runs_list_lists_every_run_when_an_incident_record_is_a_link_or_too_larg
     assert [(r.run_id, r.status) for r in runs] == [(RUN, "incomplete"), (other, "collided")]
     with pytest.raises(UnsafeObjectError, match=r"run_id_hash_collision-1\.json"):
         resolve_collision(LocalStore(str(tmp_path)), RUN)  # resolving still refuses, naming the record
+
+
+def test_runs_list_names_a_run_folder_replaced_by_a_link_or_a_fifo(tmp_path: Path) -> None:
+    """The listing leaves out what is no file or folder: a RUN_ID folder replaced by a link (to a copy elsewhere) or
+    a FIFO where runs are kept vanished from `runs list` without a word; each is now named apart, as a stray is."""
+    linked, other = "c" * 12, "b" * 12
+    plant(tmp_path, f"ml8s_training_runs/{other}/{layout.SUCCESS_MARKER}", 0)
+    plant(tmp_path, f"elsewhere/{linked}/{layout.SUCCESS_MARKER}", 0)
+    (tmp_path / "ml8s_training_runs" / linked).symlink_to(tmp_path / "elsewhere" / linked)
+    os.mkfifo(tmp_path / "ml8s_training_runs" / ("d" * 12))
+    os.mkfifo(tmp_path / f"ml8s_training_runs/{other}/inside.fifo")  # inside a run: verify's to report
+    listing = list_root(LocalStore(str(tmp_path)))
+    assert [r.run_id for r in listing.runs] == [other]
+    runs_uri = LocalStore(str(tmp_path)).uri("ml8s_training_runs")
+    assert listing.not_runs == (f"{runs_uri}/{linked}", f"{runs_uri}/{'d' * 12}")

@@ -59,6 +59,7 @@ def list_root(store: Store, env: Mapping[str, str] | None = None) -> RunListing:
     """:func:`list_runs`, with the entries that are no run (:class:`RunListing`), as store URIs, sorted."""
     strays: set[str] = set()
     entries = _runs(store, strays)
+    strays |= _irregular_entries(store)
     live = [e for e in entries if e.model_version and e.status != "quarantined"]
     refs = {e.run_id: _mlflow_ref(store, layout.run_prefix(e.run_id)) for e in live}
     if env is not None and refs:
@@ -146,6 +147,19 @@ def _keys_by(store: Store, top: str, depth: int, strays: set[str]) -> dict[tuple
             continue
         groups.setdefault(tuple(parts[1 : depth + 1]), []).append(info.key)
     return groups
+
+
+def _irregular_entries(store: Store) -> set[str]:
+    """Where runs are kept, entries that are no folder or file (a RUN_ID folder replaced by a symbolic link, a FIFO):
+    the listing leaves them out, so a run replaced by a link vanished from the table without a word. What is inside
+    a run is ``ml8s verify``'s to report."""
+    depth = {layout.RUNS_DIR: 2, QUARANTINE_DIR: 3}
+    return {
+        key
+        for top, deepest in depth.items()
+        for key in store.irregular(top)
+        if 2 <= len(parts := key.split("/")) <= deepest and layout.TMP_DIR not in parts
+    }
 
 
 def _read_json(store: Store, key: str) -> dict[str, object]:
