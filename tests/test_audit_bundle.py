@@ -322,3 +322,24 @@ def test_model_files_larger_than_a_record_are_bundled(
     for path in models:
         assert got[f"run/{path.relative_to(run.directory)}"] == path.read_bytes()
     assert verify_bundle(str(tmp_path / "b.tar.gz")).passed
+
+
+def test_a_snapshot_recording_a_billion_ranks_is_checked_at_once(bundle: Path, tmp_path: Path) -> None:
+    """TRAIN_WORLD_SIZE of an edited snapshot was trusted up to any size: 10**9 (canonical form kept) had the
+    layout list 10**9 shard names, and `ml8s audit verify` (and `ml8s verify`) ran for minutes into memory
+    exhaustion. Above the bound a run accepts, the layout expects one rank's files; the snapshot check FAILs."""
+    from ml8s.identity.hashing import canonical_bytes
+    from ml8s.identity.params import MAX_WORLD_SIZE
+    from ml8s.identity.versions import world_size_of
+
+    assert world_size_of({"train_world_size": 10**9}) == 1
+    assert world_size_of({"train_world_size": MAX_WORLD_SIZE}) == MAX_WORLD_SIZE
+
+    def edit(data: dict[str, bytes]) -> None:
+        snapshot = json.loads(data[f"run/{layout.CONFIG_SNAPSHOT}"])
+        snapshot["canonical_config"]["train_world_size"] = 10**9
+        data[f"run/{layout.CONFIG_SNAPSHOT}"] = canonical_bytes(snapshot)
+
+    forge(bundle, tmp_path / "b.tar.gz", edit)
+    report = verify_bundle(str(tmp_path / "b.tar.gz"))
+    assert "config_snapshot" in report.failed()

@@ -7,6 +7,7 @@ version. A new version is added here when the rules change (SPEC §2: any change
 
 from __future__ import annotations
 
+from ml8s.identity.params import MAX_WORLD_SIZE
 from ml8s.identity.variables import (
     CANONICALIZATION_VERSION,
     RESOLVED_KEYS,
@@ -67,10 +68,11 @@ def records_training_state(canonicalization_version: str) -> bool:
 
 
 def world_size_of(config: CanonicalConfig) -> int:
-    """TRAIN_WORLD_SIZE of a recorded canonical config: 1 when absent (before 2.1.0) or not a count >= 1
-    (the snapshot check reports a malformed value; the layout then expects one rank's files)."""
+    """TRAIN_WORLD_SIZE of a recorded canonical config: 1 when absent (before 2.1.0) or not a count from 1 to
+    MAX_WORLD_SIZE, the bound a run accepts (the snapshot check reports a malformed value; the layout then expects
+    one rank's files). Unbounded, an edited snapshot's 10**9 had verify and audit verify list 10**9 shard names."""
     value = config.get("train_world_size", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WORLD_SIZE else 1
 
 
 KNOWN_CANONICALIZATION_VERSIONS = tuple(sorted(CANONICAL_KEYS))
