@@ -22,9 +22,13 @@ from forked_cli import ML8S, forked_ml8s
 from ml8s.chain import ChainStore, ReadTrust, verify_chain
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, Ml8sError, WarmStartNotFoundError
+from ml8s.features.warm import read_generations
 from ml8s.identity.variables import normalize_value
 from ml8s.lineage import read_training_state
 from ml8s.lineage.parent import find_parent
+from ml8s.pipeline.bootstrap import bootstrap
+from ml8s.pipeline.features import compute_features
+from ml8s.pipeline.snapshot import snapshot
 from ml8s.store import LocalStore
 
 CHAIN = "ml8s-model"
@@ -292,6 +296,28 @@ def test_a_corrupt_record_file_names_the_history_to_delete_and_that_heals_it(
     shutil.rmtree(history)  # what the message says
     _ml8s(_env(data, root, WARM_START="head"), "run")
     assert _head(root)[0] == head[0] + 1 and record.read_bytes() != bytes(damaged)
+
+
+def test_a_new_generation_with_a_column_the_lineage_does_not_know_is_read_without_it(
+    warm_root: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """docs/continuous.md: a column the lineage does not know is ignored. Bootstrap let such a generation through,
+    then the snapshot step read every generation as one dataset and stopped with DATA_ERROR ("has columns [...];
+    expected the columns of part-000.csv"): a warm start's data is checked by bootstrap, file by file."""
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    path = add_generation(data, 2)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([f"{lines[0]},region", *(f"{line},eu" for line in lines[1:])]) + "\n")
+    ctx = bootstrap(_env(data, root, WARM_START="head"))
+    assert ctx.spec.lineage is not None and ctx.spec.lineage.new == 1
+    snapshot(ctx, ctx.open_store())
+    assert json.loads((root / layout.RUNS_DIR / ctx.run_id / layout.CONFIG_SNAPSHOT).read_bytes())
+    compute_features(ctx.spec, str(tmp_path / "features"))
+    generations = read_generations(str(tmp_path / "features"))
+    assert [g.index for g in generations] == [0, 1, 2]
+    assert generations[2].records_sha256 and generations[2].records  # its rows encoded, without the new column
 
 
 @pytest.mark.parametrize(
