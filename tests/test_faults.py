@@ -164,6 +164,41 @@ def test_racers_appending_the_same_generation_to_the_history_both_go_on(tmp_path
         sync_history(mine, schema, {0: other}, [Generation(index=0, partition="gen-0", files=["f"])])
 
 
+def test_rows_of_an_uncommitted_generation_name_the_history_to_delete_and_a_rebuild_heals(tmp_path: Path) -> None:
+    """A run appended its new generation (gen-002.csv while it was still being written) and was killed before
+    its commit; the file then grew. Every later warm start from that parent failed RECORDS_APPEND_ONLY on those
+    rows, forever, saying nothing of what to do. The error says no version recorded them and names the history
+    to delete; a rebuilt history takes the new rows (the parent's generations checked against its sha256s)."""
+    from ml8s.contract.training_state import Generation
+    from ml8s.lineage import EncodedGeneration, sync_history
+    from ml8s.records import RecordSchema, RecordStore
+
+    schema = RecordSchema.build(["a", "b"], "y", ["no", "yes"])
+    rng = np.random.default_rng(0)
+
+    def encoded(index: int, rows: int) -> EncodedGeneration:
+        return EncodedGeneration(
+            index, rng.random((rows, 2), dtype=np.float32), rng.integers(0, 2, rows), np.zeros(rows, dtype=np.int8)
+        )
+
+    history = RecordStore(LocalStore(str(tmp_path)), "lineage/history")
+    old, partial, complete = encoded(0, 30), encoded(1, 10), encoded(1, 20)
+    (recorded,) = sync_history(history, schema, {0: old}, [Generation(index=0, partition="gen-000.csv", files=[])])
+    new = Generation(index=1, partition="gen-002.csv", files=[])
+    sync_history(history, schema, {1: partial}, [recorded, new])  # the killed run's append
+    with pytest.raises(RecordsAppendError) as caught:
+        sync_history(history, schema, {1: complete}, [recorded, new])
+    where = f"file://{tmp_path}/lineage/history/"
+    assert "no version of the chain recorded generation 1 (gen-002.csv)" in caught.value.message
+    assert f"delete the history {where} (every file under it) and run again" in caught.value.message
+    shutil.rmtree(tmp_path / "lineage" / "history")  # what it says; the features step then re-encodes all
+    done = sync_history(history, schema, {0: old, 1: complete}, [recorded, new])
+    assert done[0] == recorded and done[1].records == 20
+    with pytest.raises(RecordsAppendError) as kept:  # a generation a version recorded: its own, unchanged error
+        sync_history(history, schema, {1: partial}, [recorded, done[1]])
+    assert "no version" not in kept.value.message
+
+
 @pytest.mark.parametrize("change", [{"RANDOM_SEED": "7"}, {"TEST_SIZE": "0.3"}], ids=["seed", "test-size"])
 def test_seed_and_split_may_change_between_warm_versions(
     lineage: Lineage, tmp_path: Path, change: dict[str, str]

@@ -197,7 +197,12 @@ def sync_history(
         if generation.index in encoded:
             # an existing generation of this number must hold exactly these bytes: the append checks it and
             # is then a no-op, and refuses (RECORDS_APPEND_ONLY) anything else
-            info = _append(history, schema, encoded[generation.index], generation.index)
+            try:
+                info = _append(history, schema, encoded[generation.index], generation.index)
+            except RecordsAppendError as exc:
+                if generation.records_sha256 is not None:
+                    raise
+                raise _unrecorded(history, generation, exc) from exc
             if generation.records_sha256 not in (None, info.sha256):
                 raise LineageError(
                     f"generation {generation.index} re-encoded to records with sha256 {info.sha256}; its parent "
@@ -210,6 +215,17 @@ def sync_history(
             )
         done.append(generation.model_copy(update={"records_sha256": info.sha256, "records": info.rows}))
     return done
+
+
+def _unrecorded(history: RecordStore, generation: Generation, exc: RecordsAppendError) -> RecordsAppendError:
+    """Other rows under a generation no version recorded: a run from the same parent appended them and never
+    committed (killed after its features step, before DATA_ROOT's file was complete): without a way out, every
+    later warm start from that parent would fail here, forever."""
+    return RecordsAppendError(
+        f"{exc.message}; no version of the chain recorded generation {generation.index} ({generation.partition}): "
+        "a run from the same parent appended it from other data and did not commit (it stopped, and its files "
+        f"changed since; or a trainer with other data is at work now: wait for it). {_rebuild_hint(history)}"
+    )
 
 
 def _append(history: RecordStore, schema: RecordSchema, encoded: EncodedGeneration, number: int) -> GenerationInfo:
@@ -285,9 +301,13 @@ DamagedRecords = RecordsChecksumError | RecordsTruncatedError | RecordsExtraByte
 def with_rebuild_hint(history: RecordStore, exc: DamagedRecords) -> DamagedRecords:
     """``exc`` (same code) saying how to heal: a listed generation is never rewritten, so every run would fail on
     the damaged file again; the history is derived data, rebuilt (and checked) from DATA_ROOT when absent."""
+    return type(exc)(f"{exc.message}. {_rebuild_hint(history)}")
+
+
+def _rebuild_hint(history: RecordStore) -> str:
     where = history.store.uri(history.prefix)
-    return type(exc)(
-        f"{exc.message}. The lineage's record history is derived data and a listed generation is never rewritten, "
+    return (
+        "The lineage's record history is derived data and a listed generation is never rewritten, "
         f"so every warm start fails here until it is rebuilt: delete the history {where}/ (every file under it) "
         "and run again; the features step re-encodes each generation from DATA_ROOT and checks it against the "
         "sha256 its parent recorded (under Flyte run with FORCE_RERUN=true: the features task is cached)"
