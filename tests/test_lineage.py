@@ -28,6 +28,7 @@ from ml8s.lineage import read_training_state
 from ml8s.lineage.parent import find_parent
 from ml8s.pipeline.bootstrap import bootstrap
 from ml8s.pipeline.features import compute_features
+from ml8s.pipeline.promote import _compare
 from ml8s.pipeline.snapshot import snapshot
 from ml8s.store import LocalStore
 
@@ -318,6 +319,23 @@ def test_a_new_generation_with_a_column_the_lineage_does_not_know_is_read_withou
     generations = read_generations(str(tmp_path / "features"))
     assert [g.index for g in generations] == [0, 1, 2]
     assert generations[2].records_sha256 and generations[2].records  # its rows encoded, without the new column
+
+
+def test_a_warm_start_with_no_new_generation_is_judged_on_the_fixed_holdout(
+    warm_root: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A racer that lost its parent retrains from the winner on no new generation (so does a pinned WARM_START at
+    the head). Its promotion measured a "new data" part of no rows and rejected it: "cannot be compared on the
+    same rows: no held-out rows to evaluate on (TEST_SIZE holds none out)", a decision on what did not happen."""
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    ctx = bootstrap(_env(data, root, WARM_START="2"))  # v2, the head, trained on every generation
+    assert ctx.spec.lineage is not None and ctx.spec.lineage.new == 0
+    chain = ChainStore(LocalStore(str(root)), CHAIN)
+    action, rule = _compare(ctx, chain, chain.get(2), chain.get(1))
+    assert "fixed holdout (generation(s) 0, " in rule and "new data" not in rule and "cannot be compared" not in rule
+    assert action == "promote", rule
 
 
 @pytest.mark.parametrize(

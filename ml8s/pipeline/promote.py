@@ -3,11 +3,11 @@
 The rule (docs/chain.md, "Promotion"): the candidate and the served version predict the same evaluation
 rows, each from raw rows with its own feature schema, in two parts: the held-out split of the generations
 the candidate trained on for the first time (the new data), and the held-out split of the lineage's
-generation 0 (a fixed holdout every version of the lineage is measured on). The candidate is promoted when,
-on each part, its accuracy minus the served version's is at least PROMOTE_MIN_DELTA, or falls short by no
-more than chance (McNemar's z <= REGRESSION_Z on the rows where exactly one of the two is right): a candidate
-that learned the new data but forgot the old (or learned corrupted labels) is not served, and a row or two
-of a small split does not reject one. Otherwise the decision
+generation 0 (a fixed holdout every version of the lineage is measured on; with no new generation, alone).
+The candidate is promoted when, on each part, its accuracy minus the served version's is at least
+PROMOTE_MIN_DELTA, or falls short by no more than chance (McNemar's z <= REGRESSION_Z on the rows where
+exactly one of the two is right): a candidate that learned the new data but forgot the old (or learned
+corrupted labels) is not served, and a row or two of a small split does not reject one. Otherwise the decision
 is ``reject`` and followers keep the served version (``ml8s chain promote N`` overrides it). Nothing served
 yet: the candidate is promoted. A cold start starts a new lineage (deliberately: a changed schema,
 docs/continuous.md) whose held-out split is not the served lineage's: it is promoted, and the decision says
@@ -83,6 +83,9 @@ def _compare(
             f"served lineage's; ml8s chain promote {served.counter} serves v{served.counter} again)"
         )
     parts = {"new data": plan.new_generations, "fixed holdout": plan.generations[:1]}
+    # a run with no new generation (it lost its parent to a head that trained on all of DATA_ROOT and retrained
+    # from it, or a pinned WARM_START at the head) has no new data to measure: not a part with no rows
+    parts = {name: generations for name, generations in parts.items() if generations}
     try:
         ours, theirs = _model(chain, candidate), _model(chain, served)
         scores = {}
