@@ -19,7 +19,7 @@ from cli_support import ml8s_many
 from conftest import write_small_churn
 from forked_cli import ML8S, forked_ml8s
 
-from ml8s.chain import ChainStore, ReadTrust, verify_chain
+from ml8s.chain import ChainStore, PromotionLog, ReadTrust, verify_chain
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, Ml8sError, WarmStartNotFoundError
 from ml8s.features.warm import read_generations
@@ -27,8 +27,9 @@ from ml8s.identity.variables import normalize_value
 from ml8s.lineage import read_training_state
 from ml8s.lineage.parent import find_parent
 from ml8s.pipeline.bootstrap import bootstrap
+from ml8s.pipeline.chain_commit import ChainCommit
 from ml8s.pipeline.features import compute_features
-from ml8s.pipeline.promote import _compare
+from ml8s.pipeline.promote import _compare, promote
 from ml8s.pipeline.snapshot import snapshot
 from ml8s.store import LocalStore
 
@@ -336,6 +337,35 @@ def test_a_warm_start_with_no_new_generation_is_judged_on_the_fixed_holdout(
     action, rule = _compare(ctx, chain, chain.get(2), chain.get(1))
     assert "fixed holdout (generation(s) 0, " in rule and "new data" not in rule and "cannot be compared" not in rule
     assert action == "promote", rule
+
+
+def test_a_late_decision_never_serves_a_version_older_than_the_served_one(
+    warm_root: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """v1's run stopped between its commit and its promotion; v2 was committed and promoted; v1's run is run again
+    (a task retry): its gate hit decides v1 late. It was weighed as a candidate against v2 (here: a cold start,
+    promoted as a new lineage) and served instead of the newer v2. It is rejected, saying why."""
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    shutil.rmtree(root / "ml8s_chain" / CHAIN / "promotions")  # neither run got to its decision ...
+    chain = ChainStore(LocalStore(str(root)), CHAIN)
+    first, second = chain.get(1), chain.get(2)
+    PromotionLog(chain).decide("promote", second, "manual: v2's run decided first", None)  # ... v2's did
+    ctx = bootstrap(_env(data, root))
+    late = ChainCommit(
+        chain_name=CHAIN,
+        counter=1,
+        semver=first.header.semver,
+        block_hash=first.block_hash,
+        content_hash=first.content_hash,
+        version_dir="",
+        global_step=0,
+    )
+    decided = promote(ctx, ctx.open_store(), late).decision
+    assert (decided.action, decided.counter, decided.served_counter) == ("reject", 1, 2), decided.rule
+    assert "v2, committed after it, is served" in decided.rule
+    assert PromotionLog(chain).served() == second
 
 
 @pytest.mark.parametrize(

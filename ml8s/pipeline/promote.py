@@ -57,6 +57,16 @@ def promote(ctx: RunContext, store: Store, commit: ChainCommit) -> SignedDecisio
     action: PromotionAction = "promote"
     if served is None:
         rule = "nothing was served: the first candidate is promoted"
+    elif served.counter > candidate.counter:
+        # decided late (its run stopped between commit and promotion, and was run again after a later version
+        # was decided): the rule would weigh an older model against a newer one and could serve it instead
+        action, rule = (
+            "reject",
+            (
+                f"v{served.counter}, committed after it, is served: a late decision never serves an older version "
+                f"(ml8s chain promote {candidate.counter} does)"
+            ),
+        )
     else:
         action, rule = _compare(ctx, chain, candidate, served)
     decided = log.decide(action, candidate, rule, signer)
