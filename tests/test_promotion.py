@@ -159,6 +159,33 @@ def test_cli_promote_reject_and_what_follow_and_log_show(
     assert main(["chain", "verify"]) == 0
 
 
+def test_rejecting_an_old_version_of_a_chain_with_no_decision_keeps_its_head_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A chain with no decision serves its head (v4). ``ml8s chain reject 2`` wrote a first decision that serves
+    nothing: new followers and ``predict --chain`` stopped serving v4 ("no version promoted yet"), and
+    ``reject 4`` was let through. The head is recorded as promoted first; rejecting it is refused."""
+    root = tmp_path / "root"
+    chain = _chain(root, "cli", signed=False)
+    for key, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": ""}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    assert main(["chain", "reject", "4"]) == 1
+    assert "v4 is the version followers serve (the chain has no promotion decision" in capsys.readouterr().err
+    assert not PromotionLog(chain).decisions()
+    assert main(["chain", "reject", "2"]) == 0
+    decisions = [d.decision for d in PromotionLog(chain).decisions()]
+    assert [(d.action, d.counter, d.served_counter) for d in decisions] == [("promote", 4, 4), ("reject", 2, 4)]
+    assert "the head that followers served" in decisions[0].rule
+    out = tmp_path / "serve"
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    assert json.loads((out / "current" / "ml8s_version.json").read_text())["counter"] == 4
+    PromotionLog(chain).keep_head_served(chain.get(3), None)  # only ever the first decision
+    assert len(PromotionLog(chain).decisions()) == 2
+    assert main(["chain", "verify"]) == 0
+
+
 def test_a_gate_that_promoted_nothing_serves_nothing(tmp_path: Path) -> None:
     chain = _chain(tmp_path / "root", "none", signed=False)
     PromotionLog(chain).decide("reject", chain.get(1), "a first candidate rejected", None)

@@ -132,9 +132,16 @@ class PromotionLog:
         return self.chain.get(latest.decision.served_counter)
 
     def decide(
-        self, action: PromotionAction, candidate: ChainVersion, rule: str, signer: SigningKey | None
+        self,
+        action: PromotionAction,
+        candidate: ChainVersion,
+        rule: str,
+        signer: SigningKey | None,
+        *,
+        first: bool = False,
     ) -> SignedDecision:
-        """Append a decision on ``candidate`` (retrying on top of a decision that won the race).
+        """Append a decision on ``candidate`` (retrying on top of a decision that won the race); ``first``: only
+        as the log's first decision (else the newest one is returned and nothing is written).
 
         Raises:
             SigningRequiredError: the chain has a trust policy and ``signer`` is missing or not in it.
@@ -146,6 +153,8 @@ class PromotionLog:
         policy = in_force.version if in_force is not None else 0
         for _ in range(100):
             previous = self.latest()
+            if first and previous is not None:
+                return previous
             sequence = previous.decision.sequence + 1 if previous is not None else 1
             served = (candidate.counter, candidate.block_hash)
             if action == "reject":
@@ -174,6 +183,14 @@ class PromotionLog:
             if self.chain.store.put_if_absent(record_key(self.chain, sequence), signed.model_dump_json().encode()):
                 return signed
         raise ChainError(f"chain {self.chain.name!r}: 100 promotion decisions raced this one; try again")
+
+    def keep_head_served(self, head: ChainVersion | None, signer: SigningKey | None) -> None:
+        """Before a chain's first decision is a ``reject``: followers of a chain with no decision serve its head, and
+        a first reject serves nothing (``served_counter`` 0), so it would stop serving instead of keeping what was
+        served. The head is recorded as promoted first (only as the first decision: a racer's stands)."""
+        if head is not None and head.counter > 0:
+            rule = f"the promotion gate opens on v{head.counter}, the head that followers served without one"
+            self.decide("promote", head, rule, signer, first=True)
 
     def _checked(self, data: bytes, sequence: int, key: str) -> SignedDecision:
         where = self.chain.store.uri(key)

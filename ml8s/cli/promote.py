@@ -29,12 +29,16 @@ def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: 
         raise ConfigError(f"chain {args.verb}: expected a version counter >= 1")
     version = chain.get(args.counter)
     latest = log.latest()
-    served = latest.decision.served_counter if latest is not None else 0
+    head = chain.head() if latest is None else None  # a chain with no decision: followers serve its head
+    served = latest.decision.served_counter if latest is not None else head.counter if head is not None else 0
     if args.verb == "reject" and served == version.counter:
+        gateless = " (the chain has no promotion decision: they serve its head)" if latest is None else ""
         raise ChainError(
-            f"v{version.counter} is the version followers serve; expected a candidate (promote another version "
-            "to stop serving it)"
+            f"v{version.counter} is the version followers serve{gateless}; expected a candidate (promote another "
+            "version to stop serving it)"
         )
+    if args.verb == "reject" and latest is None:
+        log.keep_head_served(head, chain.signer)
     policies = load_policies(chain, chain.trust_root)[0]
     rotated = latest is not None and latest.decision.trust_policy_version < len(policies)
     if args.verb == "promote" and served == version.counter and not rotated:  # after a rotation: re-signed

@@ -69,6 +69,8 @@ def promote(ctx: RunContext, store: Store, commit: ChainCommit) -> SignedDecisio
         )
     else:
         action, rule = _compare(ctx, chain, candidate, served)
+    if action == "reject" and not decisions:
+        log.keep_head_served(served, signer)
     decided = log.decide(action, candidate, rule, signer)
     word = "promoted" if action == "promote" else "not promoted (followers keep the served version)"
     ctx.log("promote", f"chain {chain.name!r} v{candidate.counter} {word}: {rule}")
