@@ -199,6 +199,12 @@ def _truncate_history(data: Path, root: Path) -> None:
         handle.truncate(record.stat().st_size - 4)
 
 
+def _deleted_record(data: Path, root: Path) -> None:
+    """Every warm start failed RECORDS_GENERATION_MISSING, saying nothing of the history to delete."""
+    (record,) = sorted(root.glob("ml8s_lineages/*/history-*/gen-000001.f32"))
+    record.unlink()
+
+
 def _new_file_lacking_a_column(data: Path, root: Path) -> None:
     add_generation(data, 2, columns="customer_id,tenure,monthly_charges,plan,churned")
 
@@ -228,6 +234,12 @@ def _bare_head(data: Path, root: Path) -> None:
     ("breaks", "extra", "code", "says"),
     [
         (_truncate_history, {}, "RECORDS_TRUNCATED", "gen-000001.f32"),
+        (
+            _deleted_record,
+            {},
+            "RECORDS_GENERATION_MISSING",
+            "gen-000001.f32 does not exist; expected generation 1. The lineage's record history is derived data",
+        ),
         (_new_file_lacking_a_column, {}, "LINEAGE_DATA_CHANGED", "lacks column(s) ['auto_pay']"),
         (_parent_file_changed, {}, "LINEAGE_DATA_CHANGED", "gen-001.csv changed"),
         (_new_file_without_a_label, {}, "LINEAGE_DATA_CHANGED", "generation 2 (gen-002.csv) has no row with a target"),
@@ -240,6 +252,7 @@ def _bare_head(data: Path, root: Path) -> None:
     ],
     ids=[
         "truncated-records",
+        "deleted-records",
         "schema-mismatch",
         "parent-data-changed",
         "no-label",

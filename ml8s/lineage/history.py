@@ -22,6 +22,7 @@ from ml8s.data.fingerprint import FileEntry, Fingerprint, fingerprint_entries
 from ml8s.data.missing import MISSING_TOKENS
 from ml8s.data.sources import read_verified
 from ml8s.errors import (
+    GenerationMissingError,
     LineageDataError,
     LineageError,
     PredictionInputError,
@@ -294,8 +295,9 @@ def check_history_schema(history: RecordStore, schema: RecordSchema) -> None:
         )
 
 
-# A listed generation whose file is not the bytes its index lists (the store's own damage: a flipped bit, an edit).
-DamagedRecords = RecordsChecksumError | RecordsTruncatedError | RecordsExtraBytesError
+# A listed generation whose file is not the bytes its index lists (the store's own damage: a flipped bit, an edit),
+# or is gone (a deleted record file or manifest).
+DamagedRecords = RecordsChecksumError | RecordsTruncatedError | RecordsExtraBytesError | GenerationMissingError
 
 
 def with_rebuild_hint(history: RecordStore, exc: DamagedRecords) -> DamagedRecords:

@@ -19,6 +19,7 @@ from ml8s.contract.drift import DriftReport
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.errors import (
+    GenerationMissingError,
     LineageDataError,
     LineageError,
     RecordsExtraBytesError,
@@ -139,9 +140,9 @@ def resolve_warm_start(
     if isinstance(seed, int) and isinstance(test_size, int | float):
         history = RecordStore(open_store(plan.parent.root_uri), history_prefix(plan, schema_bytes, seed, test_size))
         if history.index() is not None:
-            try:  # sizes and manifests: a truncated record file fails before any write
+            try:  # sizes and manifests: a truncated or deleted record file fails before any write
                 history.open(verify_hash=False)
-            except (RecordsTruncatedError, RecordsExtraBytesError) as exc:
+            except (RecordsTruncatedError, RecordsExtraBytesError, GenerationMissingError) as exc:
                 raise with_rebuild_hint(history, exc) from exc
     return {**config, "warm_start": parent.content_hash}, plan
 

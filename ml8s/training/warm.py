@@ -17,6 +17,7 @@ from ml8s.context.run import RunSpec
 from ml8s.contract import layout
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.errors import (
+    GenerationMissingError,
     LineageError,
     RecordsChecksumError,
     RecordsExtraBytesError,
@@ -66,7 +67,7 @@ def warm_fit(
         history = history_for(spec, plan, features_dir)
         try:
             mapped = history.open_mapped(cache)
-        except (RecordsChecksumError, RecordsTruncatedError, RecordsExtraBytesError) as exc:
+        except (RecordsChecksumError, RecordsTruncatedError, RecordsExtraBytesError, GenerationMissingError) as exc:
             raise with_rebuild_hint(history, exc) from exc
         rows = _rows(generations, mapped.generation_rows)
         config = SamplerConfig(alpha=params.sampler_alpha, batch_size=params.batch_size, seed=params.random_seed)
