@@ -352,6 +352,23 @@ def test_a_warm_start_with_no_new_generation_is_judged_on_the_fixed_holdout(
     assert action == "promote", rule
 
 
+def test_a_new_generation_of_one_row_is_not_measured_and_the_fixed_holdout_decides(
+    warm_root: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A new generation of one row holds none out: its promotion rejected the candidate, "cannot be compared on
+    the same rows: no held-out rows to evaluate on", whatever the fixed holdout said."""
+    data, root = tmp_path / "data", tmp_path / "root"
+    shutil.copytree(warm_root[0], data)
+    shutil.copytree(warm_root[1], root)
+    add_generation(data, 2, rows=1)
+    ctx = bootstrap(_env(data, root, WARM_START="head"))
+    assert ctx.spec.lineage is not None and ctx.spec.lineage.new == 1
+    chain = ChainStore(LocalStore(str(root)), CHAIN)
+    action, rule = _compare(ctx, chain, chain.get(2), chain.get(1))
+    assert "new data (generation(s) 2): no held-out row (a generation of one row holds none out)" in rule, rule
+    assert "fixed holdout (generation(s) 0, " in rule and action == "promote", rule
+
+
 def test_a_late_decision_never_serves_a_version_older_than_the_served_one(
     warm_root: tuple[Path, Path], tmp_path: Path
 ) -> None:

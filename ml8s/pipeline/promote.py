@@ -3,7 +3,7 @@
 The rule (docs/chain.md, "Promotion"): the candidate and the served version predict the same evaluation
 rows, each from raw rows with its own feature schema, in two parts: the held-out split of the generations
 the candidate trained on for the first time (the new data), and the held-out split of the lineage's
-generation 0 (a fixed holdout every version of the lineage is measured on; with no new generation, alone).
+generation 0 (a fixed holdout every version of the lineage is measured on; alone when no new row is held out).
 The candidate is promoted when, on each part, its accuracy minus the served version's is at least
 PROMOTE_MIN_DELTA, or falls short by no more than chance (McNemar's z <= REGRESSION_Z on the rows where
 exactly one of the two is right): a candidate that learned the new data but forgot the old (or learned
@@ -101,15 +101,27 @@ def _compare(
     try:
         ours, theirs = _model(chain, candidate), _model(chain, served)
         scores = {}
+        unmeasured = []
         for name, generations in parts.items():
             cells, labels = _evaluation_cells(ctx, generations, ours, theirs)
+            if not cells.rows and name == "new data":  # one-row generations hold out none: the holdout decides
+                unmeasured.append(
+                    f"{name} (generation(s) {', '.join(str(g.index) for g in generations)}): no "
+                    "held-out row (a generation of one row holds none out), not measured"
+                )
+                continue
             scores[name] = _Score.of(ours, theirs, cells, labels)
     except (InferenceError, PredictionInputError) as exc:
         return "reject", f"v{served.counter} and the candidate cannot be compared on the same rows: {exc.message}"
     verdict: PromotionAction = "reject" if any(s.regressed(delta) for s in scores.values()) else "promote"
     shown = "; ".join(
-        f"{name} (generation(s) {', '.join(str(g.index) for g in parts[name])}, {s.rows} held-out rows): {s}"
-        for name, s in scores.items()
+        [
+            *unmeasured,
+            *(
+                f"{name} (generation(s) {', '.join(str(g.index) for g in parts[name])}, {s.rows} held-out rows): {s}"
+                for name, s in scores.items()
+            ),
+        ]
     )
     return verdict, f"against served v{served.counter}: {shown}; PROMOTE_MIN_DELTA={delta:g}, z > {REGRESSION_Z:g}"
 
