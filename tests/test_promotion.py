@@ -3,6 +3,7 @@ read; forged, cut or rolled-back logs are refused. (The pipeline's metric rule: 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -294,3 +295,53 @@ def test_a_reason_that_is_not_utf8_is_a_usage_error_and_nothing_is_decided(
     err = capsys.readouterr().err
     assert "argument --reason" in err and "not UTF-8" in err and "INTERNAL_ERROR" not in err
     assert PromotionLog(chain).decisions() == []
+
+
+def _damaged_sqlite(path: Path) -> Path:
+    """A SQLite file whose header (what the settings check) is sound and whose later pages are not."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        for n in range(40):  # the schema table outgrows its first page: reading it reaches the damage
+            db.execute(f"CREATE TABLE t{n}_{'x' * 60} (a INTEGER, b TEXT)")
+        db.commit()
+    with path.open("r+b") as handle:
+        handle.seek(4096)
+        handle.write(b"\xff" * (path.stat().st_size - 4096))
+    return path
+
+
+def test_cli_promote_with_a_damaged_registry_keeps_the_decision_and_names_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLAlchemy's DatabaseError (a damaged or locked sqlite registry) escaped the alias move: INTERNAL_ERROR,
+    exit 2, after the decision was already written. The decision stands; the alias is named as not moved."""
+    root = tmp_path / "root"
+    _chain(root, "cli", signed=False)
+    damaged = _damaged_sqlite(tmp_path / "mlflow.db")
+    env = {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": f"sqlite:///{damaged}"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    assert main(["chain", "promote", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["decision"]["counter"] == 2
+    assert "alias 'promoted' was not moved: REGISTRY_ERROR" in err and "malformed" in err
+    assert "INTERNAL_ERROR" not in err and "Traceback" not in err
+
+
+def test_cli_promote_creates_no_mlflow_database_where_there_is_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Looking for the version to alias opened MLflow on the root's default sqlite:/// file, which created a
+    whole empty registry there (seconds of migrations) to find nothing in it."""
+    root = tmp_path / "root"
+    _chain(root, "cli", signed=False)
+    for key, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": ""}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    assert main(["chain", "promote", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["decision"]["counter"] == 3
+    assert not (root / "mlflow.db").exists()
