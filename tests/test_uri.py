@@ -91,6 +91,9 @@ MALFORMED = [
     ("S3://bucket", "has an unsupported scheme"),
     ("FILE:///x", "has an unsupported scheme"),
     ("hdfs:/x", "has an unsupported scheme"),
+    ("/data/a\x00b", "holds a NUL character; expected a path or S3 URI without one"),
+    ("file:///data\x00", "holds a NUL character"),
+    ("s3://bucket/a\x00b", "holds a NUL character"),
 ]
 
 
@@ -129,3 +132,14 @@ def test_cli_root_flag_is_a_config_error_naming_it(tmp_path: Path) -> None:
     assert subprocess.run([ML8S, "runs", "list", "--root", str(tmp_path)], env=env).returncode == 0
     done = forked_ml8s(["runs", "list"], env)
     assert done.returncode == 1 and done.stderr.startswith("ml8s: CONFIG_ERROR: PIPELINE_ROOT_URI='~/runs' starts")
+
+
+@pytest.mark.parametrize("name", ["data_root", "pipeline_root_uri"])
+def test_a_nul_in_a_root_input_is_a_config_error_naming_the_input(name: str, tmp_path: Path) -> None:
+    """A workflow input (an inputs file's "\\u0000", the console) can carry a NUL that no environment variable or
+    argument can: os.stat raised ValueError ("embedded null byte"), a traceback from the bootstrap task."""
+    from ml8s.pipeline.bootstrap import bootstrap
+
+    env = {"DATA_ROOT": str(tmp_path / "data.csv"), "TARGET_COLUMN": "y", "PIPELINE_ROOT_URI": str(tmp_path / "root")}
+    with pytest.raises(ConfigError, match=rf"holds a NUL character.*\(explicit input {name}\)"):
+        bootstrap(env, {name: str(tmp_path / "x\x00")})

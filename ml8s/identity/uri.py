@@ -4,12 +4,13 @@ Normalization (SPEC §2, step 1): a local path, bare or after ``file://``, becom
 normalized path (``.`` and ``..`` folded, symlinks not resolved, no trailing slash); an ``s3://`` URI loses its
 trailing slashes. A valid input normalizes exactly as it always has, so no RUN_ID changes.
 
-What is rejected, each with a :class:`~ml8s.errors.RootUriError` naming the variable: an empty value; another
-scheme (``gs://``, ``http://``, ``S3://``); ``s3:`` or ``file:`` without the two slashes; ``s3://`` without a
-bucket or with an invalid bucket name (credentials, ``s3://KEY:SECRET@bucket``, refused and not echoed); an S3
-prefix with empty (``//``), ``.`` or ``..`` segments (S3 keeps them literally, so ``a/../b`` would be a different
-prefix than it reads); a path starting with ``~`` (nothing here expands it, so it would name a directory called
-``~``). The store's own parser accepts what this one returns.
+What is rejected, each with a :class:`~ml8s.errors.RootUriError` naming the variable: an empty value; a NUL
+character (a workflow input can carry one); another scheme (``gs://``, ``http://``, ``S3://``); ``s3:`` or
+``file:`` without the two slashes; ``s3://`` without a bucket or with an invalid bucket name (credentials,
+``s3://KEY:SECRET@bucket``, refused and not echoed); an S3 prefix with empty (``//``), ``.`` or ``..``
+segments (S3 keeps them literally, so ``a/../b`` would be a different prefix than it reads); a path starting
+with ``~`` (nothing here expands it, so it would name a directory called ``~``). The store's own parser
+accepts what this one returns.
 
 It also checks MLFLOW_TRACKING_URI (:func:`check_tracking_uri`): only a registry that outlives the process
 and that MLflow can register a model at.
@@ -71,6 +72,8 @@ def parse_root_uri(text: str, *, variable: str) -> RootUri:
     value = text.strip()
     if value == "":
         raise RootUriError(variable, text, "is empty", _ROOT_SCHEMES)
+    if "\x00" in value:  # a workflow input can carry one (JSON "\u0000"); os.stat's ValueError was a bug report
+        raise RootUriError(variable, text, "holds a NUL character", "a path or S3 URI without one")
     if value.startswith("s3://"):
         return _s3(value[len("s3://") :], variable, text)
     if value.startswith("file://"):
