@@ -162,6 +162,18 @@ def test_unknown_run_fails(verified_run: Run) -> None:
     assert_fails(report, "marker", "nothing is stored")
 
 
+@pytest.mark.parametrize("run_id", ["", "../x", "ABCDEF123456", "abcdefabcdef/.."])
+def test_a_run_id_that_is_no_run_id_is_a_config_error(run_id: str, tmp_path: Path) -> None:
+    """The Flyte verify workflow takes any text as run_id (the CLI checks it, the task did not): "" verified the
+    runs folder itself, every run's files as one run's, and '../x' was a store error about a key."""
+    from ml8s.errors import ConfigError
+
+    (tmp_path / layout.run_prefix("abcdefabcdef")).mkdir(parents=True)
+    (tmp_path / layout.run_prefix("abcdefabcdef") / layout.SUCCESS_MARKER).write_bytes(b"")
+    with pytest.raises(ConfigError, match="is not a RUN_ID; expected 12 lowercase hex digits"):
+        verify_run(str(tmp_path), run_id, {})
+
+
 def test_unreachable_store_is_an_error_not_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
     from ml8s.errors import StoreUnavailableError
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from ml8s.audit import mlflow_refs
 from ml8s.audit.chain_check import check_chain
+from ml8s.audit.offline import is_run_id
 from ml8s.audit.report import Check, CheckResult, Report, make_report, run_checks, verdict
 from ml8s.audit.run_checks import (
     check_artifacts,
@@ -24,8 +25,9 @@ from ml8s.audit.run_checks import (
 from ml8s.audit.shard_check import check_shards
 from ml8s.audit.state import RunState
 from ml8s.chain import Anchor
-from ml8s.errors import RegistryError
+from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
+from ml8s.text import quoted
 
 
 def check_mlflow(state: RunState) -> CheckResult:
@@ -109,7 +111,10 @@ def verify_run(
 
     Raises:
         StoreError: the store cannot be listed (unreachable, no permission): nothing could be checked.
+        ConfigError: ``run_id`` is no RUN_ID (12 lowercase hex digits).
     """
+    if not is_run_id(run_id):  # the Flyte workflow's run_id is any text: "" checked every run as this one's files
+        raise ConfigError(f"run_id={quoted(run_id)} is not a RUN_ID; expected 12 lowercase hex digits")
     state = RunState(root_uri, run_id, env, tracking_uri=tracking_uri)
     state.anchor = anchor
     return verify_state(state, recheck_data=recheck_data, checks=checks)
