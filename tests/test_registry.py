@@ -213,6 +213,31 @@ def test_done_claim_without_version_registers_again(trained: tuple[Path, Path], 
     assert len(client.search_logged_models([first.experiment_id])) == 1
 
 
+def test_a_version_whose_mlflow_run_was_purged_is_named_with_the_fix(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A deleted MLflow run purged by `mlflow gc` while its version stays: every re-registration (FORCE_RERUN)
+    failed with MLflow's bare 'Run with id=... not found'. It names the version, the run and the way out, which
+    then registers one version again."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    ctx = _context(trained, tmp_path / "root")
+    first = register(ctx, ctx.open_store())
+    client = _client(ctx)
+    client.delete_run(first.mlflow_run_id)
+    SqlAlchemyStore(ctx.settings.mlflow_tracking_uri, str(tmp_path / "artifacts"))._hard_delete_run(first.mlflow_run_id)
+
+    with pytest.raises(RegistryError) as caught:
+        register(ctx, ctx.open_store())
+    message = str(caught.value)
+    assert f"model version 1 of {ctx.settings.mlflow_model_name!r}" in message
+    assert f"MLflow run {first.mlflow_run_id} no longer exists" in message and "delete model version 1" in message
+
+    client.delete_model_version(first.model_name, first.model_version)
+    again = register(ctx, ctx.open_store())
+    assert again.model_version == "2" and again.mlflow_run_id != first.mlflow_run_id and _versions(ctx) == [2]
+
+
 def test_different_config_creates_second_version(trained: tuple[Path, Path], tmp_path: Path) -> None:
     ctx2 = _context(trained, tmp_path / "root")
     ctx3 = _context(trained, tmp_path / "root", epochs="3")

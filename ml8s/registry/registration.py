@@ -226,9 +226,21 @@ def _find_version(client: MlflowClient, ctx: RunContext) -> ModelVersion | None:
 
 
 def _ref(client: MlflowClient, ctx: RunContext, version: ModelVersion) -> MlflowRef:
+    from mlflow.exceptions import MlflowException
+
     if not version.run_id:
         raise RegistryError(f"model version {version.version} of {version.name!r} has no MLflow run")
-    run = client.get_run(version.run_id)
+    try:
+        run = client.get_run(version.run_id)
+    except MlflowException as exc:  # a deleted run purged by `mlflow gc`: every re-registration hit this
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        raise RegistryError(
+            f"model version {version.version} of {version.name!r} in MLflow at {ctx.settings.mlflow_tracking_uri} "
+            f"is this run's (tagged full_config_hash={ctx.identity.full_config_hash}) but its MLflow run "
+            f"{version.run_id} no longer exists (deleted and purged); expected the run it was registered from: "
+            f"delete model version {version.version} in MLflow, then FORCE_RERUN=true registers the run again"
+        ) from exc
     experiment = client.get_experiment(run.info.experiment_id)
     return MlflowRef(
         tracking_uri=public_tracking_uri(ctx.settings.mlflow_tracking_uri),  # never a password in the manifest
