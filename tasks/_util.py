@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 
 from flytekit import Cache, current_context
+from flytekit.core.local_cache import LocalTaskCache
+from flytekit.models.literals import Literal, LiteralMap
 
 import ml8s
 
@@ -32,6 +34,44 @@ IMAGE_VERSION = os.environ.get("IMAGE_VERSION", "") or f"dev-{_source_digest()}"
 # tasks before them, which the RunSpec determines too. A cache hit upstream returns the same directory,
 # so the tasks downstream hit as well. serialize=True: identical concurrent runs compute once.
 COMPUTE_CACHE = Cache(version=IMAGE_VERSION, serialize=True)
+
+
+def _local_files_remain(outputs: LiteralMap) -> bool:
+    """Whether every local file or directory that task outputs name is still there (a remote URI counts as there)."""
+    pending: list[Literal] = list(outputs.literals.values())
+    while pending:
+        literal = pending.pop()
+        if literal.collection is not None:
+            pending += literal.collection.literals
+        elif literal.map is not None:
+            pending += literal.map.literals.values()
+        elif literal.scalar is not None and literal.scalar.blob is not None:
+            uri = literal.scalar.blob.uri
+            local = uri.startswith("file://") or "://" not in uri
+            if local and not os.path.exists(uri.removeprefix("file://")):
+                return False
+    return True
+
+
+_cached_outputs = LocalTaskCache.get
+
+
+def _cached_outputs_whose_files_remain(
+    task_name: str, cache_version: str, input_literal_map: LiteralMap, cache_ignore_input_vars: tuple[str, ...]
+) -> LiteralMap | None:
+    """flytekit's local cache lookup, missing when the entry's files are gone.
+
+    A local execution's outputs stay in its sandbox under TMPDIR (``flyte-*``), while the cache that names
+    them lives in ~/.flyte: once that sandbox was cleaned (a reboot, tmp cleaning), every later run of the
+    configuration under another root, or after a failed registration, got the dead path from the cache and
+    died in flytekit's input conversion with a traceback, on every retry. Such an entry is a miss now: the
+    task computes again and its new result replaces the entry. Remote executions never use this cache.
+    """
+    found = _cached_outputs(task_name, cache_version, input_literal_map, cache_ignore_input_vars)
+    return found if found is None or _local_files_remain(found) else None
+
+
+LocalTaskCache.get = staticmethod(_cached_outputs_whose_files_remain)  # type: ignore[method-assign]
 
 
 def output_dir(name: str) -> str:

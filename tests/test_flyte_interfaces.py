@@ -189,3 +189,29 @@ def test_a_malformed_input_is_named(tmp_path: Path) -> None:
     assert "explicit input" not in str(from_env.value)  # the environment variable names itself
     with pytest.raises(ConfigError, match=r"FORCE_RERUN='maybe' is invalid; .*\(explicit input force_rerun\)$"):
         bootstrap(env, {"force_rerun": "maybe"})
+
+
+def test_a_cached_output_whose_local_files_are_gone_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local run's compute outputs stay in its sandbox under TMPDIR while ~/.flyte/local-cache names them: after
+    the sandbox was cleaned (reboot, tmp cleaning), a run of the same configuration under another root (or retried
+    after a failed registration) got the dead path from the cache and died in flytekit's input conversion, with a
+    traceback, on every retry. Such an entry is a miss now (the task computes again); one whose files remain hits."""
+    from diskcache import Cache
+    from flytekit.core.local_cache import LocalTaskCache
+    from flytekit.models.core.types import BlobType
+    from flytekit.models.literals import Blob, BlobMetadata, Literal, LiteralMap, Primitive, Scalar
+
+    import tasks._util  # noqa: F401  (the compute tasks' cache policy)
+
+    with Cache(str(tmp_path / "cache")) as cache:
+        monkeypatch.setattr(LocalTaskCache, "_cache", cache, raising=False)
+        monkeypatch.setattr(LocalTaskCache, "_initialized", True)
+        inputs = LiteralMap({"spec": Literal(scalar=Scalar(primitive=Primitive(string_value="spec")))})
+        kept, gone = tmp_path / "kept" / "features", tmp_path / "gone" / "features"
+        kept.mkdir(parents=True)
+        for name, where in (("kept", kept), ("gone", gone)):
+            blob = Blob(BlobMetadata(BlobType("", BlobType.BlobDimensionality.MULTIPART)), str(where))
+            LocalTaskCache.set(name, "v", inputs, (), LiteralMap({"o0": Literal(scalar=Scalar(blob=blob))}))
+        found = LocalTaskCache.get("kept", "v", inputs, ())
+        assert found is not None and found.literals["o0"].scalar.blob.uri == str(kept)
+        assert LocalTaskCache.get("gone", "v", inputs, ()) is None
