@@ -17,6 +17,8 @@
 4. stdout carries the workflow's output alone (the manifest JSON): ``pyflyte run``'s banner "Running
    Execution on local." and whatever the tasks print meanwhile (MLflow's "View run …" lines with an HTTP
    tracking URI) go to stderr, so ``pyflyte run … | python -c 'import json,sys; json.load(sys.stdin)'`` works.
+   A closed stdout (``>&-``) is refused before any work and a result that stdout fails to take (a full disk) is
+   an ``OUTPUT_ERROR``, one line, as ``ml8s`` says them (``ml8s.cli.streams``), not a traceback or a lost result.
 
 1 and 2 patch ``YamlFileReadingCommand.parse_args`` (flytekit/clis/sdk_in_container/run.py), the command
 ``pyflyte run FILE WORKFLOW`` builds for a workflow; 3 patches ``pretty_print_traceback``
@@ -32,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import sys
 import types
@@ -49,6 +52,7 @@ from flytekit.deck import deck as flytekit_deck
 from flytekit.interaction.click_types import UnionParamType
 from flytekit.loggers import logger as flytekit_logger
 
+from ml8s.cli.streams import closed_stdout_error, output_failed
 from ml8s.errors import Ml8sError
 from tasks.result import TrainingResult, result_json
 
@@ -157,13 +161,26 @@ class _StdoutForOutputOnly(types.ModuleType):
     def echo(self, message: Any = None, file: Any = None, **kwargs: Any) -> None:
         if isinstance(message, TrainingResult):  # the workflow's output: JSON, not the dataclass's repr
             message = result_json(message)
-        click.echo(message, file=file if file is not None else self._stdout, **kwargs)
+        if file is not None:
+            click.echo(message, file=file, **kwargs)
+            return
+        try:  # the result on a full disk: named, as ml8s names it, not a traceback out of click
+            click.echo(message, file=self._stdout, **kwargs)
+            self._stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            # the unwritten rest would fail again at exit ("Exception ignored ..."): stdout is the null device now
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stdout.fileno())
+            raise output_failed(exc) from exc
 
 
 _original_invoke = YamlFileReadingCommand.invoke
 
 
 def _invoke(self: YamlFileReadingCommand, ctx: click.Context) -> Any:
+    if sys.stdout is None:  # closed (>&-): the result would be lost after the whole run; refused before any work
+        raise closed_stdout_error()
     with contextlib.redirect_stdout(sys.stderr):  # the tasks' prints; run.py's echo keeps the real stdout
         return _original_invoke(self, ctx)
 

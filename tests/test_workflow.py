@@ -174,6 +174,29 @@ def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_
     assert f"ml8s run {run_id}" in deck and "hit: the run had completed" in deck and "v1 (1.0.0)" in deck
 
 
+def test_a_full_or_closed_stdout_is_one_named_error(first_run: FirstRun, tmp_path: Path) -> None:
+    """The result into a full disk was a rich traceback out of click (OSError ENOSPC); with stdout closed (>&-) the
+    whole run went ahead, exit 0, and the result went nowhere (or into stderr). Both are OUTPUT_ERROR now, as from
+    ``ml8s``: the closed one before any work."""
+    data, root, _, _, _ = first_run
+    pyflyte = str(Path(sys.executable).with_name("pyflyte"))
+    command = [pyflyte, "run", "workflows/training.py", "training_pipeline"]
+    env = _env(tmp_path / "home", DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(root))
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, env=env, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert done.stderr.endswith(
+        "ml8s: OUTPUT_ERROR: writing to standard output failed (No space left on device); "
+        "expected it to take the command's whole result: what it printed there is incomplete (its other writes are "
+        "not affected; run it again to print the result)\n"
+    ), done.stderr[-2000:]
+    env["PIPELINE_ROOT_URI"] = str(tmp_path / "root")
+    closed = ["sh", "-c", 'exec "$@" >&-', "sh", *command]
+    done = subprocess.run(closed, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.startswith("ml8s: OUTPUT_ERROR: standard output is closed"), done.stderr
+    assert not (tmp_path / "root").exists()
+
+
 def _verify(env: dict[str, str], run_id: str) -> None:
     done = forked_ml8s(["verify", run_id, "--json"], env, timeout=300)
     report = json.loads(done.stdout)

@@ -26,7 +26,7 @@ import sys
 
 from ml8s.errors import OutputError
 
-__all__ = ["NamedStdout", "QuietStderr", "closed_stdout_error", "prepare_streams", "write_binary"]
+__all__ = ["NamedStdout", "QuietStderr", "closed_stdout_error", "output_failed", "prepare_streams", "write_binary"]
 
 
 def prepare_streams() -> OutputError | None:
@@ -66,7 +66,7 @@ def write_binary(data: bytes) -> None:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise _failed(exc) from exc
+        raise output_failed(exc) from exc
 
 
 def closed_stdout_error() -> OutputError:
@@ -109,7 +109,7 @@ class NamedStdout(_Rewrapped):
         except BrokenPipeError:
             raise
         except OSError as exc:
-            raise _failed(exc) from exc
+            raise output_failed(exc) from exc
         except UnicodeEncodeError as exc:  # PYTHONIOENCODING=ascii, a Latin-1 locale: an INTERNAL_ERROR before
             raise OutputError(
                 f"standard output's encoding ({self.encoding}) cannot write {exc.object[exc.start : exc.end]!r} of "
@@ -123,7 +123,7 @@ class NamedStdout(_Rewrapped):
         except BrokenPipeError:
             raise
         except OSError as exc:
-            raise _failed(exc) from exc
+            raise output_failed(exc) from exc
 
 
 class QuietStderr(_Rewrapped):
@@ -141,7 +141,8 @@ class QuietStderr(_Rewrapped):
             super().flush()
 
 
-def _failed(exc: OSError) -> OutputError:
+def output_failed(exc: OSError) -> OutputError:
+    """The error of a write to stdout that failed (a full disk, an I/O error)."""
     reason = exc.strerror or str(exc)
     return OutputError(
         f"writing to standard output failed ({reason}); expected it to take the command's whole result: what "
