@@ -18,7 +18,8 @@
    Execution on local." and whatever the tasks print meanwhile (MLflow's "View run …" lines with an HTTP
    tracking URI) go to stderr, so ``pyflyte run … | python -c 'import json,sys; json.load(sys.stdin)'`` works.
    A closed stdout (``>&-``) is refused before any work and a result that stdout fails to take (a full disk) is
-   an ``OUTPUT_ERROR``, one line, as ``ml8s`` says them (``ml8s.cli.streams``), not a traceback or a lost result.
+   an ``OUTPUT_ERROR``, one line, as ``ml8s`` says them (``ml8s.cli.streams``), not a traceback or a lost result;
+   a stderr that fails (``2>/dev/full``) loses only the progress lines, the result still arrives.
 
 1 and 2 patch ``YamlFileReadingCommand.parse_args`` (flytekit/clis/sdk_in_container/run.py), the command
 ``pyflyte run FILE WORKFLOW`` builds for a workflow; 3 patches ``pretty_print_traceback``
@@ -32,6 +33,7 @@ parses the workflow's inputs); tests/test_flyte_inputs.py checks all three throu
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -52,7 +54,7 @@ from flytekit.deck import deck as flytekit_deck
 from flytekit.interaction.click_types import UnionParamType
 from flytekit.loggers import logger as flytekit_logger
 
-from ml8s.cli.streams import closed_stdout_error, output_failed
+from ml8s.cli.streams import QuietStderr, closed_stdout_error, output_failed
 from ml8s.errors import Ml8sError
 from tasks.result import TrainingResult, result_json
 
@@ -181,6 +183,10 @@ _original_invoke = YamlFileReadingCommand.invoke
 def _invoke(self: YamlFileReadingCommand, ctx: click.Context) -> Any:
     if sys.stdout is None:  # closed (>&-): the result would be lost after the whole run; refused before any work
         raise closed_stdout_error()
+    if isinstance(sys.stderr, io.TextIOWrapper) and not isinstance(sys.stderr, QuietStderr):
+        # on a full disk the banner's write failed the command, and its traceback went to stdout; as with ml8s, a
+        # failing stderr loses only the progress lines
+        sys.stderr = QuietStderr(sys.stderr)
     with contextlib.redirect_stdout(sys.stderr):  # the tasks' prints; run.py's echo keeps the real stdout
         return _original_invoke(self, ctx)
 

@@ -177,7 +177,8 @@ def test_same_config_from_environment_is_an_early_exit(first_run: FirstRun, tmp_
 def test_a_full_or_closed_stdout_is_one_named_error(first_run: FirstRun, tmp_path: Path) -> None:
     """The result into a full disk was a rich traceback out of click (OSError ENOSPC); with stdout closed (>&-) the
     whole run went ahead, exit 0, and the result went nowhere (or into stderr). Both are OUTPUT_ERROR now, as from
-    ``ml8s``: the closed one before any work."""
+    ``ml8s``: the closed one before any work. A stderr on a full disk failed the command at its banner, with the
+    traceback on stdout; it loses only the progress lines now."""
     data, root, _, _, _ = first_run
     pyflyte = str(Path(sys.executable).with_name("pyflyte"))
     command = [pyflyte, "run", "workflows/training.py", "training_pipeline"]
@@ -190,6 +191,9 @@ def test_a_full_or_closed_stdout_is_one_named_error(first_run: FirstRun, tmp_pat
         "expected it to take the command's whole result: what it printed there is incomplete (its other writes are "
         "not affected; run it again to print the result)\n"
     ), done.stderr[-2000:]
+    with open("/dev/full", "w") as full:  # a failing stderr loses the progress lines, not the result
+        done = subprocess.run(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=full, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.rstrip("\n") == first_run.result
     env["PIPELINE_ROOT_URI"] = str(tmp_path / "root")
     closed = ["sh", "-c", 'exec "$@" >&-', "sh", *command]
     done = subprocess.run(closed, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
