@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 from conftest import write_small_churn
-from forked_cli import forked_ml8s
+from forked_cli import forked_ml8s, forked_pyflyte
 
 from ml8s.errors import RegistryError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.mlflow_probe import require_answer
 from ml8s.ops.registrations import registration_states
 from ml8s.pipeline.preflight import check_tracking_reachable
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _settings(uri: str) -> PlatformSettings:
@@ -117,6 +119,22 @@ def test_ml8s_run_with_an_absent_server_fails_before_any_write(tmp_path: Path, r
     assert "within 1 s (ConnectionRefusedError" in last, last  # MLflow's own bound on a request, where set
     assert "[snapshot]" not in done.stderr and "[train]" not in done.stderr
     assert not (tmp_path / "root" / "ml8s_training_runs").exists()
+
+
+def test_pyflyte_run_with_an_absent_server_fails_before_any_write(tmp_path: Path, refused_port: int) -> None:
+    """The workflow asked MLflow first at registration: it snapshotted, engineered the features and trained, then
+    failed. As ``ml8s run``, it fails in the first task of the training branch, before any write."""
+    data = write_small_churn(tmp_path / "data", rows=120, files=1)
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "CHAIN_NAME", "MLFLOW_MODEL_NAME")}
+    env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(tmp_path / "root"))
+    env.update(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{refused_port}", EPOCHS="1", MLFLOW_HTTP_REQUEST_TIMEOUT="1")
+    env.update(HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path))  # a Flyte local cache of its own
+    done = forked_pyflyte(["run", "workflows/training.py", "training_pipeline"], env, cwd=REPO, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ml8s: REGISTRY_ERROR: MLFLOW_TRACKING_URI='http://127.0.0.1:{refused_port}'"), last
+    assert "[snapshot]" not in done.stderr and "[train]" not in done.stderr
+    assert not (tmp_path / "root" / "ml8s_training_runs").exists() and done.stdout == ""
 
 
 def test_an_answer_is_remembered_and_a_silence_is_not(refused_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
