@@ -7,6 +7,7 @@ half-made schema left by an older version is named with the exact fix, never a r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -154,6 +155,32 @@ def test_half_made_schema_from_an_older_version_is_named_with_the_fix(tmp_path: 
     os.replace(db, f"{db}.incomplete")  # the fix the message names
     train_run(ctx)  # registration logs the run's model: it needs the run's artifacts
     assert register(ctx, ctx.open_store()).model_version == "1"
+
+
+@pytest.mark.parametrize("models", [0, 1])
+def test_a_database_of_a_newer_mlflow_is_named_not_sent_to_upgrade(
+    tmp_path: Path, mlflow_schema_template: Path, models: int
+) -> None:
+    """A schema revision this MLflow's migrations do not know: the message said `mlflow db upgrade` (which fails on
+    it) or, empty, that a process was killed creating it and to move it aside."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(mlflow_schema_template, db)
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+        if models:
+            connection.execute("INSERT INTO registered_models (name, creation_time) VALUES ('m', 0)")
+        connection.commit()
+    before = db.read_bytes()
+    with pytest.raises(RegistrySchemaError) as caught:
+        ensure_schema(f"sqlite:///{db}")
+    message = str(caught.value)
+    assert "was written by a newer MLflow than this one" in message and "revision ffffffffffff" in message
+    assert f"holds 0 run(s) and {models} registered model(s)" in message
+    assert "mlflow db upgrade sqlite" not in message and "killed" not in message and "\n" not in message
+    assert db.read_bytes() == before
 
 
 def test_missing_table_is_named_and_a_garbage_file_is_a_registry_error(tmp_path: Path) -> None:

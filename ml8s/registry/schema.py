@@ -175,6 +175,23 @@ def _problems(engine: sqlalchemy.Engine) -> list[str]:
     return problems
 
 
+def _unknown_revision(engine: sqlalchemy.Engine) -> str:
+    """The schema revision of a database this MLflow's migrations do not know (a newer MLflow wrote it), else ""."""
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    with engine.connect() as connection:
+        revision = MigrationContext.configure(connection).get_current_revision()
+    if not revision:
+        return ""
+    try:
+        ScriptDirectory.from_config(_alembic_config("")).get_revision(revision)
+    except CommandError:  # alembic's ResolutionError, "No such revision or branch"
+        return revision
+    return ""
+
+
 def _alembic_config(url: str) -> Config:
     """MLflow's migration scripts, as ``mlflow db upgrade`` runs them."""
     import mlflow
@@ -195,7 +212,7 @@ def _check_complete(path: str, uri: str) -> None:
         problems = _problems(engine)
         if not problems:
             return
-        rows = _rows(engine)
+        rows, newer = _rows(engine), _unknown_revision(engine)
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise RegistryError(
             f"MLflow database {path} ({uri}) cannot be read as sqlite: {first_line(exc.__cause__ or exc)}"
@@ -203,6 +220,16 @@ def _check_complete(path: str, uri: str) -> None:
     finally:
         engine.dispose()
     found = "; ".join(problems)
+    if newer:  # `mlflow db upgrade` with this MLflow fails on it ("Can't locate revision"), and mv would hide data
+        from mlflow import __version__
+
+        raise RegistrySchemaError(
+            f"MLflow database {path} ({uri}) was written by a newer MLflow than this one ({__version__}): its schema "
+            f"revision {newer} is none this MLflow's migrations know ({found}), and it holds {rows['runs']} run(s) "
+            f"and {rows['registered_models']} registered model(s); expected a database at this MLflow's schema: run "
+            "ml8s with the MLflow version that wrote it, or point MLFLOW_TRACKING_URI at another database "
+            "(`mlflow db upgrade` cannot take a database back to an older schema)"
+        )
     if not rows["runs"] and not rows["registered_models"]:
         raise RegistrySchemaError(
             f"MLflow database {path} ({uri}) holds an incomplete schema ({found}): a process was killed while "
