@@ -87,6 +87,15 @@ def _load(text: str) -> object:
         raise click.BadParameter(message, param_hint="--inputs-file") from None
 
 
+def _utf8(data: bytes, where: str) -> str:
+    """The inputs as text: a file saved in another encoding (Latin-1, UTF-16) was a traceback on stdout."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        message = f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected UTF-8"
+        raise click.BadParameter(message, param_hint="--inputs-file") from None
+
+
 def _parse_args(self: YamlFileReadingCommand, ctx: click.Context, args: list[str]) -> list[str]:
     args = list(args)
     words: list[str] = []
@@ -97,12 +106,12 @@ def _parse_args(self: YamlFileReadingCommand, ctx: click.Context, args: list[str
         path = args[at + 1]
         del args[at : at + 2]
         try:
-            words = _words(_load(Path(path).read_text(encoding="utf-8")))
+            words = _words(_load(_utf8(Path(path).read_bytes(), path)))
         except OSError as exc:
             raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint="--inputs-file") from exc
     elif args and args[-1] == "-":
         args.pop()
-        text = sys.stdin.read()
+        text = _utf8(sys.stdin.buffer.read(), "standard input")
         words = _words(_load(text)) if text else []
     rest = _original(self, ctx, [*words, *args])
     _check_typed(self, ctx)

@@ -162,6 +162,16 @@ def test_a_bad_file_value_is_one_line_naming_it(case: Case, tmp_path: Path) -> N
     assert "Traceback" not in text
 
 
+def test_an_inputs_file_that_is_not_utf8_is_a_usage_error(case: Case, tmp_path: Path) -> None:
+    """A file saved in Latin-1 was a UnicodeDecodeError traceback, printed on stdout."""
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_bytes("target_column: café\n".encode("latin-1"))
+    done = _pyflyte(case, {"DATA_ROOT": str(case.data)}, "--inputs-file", str(inputs))
+    text = " ".join((done.stdout + done.stderr).replace("│", " ").split())  # pyflyte boxes the message
+    assert done.returncode == 2 and "Traceback" not in text and done.stdout == "", text
+    assert "Invalid value for --inputs-file:" in text and "is not UTF-8 text (byte 0xe9 at offset 18)" in text
+
+
 def test_an_ml8s_error_inside_the_workflow_is_one_line(case: Case) -> None:
     """`--target_column Nope` passes bootstrap (the column is checked against the data by the snapshot task):
     the task's DATA_ERROR is printed as `ml8s run` prints it, without flytekit's traceback."""
