@@ -24,6 +24,7 @@ from ml8s.errors import (
 from ml8s.shards import (
     MAGIC,
     TensorPiece,
+    collect_receipts,
     load_resharded,
     load_shard,
     load_state_dict,
@@ -317,6 +318,23 @@ def test_a_state_dict_holding_no_tensor_is_refused_by_name(tmp_path: Path, value
         with pytest.raises(ShardInputError, match=rf"entry 'epoch' is {type(value).__name__} \(key type str\)"):
             call()
     assert LocalStore(str(tmp_path)).list("") == []
+
+
+def test_a_rank_or_world_size_that_is_no_integer_is_refused_by_name(store: LocalStore) -> None:
+    """world_size=len(rows) / 2 is a float: each of these was a raw TypeError ('can't multiply sequence by
+    non-int of type float', 'tuple indices must be integers')."""
+    calls = [
+        (lambda: load_resharded(store, PREFIX, 2.0, 0), "world size 2.0"),  # type: ignore[arg-type]
+        (lambda: load_resharded(store, PREFIX, 2, 1.0), "rank 1.0"),  # type: ignore[arg-type]
+        (lambda: load_shard(store, PREFIX, True), "rank True"),  # type: ignore[arg-type]
+        (lambda: pieces_for_rank(make_state(), 0, "2"), "world size '2'"),  # type: ignore[arg-type]
+        (lambda: collect_receipts(store, PREFIX, 2.0, CID), "world size 2.0"),  # type: ignore[arg-type]
+        (lambda: write_shard(store, PREFIX, 0, 2.0, {"a": torch.zeros(1)}, checkpoint_id=CID), "world size 2.0"),  # type: ignore[arg-type]
+    ]
+    for call, what in calls:
+        with pytest.raises(ShardInputError, match=f"{what}: expected an integer"):
+            call()
+    assert len(load_resharded(store, PREFIX, np.int64(2), np.int64(1))) > 0  # numpy integers are integers
 
 
 def test_load_arguments(store: LocalStore) -> None:

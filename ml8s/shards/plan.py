@@ -15,6 +15,7 @@ Each rank's slices are listed sorted by name.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -89,11 +90,17 @@ class TensorPiece:
 
 
 def check_world(rank: int, world_size: int) -> None:
-    """ShardInputError unless world_size >= 1 and 0 <= rank < world_size."""
+    """ShardInputError unless both are integers, world_size >= 1 and 0 <= rank < world_size."""
+    if odd := [f"{what} {v!r}" for what, v in (("rank", rank), ("world size", world_size)) if not _is_integer(v)]:
+        raise ShardInputError(f"{', '.join(odd)}: expected an integer (a float or str fails deep inside otherwise)")
     if not 1 <= world_size <= _MAX_WORLD:
         raise ShardInputError(f"world size {world_size}: expected 1..{_MAX_WORLD}")
     if not 0 <= rank < world_size:
         raise ShardInputError(f"rank {rank}: expected 0 <= rank < world size {world_size}")
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def plan_shards(specs: Sequence[TensorSpec], world_size: int, config: PlanConfig | None = None) -> ShardPlan:
