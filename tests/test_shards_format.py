@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pytest
@@ -127,6 +129,45 @@ def test_tensor_resized_while_saving_stores_nothing(tmp_path: Path, monkeypatch:
     with pytest.raises(ShardInputError, match="gave 0 bytes, 8 expected"):
         write_shard(store, PREFIX, 0, 1, {"a": torch.zeros(2)}, checkpoint_id=CID)
     assert store.list("") == []
+
+
+def test_a_local_build_file_that_cannot_be_made_or_written_is_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing WriterConfig.local_tmp_dir, or a disk that fills while the shard streams out, was a raw
+    FileNotFoundError / OSError; now a StoreError naming the shard and the place, and nothing stored."""
+    import errno
+
+    from ml8s.errors import StoreError
+    from ml8s.shards import WriterConfig, writer
+
+    store = LocalStore(str(tmp_path / "root"))
+    missing = WriterConfig(local_tmp_dir=str(tmp_path / "no-such-dir"))
+    with pytest.raises(StoreError, match=r"model_shard_0\.shard: cannot create a file in .*no-such-dir"):
+        write_shard(store, PREFIX, 0, 1, {"a": torch.zeros(2)}, checkpoint_id=CID, config=missing)
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, handle: BinaryIO) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer.os, "fdopen", lambda fd, mode: Full(real_fdopen(fd, mode)))
+    build = tmp_path / "build"
+    build.mkdir()
+    with pytest.raises(StoreError, match=r"model_shard_0\.shard: cannot write .* No space left on device"):
+        write_shard(
+            store, PREFIX, 0, 1, {"a": torch.zeros(2)}, checkpoint_id=CID, config=WriterConfig(local_tmp_dir=str(build))
+        )
+    assert store.list("") == [] and list(build.iterdir()) == []
 
 
 @pytest.mark.parametrize("prefix", ["", "a//b", "a/../b", "a/", "./a"])

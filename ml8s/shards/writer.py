@@ -19,7 +19,7 @@ from typing import BinaryIO
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ml8s.errors import ShardFormatError, ShardInputError, ShardVerificationError
+from ml8s.errors import ShardFormatError, ShardInputError, ShardVerificationError, StoreError
 from ml8s.shards import dtypes, layout
 from ml8s.shards.format import (
     FORMAT_VERSION,
@@ -250,11 +250,21 @@ def _chunks(tensor: torch.Tensor, chunk_bytes: int) -> Iterator[memoryview]:
 
 @contextlib.contextmanager
 def _local_file(directory: str | None, name: str) -> Iterator[tuple[BinaryIO, str]]:
-    """A fresh local file to build a shard in, removed afterwards whatever happens."""
-    fd, path = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=directory)
+    """A fresh local file to build a shard in, removed afterwards whatever happens; StoreError when it cannot
+    be created or written (a missing ``local_tmp_dir``, a full disk)."""
+    where = directory or tempfile.gettempdir()
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise StoreError(
+            f"{name}: cannot create a file in {where} to build the shard in: {exc.strerror or exc}; expected a "
+            "writable directory (WriterConfig.local_tmp_dir)"
+        ) from exc
     try:
         with os.fdopen(fd, "w+b") as handle:
             yield handle, path
+    except OSError as exc:
+        raise StoreError(f"{name}: cannot write {path} while building the shard: {exc.strerror or exc}") from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
