@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -23,7 +24,7 @@ from ml8s.shards import (
     save_state_dict,
     verify_checkpoint,
 )
-from ml8s.shards.reader import ShardFile
+from ml8s.shards.reader import ShardFile, scan_shard
 from ml8s.store import LocalStore, S3Store, Store
 
 SHARD0, SHARD1 = f"{PREFIX}_shard_0.shard", f"{PREFIX}_shard_1.shard"
@@ -240,3 +241,32 @@ def test_listing_only_mode(store: Store) -> None:
         (SHARD1, "shard_size"),
         (f"{PREFIX}_shard_7.shard", "stray_shard"),
     }
+
+
+def test_a_shard_that_grows_while_it_is_scanned_is_read_only_to_its_size_when_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store writer appending to a shard forever kept verify reading (to an end of file that kept moving). The
+    scan reads the size the file had when opened, and names the growth; simulated by a file that is longer than
+    fstat said when it was opened."""
+    store = LocalStore(str(tmp_path / "root"))
+    save_state_dict(store, PREFIX, make_state(), world_size=2, checkpoint_id=CID, config=SMALL)
+    path = tmp_path / "root" / SHARD0
+    intact = path.read_bytes()
+    path.write_bytes(intact + b"\0" * 4096)  # "appended after the open"
+    real_fstat = os.fstat
+
+    def fstat_at_open(fd: int) -> os.stat_result:
+        found = real_fstat(fd)
+        if found.st_size != len(intact) + 4096:
+            return found
+        fields = list(found)
+        fields[6] = len(intact)  # st_size as it was when the scan opened the file
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "fstat", fstat_at_open)
+    scan = scan_shard(str(path), SHARD0)  # verify's read of a shard (a larger listing is not read at all)
+    monkeypatch.undo()
+    assert scan.size == len(intact) and scan.sha256 == hashlib.sha256(intact).hexdigest()
+    assert [check for check, _ in scan.problems] == ["trailing_bytes"], scan.problems
+    assert "grew while it was read (past the" in scan.problems[0][1]

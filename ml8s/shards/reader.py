@@ -203,21 +203,25 @@ def scan_shard(path: str, where: str) -> ShardScan:
             header, problems = None, [(exc.check, exc.message)]
         handle.seek(0)
         if header is None:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            return ShardScan(size=size, sha256=digest, header=None, problems=tuple(problems))
+            whole = hashlib.sha256()
+            for chunk in _chunks_of(handle, size):
+                whole.update(chunk)
+            problems += _grown(handle, size, where)
+            return ShardScan(size=size, sha256=whole.hexdigest(), header=None, problems=tuple(problems))
         if size != header.file_size:
             what = "truncated" if size < header.file_size else "trailing_bytes"
             problems.append((what, f"{where}: {size} bytes, its header makes {header.file_size}"))
         file_hash, data = hashlib.sha256(), DataHasher(header.block_size)
         zeros = _padding(header)
         pos, dirty = 0, []
-        while chunk := handle.read(_CHUNK):
+        for chunk in _chunks_of(handle, size):
             file_hash.update(chunk)
             lo, hi = max(pos, header.data_offset), min(pos + len(chunk), header.file_size)
             if lo < hi:
                 data.update(memoryview(chunk)[lo - pos : hi - pos])
             dirty += [(a, b) for a, b in zeros if max(a, pos) < min(b, pos + len(chunk)) and _nonzero(chunk, pos, a, b)]
             pos += len(chunk)
+        problems += _grown(handle, size, where)
     data_sha, blocks = data.finish()
     if data_sha != header.data_sha256:
         problems.append(("data_checksum", f"{where}: data section sha256 {data_sha}, header says {header.data_sha256}"))
@@ -226,6 +230,22 @@ def scan_shard(path: str, where: str) -> ShardScan:
     if dirty:
         problems.append(("padding", f"{where}: non-zero padding in bytes {sorted(set(dirty))[:10]}"))
     return ShardScan(size=size, sha256=file_hash.hexdigest(), header=header, problems=tuple(problems))
+
+
+def _chunks_of(handle: io.BufferedReader, size: int) -> Iterator[bytes]:
+    """The file's first ``size`` bytes (its size when opened), a chunk at a time: never read to an end of file that
+    a writer appending forever keeps moving (verify would never end)."""
+    left = size
+    while left > 0 and (chunk := handle.read(min(_CHUNK, left))):
+        left -= len(chunk)
+        yield chunk
+
+
+def _grown(handle: io.BufferedReader, size: int, where: str) -> list[tuple[str, str]]:
+    """A problem when the file holds more than the ``size`` bytes it had when opened (it grew while read)."""
+    if not handle.read(1):
+        return []
+    return [("trailing_bytes", f"{where}: grew while it was read (past the {size} bytes it had when opened)")]
 
 
 def _padding(h: ShardHeader) -> list[tuple[int, int]]:
