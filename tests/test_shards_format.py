@@ -329,6 +329,12 @@ def _edit_metadata(store: LocalStore, path: tuple[str | int, ...], value: object
         (("tensors", "layer.weight", "dtype"), "float128", ShardFormatError, "metadata_tensors"),
         (("tensors", "step", "pieces", 0, "offset"), lambda v: v + 64, ShardFormatError, "header_tensors"),
         (("checkpoint_id",), "x", ShardFormatError, "metadata_invalid"),
+        # read as 1, 2 and 0 by lax parsing: integers no writer wrote
+        (("format_version",), True, ShardFormatError, "metadata_invalid"),
+        (("format_version",), 1.0, ShardFormatError, "metadata_invalid"),
+        (("world_size",), 2.0, ShardFormatError, "metadata_invalid"),
+        (("shards", 0, "rank"), False, ShardFormatError, "metadata_invalid"),
+        (("tensors", "step", "pieces", 0, "offset"), lambda v: str(v), ShardFormatError, "metadata_invalid"),
     ],
 )
 def test_metadata_that_lies(

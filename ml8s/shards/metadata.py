@@ -97,7 +97,9 @@ def decode_metadata(data: bytes, where: str) -> CheckpointMetadata:
         found = raw.get("format_version")
         raise ShardVersionError(f"{where}: format version {found!r}, expected {FORMAT_VERSION}", check="format_version")
     try:
-        return CheckpointMetadata.model_validate(raw)
+        # strict: the writer writes integers, and lax parsing read ``true``, ``1.0`` and ``2.0`` as 1, 1 and 2 (a
+        # format version, a world size, a rank no writer wrote); parsed again as JSON, where strict mode takes arrays
+        return CheckpointMetadata.model_validate_json(data, strict=True)
     except ValidationError as exc:
         raise ShardFormatError(
             f"{where}: not checkpoint metadata: {first_problem(exc)}", check="metadata_invalid"
