@@ -343,3 +343,20 @@ def test_a_snapshot_recording_a_billion_ranks_is_checked_at_once(bundle: Path, t
     forge(bundle, tmp_path / "b.tar.gz", edit)
     report = verify_bundle(str(tmp_path / "b.tar.gz"))
     assert "config_snapshot" in report.failed()
+
+
+def test_a_spec_with_more_hidden_layers_than_a_run_accepts_is_named_not_rebuilt(bundle: Path, tmp_path: Path) -> None:
+    """The check rebuilt the family's layers, one per hidden layer, from an edited training_metadata.json: 10**6
+    took 35 s, 10**9 never ended (`ml8s verify` too). Past the bound a run accepts, it is a problem, not rebuilt."""
+    from ml8s.identity.params import MAX_HIDDEN_LAYERS
+
+    def edit(data: dict[str, bytes]) -> None:
+        record = json.loads(data[f"run/{layout.TRAINING_METADATA}"])
+        record["model"]["spec"]["hidden_layers"] = MAX_HIDDEN_LAYERS + 1
+        data[f"run/{layout.TRAINING_METADATA}"] = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+
+    forge(bundle, tmp_path / "b.tar.gz", edit)
+    check = verify_bundle(str(tmp_path / "b.tar.gz")).check("training_metadata")
+    assert check.status is Status.FAIL
+    said = f"model.spec.hidden_layers is {MAX_HIDDEN_LAYERS + 1}; a run accepts 0 to {MAX_HIDDEN_LAYERS}"
+    assert any(said in p for p in (check.reason, *check.details)), (check.reason, check.details)
