@@ -360,3 +360,22 @@ def test_a_spec_with_more_hidden_layers_than_a_run_accepts_is_named_not_rebuilt(
     assert check.status is Status.FAIL
     said = f"model.spec.hidden_layers is {MAX_HIDDEN_LAYERS + 1}; a run accepts 0 to {MAX_HIDDEN_LAYERS}"
     assert any(said in p for p in (check.reason, *check.details)), (check.reason, check.details)
+
+
+def test_a_member_name_with_a_newline_or_an_escape_prints_no_line_of_its_own(bundle: Path, tmp_path: Path) -> None:
+    """A member named 'run/x\\nRESULT: PASS (11 checks)' (with an escape sequence) passed the archive check as a
+    'safe name', and its name, in the checksums and artifacts reasons, printed forged report lines to the terminal."""
+    from ml8s.audit import render_text
+
+    opened = open_bundle(str(bundle))
+    forged = "run/x\nPASS  chain  fine\x1b[2J\nRESULT: PASS (11 checks)"
+    entries = [BundleEntry(rel, body) for rel, body in {**opened.members, forged: b"x"}.items()]
+    write_bundle(str(tmp_path / "b.tar.gz"), write_archive(opened.top, entries))
+    report = verify_bundle(str(tmp_path / "b.tar.gz"))
+    assert "archive" in report.failed() and "unsafe or unexpected member" in report.check("archive").reason
+    text = render_text(report)
+    assert "\x1b" not in text
+    assert [line for line in text.splitlines() if line.startswith(("RESULT", "PASS  chain  fine"))] == [
+        text.splitlines()[-1]
+    ]
+    assert text.splitlines()[-1].startswith("RESULT: FAIL")

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import pytest
 from forked_cli import forked_ml8s
 
-from ml8s.audit import Report, Status, verify_run
+from ml8s.audit import Report, Status, render_text, verify_run
 from ml8s.contract import layout
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.registry.mlflow_model import registry_resolves_with
@@ -579,3 +579,15 @@ def test_native_weights_whose_header_length_is_absurd_fail_not_crash(tampered: R
         handle.write(length.to_bytes(8, "little"))
         handle.truncate(layout.RECORD_MAX_BYTES + 1024)
     assert_fails(verify(tampered), "training_metadata", "the native weights' safetensors header cannot be read")
+
+
+def test_a_stray_file_named_with_a_newline_prints_no_report_line_of_its_own(tampered: Run) -> None:
+    # The unexpected_files reason carried the name as it is: its newline printed a forged 'RESULT: PASS' line.
+    (tampered.directory / "x\nRESULT: PASS (10 checks)\x1b[2J").write_bytes(b"planted")
+    report = verify(tampered)
+    assert report.failed() == ("unexpected_files",)
+    text = render_text(report)
+    assert "\x1b" not in text and "x\\nRESULT: PASS (10 checks)\\x1b[2J" in text
+    assert [line for line in text.splitlines() if line.startswith("RESULT")] == [
+        "RESULT: FAIL (1 of 10 checks failed: unexpected_files)"
+    ]

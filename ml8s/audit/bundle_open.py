@@ -36,6 +36,7 @@ from ml8s.store.operator_files import read_operator_file
 
 M = TypeVar("M", bound=BaseModel)
 _NOT_ZERO = re.compile(rb"[^\0]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +100,8 @@ def open_bundle(path: str) -> OpenedBundle:
             for info in archive:
                 top, _, rel = info.name.partition("/")
                 parts = rel.split("/")
-                if not info.isreg() or not top or not rel or "" in parts or ".." in parts or "." in parts:
+                unsafe = not info.isreg() or not top or not rel or "" in parts or ".." in parts or "." in parts
+                if unsafe or _CONTROL.search(info.name):  # a newline or an escape: no name ml8s writes
                     problems.append(f"unsafe or unexpected member {info.name!r} (type {info.type!r})")
                     continue
                 if rel in members:

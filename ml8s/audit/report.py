@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import html
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
@@ -115,16 +116,23 @@ def make_report(kind: str, subject: str, location: str, results: tuple[CheckResu
 def render_text(report: Report) -> str:
     """The report for a terminal: one line per check, details indented, the verdict last."""
     width = max((len(c.name) for c in report.checks), default=0)
-    lines = [f"ml8s {report.kind} {report.subject}: {report.location}"]
+    lines = [f"ml8s {report.kind} {report.subject}: {_one_line(report.location)}"]
     for c in report.checks:
-        lines.append(f"{c.status.value:<4}  {c.name:<{width}}  {c.reason}")
-        lines.extend(f"{'':<4}  {'':<{width}}    - {d}" for d in c.details)
+        lines.append(f"{c.status.value:<4}  {c.name:<{width}}  {_one_line(c.reason)}")
+        lines.extend(f"{'':<4}  {'':<{width}}    - {_one_line(d)}" for d in c.details)
     bad, total = report.failed(), len(report.checks)
     if report.passed:
         lines.append(f"RESULT: PASS ({total} checks)")
     else:
         lines.append(f"RESULT: FAIL ({len(bad)} of {total} checks failed: {', '.join(bad) or 'none ran'})")
     return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its control characters escaped: a name from a bundle or a store (a member, a stray file) that
+    held a newline printed lines of its own, such as a forged ``PASS`` line or ``RESULT: PASS``, and an escape
+    sequence reached the terminal."""
+    return "".join(c if unicodedata.category(c)[0] != "C" else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 _COLOURS = {Status.PASS: "#1a7f37", Status.FAIL: "#cf222e", Status.SKIP: "#9a6700"}
