@@ -379,3 +379,20 @@ def test_a_member_name_with_a_newline_or_an_escape_prints_no_line_of_its_own(bun
         text.splitlines()[-1]
     ]
     assert text.splitlines()[-1].startswith("RESULT: FAIL")
+
+
+@pytest.mark.parametrize("where", ["run", "runs"])
+def test_a_bundle_is_never_written_into_the_run_folders(
+    run: Run, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`-o` inside the run's ARTIFACT_ROOT wrote the bundle there: the run it proves then FAILed its next
+    verification (an unexpected file). Refused before anything is read or written."""
+    from ml8s.cli.main import main
+
+    target = (run.directory if where == "run" else run.directory.parent) / "bundle.tar.gz"
+    try:
+        assert main(["audit", "bundle", run.run_id, "-o", str(target), "--root", str(run.root)]) == 1
+        assert not target.exists()
+    finally:
+        target.unlink(missing_ok=True)  # the shared run stays as it was, whatever happened
+    assert "inside the run folders of" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import dataclasses
 import gzip
 import hashlib
 import io
+import os
 import tarfile
 from collections.abc import Callable, Mapping
 
@@ -29,6 +30,7 @@ from ml8s.audit.verify_md import verify_md
 from ml8s.chain import Anchor
 from ml8s.contract import Unavailable, checksum_lines, layout
 from ml8s.errors import AuditBundleError, ChainError, Ml8sError, VerificationFailedError
+from ml8s.identity.uri import parse_root_uri
 from ml8s.output_files import write_output
 
 FORMAT = "ml8s-audit-bundle/1"
@@ -219,6 +221,22 @@ def write_bundle(path: str, data: bytes) -> None:
         return AuditBundleError(f"cannot write the bundle to {path}: {reason}")
 
     write_output(path, data, fail)
+
+
+def refuse_inside_runs(path: str, root_uri: str) -> None:
+    """AuditBundleError when ``path`` lies in a run folder of the local root ``root_uri``: a bundle written into the
+    ARTIFACT_ROOT it proves made that run FAIL its next verification (an unexpected file), and a bundle of a run
+    then changed with every new bundle written beside it."""
+    root = parse_root_uri(root_uri, variable="--root")
+    if root.scheme != "file" or path == "-":
+        return
+    runs = os.path.realpath(os.path.join(root.path, layout.RUNS_DIR))
+    target = os.path.realpath(path)
+    if os.path.commonpath([runs, target]) == runs:
+        raise AuditBundleError(
+            f"cannot write the bundle to {path}: it lies inside the run folders of {root_uri} ({runs}), where a file "
+            "is an unexpected file of a run; expected a path outside the pipeline root's runs (nothing written)"
+        )
 
 
 def write_archive(top: str, entries: list[BundleEntry]) -> bytes:

@@ -104,7 +104,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _bundle(args: argparse.Namespace) -> int:
     from ml8s.audit import build_bundle, render_text, write_bundle
+    from ml8s.audit.bundle import refuse_inside_runs
 
+    refuse_inside_runs(args.output, command_root(args).uri)
     env = _named(args, os.environ)
     data, report = build_bundle(
         command_root(args).uri,
