@@ -74,8 +74,15 @@ def _words(inputs: object) -> list[str]:
             words += [f"--{name}", "true" if value else "false"]
         elif isinstance(value, str):
             words += [f"--{name}", value]
-        else:
+        elif isinstance(value, int | float):
             words += [f"--{name}", json.dumps(value)]
+        else:  # a list or mapping became its JSON text ('["a", "b"]' as two odd column names), a date a traceback
+            kind = {list: "a list", dict: "a mapping"}.get(type(value), f"a {type(value).__name__}")
+            raise click.BadParameter(
+                f"{name} is {kind} ({value!r}); expected one text, number or boolean value (a comma list is one "
+                f"text: 'a,b'; quote a value YAML would read otherwise: '2024-01-01')",
+                param_hint="--inputs-file",
+            )
     return words
 
 

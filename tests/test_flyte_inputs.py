@@ -8,6 +8,7 @@ the same patched command line, no training), so each case costs one process star
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -160,6 +161,32 @@ def test_a_bad_file_value_is_one_line_naming_it(case: Case, tmp_path: Path) -> N
     text = " ".join((done.stdout + done.stderr).split())
     assert done.returncode != 0 and "Invalid value for '--standardize': 'maybe' is not a valid boolean" in text
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"), [(["tenure", "plan"], "a list"), ({"a": 1}, "a mapping"), (datetime.date(2024, 1, 1), "a date")]
+)
+def test_an_inputs_file_value_that_is_no_scalar_is_refused(value: object, kind: str) -> None:
+    """A YAML list became its JSON text ('["tenure", "plan"]': EXCLUDE_COLUMNS of two odd names, found missing only
+    by the snapshot task), a mapping likewise, and a date a TypeError traceback."""
+    import click
+
+    from tasks.pyflyte_cli import _words
+
+    with pytest.raises(click.BadParameter, match=f"^exclude_columns is {kind} "):
+        _words({"exclude_columns": value})
+    assert _words({"epochs": 3, "test_size": 0.25, "standardize": False, "model_type": "mlp", "warm_start": None}) == [
+        *("--epochs", "3", "--test_size", "0.25", "--standardize", "false", "--model_type", "mlp")
+    ]
+
+
+def test_an_inputs_file_list_is_one_usage_error(case: Case, tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text("exclude_columns: [tenure, plan]\n")
+    done = _pyflyte(case, {"DATA_ROOT": str(case.data), "TARGET_COLUMN": "churned"}, "--inputs-file", str(inputs))
+    text = " ".join((done.stdout + done.stderr).replace("│", " ").split())  # pyflyte boxes the message
+    assert done.returncode == 2 and "Traceback" not in text and done.stdout == "", text
+    assert "Invalid value for --inputs-file: exclude_columns is a list (['tenure', 'plan'])" in text
 
 
 def test_an_inputs_file_that_is_not_utf8_is_a_usage_error(case: Case, tmp_path: Path) -> None:
