@@ -238,6 +238,12 @@ def test_a_run_writing_under_data_root_fails_before_any_write(
         # SQLAlchemy found no dialect "SQLITE" only at registration, after the run had trained
         ("SQLITE:////srv/mlflow.db", "has scheme 'SQLITE'; a database URL's scheme is lower-case ('sqlite')"),
         ("PostgreSQL://ml@db/mlflow", "has scheme 'PostgreSQL'; a database URL's scheme is lower-case"),
+        # an INTERNAL_ERROR (urlsplit's ValueError) once the run asked the server, or an unanswered server
+        ("https://[::1", "is no URL (Invalid IPv6 URL)"),
+        ("http://", "names no host"),
+        ("https:///mlflow", "names no host"),
+        ("http://mlflow:99999", "is no URL (Port out of range"),
+        ("http://mlflow:abc/", "is no URL (Port could not be cast"),
     ],
 )
 def test_a_tracking_uri_that_would_lose_or_refuse_the_model_fails_at_load(
@@ -256,6 +262,7 @@ def test_a_tracking_uri_that_would_lose_or_refuse_the_model_fails_at_load(
         "sqlite:///mlflow.db",
         "http://mlflow:5000",
         "https://bot:pw@mlflow.example",
+        "https://[::1]:5443/mlflow",
         "postgresql+psycopg2://u@db/mlflow",
         "mysql://u@db/mlflow",
         "databricks",

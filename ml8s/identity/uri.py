@@ -180,6 +180,9 @@ def check_tracking_uri(uri: str, variable: str = "MLFLOW_TRACKING_URI") -> str:
             problem = "is an in-memory SQLite database: a model registered there is gone when the process ends"
             raise TrackingUriError(variable, uri, problem, _TRACKING_EXPECTED)
         return uri
+    if scheme in ("http", "https"):
+        _check_server_url(uri, variable)
+        return uri
     if engine in _DATABASE_ENGINES or scheme in _REGISTRY_SCHEMES:
         return uri
     if scheme in ("", "file"):
@@ -193,6 +196,18 @@ def check_tracking_uri(uri: str, variable: str = "MLFLOW_TRACKING_URI") -> str:
     raise TrackingUriError(
         variable, uri, f"has scheme {scheme!r}, for which MLflow has no model registry", _TRACKING_EXPECTED
     )
+
+
+def _check_server_url(uri: str, variable: str) -> None:
+    """An MLflow server's URL names a host and a valid port: 'https://[::1' was an INTERNAL_ERROR (urlsplit's
+    ValueError) once the run asked the server, and 'http://' or a port of 99999 an unanswered server."""
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018  (it parses the port: ValueError when out of range or not a number)
+    except ValueError as exc:
+        raise TrackingUriError(variable, uri, f"is no URL ({exc})", _TRACKING_EXPECTED) from None
+    if not parts.hostname:
+        raise TrackingUriError(variable, uri, "names no host", _TRACKING_EXPECTED)
 
 
 def _registry_plugins() -> list[str]:
