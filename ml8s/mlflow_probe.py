@@ -47,7 +47,10 @@ def mlflow_unanswered(uri: str, bound: float) -> str | None:
     """
     if not is_tracking_server(uri) or uri in _ANSWERED:
         return None
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:  # 'https://[::1' (a manifest's, or a flag's): no request can be made of it
+        return f"{public_tracking_uri(uri)} is no URL ({exc})"
     url = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/") + "/health", "", ""))
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
@@ -70,7 +73,7 @@ def mlflow_unanswered(uri: str, bound: float) -> str | None:
 
 def is_tracking_server(uri: str) -> bool:
     """Whether ``uri`` names an MLflow server (``http(s)://``): the only tracking URIs that are asked."""
-    return urlsplit(uri).scheme.lower() in ("http", "https")
+    return uri.partition(":")[0].lower() in ("http", "https")  # not urlsplit: it raises on 'https://[::1'
 
 
 def probe_bound() -> float:

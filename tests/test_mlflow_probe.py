@@ -102,6 +102,12 @@ def test_any_http_answer_is_a_server(answering_port: int) -> None:
     check_tracking_reachable(_settings(f"http://127.0.0.1:{answering_port}"), timeout_s=5)
 
 
+def test_a_server_uri_that_is_no_url_is_a_registry_error() -> None:
+    """'https://[::1' (a tampered manifest's, which verify asks) raised urlsplit's ValueError: an INTERNAL_ERROR."""
+    with pytest.raises(RegistryError, match=r"https://\[::1/x is no URL \(Invalid IPv6 URL\)"):
+        require_answer("https://bot:s3cret@[::1/x")
+
+
 @pytest.mark.parametrize("uri", ["sqlite:////nonexistent/dir/m.db", "databricks", "postgresql://u@127.0.0.1:1/db"])
 def test_other_tracking_uris_are_not_probed(uri: str) -> None:
     check_tracking_reachable(_settings(uri), timeout_s=0.01)  # no network: nothing listens at any of these

@@ -232,7 +232,12 @@ def public_tracking_uri(uri: str) -> str:
     """
     public = without_credentials(uri)  # the one rule, shared with every error message and log line
     # a URI that lost credentials is written as urllib writes it (a lowercase scheme), as manifests recorded it
-    return public if public == uri else urlunsplit(urlsplit(public))
+    if public == uri:
+        return uri
+    try:
+        return urlunsplit(urlsplit(public))
+    except ValueError:  # no URL urllib can parse ('https://[::1'): still without its credentials
+        return public
 
 
 def sqlite_path(uri: str) -> str:
