@@ -423,6 +423,20 @@ def _resealed(trained: Trained, run: RunContext, model: bytes) -> ModelFiles:
     return files.model_copy(update={"model": model, "training_metadata": json.dumps(metadata).encode()})
 
 
+@pytest.mark.parametrize(("layers", "units"), [(10**9, 64), (2, 10**7), (3, 60_000)])
+def test_a_safetensors_spec_beyond_what_a_run_accepts_is_refused_not_built(
+    trained: Trained, layers: int, units: int
+) -> None:
+    """training_metadata.json edited to 10**9 hidden layers (checksums recomputed: ``predict --run`` reads no
+    signature) built a torch layer per hidden layer and never ended; wide ones asked torch for terabytes."""
+    files = read_run_files(f"file://{trained.root}", trained.safetensors.run_id)
+    metadata = json.loads(files.training_metadata)
+    metadata["model"]["spec"].update(hidden_layers=layers, hidden_units=units)
+    edited = files.model_copy(update={"training_metadata": json.dumps(metadata).encode()})
+    with pytest.raises(InferenceError, match=r"does not load into its recorded spec: model spec .* beyond what a run"):
+        Predictor(edited)
+
+
 def _onnx_of_width(features: int, classes: int) -> bytes:
     weights = onnx.numpy_helper.from_array(np.ones((features, classes), np.float32), "W")
     graph = onnx.helper.make_graph(

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.data.columns import Column
-from ml8s.errors import InferenceError, PredictionInputError
+from ml8s.errors import ConfigError, InferenceError, PredictionInputError
 from ml8s.inference.cells import Cells, Rows
 from ml8s.inference.model_files import ModelFiles, ServingMetadata
 from ml8s.inference.onnx_metadata import onnxruntime_error
@@ -190,8 +190,11 @@ def _torch_scorer(files: ModelFiles, metadata: ServingMetadata) -> Scorer:
     try:
         model = build_model(ModelSpec.model_validate(metadata.model.spec))
         model.load_state_dict(safetensors.torch.load(files.model))
-    except (ValidationError, RuntimeError, SafetensorError) as exc:  # SafetensorError: not a RuntimeError
-        raise InferenceError(f"{files.source}: model.safetensors does not load into its recorded spec: {exc}") from exc
+    except (ValidationError, RuntimeError, SafetensorError, ConfigError) as exc:  # SafetensorError: not a RuntimeError
+        detail = exc.message if isinstance(exc, ConfigError) else str(exc)
+        raise InferenceError(
+            f"{files.source}: model.safetensors does not load into its recorded spec: {detail}"
+        ) from exc
     model.eval()
 
     def score(matrix: Float32Array) -> Float32Array:

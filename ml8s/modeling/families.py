@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.contract.training_metadata import DeterminismRecord, ModelSpec
 from ml8s.errors import ConfigError
 from ml8s.identity.model_code import is_plugin
+from ml8s.identity.params import MAX_HIDDEN_LAYERS, MAX_HIDDEN_UNITS, MAX_HIDDEN_WEIGHTS
 from ml8s.text import quoted
 
 OPTIMIZER = "adam"
@@ -71,7 +72,19 @@ def _logreg(spec: ModelSpec) -> tuple[Layer, ...]:
 
 
 def _mlp(spec: ModelSpec) -> tuple[Layer, ...]:
-    """HIDDEN_LAYERS x (Linear, ReLU) of HIDDEN_UNITS, then a linear head."""
+    """HIDDEN_LAYERS x (Linear, ReLU) of HIDDEN_UNITS, then a linear head.
+
+    Raises:
+        ConfigError: the spec is beyond what a run accepts (a training_metadata.json edited by hand: a layer is
+            built per hidden layer, and 10**9 of them never ended; torch would allocate the weights).
+    """
+    layers_ok, units_ok = 0 <= spec.hidden_layers <= MAX_HIDDEN_LAYERS, 1 <= spec.hidden_units <= MAX_HIDDEN_UNITS
+    if not (layers_ok and units_ok) or spec.hidden_units**2 * max(spec.hidden_layers - 1, 0) > MAX_HIDDEN_WEIGHTS:
+        raise ConfigError(
+            f"model spec {spec.hidden_layers} hidden layers of {spec.hidden_units} units is beyond what a run accepts "
+            f"(0 to {MAX_HIDDEN_LAYERS} layers of 1 to {MAX_HIDDEN_UNITS} units, at most {MAX_HIDDEN_WEIGHTS:,} "
+            "hidden-to-hidden weights); expected the spec its run recorded"
+        )
     out: list[Layer] = []
     width = spec.n_features
     for _ in range(spec.hidden_layers):
