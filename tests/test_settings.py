@@ -141,6 +141,11 @@ def test_the_class_is_frozen_and_closed() -> None:
             {"MLFLOW_EXPERIMENT_NAME": "e" * 600},
             "MLFLOW_EXPERIMENT_PREFIX (or MLFLOW_EXPERIMENT_NAME) has 600 characters",
         ),
+        # a newline split the run's one-line summary; an escape sequence reached the terminal (stderr)
+        ({"MLFLOW_MODEL_NAME": "churn\nv2"}, "MLFLOW_MODEL_NAME='churn\\nv2' is invalid: it holds a control character"),
+        ({"MLFLOW_MODEL_NAME": "a\x1b[2Jb"}, "MLFLOW_MODEL_NAME='a\\x1b[2Jb' is invalid: it holds a control character"),
+        ({"MLFLOW_MODEL_NAME": "a\tb"}, "it holds a control character"),
+        ({"MLFLOW_EXPERIMENT_PREFIX": "e\rx"}, "MLFLOW_EXPERIMENT_PREFIX (or MLFLOW_EXPERIMENT_NAME)='e\\rx' holds"),
         ({"PIPELINE_ROOT_URI": "gs://b/x"}, "PIPELINE_ROOT_URI='gs://b/x' has an unsupported scheme"),
         ({"PIPELINE_ROOT_URI": "s3:/runs"}, "PIPELINE_ROOT_URI='s3:/runs' is not an S3 URI"),
         ({"PIPELINE_ROOT_URI": "~/runs"}, "expected an absolute or relative path; ~ is not expanded"),

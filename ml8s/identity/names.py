@@ -1,7 +1,9 @@
 """The names a run is registered under, checked when the settings are read (before anything is written).
 
 MLFLOW_MODEL_NAME is MLflow's: almost any text, except what MLflow refuses (``/``, ``:``, a name a path
-normalization would change, more than its 256-character column). CHAIN_NAME is a path segment in the
+normalization would change, more than its 256-character column) and control characters (a newline split the
+run's one-line summary, an escape sequence reached the terminal); MLFLOW_EXPERIMENT_PREFIX takes no control
+characters either. CHAIN_NAME is a path segment in the
 store (``ml8s_chain/{name}/``): letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit,
 at most 128 characters. CHAIN_NAME defaults to the model name; a model name that is no valid chain name
 (``it's-model``) gives a chain name derived from it by :func:`chain_name_from_model`.
@@ -22,6 +24,7 @@ CHAIN_NAME_RULE = "letters, digits, '.', '_' or '-', starting with a letter or d
 MAX_MODEL_NAME = 256  # MLflow's registered_models.name column
 MAX_EXPERIMENT_NAME = 500  # MLflow refuses a longer experiment name (its MAX_EXPERIMENT_NAME_LENGTH)
 _OUTSIDE_CHAIN_NAME = re.compile(r"[^A-Za-z0-9._-]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 _DIGEST_CHARS = 8
 
 
@@ -40,6 +43,8 @@ def check_model_name(name: str) -> str:
         why = f"MLflow refuses names a path normalization changes (this one reads as {normalized!r})"
     elif len(name) > MAX_MODEL_NAME:
         why = f"it has {len(name)} characters; MLflow stores at most {MAX_MODEL_NAME}"
+    elif _CONTROL.search(name):
+        why = "it holds a control character (a newline, a tab, an escape)"
     else:
         return name
     raise ConfigError(f"MLFLOW_MODEL_NAME={quoted(name)} is invalid: {why}; expected a registered model name")
@@ -56,6 +61,11 @@ def check_experiment_name(name: str) -> str:
         raise ConfigError(
             f"MLFLOW_EXPERIMENT_PREFIX (or MLFLOW_EXPERIMENT_NAME) has {len(name):,} characters; expected an MLflow "
             f"experiment name of at most {MAX_EXPERIMENT_NAME}"
+        )
+    if _CONTROL.search(name):
+        raise ConfigError(
+            f"MLFLOW_EXPERIMENT_PREFIX (or MLFLOW_EXPERIMENT_NAME)={quoted(name)} holds a control character (a "
+            "newline, a tab, an escape); expected an MLflow experiment name without one"
         )
     return name
 
