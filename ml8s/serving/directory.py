@@ -82,6 +82,7 @@ class ModelDirectory:
         if exclusive:
             self._lock = self._exclusive()
         try:
+            self._check_versions()
             self._check_current()
             self._remove_leftovers()  # of a follower killed mid-publish
         except BaseException:
@@ -148,6 +149,7 @@ class ModelDirectory:
         self, info: ServedVersion, files: dict[str, bytes], warn: Callable[[str], None] = lambda _: None
     ) -> str:
         """``publish`` of a version's complete ``files`` (``served_files``); returns its directory."""
+        self._check_versions()  # before its entries are read, written or pruned
         name = version_name(info)
         copies = self._copies(name)
         dest = next((copy for copy in copies if intact(os.path.join(self.versions, copy), files)), None)
@@ -191,6 +193,16 @@ class ModelDirectory:
             raise ConfigError(
                 f"--out {self.root}: {path} is a {what}, not the symlink a follower keeps there; expected a "
                 f"symlink or nothing (move the {what} away: ml8s does not delete it)"
+            )
+
+    def _check_versions(self) -> None:
+        """``versions`` must be the follower's own directory: through a symbolic link, pruning would remove
+        every ``v*`` entry (and ``.tmp-*``) of the directory it leads to, someone else's files."""
+        if os.path.islink(self.versions) or not os.path.isdir(self.versions):
+            what = "symbolic link" if os.path.islink(self.versions) else "file"
+            raise ConfigError(
+                f"--out {self.root}: {self.versions} is a {what}, not the directory a follower keeps there; expected "
+                f"a directory or nothing (the follower removes old versions from it: move the {what} away)"
             )
 
     def _free_name(self, name: str) -> str:
