@@ -274,3 +274,20 @@ def test_restarted_client_serves_the_head_it_checked(tmp_path: Path, monkeypatch
     assert restarted.refresh() and restarted.version is not None
     assert (restarted.version.counter, restarted.version.block_hash) == (checked.counter, checked.block_hash)
     assert len(reads) == 1  # one head read: what it checked is what it loaded
+
+
+def test_known_weights_of_the_version_asked_are_hashed_not_taken_on_trust(tmp_path: Path) -> None:
+    """``get_checkpoint(N, known=N's weights)`` returned the caller's tensors as verified version N: edited in
+    place since (a server that fine-tunes what it serves), they came back labelled with N's weights hash."""
+    chain, series = _published(tmp_path, 3)
+    consumer = DeltaConsumer(chain)
+    v2 = consumer.get_checkpoint_sync(2)
+    assert v2 is not None
+    again = consumer.get_checkpoint_sync(2, known=v2.weights)  # untouched: served from the copy
+    assert again is not None and weights_hash(again.weights.tensors) == weights_hash(series[1])
+    name = sorted(v2.weights.tensors)[0]
+    v2.weights.tensors[name].view(-1)[0] += 1.0
+    with pytest.raises(WeightsMismatchError, match=r"version 2 \(v0000000002_.*\): the weights given as known hash"):
+        consumer.get_checkpoint_sync(2, known=v2.weights)
+    with pytest.raises(DeltaBaseMismatchError):  # a DELTA above them: its result hash refused them already
+        consumer.get_checkpoint_sync(3, known=v2.weights)

@@ -94,6 +94,14 @@ class DeltaConsumer:
             version = self._version(counter)
         except VersionNotFoundError:
             return None
+        if known is not None and known.version.block_hash == version.block_hash:
+            # no DELTA's result hash will prove them: the caller may have edited its tensors since they were served
+            found = weights_hash(known.tensors)
+            if found != (version.header.weights_hash or known.weights_hash):
+                raise WeightsMismatchError(
+                    f"chain {self.chain.name!r} version {counter} ({version.version_dir}): the weights given as known "
+                    f"hash to {found}, the block records weights hash {version.header.weights_hash or '-'}"
+                )
         return build_served(self.chain, rebuild_weights(self.chain, version, known=known))
 
     async def apply_delta_in_place(
