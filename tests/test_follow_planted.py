@@ -36,3 +36,24 @@ def test_versions_as_a_link_to_another_directory_is_refused_and_its_files_kept(
     assert not (out / "current").exists()
     (out / "versions").unlink()
     assert main(["follow", "--out", str(out), "--once"]) == 0 and (out / "current").is_symlink()
+
+
+def test_the_served_directory_is_writable_by_its_follower_only_whatever_the_umask(
+    committed: tuple[str, list[str]],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    """Under a umask of 0 (a container's default, say) --out, versions/ and every served file were created
+    writable by every local user: anyone could swap the model a server loads, and the follower does not
+    re-read it between publishes."""
+    out = tmp_path / "serve"
+    old = os.umask(0)
+    try:
+        assert main(["follow", "--out", str(out), "--once"]) == 0
+    finally:
+        os.umask(old)
+    served = [out, *(p for p in out.rglob("*") if not p.is_symlink() and p.name != ".follower.lock")]
+    assert len(served) >= 5  # out, versions/, the version's directory and its two files
+    assert {
+        p.relative_to(out).as_posix(): oct(p.stat().st_mode & 0o777) for p in served if p.stat().st_mode & 0o022
+    } == {}
+    assert (out / "current" / "model_native.safetensors").stat().st_mode & 0o777 == 0o644

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from ml8s.errors import ConfigError, StoreError
 from ml8s.locks import path_lock
 from ml8s.serving.served import Served, ServedVersion
-from ml8s.serving.version_files import VERSION_FILE, intact, served_files, write_version
+from ml8s.serving.version_files import DIR_MODE, VERSION_FILE, intact, served_files, write_version
 from ml8s.store import fsync_dir, read_regular
 
 CURRENT = "current"
@@ -76,7 +76,9 @@ class ModelDirectory:
         self.versions = os.path.join(self.root, VERSIONS)
         self._lock: FileLock | None = None
         try:
-            os.makedirs(self.versions, exist_ok=True)
+            # the mode of each directory it creates, not the umask's: whoever may write here chooses what is served
+            os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
+            os.makedirs(self.versions, mode=DIR_MODE, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"--out {root}: {exc.strerror or exc}; expected a writable directory") from exc
         if exclusive:

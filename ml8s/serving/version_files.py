@@ -18,6 +18,7 @@ from ml8s.store import fsync_dir, read_regular
 from ml8s.weights import WEIGHTS_FULL
 
 VERSION_FILE = layout.SERVED_VERSION_FILE
+FILE_MODE, DIR_MODE = 0o644, 0o755  # a served version is the follower's to write, everyone's to read
 
 
 def served_files(served: Served) -> dict[str, bytes]:
@@ -64,14 +65,17 @@ def intact(path: str, files: dict[str, bytes]) -> bool:
 def write_version(versions: str, final: str, files: dict[str, bytes]) -> None:
     """``files`` into the new directory ``final`` of ``versions`` (which does not exist): written aside, one rename."""
     tmp = os.path.join(versions, f".tmp-{uuid.uuid4().hex}")
-    os.makedirs(tmp)
+    # Explicit modes (the umask may only narrow them): under a umask of 0 the served model was writable by
+    # every local user, and a follower does not re-read its files between publishes.
+    os.makedirs(tmp, mode=DIR_MODE)
     try:
         # ml8s_version.json last: a directory with it is complete
         order = [*sorted(n for n in files if n != VERSION_FILE), VERSION_FILE]
         for folder in sorted(_folders(files)):  # a payload name may hold folders ("config/a.json")
-            os.makedirs(os.path.join(tmp, folder), exist_ok=True)
+            os.makedirs(os.path.join(tmp, folder), mode=DIR_MODE, exist_ok=True)
         for name in order:
-            with open(os.path.join(tmp, name), "wb") as handle:
+            fd = os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            with open(fd, "wb") as handle:
                 handle.write(files[name])
                 handle.flush()
                 os.fsync(handle.fileno())
