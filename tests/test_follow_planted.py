@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from test_cli_follow import committed  # noqa: F401 (a fixture)
 
 from ml8s.cli.main import main
+from ml8s.serving import FollowOptions
 
 
 def test_versions_as_a_link_to_another_directory_is_refused_and_its_files_kept(
@@ -57,3 +59,12 @@ def test_the_served_directory_is_writable_by_its_follower_only_whatever_the_umas
         p.relative_to(out).as_posix(): oct(p.stat().st_mode & 0o777) for p in served if p.stat().st_mode & 0o022
     } == {}
     assert (out / "current" / "model_native.safetensors").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan"), float("inf"), 1e10, 86400.0])
+def test_follow_options_refuse_a_poll_interval_the_loop_cannot_sleep(seconds: float) -> None:
+    """``follow()`` given 1e10 s published a version, then ended in time.sleep's OverflowError (inf: a
+    pydantic error from the client's config, once --out was locked): refused where the options are made."""
+    with pytest.raises(ValidationError, match="poll_interval_s"):
+        FollowOptions(out="serve", poll_interval_s=seconds)
+    assert FollowOptions(out="serve", poll_interval_s=86399.5).poll_interval_s == 86399.5

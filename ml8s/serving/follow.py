@@ -23,7 +23,8 @@ class FollowOptions(BaseModel):
     out: str
     pinned: int | None = Field(default=None, ge=1)
     once: bool = False
-    poll_interval_s: float = Field(default=5.0, gt=0)
+    # under a day, as --poll-seconds: time.sleep overflows past ~9.2e9 s, after the first version was published
+    poll_interval_s: float = Field(default=5.0, gt=0, lt=86400)
 
 
 def follow(
