@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from s3_servers import S3Endpoint
 from serving_support import chain_at, meta, weights_series
 
 from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields
@@ -98,3 +99,34 @@ def test_a_forever_follower_keeps_its_version_past_a_delta_holding_foreign_full_
     served = tmp_path / "serve" / "current"
     assert json.loads((served / "ml8s_version.json").read_text())["counter"] == 1
     assert (served / WEIGHTS_FULL).read_bytes() != forged
+
+
+def test_a_payload_file_that_is_also_a_folder_is_refused_and_the_follower_keeps_its_version(
+    moto_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An object store holds ``cfg`` and ``cfg/a.json`` side by side, a directory cannot: the forever follower
+    ended at the write (CONFIG_ERROR '--out ...: cannot write versions/...: File exists; expected a writable
+    directory') instead of keeping its version and polling on."""
+    for key, value in moto_server.env().items():
+        monkeypatch.setenv(key, value)
+    chain = chain_at(f"s3://{moto_server.make_bucket()}/pipeline")
+    first, second = weights_series(23, torch.float32, 2)
+    DeltaProducer(chain, interval=4).publish_sync(first, meta("good"))
+    options = FollowOptions(out=str(tmp_path / "serve"), poll_interval_s=1)
+    assert follow(chain, options.model_copy(update={"once": True})) is not None
+    fields = WeightsFields(weights_hash=weights_hash(second), weights_full_counter=2)
+    _raw(chain, {WEIGHTS_FULL: encode_full(second), "cfg": b"x", "cfg/a.json": b"{}"}, fields, "folder")
+    assert [f.name for f in chain.head().header.files] == ["cfg", "cfg/a.json", WEIGHTS_FULL]
+    warned: list[str] = []
+
+    def sleep(_: float) -> None:
+        if len(warned) == 1:
+            raise KeyboardInterrupt  # ends the forever loop once it said why
+
+    with pytest.raises(KeyboardInterrupt):
+        follow(chain, options, warn=warned.append, sleep=sleep)
+    assert warned[0].startswith("ml8s: chain 'served': keeping ") and "SERVING_ERROR" in warned[0]
+    assert "payload file(s) ['cfg'] are also the folder(s) of other payload files" in warned[0]
+    served = tmp_path / "serve" / "current"
+    assert json.loads((served / "ml8s_version.json").read_text())["counter"] == 1
+    assert not [n for n in os.listdir(tmp_path / "serve" / "versions") if n.startswith(".tmp-")]

@@ -27,7 +27,8 @@ def served_files(served: Served) -> dict[str, bytes]:
     ``ml8s_version.json``.
 
     Raises:
-        ServingError: a payload file is (or is under) ``ml8s_version.json``, or a DELTA's ``model_native.safetensors``.
+        ServingError: a payload file is (or is under) ``ml8s_version.json``, or a DELTA's ``model_native.safetensors``,
+            or is also the folder of another payload file.
     """
     info = served.info
     # only a FULL's weights file is the verified weights: in any other version that name is a foreign file
@@ -38,6 +39,15 @@ def served_files(served: Served) -> dict[str, bytes]:
             f"chain {info.chain_name!r} v{info.counter} ({info.version_dir}): payload file(s) {clash} would be "
             f"overwritten by the file(s) the follower writes there; expected a payload without {list(reserved)} "
             "(the directory keeps the version it holds: commit the files under another name)"
+        )
+    # An object store holds "cfg" and "cfg/a.json" side by side; a directory cannot: refused like a clash above,
+    # not found by the write (IsADirectoryError: the forever loop ended as if --out were unwritable)
+    folders = sorted(set(served.files) & _folders(served.files))
+    if folders:
+        raise ServingError(
+            f"chain {info.chain_name!r} v{info.counter} ({info.version_dir}): payload file(s) {folders} are also the "
+            "folder(s) of other payload files; expected names a directory can hold (the directory keeps the "
+            "version it holds)"
         )
     weights = served.files.get(WEIGHTS_FULL)
     return {
