@@ -68,3 +68,22 @@ def test_follow_options_refuse_a_poll_interval_the_loop_cannot_sleep(seconds: fl
     with pytest.raises(ValidationError, match="poll_interval_s"):
         FollowOptions(out="serve", poll_interval_s=seconds)
     assert FollowOptions(out="serve", poll_interval_s=86399.5).poll_interval_s == 86399.5
+
+
+def test_pruning_removes_only_the_followers_versions(
+    committed: tuple[str, list[str]],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    """--out set to the chain's own directory (a file:// root): pruning removed every ``v*`` entry of its
+    versions/, the chain's history (v0 to v3 gone, ``ml8s chain verify`` failing); an operator's ``v*`` file in
+    a plain --out went too."""
+    chain_dir = tmp_path / "root" / "ml8s_chain" / "cli"
+    history = sorted(os.listdir(chain_dir / "versions"))
+    assert len(history) == 5
+    assert main(["follow", "--out", str(chain_dir), "--once"]) == 0
+    assert set(history) <= set(os.listdir(chain_dir / "versions"))
+    out = tmp_path / "serve"
+    (out / "versions").mkdir(parents=True)
+    (out / "versions" / "vendor-notes.txt").write_text("mine")
+    assert main(["follow", "--out", str(out), "--once"]) == 0
+    assert (out / "versions" / "vendor-notes.txt").read_text() == "mine"

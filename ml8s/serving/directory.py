@@ -33,6 +33,7 @@ import contextlib
 import errno
 import itertools
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -57,6 +58,7 @@ KEEP = 2  # the current version and the one before it
 
 
 NAME_LENGTH = len("v0000000042_3ebfd8f7f7f3")  # a version's name; a fresh copy of it adds "-r<n>"
+VERSION_DIR = re.compile(r"v[0-9]{10,}_[0-9a-f]{12}(-r[0-9]+)?")  # version_name, or a repair copy (_free_name)
 
 
 def version_name(info: ServedVersion) -> str:
@@ -222,7 +224,9 @@ class ModelDirectory:
     def _prune(self, dest: str, previous: str | None) -> None:
         """Keep ``dest`` and the version served before it; remove the rest and every leftover."""
         keep = {dest}
-        names = sorted(n for n in os.listdir(self.versions) if n.startswith("v"))
+        # only the names a follower writes: --out set to a chain's own directory (file://) pruned its history
+        # (v0000000001_1.0.0_<hash12> ...), and an operator's v* files are theirs
+        names = sorted(n for n in os.listdir(self.versions) if VERSION_DIR.fullmatch(n))
         if previous is not None and previous in names and previous[:NAME_LENGTH] != dest[:NAME_LENGTH]:
             keep.add(previous)
         else:  # the first publish, or a repair: keep the newest earlier version on disk
