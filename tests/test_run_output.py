@@ -118,7 +118,7 @@ def test_per_epoch_held_out_evaluation_changes_no_weight(tmp_path: Path) -> None
     compute_features(ctx.spec, str(tmp_path / "features"))
     fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "with"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fit, "EpochRecorder", lambda held_out: EpochRecorder(None))  # no per-epoch evaluation
+        patch.setattr(fit, "EpochRecorder", lambda held_out, **_: EpochRecorder(None))  # no per-epoch evaluation
         fit.train(ctx.spec, str(tmp_path / "features"), str(tmp_path / "without"))
     for name in ("model_native.safetensors", "training_state.safetensors", "metrics.json"):
         assert (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes(), name

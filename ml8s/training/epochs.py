@@ -21,6 +21,7 @@ import torch
 from ml8s.context.publish import local_path
 from ml8s.contract.epochs import EpochRecord, epochs_bytes
 from ml8s.contract.layout import EPOCH_LOG
+from ml8s.errors import TrainingError
 from ml8s.training.metrics import Labels
 
 # Held-out rows evaluated per forward pass: the activations of a pass over every held-out row of a 20M-row
@@ -34,16 +35,17 @@ a time, never copied out whole."""
 class EpochRecorder:
     """Collects :class:`EpochRecord` s; ``held_out`` is None where no held-out evaluation is made per epoch."""
 
-    def __init__(self, held_out: HeldOut | None) -> None:
+    def __init__(self, held_out: HeldOut | None, classes: int | None = None) -> None:
         self.started_ms: int | None = int(time.time() * 1000)
         self.records: list[EpochRecord] = []
         self._held_out = held_out
+        self._classes = classes
 
     def end_epoch(self, model: torch.nn.Module, train_loss: float) -> EpochRecord:
         """Record the epoch just trained (evaluating ``model`` on the held-out rows, see the module docstring)."""
         log_loss = accuracy = None
         if self._held_out is not None and len(self._held_out[2]):
-            log_loss, accuracy = held_out_figures(model, *self._held_out)
+            log_loss, accuracy = held_out_figures(model, *self._held_out, classes=self._classes)
         record = EpochRecord(
             epoch=len(self.records) + 1,
             train_loss=train_loss,
@@ -66,8 +68,11 @@ def passes(rows: int) -> list[tuple[int, int]]:
     return [(min(start, rows - EVAL_ROWS), start - min(start, rows - EVAL_ROWS)) for start in range(0, rows, EVAL_ROWS)]
 
 
-def eval_logits(model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor) -> npt.NDArray[np.float64]:
-    """The eval-mode logits of ``x[rows]`` as float64 on the CPU, a pass of :func:`passes` at a time."""
+def eval_logits(
+    model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor, classes: int | None = None
+) -> npt.NDArray[np.float64]:
+    """The eval-mode logits of ``x[rows]`` as float64 on the CPU, a pass of :func:`passes` at a time, checked by
+    :func:`check_logits` (their width against ``classes`` where it is given)."""
     was_training = model.training
     model.eval()
     out: npt.NDArray[np.float64] | None = None  # filled a pass at a time: no list of parts to concatenate
@@ -80,14 +85,40 @@ def eval_logits(model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor) -> 
                 out[first + done : first + done + len(logits)] = logits
     finally:
         model.train(was_training)
-    return out if out is not None else np.empty((0, 0), dtype=np.float64)
+    if out is None:
+        return np.empty((0, 0), dtype=np.float64)
+    check_logits(out, classes)
+    return out
+
+
+def check_logits(logits: npt.NDArray[np.float64], classes: int | None) -> None:
+    """Refuse logits no metric or served model can use, while training, before the model's files are written.
+
+    A plug-in's module of the wrong output width trained (cross-entropy accepts any width above the largest class)
+    and failed only when the registered model was loaded, after every artifact and the registry claim were written.
+    A NaN or +inf logit (the weights blown up by the last step, whose loss was still finite) made the held-out
+    log-loss NaN, which no JSON record can hold: an internal error. A -inf logit gives the class probability 0,
+    which the metrics clip, and is kept.
+    """
+    if classes is not None and logits.shape[1] != classes:
+        raise TrainingError(
+            f"the model gives {logits.shape[1]} logit(s) per row; expected {classes}, one per class of the target "
+            "(a plug-in's module must return [rows, n_classes] logits: ModelSpec.n_classes)"
+        )
+    bad = np.isnan(logits) | np.isposinf(logits)
+    if bad.any():
+        raise TrainingError(
+            f"the model's logits on the held-out rows hold {int(np.count_nonzero(bad))} NaN or +inf value(s); "
+            "expected finite logits: training diverged (lower LEARNING_RATE, set STANDARDIZE=true) or the model "
+            "computes a NaN"
+        )
 
 
 def held_out_figures(
-    model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor, labels: Labels
+    model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor, labels: Labels, classes: int | None = None
 ) -> tuple[float, float]:
     """(log-loss, accuracy) of ``model`` on ``x[rows]``, computed in float64 like the final held-out metrics."""
-    logits = eval_logits(model, x, rows)
+    logits = eval_logits(model, x, rows, classes)
     accuracy = float((logits.argmax(axis=1) == labels).mean())
     # The log-probabilities of the labels alone, the logits shifted and exponentiated in place (the label's
     # column taken first): the same floats as the whole log-softmax gave, without four copies of the logits

@@ -113,7 +113,7 @@ def train(spec: RunSpec, features_dir: str, out_dir: str) -> TrainSummary:
     data = read_training_data(spec, features_dir, device)
     model = family.build(data.model_spec).to(device)
     plan = spec.lineage
-    recorder = EpochRecorder(data.held_out)
+    recorder = EpochRecorder(data.held_out, classes=len(data.classes))
     if plan is None:
         # capturable (the step count on the device) lets the CUDA loop replay its step as a graph (training.loop)
         optimizer: torch.optim.Optimizer = adam(
@@ -174,7 +174,7 @@ def write_trained(
     """
     _, rows, labels = data.held_out
     with data.evaluating():
-        probs = predict_proba(model, data.x, rows)
+        probs = predict_proba(model, data.x, rows, len(data.classes))
     held_out = classification_metrics(probs, labels, len(data.classes))
     del probs
     test_rows = len(labels)
@@ -231,10 +231,10 @@ def native_bytes(model: torch.nn.Module) -> bytes:
 
 
 def predict_proba(
-    model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor
+    model: torch.nn.Module, x: torch.Tensor, rows: torch.Tensor, classes: int | None = None
 ) -> np.ndarray[tuple[int, int], np.dtype[np.float64]]:
     """Softmax of ``x[rows]`` in float64 on the CPU, so metrics do not depend on the device's float32 softmax."""
-    probs = eval_logits(model, x, rows)
+    probs = eval_logits(model, x, rows, classes)
     model.eval()  # as it always left the model: export and the shards take it from here
     # In place, the same operations as new arrays would take: at 4M held-out rows each copy is 64 MiB more.
     probs -= probs.max(axis=1, keepdims=True)
