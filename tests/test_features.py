@@ -12,6 +12,7 @@ import pytest
 
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
+from ml8s.errors import DataError
 from ml8s.features.prepared import Prepared, prepare
 from ml8s.features.rules import encode
 from ml8s.identity.params import RunParams, validate_params
@@ -420,3 +421,14 @@ def test_classification_metrics_multiclass() -> None:
     assert metrics["macro_f1"] == pytest.approx((2 / 3 + 1 + 4 / 5) / 3)
     assert metrics["majority_class_accuracy"] == pytest.approx(0.6)
     assert "roc_auc" not in metrics
+
+
+def test_no_feature_left_names_each_dropped_column_and_why(tmp_path: Path) -> None:
+    # the one feature an identifier: it was reported as dropped "after EXCLUDE_COLUMNS and empty columns"
+    n = MAX_CATEGORIES + 8
+    write_csv(tmp_path, "a.csv", "customer,y", [f"ID-{i:04d},{lab}" for i, lab in enumerate(labels(n))])
+    with pytest.raises(DataError, match=r"dropped columns: 'customer' \(identifier: every value distinct\); expected"):
+        prepare(load(tmp_path), params())
+    write_csv(tmp_path, "a.csv", "a,empty,y", [f"{i},,{lab}" for i, lab in enumerate(labels(6))])
+    with pytest.raises(DataError, match=r"'a' \(EXCLUDE_COLUMNS\), 'empty' \(all values missing\); expected"):
+        prepare(load(tmp_path), params(EXCLUDE_COLUMNS="a"))

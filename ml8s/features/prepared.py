@@ -170,7 +170,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
             columns.append(kept)
     del results
     if not columns:
-        raise DataError("no feature columns are left after EXCLUDE_COLUMNS and empty columns; expected at least one")
+        raise _nothing_left(dropped)
     names = in_order(feature_names, columns, threads=COLUMN_THREADS, name="names")
     check_feature_names(name for made in names for name in made)
     return Prepared(
@@ -184,6 +184,17 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
         rows_missing_target=len(keep) - int(np.count_nonzero(keep)),
         rows_per_file=data.rows_per_file,
         warnings=tuple(w for w in data.warnings if w.column not in excluded),
+    )
+
+
+def _nothing_left(dropped: dict[str, str], shown: int = 10) -> DataError:
+    """No feature column is left: each dropped column is named with why, an identifier's too (it was said to be
+    dropped by EXCLUDE_COLUMNS or for being empty, which it was not)."""
+    listed = [f"{name!r} ({why})" for name, why in sorted(dropped.items())]
+    more = f" and {len(listed) - shown} more" if len(listed) > shown else ""
+    return DataError(
+        f"no feature columns are left after EXCLUDE_COLUMNS and dropped columns: {', '.join(listed[:shown])}{more}; "
+        "expected at least one (a categorical column whose every value is distinct is an identifier, never a feature)"
     )
 
 
