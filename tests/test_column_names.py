@@ -27,10 +27,10 @@ from ml8s.pipeline.snapshot import snapshot
 
 
 def _data(tmp_path: Path, header: str, row: str, rows: int = 40) -> Path:
-    """A CSV whose rows are ``row`` formatted with ``i`` (and ``c``, a two-class label)."""
+    """A CSV whose rows are ``row`` formatted with ``i`` (``i_half``: i // 2; ``c``, a two-class label)."""
     data = tmp_path / "data"
     data.mkdir()
-    lines = [header] + [row.format(i=i, c="yn"[i % 2], k="ab"[i % 3 % 2]) for i in range(rows)]
+    lines = [header] + [row.format(i=i, i_half=i // 2, c="yn"[i % 2], k="ab"[i % 3 % 2]) for i in range(rows)]
     (data / "part.csv").write_text("\n".join(lines) + "\n")
     return data
 
@@ -89,7 +89,8 @@ def test_two_generated_names_that_collide_name_both_columns(tmp_path: Path) -> N
 
 
 def test_a_column_with_commas_can_be_excluded_and_targeted(tmp_path: Path) -> None:
-    data = _data(tmp_path, 'x,"lat, lng",label', '{i},"{i}.5, 7",{c}')
+    # two rows a value: a target of one row per value is refused (test_features.py, regression target)
+    data = _data(tmp_path, 'x,"lat, lng",label', '{i},"{i_half}.5, 7",{c}')
     ctx = make_context(data, tmp_path / "root", TARGET_COLUMN="label", EXCLUDE_COLUMNS="lng,lat")
     assert ctx.identity.canonical_config["exclude_columns"] == ["lat", "lng"]  # SPEC §2 rule 5, unchanged
     prepared = prepare(load_dataset(ctx.fingerprint), ctx.params)
@@ -100,7 +101,7 @@ def test_a_column_with_commas_can_be_excluded_and_targeted(tmp_path: Path) -> No
     assert targeted.identity.canonical_config["target_column"] == ["lat", "lng"]
     prepared = prepare(load_dataset(targeted.fingerprint), targeted.params)
     assert prepared.target_column == "lat, lng"
-    assert len(prepared.classes) == 40
+    assert len(prepared.classes) == 20
 
 
 def test_excluding_part_of_a_comma_name_is_an_unknown_column(tmp_path: Path) -> None:

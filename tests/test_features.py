@@ -432,3 +432,15 @@ def test_no_feature_left_names_each_dropped_column_and_why(tmp_path: Path) -> No
     write_csv(tmp_path, "a.csv", "a,empty,y", [f"{i},,{lab}" for i, lab in enumerate(labels(6))])
     with pytest.raises(DataError, match=r"'a' \(EXCLUDE_COLUMNS\), 'empty' \(all values missing\); expected"):
         prepare(load(tmp_path), params(EXCLUDE_COLUMNS="a"))
+
+
+def test_a_regression_target_is_refused_naming_its_distinct_values(tmp_path: Path) -> None:
+    # a number per row: 60 classes of one row each trained "successfully" with a held-out accuracy of 0
+    write_csv(tmp_path, "a.csv", "x,y", [f"{i},{i * 1.37:.2f}" for i in range(60)])
+    with pytest.raises(DataError, match=r"TARGET_COLUMN='y' has 60 distinct values in the 60 rows kept \(0, 1.37, "):
+        prepare(load(tmp_path), params())
+    # as many classes with two rows each, or 32 classes of one row each, are classes
+    write_csv(tmp_path, "a.csv", "x,y", [f"{i},{i // 2}" for i in range(120)])
+    assert len(prepare(load(tmp_path), params()).classes) == 60
+    write_csv(tmp_path, "a.csv", "x,y", [f"{i},{i}" for i in range(MAX_CATEGORIES)])
+    assert len(prepare(load(tmp_path), params()).classes) == MAX_CATEGORIES

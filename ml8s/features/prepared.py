@@ -147,8 +147,10 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     del labels  # a column of every row (80 MiB at 20M rows): not held longer than it is needed
     # class indices, >= 0, counted a slice at a time: np.bincount of every row made an int64 copy of it (0.28 s at
     # 20M rows, with nothing beside it)
-    if np.count_nonzero(slot_counts(target, len(classes))) < 2:
+    present = int(np.count_nonzero(slot_counts(target, len(classes))))
+    if present < 2:
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
+    _check_classes(params.target_column, present, count, classes)
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
     candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
 
@@ -184,6 +186,21 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
         rows_missing_target=len(keep) - int(np.count_nonzero(keep)),
         rows_per_file=data.rows_per_file,
         warnings=tuple(w for w in data.warnings if w.column not in excluded),
+    )
+
+
+def _check_classes(target: str, present: int, rows: int, classes: tuple[str, ...]) -> None:
+    """Refuse a target with more classes than half the rows kept (and more than MAX_CATEGORIES): a number to
+    predict (regression data), or an identifier, given to a classifier. It trained a class per value, most of
+    them held by one row, so the held-out rows' classes were never seen in training (accuracy 0, reported as a
+    success), and its logits took held-out rows x classes float64 (16 GiB at 100k distinct values)."""
+    if present <= MAX_CATEGORIES or 2 * present <= rows:
+        return
+    examples = ", ".join(classes[:3])
+    raise DataError(
+        f"TARGET_COLUMN={target!r} has {present} distinct values in the {rows} rows kept ({examples}, ...); expected "
+        "class labels each held by two rows or more on average: ml8s trains classifiers, and a number to predict "
+        "(regression) or an identifier is not one (bin the values into classes, or choose another TARGET_COLUMN)"
     )
 
 
