@@ -354,3 +354,14 @@ def test_parse_model_type() -> None:
             parse_model_type(bad)
     with pytest.raises(ConfigError, match="is a plug-in: it has no layer list"):
         families.parameter_count(spec())
+
+
+def test_a_plugin_exported_as_safetensors_is_refused_at_bootstrap(plugin_path: Path) -> None:
+    # it trained and wrote every artifact and the registry claim, then failed registering ("no layer list")
+    config = canonical_config(
+        {"DATA_ROOT": "/d", "TARGET_COLUMN": "y", "MODEL_TYPE": FAMILY, "MODEL_FORMAT": "safetensors"}
+    )
+    with pytest.raises(ConfigError, match=r"MODEL_FORMAT='safetensors': .* expected MODEL_FORMAT=onnx for a plug-in"):
+        resolve_model_code(config)
+    onnx = canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "y", "MODEL_TYPE": FAMILY, "MODEL_FORMAT": "onnx"})
+    assert str(resolve_model_code(onnx)["model_code"]).startswith("sha256:")

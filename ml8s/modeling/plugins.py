@@ -49,6 +49,14 @@ def resolve_model_code(config: CanonicalConfig) -> CanonicalConfig:
     plugin = parse_model_type(config.get("model_type"))
     if plugin is None:
         return config
+    if config.get("model_format") == "safetensors":
+        # A safetensors model is served by rebuilding a built-in family's layers: inference never imports a
+        # plug-in. Such a run trained, wrote every artifact and the registry claim, then failed at registration.
+        raise ConfigError(
+            f"MODEL_TYPE={plugin.model_type!r} with MODEL_FORMAT='safetensors': a safetensors model is loaded by "
+            "rebuilding a built-in family (mlp, logreg), and ml8s never imports a plug-in where it predicts; "
+            "expected MODEL_FORMAT=onnx for a plug-in"
+        )
     before = code_identity(plugin)
     import_target(plugin)
     after = code_identity(plugin)
