@@ -88,6 +88,11 @@ def _checked_build(build: Callable[[ModelSpec], object], plugin: PluginRef) -> B
             raise TrainingError(
                 f"MODEL_TYPE={plugin.model_type!r} built a {type(model).__name__}; expected a torch.nn.Module"
             )
+        if next(iter(model.parameters()), None) is None:  # the optimizer refused it with a raw ValueError
+            raise TrainingError(
+                f"MODEL_TYPE={plugin.model_type!r} built a {type(model).__name__} without parameters; expected a "
+                "module with weights to train"
+            )
         return model
 
     return checked

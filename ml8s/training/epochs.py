@@ -79,7 +79,7 @@ def eval_logits(
     try:
         with torch.no_grad():
             for first, done in passes(len(rows)):
-                logits = model(x[rows[first : first + EVAL_ROWS]])[done:].to("cpu").numpy()
+                logits = _checked_scores(model(x[rows[first : first + EVAL_ROWS]]))[done:].to("cpu").numpy()
                 if out is None:
                     out = np.empty((len(rows), logits.shape[1]), dtype=np.float64)
                 out[first + done : first + done + len(logits)] = logits
@@ -89,6 +89,18 @@ def eval_logits(
         return np.empty((0, 0), dtype=np.float64)
     check_logits(out, classes)
     return out
+
+
+def _checked_scores(scored: object) -> torch.Tensor:
+    """The module's output is served as ONNX's ``tensor(float) [rows, classes]``: one of float64 (or float16)
+    trained, and every artifact and the registry claim were written before loading the model refused it."""
+    if not isinstance(scored, torch.Tensor) or scored.dtype != torch.float32 or scored.ndim != 2:
+        what = f"a {scored.dtype} tensor of shape {list(scored.shape)}" if isinstance(scored, torch.Tensor) else None
+        raise TrainingError(
+            f"the model returns {what or 'a ' + type(scored).__name__}; expected a torch.float32 tensor of "
+            "[rows, n_classes] logits (the feature matrix is float32, and so is the served model's output)"
+        )
+    return scored
 
 
 def check_logits(logits: npt.NDArray[np.float64], classes: int | None) -> None:
