@@ -75,8 +75,7 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
         rows = held_out[first : first + EVAL_ROWS]
         with torch.no_grad():
             expected = model(torch.from_numpy(rows)).numpy()
-        actual = exported(rows)
-        diff = max(diff, float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max()))
+        diff = max(diff, pass_difference(exported(rows), expected, fmt))
     if not diff <= EXPORT_TOLERANCE:
         raise ExportValidationError(
             f"model/model.{fmt} disagrees with the torch model on {len(held_out)} held-out rows: "
@@ -94,6 +93,23 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
     metadata = training_metadata(spec, summary, validation, artifacts)
     with open(local_path(out_dir, layout.TRAINING_METADATA), "wb") as handle:
         handle.write(metadata.to_bytes())
+
+
+def pass_difference(actual: Float32Rows, expected: Float32Rows, fmt: str) -> float:
+    """The largest absolute logit difference of one pass: NaN where both sides hold the same infinity, as always.
+
+    A NaN in the export where the torch model gives another value is a disagreement: Python's ``max`` drops a NaN
+    (``max(0.0, nan)`` is 0.0), so it passed validation, recorded as agreeing.
+    """
+    with np.errstate(invalid="ignore"):  # equal infinities subtract to NaN: numpy's warning would reach stderr
+        gap = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    disagree = np.isnan(gap) & (actual != expected)
+    if disagree.any():
+        raise ExportValidationError(
+            f"model/model.{fmt} gives NaN for {int(np.count_nonzero(disagree))} logit(s) where the torch model gives "
+            f"a number; expected the same logits within {EXPORT_TOLERANCE:.0e}"
+        )
+    return float(gap.max())
 
 
 def artifact_checksums(spec: RunSpec, features_dir: str, model_dir: str, export_dir: str) -> dict[str, ArtifactDigest]:
