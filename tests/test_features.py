@@ -444,3 +444,15 @@ def test_a_regression_target_is_refused_naming_its_distinct_values(tmp_path: Pat
     assert len(prepare(load(tmp_path), params()).classes) == 60
     write_csv(tmp_path, "a.csv", "x,y", [f"{i},{i}" for i in range(MAX_CATEGORIES)])
     assert len(prepare(load(tmp_path), params()).classes) == MAX_CATEGORIES
+
+
+def test_too_few_rows_sampled_names_sample_rows(tmp_path: Path) -> None:
+    # SAMPLE_ROWS=1 of 60 rows was reported as the target having a value in only 1 row
+    write_csv(tmp_path, "a.csv", "x,y", [f"{i},{lab}" for i, lab in enumerate(labels(60))])
+    with pytest.raises(DataError, match=r"SAMPLE_ROWS=1 of the 60 rows with a target keeps 1 row\(s\); expected at le"):
+        prepare(load(tmp_path), params(SAMPLE_ROWS="1"))
+    with pytest.raises(DataError, match=r"leaving 1 to train on; .* \(a larger SAMPLE_ROWS\)"):
+        prepare(load(tmp_path), params(SAMPLE_ROWS="2"))
+    write_csv(tmp_path, "a.csv", "x,y", ["1,no", "2,yes"])  # the data itself is too small: more rows
+    with pytest.raises(DataError, match=r"leaving 1 to train on; .* \(more rows\)"):
+        prepare(load(tmp_path), params())

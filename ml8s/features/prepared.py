@@ -132,13 +132,17 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     count = int(np.count_nonzero(keep))
     # None: every row is kept (the common case), which needs no index of every row and moves no row
     rows: IntArray | None = None if count == len(keep) else np.flatnonzero(keep)
+    present = count  # the rows with a target, before SAMPLE_ROWS
     if _rows_kept(count, params) < count:  # SAMPLE_ROWS of them, seeded
         chosen = np.sort(np.random.default_rng(params.random_seed).permutation(count)[: params.sample_rows])
         rows = chosen if rows is None else rows[chosen]
         count = len(rows)
+    sampled = f"SAMPLE_ROWS={params.sample_rows} of the {present} rows with a target" if count < present else ""
     if count < 2:
         raise DataError(
-            f"TARGET_COLUMN={params.target_column!r} has a value in only {count} row(s); expected at least 2"
+            f"{sampled} keeps {count} row(s); expected at least 2 (a larger SAMPLE_ROWS)"
+            if sampled
+            else f"TARGET_COLUMN={params.target_column!r} has a value in only {count} row(s); expected at least 2"
         )
     if rows is None:
         target = labels  # already every kept row's, as int32
@@ -154,7 +158,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
     candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
 
-    _check_split(count, params.test_size)
+    _check_split(count, params.test_size, "a larger SAMPLE_ROWS" if sampled else "more rows")
     keep_rows = partial(_keep_rows, rows=rows, consume=consume)
     # The split's permutation runs on one core (2 s at 20M rows) and releases the GIL: drawn while the columns'
     # rows are kept, on the cores their threads leave it (or before, while the columns were typed: ``ahead``).
@@ -267,12 +271,12 @@ def _test_rows(n: int, test_size: float) -> int:
     return min(max(round(n * test_size), 1), n - 1)
 
 
-def _check_split(n: int, test_size: float) -> None:
+def _check_split(n: int, test_size: float, more: str = "more rows") -> None:
     """Refuse a split whose training side would hold one row (TEST_SIZE=0.999, or 2 rows kept): the held-out side
     is never empty (at least 1 row), but a model trained on a single row learnt nothing, silently."""
     held_out = _test_rows(n, test_size)
     if n - held_out < MIN_TRAIN_ROWS:
-        fix = "more rows" if n <= MIN_TRAIN_ROWS else "a smaller TEST_SIZE, or more rows"
+        fix = more if n <= MIN_TRAIN_ROWS else f"a smaller TEST_SIZE, or {more}"
         raise DataError(
             f"TEST_SIZE={test_size:g} of the {n} rows kept holds out {held_out}, leaving {n - held_out} to train on; "
             f"expected at least {MIN_TRAIN_ROWS} training rows and 1 held-out row ({fix})"
