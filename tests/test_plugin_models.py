@@ -365,3 +365,27 @@ def test_a_plugin_exported_as_safetensors_is_refused_at_bootstrap(plugin_path: P
         resolve_model_code(config)
     onnx = canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "y", "MODEL_TYPE": FAMILY, "MODEL_FORMAT": "onnx"})
     assert str(resolve_model_code(onnx)["model_code"]).startswith("sha256:")
+
+
+def test_only_a_plugin_with_its_own_train_step_is_refused_by_ranks(plugin_path: Path, tmp_path: Path) -> None:
+    # every plug-in's step was wrapped, so TRAIN_WORLD_SIZE=2 refused a bare build function as "brings its own
+    # train_step"; the ranks' check is brings_own_step, and the refusal comes before any rank trains
+    from conftest import make_context, write_small_churn
+
+    from ml8s.modeling import ModelFamily
+    from ml8s.modeling.registry import brings_own_step, family_for
+    from ml8s.training import ranks
+
+    def family(attribute: str) -> ModelFamily:
+        model_type = f"plugin:{PKG}.models:{attribute}"
+        config = canonical_config({"DATA_ROOT": "/d", "TARGET_COLUMN": "y", "MODEL_TYPE": model_type})
+        return family_for(model_type, resolve_model_code(config)["model_code"])
+
+    assert not brings_own_step(family("build"))
+    assert brings_own_step(family("family"))
+    assert not brings_own_step(family_for("mlp", None))
+    data = write_small_churn(tmp_path / "data")
+    ctx = make_context(data, tmp_path / "root", MODEL_TYPE=FAMILY, TRAIN_WORLD_SIZE="2")
+    world = ranks.RankEnv(rank=0, local_rank=0, world_size=2)
+    with pytest.raises(ranks.RankError, match="brings its own train_step"):
+        ranks.train_rank(ctx.spec, str(tmp_path / "features"), str(tmp_path / "out"), world)

@@ -66,8 +66,9 @@ def family_for(model_type: str, model_code: JsonValue) -> ModelFamily:
     target = import_target(plugin)
     family = target if isinstance(target, ModelFamily) else None
     build: Callable[[ModelSpec], object] = family.build if family else _as_build(target, plugin)
+    own = family is not None and family.train_step is not None
     step = family.train_step if family and family.train_step else cross_entropy_step
-    return ModelFamily(build=_checked_build(build, plugin), train_step=_checked_step(step, plugin))
+    return ModelFamily(build=_checked_build(build, plugin), train_step=CheckedStep(step, plugin, own=own))
 
 
 def _as_build(target: object, plugin: PluginRef) -> Callable[[ModelSpec], object]:
@@ -98,20 +99,36 @@ def _checked_build(build: Callable[[ModelSpec], object], plugin: PluginRef) -> B
     return checked
 
 
-def _checked_step(step: TrainStep, plugin: PluginRef) -> TrainStep:
-    def checked(
-        model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+class CheckedStep:
+    """A plug-in's training step whose failures name MODEL_TYPE: its own ``train_step``, or ml8s's cross-entropy
+    step on its module (``own`` False), which TRAIN_WORLD_SIZE>1 trains as it trains a built-in family."""
+
+    def __init__(self, step: TrainStep, plugin: PluginRef, *, own: bool) -> None:
+        self.step, self.plugin, self.own = step, plugin, own
+
+    def __call__(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        with _named(plugin, "train_step"):
-            loss: object = step(model, optimizer, x, y)
+        what = "train_step" if self.own else "module, trained by ml8s's cross-entropy step,"
+        with _named(self.plugin, what):
+            loss: object = self.step(model, optimizer, x, y)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TrainingError(
-                f"MODEL_TYPE={plugin.model_type!r}: train_step returned {type(loss).__name__}; "
+                f"MODEL_TYPE={self.plugin.model_type!r}: train_step returned {type(loss).__name__}; "
                 "expected the minibatch loss as a one-element tensor"
             )
         return loss
 
-    return checked
+
+def brings_own_step(family: ModelFamily) -> bool:
+    """Whether ``family`` trains with a step other than ml8s's cross-entropy step (a plug-in's ``train_step``).
+
+    Every plug-in's step is a :class:`CheckedStep`, ml8s's own included: compared with ``cross_entropy_step``
+    alone, a plug-in without a ``train_step`` was refused with TRAIN_WORLD_SIZE>1 as bringing its own."""
+    step = family.train_step
+    if step is None or step is cross_entropy_step:
+        return False
+    return not isinstance(step, CheckedStep) or step.own
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from ml8s.contract import layout
 from ml8s.errors import LineageError, Ml8sError, RankError
 from ml8s.interrupts import die_with_parent
 from ml8s.modeling.determinism import seed_everything
-from ml8s.modeling.registry import cross_entropy_step
+from ml8s.modeling.registry import brings_own_step
 from ml8s.process_exit import end_process
 from ml8s.shards import ShardReceipt, WriterConfig, pieces_for_rank, write_metadata, write_shard
 from ml8s.store import open_store
@@ -77,7 +77,7 @@ def train_rank(spec: RunSpec, features_dir: str, out_dir: str, world: RankEnv | 
     if spec.lineage is not None:
         raise LineageError("a warm start trains in one process; expected TRAIN_WORLD_SIZE=1 for a warm start")
     family = model_family(spec)  # before seeding, as for one process
-    if family.train_step not in (None, cross_entropy_step):
+    if brings_own_step(family):
         raise RankError(
             f"MODEL_TYPE={params.model_type} brings its own train_step; TRAIN_WORLD_SIZE>1 trains with ml8s's "
             "cross-entropy step only (a plug-in step cannot be weighted by each rank's rows): expected "
