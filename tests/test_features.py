@@ -13,8 +13,9 @@ import pytest
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
+from ml8s.features.matrix import write_encoded
 from ml8s.features.prepared import Prepared, prepare
-from ml8s.features.rules import encode
+from ml8s.features.rules import encode, fit_rules
 from ml8s.identity.params import RunParams, validate_params
 from ml8s.identity.variables import canonical_config
 from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER
@@ -456,3 +457,26 @@ def test_too_few_rows_sampled_names_sample_rows(tmp_path: Path) -> None:
     write_csv(tmp_path, "a.csv", "x,y", ["1,no", "2,yes"])  # the data itself is too small: more rows
     with pytest.raises(DataError, match=r"leaving 1 to train on; .* \(more rows\)"):
         prepare(load(tmp_path), params())
+
+
+def test_values_too_large_are_refused_by_name_without_a_numpy_warning(tmp_path: Path) -> None:
+    # before the one-line error, numpy printed "RuntimeWarning: invalid value encountered in reduce" (the variance
+    # of 1e308) or "overflow encountered in cast" (a held-out 1e100, standardized by the training rows') on stderr
+    import warnings
+
+    write_csv(tmp_path, "a.csv", "x,y", [f"{[1e308, -1e308][i % 2]},{lab}" for i, lab in enumerate(labels(40))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match="its training variance overflows a float64"):
+            run(tmp_path, params())
+    rows = [f"{1e100 if i == 7 else (i % 10) / 10},{lab}" for i, lab in enumerate(labels(60))]
+    write_csv(tmp_path, "a.csv", "x,y", rows)
+    p = params(RANDOM_SEED="11")  # row 7 held out: the training rows' std is about 0.3
+    prepared = prepare(load(tmp_path), p)
+    assert prepared.split[7] == 1
+    rules, kept = fit_rules(prepared, p)
+    columns = {c.name: c for c in prepared.columns}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match="too large for the float32 feature matrix"):
+            write_encoded(str(tmp_path / "m.parquet"), rules, columns, kept, prepared.target, prepared.split)

@@ -78,7 +78,8 @@ def fill_group(
     """
     rows = out.shape[1]
     for index, name in enumerate(names):
-        np.copyto(out[index], values[:, index], casting="same_kind")
+        with np.errstate(over="ignore"):  # beyond float32: refused by name just below, no RuntimeWarning on stderr
+            np.copyto(out[index], values[:, index], casting="same_kind")
         check_float32(name, out[index], values[:, index], buffers.mask[:rows])
 
 

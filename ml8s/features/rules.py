@@ -89,7 +89,14 @@ def _fit_statistics(column: Column, train: Picked, work: _Work) -> tuple[list[_F
     """Every candidate feature of ``column`` with its training statistics, and its kept categories if it has
     any (``{column: kept}``)."""
     kept: dict[str, list[str]] = {}
-    fitted: list[_Fitted] = []
+    # values near float64's limit sum to inf (and inf - inf is NaN): refused by name below, not a RuntimeWarning
+    # on stderr before the one-line error
+    with np.errstate(over="ignore", invalid="ignore"):
+        features = list(_fit_column_stats(column, train, kept, work))
+    return features, kept
+
+
+def _fit_column_stats(column: Column, train: Picked, kept: dict[str, list[str]], work: _Work) -> Iterator[_Fitted]:
     for rule, observed, peak in _fit_column(column, train, kept, work):
         if isinstance(observed, Flags):  # a feature of 0s and 1s
             mean, variance = flag_mean_and_variance(observed.flags, work.floats(len(observed.flags)))
@@ -100,8 +107,7 @@ def _fit_statistics(column: Column, train: Picked, work: _Work) -> tuple[list[_F
         mean, std = (mean, math.sqrt(variance)) if rule.kind == "numeric" else (0.0, 0.0)
         if not (math.isfinite(variance) and math.isfinite(mean)):
             raise _too_large(rule.source, peak, "its training variance overflows a float64", "1e154")
-        fitted.append((rule, variance, mean, std, peak))
-    return fitted, kept
+        yield rule, variance, mean, std, peak
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

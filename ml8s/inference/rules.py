@@ -153,7 +153,8 @@ def feature_into(
     if rule.scale_mean is not None and rule.scale_std is not None:
         np.subtract(work, rule.scale_mean, out=work)
         np.divide(work, rule.scale_std, out=work)
-    np.copyto(out, work, casting="same_kind")
+    with np.errstate(over="ignore"):  # beyond float32: found in the matrix and refused by name, no RuntimeWarning
+        np.copyto(out, work, casting="same_kind")
 
 
 def encode_columns(
