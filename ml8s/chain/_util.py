@@ -6,6 +6,7 @@ import datetime as dt
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterable
 
 from ml8s.errors import ConfigError
@@ -64,7 +65,7 @@ def list_objects(store: Store, prefix: str, attempts: int = 20) -> list[ObjectIn
 
 
 def prune_empty_dirs(
-    store: Store, prefix: str, *, older_than: float | None = None, include_base: bool = False
+    store: Store, prefix: str, *, older_than: float | None = None, include_base: bool = False, dry_run: bool = False
 ) -> list[str]:
     """Remove empty directories under ``prefix`` of a local store (deepest first); the keys removed.
 
@@ -72,21 +73,32 @@ def prune_empty_dirs(
     the files go, so a loser's rollback would leave ``payload/`` behind where no listing shows it.
     ``older_than``: only directories last changed before this time by the filesystem's clock (mtime or
     ctime, whichever is later: a commit may be creating files), never through a symbolic link.
+    ``dry_run``: remove nothing, return the keys a real run would remove now (GC's dry run reports them).
     """
     if not isinstance(store, LocalStore) or store.irregular(prefix):
         return []  # a link on the way (or under it) could lead the walk elsewhere: tidy nothing
     base = os.path.join(store.root, *prefix.split("/"))
     removed: list[str] = []
-    for directory, _, _ in sorted(os.walk(base), key=lambda entry: entry[0], reverse=True):
+    gone: set[str] = set()
+    for directory, subdirs, files in sorted(os.walk(base), key=lambda entry: entry[0], reverse=True):
         if directory == base and not include_base:
             continue
         try:
             info = os.lstat(directory)
-            if older_than is not None and max(info.st_mtime, info.st_ctime) >= older_than:
+            changed = max(info.st_mtime, info.st_ctime)
+            if dry_run:
+                left = [name for name in subdirs if os.path.join(directory, name) not in gone]
+                if files or left:
+                    continue  # rmdir would fail: not empty
+                if subdirs:  # removing them would stamp this directory with the filesystem's time now
+                    changed = max(changed, time.time())
+            if older_than is not None and changed >= older_than:
                 continue
-            os.rmdir(directory)  # fails unless empty: a concurrent writer's file keeps it
+            if not dry_run:
+                os.rmdir(directory)  # fails unless empty: a concurrent writer's file keeps it
         except OSError:
             continue
+        gone.add(directory)
         removed.append(os.path.relpath(directory, store.root).replace(os.sep, "/"))
     return removed
 

@@ -113,9 +113,10 @@ def collect_garbage(
     kept = protected(chain, before)
     items: list[GcItem] = []
     recent: list[str] = []
-    pruned = [] if dry_run else prune_empty_dirs(chain.store, chain.key(paths.VERSIONS), older_than=store_now - grace_s)
+    versions_key = chain.key(paths.VERSIONS)
+    pruned = prune_empty_dirs(chain.store, versions_key, older_than=store_now - grace_s, dry_run=dry_run)
     for key in pruned:
-        items.append(GcItem(path=key, kind="empty_dir", age_s=grace_s, objects=0, size=0, deleted=True))
+        items.append(GcItem(path=key, kind="empty_dir", age_s=grace_s, objects=0, size=0, deleted=not dry_run))
     for name, objects in sorted(chain.version_dirs().items()):
         if name in kept:
             continue
