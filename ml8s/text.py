@@ -18,6 +18,7 @@ from pydantic import ValidationError
 EXCERPT_CHARS = 200
 # A URL's userinfo in free text: up to the last "@" of its authority, which ends at "/", "?" or "#" (a password
 # may hold an "@").
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#]*)@")
 
 
@@ -56,8 +57,11 @@ def is_digits(text: str) -> bool:
 
 
 def shown(text: str) -> str:
-    """``text`` as a message or report can hold it: the bytes that were not UTF-8 as ``\\xff`` escapes."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """``text`` as a message or report can hold it: the bytes that were not UTF-8 as ``\\xff`` escapes, and the
+    control characters as ``repr`` escapes them (a file name with a newline forged a line of tmp-cleanup's output,
+    one with an escape sequence reached the terminal)."""
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 def clipped(text: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 from test_verify import clean_env, ml8s
 
 from ml8s.audit.offline import is_run_id
-from ml8s.cli.ops import _days
+from ml8s.cli.ops import _days, _tmp_cleanup
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, IntegrityError, ResolutionRefusedError, StoreError, UnsafeObjectError
 from ml8s.ops.collision import resolve_collision
@@ -175,6 +175,28 @@ def test_local_tmp_cleanup_is_not_held_by_a_planted_fifo_owner_file(tmp_path: Pa
     worker.join(timeout=5)
     assert found == [[str(tmp_path / "ml8s-dead")]], "tmp-cleanup blocked on a FIFO in $TMPDIR"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ml8s-dir", "ml8s-fifo", "ml8s-link"]
+
+
+def test_tmp_cleanup_prints_no_control_character_of_a_name(
+    planted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Names in $TMPDIR (anyone's) and in the store: a newline forged an output line, an escape sequence
+    reached the terminal. Both are shown escaped, in the text output and in --json."""
+    scratch = tmp_path / "scratch"
+    odd = scratch / "ml8s-x\x1b[2J\nremoved everything"
+    odd.mkdir(parents=True)
+    (odd / OWNER_FILE).write_text("1\n")  # no process holds its lock: an ended run's
+    plant(planted, f"ml8s_training_runs/{RUN}/.tmp/a\x1b]0;owned\x07\nb", 10)
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    for as_json in (False, True):
+        args = argparse.Namespace(older_than_days=3.0, dry_run=True, json=as_json, root=str(planted))
+        assert _tmp_cleanup(args) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out, out
+        assert not any(line.startswith("removed everything") for line in out.splitlines()), out
+        shown = "\n".join(json.loads(out)["local_temp_dirs"]) if as_json else out
+        assert "ml8s-x\\x1b[2J\\nremoved everything" in shown, out
+    assert odd.exists()  # a dry run
 
 
 def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:

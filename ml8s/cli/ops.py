@@ -60,10 +60,12 @@ def register(commands: Subcommands) -> None:
 def _tmp_cleanup(args: argparse.Namespace) -> int:
     from ml8s.ops.tmp_cleanup import cleanup_tmp, retention_days
     from ml8s.ops.tmp_local import cleanup_local_tmp
+    from ml8s.text import shown
 
     days: float = retention_days(os.environ) if args.older_than_days is None else args.older_than_days
     report = cleanup_tmp(command_root(args).open(), days, dry_run=args.dry_run)
-    local = cleanup_local_tmp(dry_run=args.dry_run)  # $TMPDIR directories of ml8s processes that ended
+    # $TMPDIR directories of ml8s processes that ended; anyone may name one there, so shown escaped
+    local = [shown(path) for path in cleanup_local_tmp(dry_run=args.dry_run)]
     if args.json:
         print(json.dumps({**json.loads(report.model_dump_json()), "local_temp_dirs": local}, indent=2))
         return 0
