@@ -174,6 +174,27 @@ def test_gc_dry_run_reports_the_empty_directories_a_real_run_removes(tmp_path: P
     assert [i.path for i in dry.items] == [i.path for i in real.items if i.deleted]
 
 
+def test_a_head_or_block_that_does_not_validate_is_named_in_one_line(tmp_path: Path) -> None:
+    """A store writer's chain.json of ``{"x": 1}``, or a block whose semver is an escape sequence: the error (and
+    ``chain log``'s, ``gc``'s message) was pydantic's text, lines of it, echoing the planted values."""
+    from ml8s.proto_gen.ml8s.chain.v1 import chain_pb2 as pb
+
+    chain = ChainStore(LocalStore(str(tmp_path)), CHAIN)
+    genesis = chain.init()
+    block_file = tmp_path / paths.ROOT / CHAIN / paths.VERSIONS / genesis.version_dir / paths.BLOCK
+    block = pb.Block()
+    block.ParseFromString(block_file.read_bytes())
+    block.header.semver = "1.0\x1b[2J"
+    block_file.write_bytes(block.SerializeToString())
+    reasons = [f.reason for f in verify_chain(chain).findings if f.check == "invalid_block"]
+    assert reasons and all("\n" not in r and "\x1b" not in r and "semver: String should match" in r for r in reasons)
+    (tmp_path / paths.ROOT / CHAIN / paths.HEAD).write_text('{"x": 1}')
+    with pytest.raises(ChainCorruptionError) as caught:
+        chain.read_head()
+    assert "\n" not in str(caught.value) and "pydantic" not in str(caught.value)
+    assert "chain_name: Field required (and 4 more)" in str(caught.value)
+
+
 def test_head_that_is_a_directory(tmp_path: Path) -> None:
     """Defect 10: a named finding, and ``verify --json`` still prints its report."""
     root = tmp_path / "root"

@@ -44,6 +44,7 @@ from ml8s.errors import (
 )
 from ml8s.identity.settings import worker_id
 from ml8s.store import ObjectInfo, Store
+from ml8s.text import first_problem
 
 log = logging.getLogger(__name__)
 # Version files up to this size are written create-only in one request (put_if_absent: immutable by
@@ -88,7 +89,9 @@ class ChainVersions:
         try:
             head = ChainHead.model_validate_json(found.data)
         except ValidationError as exc:
-            raise ChainCorruptionError(None, f"{self.uri(paths.HEAD)} is no valid head: {exc}", check="head") from exc
+            # its first problem only: pydantic's text runs over lines and echoes the (store writer's) input
+            why = first_problem(exc)
+            raise ChainCorruptionError(None, f"{self.uri(paths.HEAD)} is no valid head: {why}", check="head") from exc
         if head.chain_name != self.name:
             raise ChainCorruptionError(None, f"{self.uri(paths.HEAD)} names chain {head.chain_name!r}", check="head")
         return head, found.token

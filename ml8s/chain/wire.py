@@ -16,6 +16,7 @@ from ml8s.chain.signing import SigningKey
 from ml8s.errors import ChainCorruptionError, ChecksumError
 from ml8s.identity.hashing import canonical_bytes
 from ml8s.proto_gen.ml8s.chain.v1 import chain_pb2 as pb
+from ml8s.text import first_problem
 
 _KINDS: dict[PayloadKind, pb.PayloadKind.ValueType] = {
     PayloadKind.GENESIS: pb.PAYLOAD_KIND_GENESIS,
@@ -134,7 +135,9 @@ def decode_block(data: bytes, *, where: str, verify: bool = True) -> Block:
             signer_key_id=message.signer_key_id,
         )
     except (DecodeError, ValidationError, KeyError) as exc:
-        raise ChainCorruptionError(None, f"{where} is not a valid block: {exc}", check="invalid_block") from exc
+        # a validation error by its first problem: pydantic's text runs over lines and echoes the block's values
+        why = first_problem(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise ChainCorruptionError(None, f"{where} is not a valid block: {why}", check="invalid_block") from exc
     if not verify:
         return block
     if (computed := header_hash(message.header)) != block.block_hash:
