@@ -164,12 +164,12 @@ def test_gc_dry_run_reports_the_empty_directories_a_real_run_removes(tmp_path: P
     chain = ChainStore(LocalStore(str(tmp_path)), CHAIN)
     chain.init()
     versions = tmp_path / paths.ROOT / CHAIN / paths.VERSIONS
-    (versions / "v0000000001_1.0.0_000000000000" / paths.PAYLOAD).mkdir(parents=True)
+    (versions / "v0000000001_1.0.0_000000000000").mkdir()
     (versions / "v0000000002_1.0.0_000000000000").mkdir()
     now = max(os.path.getmtime(d) for d in versions.iterdir()) + 10
     dry = collect_garbage(chain, grace_s=0, now=now)
-    assert {i.kind for i in dry.items} == {"empty_dir"} and not any(i.deleted for i in dry.items)
-    assert (versions / "v0000000001_1.0.0_000000000000" / paths.PAYLOAD).exists()
+    assert {i.kind for i in dry.items} == {"empty_dir"} and len(dry.items) == 2
+    assert not any(i.deleted for i in dry.items) and (versions / "v0000000001_1.0.0_000000000000").exists()
     real = collect_garbage(chain, grace_s=0, dry_run=False, now=now)
     assert [i.path for i in dry.items] == [i.path for i in real.items if i.deleted]
 

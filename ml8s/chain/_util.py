@@ -6,7 +6,6 @@ import datetime as dt
 import hashlib
 import os
 import re
-import time
 from collections.abc import Iterable
 
 from ml8s.errors import ConfigError
@@ -79,26 +78,21 @@ def prune_empty_dirs(
         return []  # a link on the way (or under it) could lead the walk elsewhere: tidy nothing
     base = os.path.join(store.root, *prefix.split("/"))
     removed: list[str] = []
-    gone: set[str] = set()
     for directory, subdirs, files in sorted(os.walk(base), key=lambda entry: entry[0], reverse=True):
         if directory == base and not include_base:
             continue
+        # a dry run takes no directory that holds one: a real run's rmdir of it would stamp this one with the
+        # filesystem's time now (no local clock: it may be set back), which ``older_than`` never reaches
+        if dry_run and (files or subdirs):
+            continue
         try:
             info = os.lstat(directory)
-            changed = max(info.st_mtime, info.st_ctime)
-            if dry_run:
-                left = [name for name in subdirs if os.path.join(directory, name) not in gone]
-                if files or left:
-                    continue  # rmdir would fail: not empty
-                if subdirs:  # removing them would stamp this directory with the filesystem's time now
-                    changed = max(changed, time.time())
-            if older_than is not None and changed >= older_than:
+            if older_than is not None and max(info.st_mtime, info.st_ctime) >= older_than:
                 continue
             if not dry_run:
                 os.rmdir(directory)  # fails unless empty: a concurrent writer's file keeps it
         except OSError:
             continue
-        gone.add(directory)
         removed.append(os.path.relpath(directory, store.root).replace(os.sep, "/"))
     return removed
 
