@@ -105,3 +105,25 @@ def test_a_tensorboard_host_that_is_not_utf8_is_a_usage_error(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "argument --host" in err and "not UTF-8" in err and "INTERNAL_ERROR" not in err
+
+
+def test_chain_log_lists_the_other_chains_when_one_head_is_broken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ml8s chain log` with no chain named listed nothing at all when one chain's chain.json did not read: one
+    broken chain hid every other. Now the others are listed and the broken one named on stderr, exit 1."""
+    from ml8s.chain import ChainStore, paths
+    from ml8s.cli.chain_views import list_chains
+    from ml8s.store import LocalStore
+
+    store = LocalStore(str(tmp_path))
+    for name in ("alpha", "broken", "gamma"):
+        ChainStore(store, name).init()
+    (tmp_path / paths.ROOT / "broken" / paths.HEAD).write_text('{"x": 1}')
+    for as_json in (False, True):
+        assert list_chains(store, as_json=as_json) == 1
+        out, err = capsys.readouterr()
+        rows = out.splitlines()[1:]
+        listed = [e["chain"] for e in json.loads(out)] if as_json else [line.split()[0] for line in rows]
+        assert listed == ["alpha", "gamma"], out
+        assert "CHAIN_CORRUPTION" in err and "ml8s_chain/broken/chain.json" in err, err

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.chain import paths
 from ml8s.chain.runindex import committed
 from ml8s.chain.versions import ChainVersions
+from ml8s.errors import ChainError
 from ml8s.store import Store
 
 
@@ -36,12 +37,17 @@ def chain_names(store: Store) -> list[str]:
     return sorted(found)
 
 
-def chain_entries(store: Store) -> list[ChainEntry]:
-    """Every chain under the root with its head (the head's block checked against its pointer)."""
-    entries = []
+def chain_entries(store: Store) -> tuple[list[ChainEntry], list[ChainError]]:
+    """Every chain under the root with its head (the head's block checked against its pointer); and the
+    errors of those whose head does not read, so that one broken chain hides none of the others."""
+    entries, broken = [], []
     for name in chain_names(store):
         chain = ChainVersions(store, name)
-        head = chain.head()
+        try:
+            head = chain.head()
+        except ChainError as exc:
+            broken.append(exc)
+            continue
         entries.append(
             ChainEntry(
                 chain=name,
@@ -51,7 +57,7 @@ def chain_entries(store: Store) -> list[ChainEntry]:
                 uri=chain.uri(),
             )
         )
-    return entries
+    return entries, broken
 
 
 def chains_holding(store: Store, full_config_hash: str) -> list[str]:

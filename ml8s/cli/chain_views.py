@@ -35,17 +35,20 @@ def add_tensorboard_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def list_chains(store: Store, *, as_json: bool) -> int:
-    """The chains under the root, one line each (or a JSON list), sorted by name."""
-    entries = chain_entries(store)
+    """The chains under the root, one line each (or a JSON list), sorted by name; a chain whose head does not
+    read is named on stderr (exit 1), the others still listed."""
+    entries, broken = chain_entries(store)
     if as_json:
         _print([e.model_dump(mode="json") for e in entries])
-        return 0
-    print(f"{'CHAIN':<24} {'HEAD':<8} {'SEMVER':<10} BLOCK")
-    for e in entries:
-        print(f"{e.chain:<24} v{e.head_counter:<7} {e.head_semver:<10} {e.head_block_hash[:12]}")
-    if not entries:
+    else:
+        print(f"{'CHAIN':<24} {'HEAD':<8} {'SEMVER':<10} BLOCK")
+        for e in entries:
+            print(f"{e.chain:<24} v{e.head_counter:<7} {e.head_semver:<10} {e.head_block_hash[:12]}")
+    for exc in broken:
+        print(f"ml8s: {exc} (not listed; ml8s chain verify --chain NAME reports it)", file=sys.stderr)
+    if not entries and not broken and not as_json:
         print(f"ml8s: no chain under {store.uri('')}; `ml8s run` or `ml8s chain init` makes one", file=sys.stderr)
-    return 0
+    return 1 if broken else 0
 
 
 def log_versions(chain: ChainStore, *, as_json: bool, summary: dict[int, dict[str, object]]) -> int:
