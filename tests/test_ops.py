@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -169,11 +170,11 @@ def test_local_tmp_cleanup_is_not_held_by_a_planted_fifo_owner_file(tmp_path: Pa
         make(tmp_path / name / OWNER_FILE)
     (tmp_path / "ml8s-dead").mkdir()
     (tmp_path / "ml8s-dead" / OWNER_FILE).write_text("1\n")
-    found: list[list[str]] = []
+    found: list[tuple[list[str], list[str]]] = []
     worker = threading.Thread(target=lambda: found.append(cleanup_local_tmp(str(tmp_path))), daemon=True)
     worker.start()
     worker.join(timeout=5)
-    assert found == [[str(tmp_path / "ml8s-dead")]], "tmp-cleanup blocked on a FIFO in $TMPDIR"
+    assert found == [([str(tmp_path / "ml8s-dead")], [])], "tmp-cleanup blocked on a FIFO in $TMPDIR"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ml8s-dir", "ml8s-fifo", "ml8s-link"]
 
 
@@ -197,6 +198,23 @@ def test_tmp_cleanup_prints_no_control_character_of_a_name(
         shown = "\n".join(json.loads(out)["local_temp_dirs"]) if as_json else out
         assert "ml8s-x\\x1b[2J\\nremoved everything" in shown, out
     assert odd.exists()  # a dry run
+
+
+def test_local_tmp_cleanup_reports_only_what_it_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rmtree with ignore_errors says nothing of what it could not remove (another user's ``ml8s-*`` directory
+    in a shared $TMPDIR, with an owner file no process holds): it was reported "removed" all the same."""
+    for name in ("ml8s-theirs", "ml8s-mine"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / OWNER_FILE).write_text("1\n")
+    real = shutil.rmtree
+
+    def rmtree(path: str, ignore_errors: bool = False) -> None:
+        if not path.endswith("ml8s-theirs"):  # what a non-owner's rmtree of it achieves: nothing
+            real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr("ml8s.ops.tmp_local.shutil.rmtree", rmtree)
+    assert cleanup_local_tmp(str(tmp_path)) == ([str(tmp_path / "ml8s-mine")], [str(tmp_path / "ml8s-theirs")])
+    assert [p.name for p in tmp_path.iterdir()] == ["ml8s-theirs"]
 
 
 def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:

@@ -65,9 +65,13 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     days: float = retention_days(os.environ) if args.older_than_days is None else args.older_than_days
     report = cleanup_tmp(command_root(args).open(), days, dry_run=args.dry_run)
     # $TMPDIR directories of ml8s processes that ended; anyone may name one there, so shown escaped
-    local = [shown(path) for path in cleanup_local_tmp(dry_run=args.dry_run)]
+    removed, left = cleanup_local_tmp(dry_run=args.dry_run)
+    local, local_left = [shown(path) for path in removed], [shown(path) for path in left]
+    for path in local_left:
+        print(f"ml8s: warning: could not remove {path} (another user's? its ml8s process has ended)", file=sys.stderr)
     if args.json:
-        print(json.dumps({**json.loads(report.model_dump_json()), "local_temp_dirs": local}, indent=2))
+        found = {"local_temp_dirs": local, "local_temp_dirs_left": local_left}
+        print(json.dumps({**json.loads(report.model_dump_json()), **found}, indent=2))
         return 0
     verb = "would remove" if report.dry_run else "removed"
     for path in local:
