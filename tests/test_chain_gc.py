@@ -85,6 +85,21 @@ def test_stale_tmp_objects(chain: ChainStore) -> None:
     assert [i.kind for i in report.items] == ["stale_tmp"] and chain.store.list(chain.key(".tmp")) == []
 
 
+def test_keeps_what_is_no_version_directory(chain: ChainStore, local_root: Path) -> None:
+    """An operator's note or backup under versions/ (no version directory name, no block.pb) was deleted as an
+    ``incomplete`` version: no counter places it at or below the head, and ml8s never wrote it."""
+    build(chain, 2)
+    planted = [version_path(local_root, "NOTES.txt"), version_path(local_root, "backup-v1") / "model.bin"]
+    planted[1].parent.mkdir()
+    for path in planted:
+        path.write_bytes(b"mine")
+    half = half_upload(local_root, "v0000000001_1.0.0_abcdefabcdef")  # a lost race's leftover: garbage
+    report = collect_garbage(chain, grace_s=0, dry_run=False, now=time.time() + 100 * DAY)
+    assert [(i.path, i.deleted) for i in report.items] == [(half, True)]
+    assert all(path.read_bytes() == b"mine" for path in planted)
+    assert {k.split(":")[0] for k in report.kept} == {"NOTES.txt", "backup-v1"}
+
+
 def test_refuses_a_corrupted_chain(chain: ChainStore, local_root: Path) -> None:
     versions = build(chain, 3)
     (version_path(local_root, versions[2].version_dir) / "content_hash.txt").write_text("0" * 64 + "\n")

@@ -18,7 +18,8 @@ the store cannot steer it into deleting anything else. Safety, in order:
   there, and a version the head was rolled back from sits there too); no complete version whose parent
   is off the chain (its signed block names that parent, so the parent was a head once: evidence of a
   rollback); nothing a complete version names as its parent; nothing a run record or winning audit event
-  names (evidence.py). What is left is the shape a lost race leaves: a sibling of the chain's version at
+  names (evidence.py); nothing whose name is no version directory's (ml8s writes none such). What is left
+  is the shape a lost race leaves: a sibling of the chain's version at
   its counter, or an incomplete directory at or below the head, which no swap can ever make the head;
 - a grace period (default 24 h) on top, on the age of a directory's newest object as the *store's*
   clock says (Store.clock: the time the store gives an object it writes now, compared with the times it
@@ -175,7 +176,9 @@ def protected(chain: ChainVersions, report: VerifyReport) -> dict[str, str]:
         on_chain[version.counter] = version.block_hash
     for name in sorted(chain.version_dirs()):
         parsed = paths.parse_version_dir(name)
-        if parsed is not None and parsed[0] > head:
+        if parsed is None:  # an operator's backup or note: no counter places it at or below the head
+            keep.setdefault(name, "no version directory name: not written by ml8s")
+        elif parsed[0] > head:
             keep.setdefault(name, "above the head: a commit in flight, or a version the head was rolled back from")
     orphans: dict[str, ChainVersion] = {}
     for name in report.orphans:
