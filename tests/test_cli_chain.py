@@ -127,3 +127,21 @@ def test_chain_log_lists_the_other_chains_when_one_head_is_broken(
         listed = [e["chain"] for e in json.loads(out)] if as_json else [line.split()[0] for line in rows]
         assert listed == ["alpha", "gamma"], out
         assert "CHAIN_CORRUPTION" in err and "ml8s_chain/broken/chain.json" in err, err
+
+
+def test_verify_and_gc_show_a_planted_name_escaped(tmp_path: Path) -> None:
+    """A FIFO under the chain named with an escape sequence (a store writer chooses names): verify's FAIL lines
+    and GC's refusal printed it raw, so it reached the terminal."""
+    from ml8s.chain import ChainStore, paths
+    from ml8s.store import LocalStore
+
+    root = tmp_path / "root"
+    ChainStore(LocalStore(str(root)), "line").init()
+    (root / paths.ROOT / "line" / paths.TMP).mkdir()
+    os.mkfifo(root / paths.ROOT / "line" / paths.TMP / "x\x1b[2J\ny")
+    for verb, code in (("verify", 1), ("gc", 1)):
+        done = chain(root, verb)
+        out = done.stdout + done.stderr
+        assert done.returncode == code and "\x1b" not in out, out
+        assert all(line.startswith(("FAIL chain", "  ", "ml8s: ")) for line in out.splitlines()), out  # none forged
+        assert "x\\x1b[2J\\ny" in out, out

@@ -46,7 +46,7 @@ from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.output_files import write_new
 from ml8s.store.operator_files import read_operator_file
-from ml8s.text import is_utf8
+from ml8s.text import is_utf8, shown
 
 MAX_STEPS = 2**63 - 1
 _CREATING = ("init", "commit", "trust", "root")  # verbs that may start a chain: they keep the default name
@@ -211,10 +211,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             first = min(report.findings, key=lambda f: (f.counter is None, f.counter or 0))
             where = f" at version {first.counter} ({first.version_dir})" if first.counter is not None else ""
-            print(f"FAIL chain {chain.name!r}{where}: {first.check}: {first.reason}")
+            # a reason names store keys, which a store writer chooses: shown, so no escape sequence reaches the terminal
+            print(f"FAIL chain {chain.name!r}{where}: {first.check}: {shown(first.reason)}")
             for finding in report.findings:
                 at = f"v{finding.counter} " if finding.counter is not None else ""
-                print(f"  {finding.check}: {at}{finding.reason}", file=sys.stderr)
+                print(f"  {finding.check}: {at}{shown(finding.reason)}", file=sys.stderr)
         return 0 if report.ok else 1
     elif verb == "gc":
         from ml8s.audit.anchor_tags import load_anchor
