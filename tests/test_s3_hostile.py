@@ -166,6 +166,33 @@ def test_a_listing_the_server_cuts_short_is_an_error_and_keys_outside_the_root_a
         assert [info.key for info in store.list("")] == ["a.csv"]
 
 
+def test_a_listing_whose_pages_repeat_with_new_tokens_is_an_error() -> None:
+    """A server that sends the same page again under a fresh token each time: the listing held each key once a
+    page (GC and tmp-cleanup counted them over and over) and, sent forever, never ended. This one stops after 20
+    pages; the listing is refused at the second."""
+    pages: list[str] = []
+
+    class Handler(QuietHandler):
+        def answer(self) -> None:
+            pages.append(self.path)
+            token = f"<NextContinuationToken>t{len(pages)}</NextContinuationToken>" if len(pages) < 20 else ""
+            body = _listing(["p/a.csv"], truncated=len(pages) < 20).replace(b"</ListBucketResult>", b"")
+            body += token.encode() + b"</ListBucketResult>"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = answer
+
+    with loopback_server(Handler) as url:
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        with pytest.raises(StoreError, match=r"sent a page starting at 'p/a.csv', not after the page before"):
+            store.list("")
+    assert len(pages) == 2
+
+
 def test_an_answer_without_content_length_is_read_and_one_without_etag_is_a_store_error() -> None:
     """Both were a KeyError (``ml8s: INTERNAL_ERROR``): a GET answered in chunks (no Content-Length, plain
     HTTP/1.1) could not be read at all, and an answer without an ETag failed every read and conditional PUT."""

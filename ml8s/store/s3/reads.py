@@ -173,11 +173,20 @@ class S3Reads(S3Base):
             "MaxKeys": self.page_size,
         }
         tokens: set[str] = set()
+        last = ""  # the last key of the pages before: S3 lists in key order, so a page never goes back to it
         with self._errors("LIST", rel):
             while True:  # page by page, each request within the deadline (a paginator's pages are not)
                 page = self._bounded("LIST", rel, lambda: self._client.list_objects_v2(**request))
-                for item in page.get("Contents", []):
+                contents = page.get("Contents", [])
+                if contents and last and (first := contents[0].get("Key", "")) <= last:
+                    raise StoreError(
+                        f"LIST {self.uri(rel)}: {self.endpoint} sent a page starting at {shown(first)[:80]!r}, not "
+                        f"after the page before ({shown(last)[:80]!r}); expected pages in key order (a page sent "
+                        "again lists its objects twice, pages sent over and over never end)"
+                    )
+                for item in contents:
                     full, stamp = item.get("Key", ""), item.get("LastModified")
+                    last = max(last, full)
                     name = full.removeprefix(root)
                     # S3 prefixes are strings, not directories: keep ``rel`` itself and the keys below it, as
                     # locally; "folder" keys (ending in "/", the root's own marker shows as "") are not objects
