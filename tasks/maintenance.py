@@ -24,4 +24,12 @@ def cleanup_tmp_task(pipeline_root_uri: str, older_than_days: int, dry_run: bool
 
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": pipeline_root_uri})
     days = float(settings.tmp_retention_days if older_than_days < 0 else older_than_days)
-    return cleanup_tmp(open_store(settings.pipeline_root_uri), days, dry_run=dry_run).model_dump_json(indent=2)
+    report = cleanup_tmp(open_store(settings.pipeline_root_uri), days, dry_run=dry_run)
+    if report.failed:  # the task fails as the CLI exits 1, naming what stayed
+        from ml8s.errors import StoreError
+
+        raise StoreError(
+            f"tmp-cleanup removed {len(report.removed)} entries but could not remove {len(report.failed)}: "
+            f"{report.failed[0]}; expected every stale entry removable"
+        )
+    return report.model_dump_json(indent=2)

@@ -217,6 +217,23 @@ def test_local_tmp_cleanup_reports_only_what_it_removed(tmp_path: Path, monkeypa
     assert [p.name for p in tmp_path.iterdir()] == ["ml8s-theirs"]
 
 
+def test_tmp_cleanup_goes_on_past_an_entry_it_cannot_remove(planted: Path) -> None:
+    """One entry whose removal failed (a directory not writable by this user, an S3 DELETE refused) stopped the
+    cleanup with a STORE_ERROR: the entries removed before it were never reported, those after it never tried."""
+    stuck = STALE[1]
+
+    class Refusing(LocalStore):
+        def delete(self, key: str) -> None:
+            if key == stuck:
+                raise StoreError(f"cannot delete {self.uri(key)}: Permission denied")
+            super().delete(key)
+
+    report = cleanup_tmp(Refusing(str(planted)), 3)
+    assert sorted(e.uri for e in report.removed) == sorted(LocalStore(str(planted)).uri(k) for k in STALE if k != stuck)
+    assert len(report.failed) == 1 and "Permission denied" in report.failed[0] and stuck in report.failed[0]
+    assert remaining(planted) == {stuck, *KEPT}
+
+
 def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:
     env = clean_env(TMP_RETENTION_DAYS="20")
     report = json.loads(ml8s(env, "tmp-cleanup", "--json", "--root", str(planted)).stdout)

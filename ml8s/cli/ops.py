@@ -72,7 +72,7 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     if args.json:
         found = {"local_temp_dirs": local, "local_temp_dirs_left": local_left}
         print(json.dumps({**json.loads(report.model_dump_json()), **found}, indent=2))
-        return 0
+        return 1 if report.failed else 0
     verb = "would remove" if report.dry_run else "removed"
     for path in local:
         print(f"{verb} {path} (its ml8s process has ended)")
@@ -85,7 +85,9 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(f"{verb} {len(report.removed)} tmp entries older than {days:g} days; kept {report.kept} younger ones")
-    return 0
+    for failure in report.failed:
+        print(f"ml8s: STORE_ERROR: could not remove {failure}", file=sys.stderr)
+    return 1 if report.failed else 0
 
 
 def _resolve(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.contract import layout
-from ml8s.errors import ConfigError
+from ml8s.errors import ConfigError, StoreError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store import ObjectInfo, Store
 from ml8s.text import shown
@@ -52,6 +52,7 @@ class CleanupReport(BaseModel):
     removed: tuple[TmpEntry, ...]
     kept: int
     left_alone: tuple[str, ...] = ()  # URIs of tmp entries that are no regular file: not removed, see above
+    failed: tuple[str, ...] = ()  # "URI: why" of the entries whose removal failed (the others were still removed)
 
 
 def retention_days(env: Mapping[str, str]) -> float:
@@ -101,6 +102,7 @@ def cleanup_tmp(
     # a linked root .tmp: the clock's probe is refused by the store itself (UnsafeObjectError, nothing written)
     current = store.clock(f"{layout.TMP_DIR}/ml8s-clock-{uuid.uuid4().hex}") if now is None else now
     removed: list[TmpEntry] = []
+    failed: list[str] = []
     kept = 0
     entries = tmp_entries(store, odd)
     for info in entries:
@@ -112,7 +114,11 @@ def cleanup_tmp(
         if not is_tmp_key(info.key):  # belt and braces: never anything but a tmp entry
             continue
         if not dry_run:
-            store.delete(info.key)
+            try:
+                store.delete(info.key)
+            except StoreError as exc:  # one entry that will not go must not hide what was removed before it
+                failed.append(f"{shown(store.uri(info.key))}: {shown(exc.message)}")
+                continue
         removed.append(TmpEntry(uri=shown(store.uri(info.key)), size=info.size, age_days=round(age, 3)))
     return CleanupReport(
         root_uri=store.root_uri,
@@ -121,6 +127,7 @@ def cleanup_tmp(
         removed=tuple(removed),
         kept=kept,
         left_alone=tuple(shown(store.uri(key)) for key in sorted(odd - {info.key for info in entries})),
+        failed=tuple(failed),
     )
 
 
