@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_chain_support import (  # noqa: F401  (fixtures)
@@ -15,7 +16,7 @@ from test_chain_support import (  # noqa: F401  (fixtures)
     version_path,
 )
 
-from ml8s.chain import ChainStore, ChainVersion, collect_garbage, verify_chain
+from ml8s.chain import ChainStore, ChainVersion, collect_garbage, gc, verify_chain
 from ml8s.chain.commit import _seal, payload_files
 from ml8s.errors import ChainCorruptionError
 
@@ -98,6 +99,28 @@ def test_keeps_what_is_no_version_directory(chain: ChainStore, local_root: Path)
     assert [(i.path, i.deleted) for i in report.items] == [(half, True)]
     assert all(path.read_bytes() == b"mine" for path in planted)
     assert {k.split(":")[0] for k in report.kept} == {"NOTES.txt", "backup-v1"}
+
+
+def test_two_gcs_at_once_record_one_deletion(
+    chain: ChainStore, littered: tuple[list[ChainVersion], ChainVersion, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two GCs at once: the second deleted (and audited, ``gc_delete``) the directories the first had already
+    deleted since its listing, so the trail and its report claimed deletions it never made."""
+    delete_version = gc._delete_version
+    ran: list[int] = []
+
+    def beside(*args: Any) -> bool:
+        if not ran:  # the other GC runs between this one's listing and its first deletion
+            ran.append(0)
+            other = collect_garbage(ChainStore(chain.store, chain.name), grace_s=0, dry_run=False)
+            ran.append(sum(i.deleted for i in other.items))
+        return delete_version(*args)
+
+    monkeypatch.setattr(gc, "_delete_version", beside)
+    report = collect_garbage(chain, grace_s=0, dry_run=False)
+    assert ran == [0, 2] and [i.deleted for i in report.items] == [False, False] and report.bytes_freed == 0
+    deletions = [e.version_dir for e in chain.audit.events() if e.event == "gc_delete"]
+    assert sorted(deletions) == sorted(i.path for i in report.items)  # each once, by the other GC
 
 
 def test_refuses_a_corrupted_chain(chain: ChainStore, local_root: Path) -> None:
