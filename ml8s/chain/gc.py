@@ -203,8 +203,10 @@ def _delete_version(chain: ChainVersions, name: str, kind: str, objects: list[Ob
     parsed = paths.parse_version_dir(name)
     if pointer is not None and (pointer[0].version_dir == name or (parsed and parsed[0] > pointer[0].counter)):
         return False  # it became the head, or the head went below it (rolled back) since verification
-    # listed again: a GC running beside this one may have deleted it since, and the event claims only what we delete
-    objects = chain.objects(chain.version_key(name))
+    # listed again: a GC running beside this one may have deleted it since, and the event claims only what we
+    # delete; of what is there, only what was judged (an object written since is younger than the grace period)
+    judged = {o.key for o in objects}
+    objects = [o for o in chain.objects(chain.version_key(name)) if o.key in judged]
     if not objects:
         return False
     size = sum(o.size for o in objects)
