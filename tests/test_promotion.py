@@ -127,15 +127,23 @@ def test_a_cut_or_rolled_back_log_is_refused(tmp_path: Path) -> None:
         restarted.refresh()  # a restarted follower remembers how far the log went
 
 
+def _cli_chain(root: Path, monkeypatch: pytest.MonkeyPatch, tracking_uri: str = "") -> ChainStore:
+    """An unsigned four-version chain 'cli' under ``root``, and the environment of an ``ml8s chain`` command on it
+    (no signing key, MLflow at ``tracking_uri``)."""
+    chain = _chain(root, "cli", signed=False)
+    env = {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": tracking_uri}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    return chain
+
+
 def test_cli_promote_reject_and_what_follow_and_log_show(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "root"
-    _chain(root, "cli", signed=False)
-    for key, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": ""}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
-    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    _cli_chain(root, monkeypatch)
     assert main(["chain", "promote", "2", "--reason", "checked by hand"]) == 0
     assert main(["chain", "reject", "3"]) == 0
     assert main(["chain", "reject", "2"]) == 1  # the served version is no candidate
@@ -167,11 +175,7 @@ def test_rejecting_an_old_version_of_a_chain_with_no_decision_keeps_its_head_ser
     nothing: new followers and ``predict --chain`` stopped serving v4 ("no version promoted yet"), and
     ``reject 4`` was let through. The head is recorded as promoted first; rejecting it is refused."""
     root = tmp_path / "root"
-    chain = _chain(root, "cli", signed=False)
-    for key, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": ""}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
-    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    chain = _cli_chain(root, monkeypatch)
     assert main(["chain", "reject", "4"]) == 1
     assert "v4 is the version followers serve (the chain has no promotion decision" in capsys.readouterr().err
     assert not PromotionLog(chain).decisions()
@@ -317,13 +321,7 @@ def test_cli_promote_with_a_damaged_registry_keeps_the_decision_and_names_the_er
     """SQLAlchemy's DatabaseError (a damaged or locked sqlite registry) escaped the alias move: INTERNAL_ERROR,
     exit 2, after the decision was already written. The decision stands; the alias is named as not moved."""
     root = tmp_path / "root"
-    _chain(root, "cli", signed=False)
-    damaged = _damaged_sqlite(tmp_path / "mlflow.db")
-    env = {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": f"sqlite:///{damaged}"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
-    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    _cli_chain(root, monkeypatch, f"sqlite:///{_damaged_sqlite(tmp_path / 'mlflow.db')}")
     assert main(["chain", "promote", "2"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["decision"]["counter"] == 2
@@ -337,11 +335,7 @@ def test_cli_promote_creates_no_mlflow_database_where_there_is_none(
     """Looking for the version to alias opened MLflow on the root's default sqlite:/// file, which created a
     whole empty registry there (seconds of migrations) to find nothing in it."""
     root = tmp_path / "root"
-    _chain(root, "cli", signed=False)
-    for key, value in {"PIPELINE_ROOT_URI": f"file://{root}", "CHAIN_NAME": "cli", "MLFLOW_TRACKING_URI": ""}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("ML8S_SIGNING_KEY", raising=False)
-    monkeypatch.delenv("ML8S_SIGNING_KEY_FILE", raising=False)
+    _cli_chain(root, monkeypatch)
     assert main(["chain", "promote", "3"]) == 0
     assert json.loads(capsys.readouterr().out)["decision"]["counter"] == 3
     assert not (root / "mlflow.db").exists()
