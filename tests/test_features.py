@@ -13,6 +13,7 @@ import pytest
 from ml8s.data.dataset import Dataset, load_dataset
 from ml8s.data.fingerprint import fingerprint_local
 from ml8s.errors import DataError
+from ml8s.features import prepared as preparing
 from ml8s.features.matrix import write_encoded
 from ml8s.features.prepared import Prepared, prepare
 from ml8s.features.rules import encode, fit_rules
@@ -442,9 +443,34 @@ def test_a_regression_target_is_refused_naming_its_distinct_values(tmp_path: Pat
         prepare(load(tmp_path), params())
     # as many classes with two rows each, or 32 classes of one row each, are classes
     write_csv(tmp_path, "a.csv", "x,y", [f"{i},{i // 2}" for i in range(120)])
-    assert len(prepare(load(tmp_path), params()).classes) == 60
+    assert len(prepare(load(tmp_path), params(TEST_SIZE="0.01")).classes) == 60  # a class held out whole is refused
+    # 32 classes of one row each are classes, not a regression target, but TEST_SIZE holds some of them out whole
     write_csv(tmp_path, "a.csv", "x,y", [f"{i},{i}" for i in range(MAX_CATEGORIES)])
-    assert len(prepare(load(tmp_path), params()).classes) == MAX_CATEGORIES
+    with pytest.raises(DataError, match=r"TARGET_COLUMN='y': class\(es\) '\d+' \(1 row\(s\) kept\)"):
+        prepare(load(tmp_path), params())
+
+
+def test_a_class_with_no_training_row_is_refused_naming_it(tmp_path: Path) -> None:
+    # the one 'rare' row landed in the held-out rows: the model had a 'rare' output no row trained, and succeeded
+    held_out = int(np.flatnonzero(preparing._split(20, 0.2, 7) == 1)[0])
+    ys = ["rare" if i == held_out else lab for i, lab in enumerate(labels(20))]
+    write_csv(tmp_path, "a.csv", "x,y", [f"{i},{y}" for i, y in enumerate(ys)])
+    with pytest.raises(DataError) as caught:
+        prepare(load(tmp_path), params(RANDOM_SEED="7"))
+    assert caught.value.message == (
+        "TARGET_COLUMN='y': class(es) 'rare' (1 row(s) kept) have no row in the training split (TEST_SIZE=0.2, "
+        "RANDOM_SEED=7); expected every class in the training rows: a smaller TEST_SIZE, more rows of that class "
+        "(or a larger SAMPLE_ROWS), or drop its rows"
+    )
+    # SAMPLE_ROWS that leaves every 'rare' row out is refused the same way (its class had an output too)
+    sampled = np.random.default_rng(7).permutation(20)[:10]  # prepare()'s SAMPLE_ROWS draw
+    rare = min(set(range(20)) - set(sampled.tolist()))
+    write_csv(tmp_path, "a.csv", "x,y", [f"{i},{'rare' if i == rare else lab}" for i, lab in enumerate(labels(20))])
+    with pytest.raises(DataError, match=r"class\(es\) 'rare' \(0 row\(s\) kept\) have no row in the training"):
+        prepare(load(tmp_path), params(SAMPLE_ROWS="10", RANDOM_SEED="7"))
+    # in the training rows it is a class like any other
+    rows = prepare(load(tmp_path), params())
+    assert rows.classes == ("no", "rare", "yes") and rows.target[rows.split == 0].tolist().count(1) == 1
 
 
 def test_too_few_rows_sampled_names_sample_rows(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.data.dataset import Column, Dataset
 from ml8s.data.missing import DataWarning
-from ml8s.data.slices import mapped_codes, slot_counts, taken_into
+from ml8s.data.slices import CODE_SLICE, mapped_codes, slot_counts, taken_into
 from ml8s.errors import DataError
 from ml8s.features.candidates import feature_names
 from ml8s.features.column_names import check_feature_names, resolve_excluded, resolve_target
@@ -151,7 +151,8 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     del labels  # a column of every row (80 MiB at 20M rows): not held longer than it is needed
     # class indices, >= 0, counted a slice at a time: np.bincount of every row made an int64 copy of it (0.28 s at
     # 20M rows, with nothing beside it)
-    present = int(np.count_nonzero(slot_counts(target, len(classes))))
+    per_class = slot_counts(target, len(classes))
+    present = int(np.count_nonzero(per_class))
     if present < 2:
         raise DataError(f"TARGET_COLUMN={params.target_column!r} has one class in the rows kept; expected 2 or more")
     _check_classes(params.target_column, present, count, classes)
@@ -167,6 +168,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
         drawn = splits.draw(count, params.test_size, params.random_seed)
         results = in_order(keep_rows, candidates, threads=COLUMN_THREADS, name="keep")
         split = drawn.result()
+        _check_trained_classes(params, classes, per_class, target, split)
     del keep_rows, rows  # before the features' names are made: the row indices are a column's worth of int64
     columns: list[Column] = []
     for candidate, kept in zip(candidates, results, strict=True):
@@ -206,6 +208,26 @@ def _check_classes(target: str, present: int, rows: int, classes: tuple[str, ...
         "class labels each held by two rows or more on average: ml8s trains classifiers, and a number to predict "
         "(regression) or an identifier is not one (bin the values into classes, or choose another TARGET_COLUMN)"
     )
+
+
+def _check_trained_classes(
+    params: RunParams, classes: tuple[str, ...], per_class: IntArray, target: ClassArray, split: SplitArray
+) -> None:
+    """Refuse a class the rows kept hold but the training rows do not (all held out by TEST_SIZE, or left out by
+    SAMPLE_ROWS): the model got an output for it that no row trained, and the run succeeded."""
+    trained = np.zeros(len(classes), dtype=np.int64)
+    for start in range(0, len(target), CODE_SLICE):  # a slice at a time: no mask or copy of every kept row
+        part = target[start : start + CODE_SLICE][split[start : start + CODE_SLICE] == 0]
+        trained += np.bincount(part, minlength=len(classes))
+    absent = [f"{classes[i]!r} ({per_class[i]} row(s) kept)" for i in np.flatnonzero(trained == 0).tolist()]
+    if absent:
+        more = f" and {len(absent) - 10} more" if len(absent) > 10 else ""
+        raise DataError(
+            f"TARGET_COLUMN={params.target_column!r}: class(es) {', '.join(absent[:10])}{more} have no row in the "
+            f"training split (TEST_SIZE={params.test_size:g}, RANDOM_SEED={params.random_seed}); expected every "
+            "class in the training rows: a smaller TEST_SIZE, more rows of that class (or a larger SAMPLE_ROWS), or "
+            "drop its rows"
+        )
 
 
 def _nothing_left(dropped: dict[str, str], shown: int = 10) -> DataError:
