@@ -111,6 +111,12 @@ def _single_class(data: Path) -> None:
     (data / "part-000.csv").write_text("\n".join([HEADER, *rows]) + "\n")
 
 
+def _category_named_like_a_bucket(data: Path) -> None:
+    text = (data / "part-001.csv").read_text().splitlines()
+    text[2] = text[2].replace(",basic,", ",__other__,").replace(",plus,", ",__other__,").replace(",pro,", ",__other__,")
+    (data / "part-001.csv").write_text("\n".join(text) + "\n")
+
+
 def _target_always_missing_csv(data: Path) -> None:
     _clear(data)
     rows = [f"C{i},{i},{i}.5,basic,true," for i in range(50)]
@@ -280,6 +286,9 @@ CASES: dict[str, Case] = {
     ),
     "single_class_target": Case(
         DataError, ("TARGET_COLUMN='churned'", "one class", "expected 2 or more"), mutate=_single_class
+    ),
+    "category_named_like_a_bucket": Case(
+        DataError, ("part-001.csv", "column 'plan'", "data row 2", "'__other__'"), mutate=_category_named_like_a_bucket
     ),
     "target_missing_everywhere_csv": Case(
         DataError,

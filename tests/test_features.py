@@ -450,6 +450,26 @@ def test_a_regression_target_is_refused_naming_its_distinct_values(tmp_path: Pat
         prepare(load(tmp_path), params())
 
 
+@pytest.mark.parametrize("value", [OTHER, MISSING])
+def test_a_category_named_like_a_bucket_is_refused_naming_file_column_and_row(tmp_path: Path, value: str) -> None:
+    # a real category '__other__' shared the one-hot feature plan=__other__ with the rare categories (and
+    # '__missing__' plan=__missing__ with the missing values): neither the model nor the schema could tell them apart
+    write_csv(tmp_path, "a.csv", "plan,y", [f"p{i % 3},{lab}" for i, lab in enumerate(labels(10))])
+    write_csv(tmp_path, "b.csv", "plan,y", [f"{value if i == 2 else 'p0'},{lab}" for i, lab in enumerate(labels(10))])
+    with pytest.raises(DataError) as caught:
+        prepare(load(tmp_path), params())
+    assert caught.value.message.startswith(
+        f"data file b.csv, column 'plan', data row 3 (1 = the first row after the header): the value {value!r} is "
+        "the name of the one-hot bucket of "
+    )
+    assert f"expected categories other than {MISSING!r} and {OTHER!r}" in caught.value.message
+    # where it is no feature's category it is data like any other: a class, an excluded column's value
+    write_csv(tmp_path, "b.csv", "plan,y,note", [f"p{i % 3},{value if i else 'yes'},{value}" for i in range(10)])
+    write_csv(tmp_path, "a.csv", "plan,y,note", [f"p{i % 3},{lab},n" for i, lab in enumerate(labels(10))])
+    rows = prepare(load(tmp_path), params(EXCLUDE_COLUMNS="note", TEST_SIZE="0.05"))
+    assert value in rows.classes and [c.name for c in rows.columns] == ["plan"]
+
+
 def test_a_class_with_no_training_row_is_refused_naming_it(tmp_path: Path) -> None:
     # the one 'rare' row landed in the held-out rows: the model had a 'rare' output no row trained, and succeeded
     held_out = int(np.flatnonzero(preparing._split(20, 0.2, 7) == 1)[0])

@@ -12,15 +12,26 @@ decides which *columns* such a value names, with the same rules applied to the c
   comma-separated part of it (``EXCLUDE_COLUMNS=lat,lng`` excludes ``"lat,lng"``, and also columns
   named ``lat`` or ``lng`` if there are any). A part listed alone names no column.
 
+A categorical feature column may not hold the text of the encoder's own buckets, :data:`MISSING` and
+:data:`OTHER` (:func:`reserved_values`): such a category shared its bucket's one-hot feature.
+
 The feature matrix holds two columns of its own, :data:`TARGET` and :data:`SPLIT`
 (:data:`RESERVED_COLUMNS`): a feature column may not be named like them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+import numpy as np
+import pyarrow.compute as pc
+
+from ml8s.data.csv_columns import file_row
+from ml8s.data.dataset import Column
+from ml8s.data.slices import CODE_SLICE
 from ml8s.errors import DataError
+from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER
 
 TARGET = "__target__"
 SPLIT = "__split__"
@@ -97,3 +108,63 @@ def check_feature_names(generated: Iterable[tuple[str, str, str]]) -> None:
                 f"{source!r} ({how}); expected unique feature names: rename one column or add it to EXCLUDE_COLUMNS"
             )
         made[name] = (source, how)
+
+
+_BUCKETS = {
+    MISSING: "the one-hot bucket of missing values",
+    OTHER: f"the one-hot bucket of the categories beyond a column's {MAX_CATEGORIES} most frequent",
+}
+
+
+@dataclass(frozen=True)
+class ReservedValue:
+    """A categorical column's category that is the text of a bucket of the encoder, and its first row."""
+
+    column: str
+    value: str
+    code: int
+    file: str
+    row: int  # in ``file``, 0 = the first row after the header
+
+    def error(self) -> DataError:
+        return DataError(
+            f"data file {self.file}, column {self.column!r}, data row {self.row + 1} (1 = the first row after the "
+            f"header): the value {self.value!r} is the name of {_BUCKETS[self.value]}, and would share its one-hot "
+            f"feature ({self.column}={self.value}) so that neither the model nor the feature schema could tell them "
+            f"apart; expected categories other than {MISSING!r} and {OTHER!r} (rename the value in the data, leave "
+            "the cell empty if it means a missing value, or list the column in EXCLUDE_COLUMNS)"
+        )
+
+
+def reserved_values(columns: Iterable[Column], rows_per_file: Mapping[str, int]) -> dict[str, list[ReservedValue]]:
+    """Each categorical column of ``columns`` (every row of the data, files in the order of ``rows_per_file``) that
+    holds :data:`MISSING` or :data:`OTHER` as text, with the first row of each. The categories are searched by
+    Arrow (an identifier column lists millions); the rows only where they hold such a value."""
+    found: dict[str, list[ReservedValue]] = {}
+    for column in columns:
+        if column.kind != "categorical":
+            continue
+        for value in sorted(_BUCKETS):
+            code = int(pc.index(column.categories, value).as_py())
+            row = _first_row(column, code) if code >= 0 else None
+            if row is not None:
+                index, in_file = file_row(row, list(rows_per_file.values()))
+                at = ReservedValue(column.name, value, code, list(rows_per_file)[index], in_file)
+                found.setdefault(column.name, []).append(at)
+    return found
+
+
+def refuse_reserved(found: Mapping[str, list[ReservedValue]], kept: Column) -> None:
+    """Refuse a feature column whose kept rows (``kept``: with the column's categories) still hold a value
+    :func:`reserved_values` found; the rows SAMPLE_ROWS left out make no feature."""
+    for at in found.get(kept.name, []):
+        if kept.code_counts()[at.code + 1]:
+            raise at.error()
+
+
+def _first_row(column: Column, code: int) -> int | None:
+    for start in range(0, len(column.values), CODE_SLICE):
+        hits = np.flatnonzero(column.values[start : start + CODE_SLICE] == code)
+        if len(hits):
+            return start + int(hits[0])
+    return None

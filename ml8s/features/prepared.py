@@ -20,6 +20,7 @@ from ml8s.data.dataset import Column, Dataset
 from ml8s.data.missing import DataWarning
 from ml8s.data.slices import CODE_SLICE, mapped_codes, slot_counts, taken_into
 from ml8s.errors import DataError
+from ml8s.features import column_names
 from ml8s.features.candidates import feature_names
 from ml8s.features.column_names import check_feature_names, resolve_excluded, resolve_target
 from ml8s.identity.params import RunParams
@@ -158,6 +159,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     _check_classes(params.target_column, present, count, classes)
     dropped: dict[str, str] = dict.fromkeys(excluded, "EXCLUDE_COLUMNS")
     candidates = [c for c in data.columns if c.name != target_name and c.name not in dropped]
+    reserved = column_names.reserved_values(candidates, data.rows_per_file)  # in every row, before they move
 
     _check_split(count, params.test_size, "a larger SAMPLE_ROWS" if sampled else "more rows")
     keep_rows = partial(_keep_rows, rows=rows, consume=consume)
@@ -175,6 +177,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
         if isinstance(kept, str):
             dropped[candidate.name] = kept
         else:
+            column_names.refuse_reserved(reserved, kept)
             columns.append(kept)
     del results
     if not columns:
