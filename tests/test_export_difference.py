@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from ml8s.errors import ExportValidationError
-from ml8s.pipeline.export import pass_difference
+from ml8s.errors import ExportValidationError, TrainingError
+from ml8s.pipeline.export import disagreement, pass_difference
 
 NAN, INF = float("nan"), float("inf")
 
@@ -27,3 +27,23 @@ def test_finite_and_equal_infinite_logits_are_compared_as_before() -> None:
     assert pass_difference(_rows(0.5, 1.0), _rows(0.5, 1.25), "onnx") == 0.25
     assert math.isnan(pass_difference(_rows(-INF, 1.0), _rows(-INF, 1.0), "onnx"))  # max() drops it, as always
     assert pass_difference(_rows(INF, 1.0), _rows(1.0, 1.0), "onnx") == INF  # over the tolerance: refused
+
+
+def test_logits_too_large_for_the_tolerance_are_a_diverged_training_not_an_export_failure() -> None:
+    # unscaled features (1e6) at LEARNING_RATE=1: logits of 3.48e6 whose float32 rounding (0.25, 2 ulps) was
+    # reported as 'model/model.onnx disagrees with the torch model'
+    error = disagreement("onnx", 80, 0.25, 3.48e6, (276077.65625, 99632.6640625, 158282.390625))
+    assert type(error) is TrainingError
+    assert error.message == (
+        "training diverged: the trained model's logits on the 80 held-out rows reach 3.48e+06 (training loss 276078 "
+        "at epoch 1, 158282 at epoch 3), so large that float32 rounding alone exceeds the export's tolerance: "
+        "model/model.onnx differs by 2.500e-01 (7.2e-08 of the largest logit), expected <= 1e-04; expected a model "
+        "that converged (a lower LEARNING_RATE, STANDARDIZE=true)"
+    )
+    # a difference the size of the logits themselves is the export's
+    error = disagreement("onnx", 80, 0.25, 1.25, (0.7, 0.6))
+    assert type(error) is ExportValidationError
+    assert error.message == (
+        "model/model.onnx disagrees with the torch model on 80 held-out rows: max abs logit difference 2.500e-01, "
+        "expected <= 1e-04"
+    )

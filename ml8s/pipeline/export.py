@@ -23,7 +23,7 @@ from ml8s import log
 from ml8s.context.publish import FEATURES, local_path, trained
 from ml8s.context.run import RunSpec
 from ml8s.contract import ArtifactDigest, ExportRecord, ModelRecord, TrainingMetadata, TrainingRecord, layout
-from ml8s.errors import ExportValidationError, IntegrityError
+from ml8s.errors import ExportValidationError, IntegrityError, TrainingError
 from ml8s.features.matrix_read import read_split32
 from ml8s.inference.onnx_metadata import label_onnx
 from ml8s.modeling.families import (
@@ -70,17 +70,15 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
             with torch.no_grad():
                 return np.asarray(reloaded(torch.from_numpy(rows)).numpy(), dtype=np.float32)
 
-    diff = 0.0
+    diff = peak = 0.0
     for first, _ in passes(len(held_out)):  # a pass at a time, as training evaluates (its activations)
         rows = held_out[first : first + EVAL_ROWS]
         with torch.no_grad():
             expected = model(torch.from_numpy(rows)).numpy()
         diff = max(diff, pass_difference(exported(rows), expected, fmt))
+        peak = max(peak, float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0)))
     if not diff <= EXPORT_TOLERANCE:
-        raise ExportValidationError(
-            f"model/model.{fmt} disagrees with the torch model on {len(held_out)} held-out rows: "
-            f"max abs logit difference {diff:.3e}, expected <= {EXPORT_TOLERANCE:.0e}"
-        )
+        raise disagreement(fmt, len(held_out), diff, peak, summary.epoch_losses)
     validation = ExportRecord(
         format=fmt,
         held_out_rows=len(held_out),
@@ -93,6 +91,29 @@ def export(spec: RunSpec, summary: TrainSummary, features_dir: str, model_dir: s
     metadata = training_metadata(spec, summary, validation, artifacts)
     with open(local_path(out_dir, layout.TRAINING_METADATA), "wb") as handle:
         handle.write(metadata.to_bytes())
+
+
+# The export's largest logit difference, as a share of the torch model's largest held-out logit, up to which it is
+# float32 rounding (about 80 ulps): above the absolute tolerance, it is the logits that are too large.
+ROUNDING_SHARE = 1e-5
+
+
+def disagreement(fmt: str, rows: int, diff: float, peak: float, losses: tuple[float, ...]) -> TrainingError:
+    """The error of an export whose logits differ from the torch model's by more than the tolerance. Where the
+    difference is float32 rounding of logits that large (a training that diverged: unscaled features, too high a
+    LEARNING_RATE), training is what failed; it was reported as an export that disagrees."""
+    if peak > 0 and diff <= peak * ROUNDING_SHARE:
+        trained = f"training loss {losses[0]:.6g} at epoch 1, {losses[-1]:.6g} at epoch {len(losses)}" if losses else ""
+        return TrainingError(
+            f"training diverged: the trained model's logits on the {rows} held-out rows reach {peak:.3g} ({trained}), "
+            f"so large that float32 rounding alone exceeds the export's tolerance: model/model.{fmt} differs by "
+            f"{diff:.3e} ({diff / peak:.1e} of the largest logit), expected <= {EXPORT_TOLERANCE:.0e}; expected a "
+            "model that converged (a lower LEARNING_RATE, STANDARDIZE=true)"
+        )
+    return ExportValidationError(
+        f"model/model.{fmt} disagrees with the torch model on {rows} held-out rows: "
+        f"max abs logit difference {diff:.3e}, expected <= {EXPORT_TOLERANCE:.0e}"
+    )
 
 
 def pass_difference(actual: Float32Rows, expected: Float32Rows, fmt: str) -> float:
