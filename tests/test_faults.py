@@ -200,15 +200,21 @@ def test_rows_of_an_uncommitted_generation_name_the_history_to_delete_and_a_rebu
 
 
 @pytest.mark.parametrize("change", [{"RANDOM_SEED": "7"}, {"TEST_SIZE": "0.3"}], ids=["seed", "test-size"])
-def test_seed_and_split_may_change_between_warm_versions(
+def test_a_warm_start_on_another_split_is_refused_before_any_write(
     lineage: Lineage, tmp_path: Path, change: dict[str, str]
 ) -> None:
+    """RANDOM_SEED and TEST_SIZE choose each generation's held-out rows. A warm start on another split trained
+    (and was promoted) with a holdout holding rows the parent, and the weights it continued, trained on: the
+    promotion rule compared the two models on rows both had learned. It is refused, naming both splits."""
     data, root = lineage.copy(tmp_path)
     add_generation(data, 2)
-    _ok(_env(data, root, WARM_START="head", **change), "run")
-    assert _head(root) == 3
-    again = _ok(_env(data, root, WARM_START="head", **change), "run")  # and its re-run is a gate hit
-    assert _head(root) == 3 and json.loads(again.stdout)["run_id"] != lineage.runs[1]
+    runs = sorted(p.name for p in (root / "ml8s_training_runs").iterdir())
+    proc = _ml8s(_env(data, root, WARM_START="head", **change), "run")
+    line = _one_named_line(proc, "LINEAGE_ERROR")
+    assert proc.returncode == 1 and "a warm start keeps its parent's split" in line, line
+    assert "RANDOM_SEED=42 and TEST_SIZE=0.2" in line and "cold start (WARM_START='')" in line, line
+    assert _head(root) == 2 and sorted(p.name for p in (root / "ml8s_training_runs").iterdir()) == runs
+    assert not list((root / "ml8s_lineages").glob("*/history-*/gen-002.f32"))
 
 
 # -- 5: a warm re-run after its commit landed -----------------------------------------------------

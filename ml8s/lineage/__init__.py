@@ -17,7 +17,7 @@ from ml8s.lineage.plan import (
     plan_summary,
     resolve_warm_start,
 )
-from ml8s.lineage.rerun import parent_split
+from ml8s.lineage.rerun import check_same_split, parent_split
 from ml8s.lineage.state import read_training_state
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ __all__ = [
     "check_drift_policy",
     "check_history_schema",
     "check_not_stale",
+    "check_same_split",
     "encode_generation",
     "history_prefix",
     "parent_split",

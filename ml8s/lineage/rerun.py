@@ -8,9 +8,11 @@ the head's manifest. A config that differs from the head's (another EPOCHS, say)
 on is refused with LINEAGE_NOTHING_NEW before anything is written, except for a run that lost its parent
 to that head in a race (STALE_PARENT_POLICY=retrain): it trains from the winner, as docs/continuous.md says.
 
-Changing RANDOM_SEED or TEST_SIZE between versions changes which rows of each generation are held out, so
-each split has its own record history; the record sha256s a parent recorded belong to the parent's split
-(:func:`parent_split`), and a run on another split re-encodes every generation and records its own.
+RANDOM_SEED and TEST_SIZE choose which rows of each generation are held out: a warm start keeps its parent's
+(:func:`check_same_split`), since another split would hold out rows the parent trained on. Each split has its
+own record history; the record sha256s a parent recorded belong to the parent's split (:func:`parent_split`),
+and a run on another split (a version committed before that rule, re-run or reproduced) re-encodes every
+generation and records its own.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from ml8s.errors import LineageError, NothingNewError
 from ml8s.identity.hashing import compute_identity
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.variables import CanonicalConfig, without_unused_keys
+from ml8s.lineage.parent import ParentRef
 from ml8s.lineage.state import read_training_state
+from ml8s.store import open_store
 
 P = TypeVar("P")
 
@@ -89,3 +93,30 @@ def parent_split(chain: ChainStore, parent: ChainVersion) -> tuple[object, objec
     except Invalid as exc:
         raise LineageError(f"chain {chain.name!r} v{parent.counter}: its config snapshot is unreadable: {exc}") from exc
     return snapshot.canonical_config.get("random_seed"), snapshot.canonical_config.get("test_size")
+
+
+def check_same_split(parent_ref: ParentRef | None, random_seed: int, test_size: float, full_config_hash: str) -> None:
+    """A warm start keeps its parent's RANDOM_SEED and TEST_SIZE, unless the chain already holds this run (a
+    re-run, or ``chain reproduce`` of a version committed before this rule). They choose each generation's
+    held-out rows: another split holds out rows the parent trained on, and the weights continued from it, so
+    the run's held-out metrics and the promotion rule (which compares it with the served version on them) would
+    measure both models on rows they learned.
+
+    Raises:
+        LineageError: naming both splits and the way out (a cold start: a new lineage with the new split).
+    """
+    if parent_ref is None:
+        return
+    chain = ChainStore(open_store(parent_ref.root_uri), parent_ref.chain_name)
+    parent = chain.get(parent_ref.counter)  # the block bootstrap resolved and checked a moment ago
+    theirs = parent_split(chain, parent)
+    if theirs == (random_seed, test_size) or committed(chain, full_config_hash) is not None:
+        return
+    seed, size = theirs
+    raise LineageError(
+        f"a warm start keeps its parent's split; RANDOM_SEED={random_seed} and TEST_SIZE={test_size:g} differ from "
+        f"chain {chain.name!r} v{parent.counter}'s RANDOM_SEED={seed} and TEST_SIZE={size}: they choose each "
+        "generation's held-out rows, and another split holds out rows the parent trained on (its held-out metrics "
+        "and the promotion rule would measure on rows both models learned); expected the parent's values, or a "
+        "cold start (WARM_START='') to start a new lineage with the new split"
+    )

@@ -23,7 +23,14 @@ from ml8s.identity.priority import explicit_or_env
 from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import parse_root_uri, sqlite_path
 from ml8s.identity.variables import canonical_config, raw_values_from_env, without_unused_keys
-from ml8s.lineage import check_commit_root, check_drift_policy, check_not_stale, plan_summary, resolve_warm_start
+from ml8s.lineage import (
+    check_commit_root,
+    check_drift_policy,
+    check_not_stale,
+    check_same_split,
+    plan_summary,
+    resolve_warm_start,
+)
 from ml8s.modeling.plugins import resolve_model_code
 from ml8s.pipeline.chain_commit import require_signing_key
 from ml8s.pipeline.preflight import check_root_shape, check_writable_root
@@ -92,6 +99,8 @@ def bootstrap(
         raise _naming_the_input(exc, given) from exc
     identity = compute_identity(config, fingerprint.fingerprint, strict=settings.strict_data_identity)
     check_not_stale(plan, identity.full_config_hash)
+    parent = None if plan is None else plan.parent
+    check_same_split(parent, params.random_seed, params.test_size, identity.full_config_hash)
     check_drift_policy(plan, settings.drift_policy, identity.full_config_hash)
     if commits:
         check_commit_root(plan, settings.pipeline_root_uri, identity.full_config_hash)
