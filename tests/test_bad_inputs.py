@@ -490,6 +490,7 @@ def test_cli_identity_good_config_prints_json(tmp_path: Path) -> None:
         ("PROMOTE_MIN_DELTA", "2", "expected a number from -1 to 1"),
         ("PROMOTE_MIN_DELTA", "abc", "expected a number from -1 to 1"),
         ("TMP_RETENTION_DAYS", "-3", "expected a whole number of days"),
+        ("DATA_QUIET_SECONDS", "soon", "expected a whole number of seconds"),
     ],
 )
 def test_every_platform_setting_is_a_named_config_error(variable: str, value: str, expected: str) -> None:

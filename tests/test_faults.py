@@ -29,8 +29,13 @@ from test_lineage import add_generation
 
 from ml8s.chain import ChainStore
 from ml8s.cli.args import guarded
-from ml8s.errors import RecordsAppendError, StoreError
+from ml8s.contract import layout
+from ml8s.data.fingerprint import fingerprint_local
+from ml8s.data.settled import leave_out, young_partitions
+from ml8s.data.sources import restrict
+from ml8s.errors import DataError, RecordsAppendError, StoreError
 from ml8s.interrupts import Interrupted, signals_deferred, stopping_on_signals
+from ml8s.lineage import read_training_state
 from ml8s.store import LocalStore
 from ml8s.tempdirs import owned_tempdir
 from ml8s.training.launch import _run_ranks
@@ -197,6 +202,56 @@ def test_rows_of_an_uncommitted_generation_name_the_history_to_delete_and_a_rebu
     with pytest.raises(RecordsAppendError) as kept:  # a generation a version recorded: its own, unchanged error
         sync_history(history, schema, {1: partial}, [recorded, done[1]])
     assert "no version" not in kept.value.message
+
+
+def test_a_partition_still_being_written_is_left_for_the_next_cycle(lineage: Lineage, tmp_path: Path) -> None:
+    """A cycle ran while the producer was writing gen-003.csv: it trained on the half written, recorded the file,
+    and once the write finished every later cycle stopped with LINEAGE_DATA_CHANGED (the file had changed under a
+    committed version). With DATA_QUIET_SECONDS a partition with a file modified within that period is left out:
+    the cycle trains on what settled, and the next one, after the write, takes the whole file."""
+    data, root = lineage.copy(tmp_path)  # its generations 0 and 1 were written a moment ago: held, so taken
+    settled_at = time.time() - 7200
+    os.utime(add_generation(data, 2), (settled_at, settled_at))
+    writing = add_generation(data, 3)
+    full = writing.read_bytes()
+    writing.write_bytes(full[: full.index(b"\n", len(full) // 2) + 1])  # the producer's first half, being written
+    env = _env(data, root, WARM_START="head", DATA_QUIET_SECONDS="3600")
+    during = _ok(env, "run")
+    assert "left out gen-003.csv" in during.stderr, during.stderr[-3000:]
+    chain = ChainStore(LocalStore(str(root)), CHAIN)
+
+    def partitions(counter: int) -> list[tuple[str, int | None]]:
+        payload = chain.fetch_payload(chain.get(counter), layout.PAYLOAD_TRAINING_STATE)
+        return [(g.partition, g.records) for g in read_training_state(payload, f"v{counter}").generations]
+
+    assert _head(root) == 3 and [p for p, _ in partitions(3)][-1] == "gen-002.csv"
+    writing.write_bytes(full)  # the write finished, and nobody touched the file since
+    os.utime(writing, (settled_at, settled_at))
+    _ok(env, "run")
+    assert _head(root) == 4 and partitions(4)[:-1] == partitions(3)
+    assert partitions(4)[-1] == ("gen-003.csv", 96)  # every row of the whole file but the held-out 24
+
+
+def test_a_partition_holding_a_young_file_is_left_out_whole(tmp_path: Path) -> None:
+    """A folder partition with one file still being written is left out whole; DATA_QUIET_SECONDS=0 takes all."""
+    (tmp_path / "gen-000.csv").write_text("x,y\n1,a\n")
+    folder = tmp_path / "2026-11-24"
+    folder.mkdir()
+    for name in ("part-0.csv", "part-1.csv"):
+        (folder / name).write_text("x,y\n2,b\n")
+    for path in (tmp_path / "gen-000.csv", folder / "part-0.csv"):
+        os.utime(path, (1000.0, 1000.0))
+    os.utime(folder / "part-1.csv", (4500.0, 4500.0))
+    fingerprint = fingerprint_local(str(tmp_path))
+    young = young_partitions(fingerprint, 3600, now=6000.0)
+    assert young == {"2026-11-24"}
+    assert leave_out(fingerprint, young, 3600) == restrict(fingerprint, ["gen-000.csv"])
+    assert young_partitions(fingerprint, 0, now=6000.0) == set()
+    assert young_partitions(fingerprint, 3600, now=8200.0) == set()  # settled since
+    everything = young_partitions(fingerprint, 3600, now=4500.0)
+    with pytest.raises(DataError) as caught:
+        leave_out(fingerprint, everything, 3600)
+    assert "DATA_QUIET_SECONDS=3600 s ago (2026-11-24, gen-000.csv): still being written" in caught.value.message
 
 
 @pytest.mark.parametrize("change", [{"RANDOM_SEED": "7"}, {"TEST_SIZE": "0.3"}], ids=["seed", "test-size"])

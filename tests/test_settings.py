@@ -73,6 +73,7 @@ def test_defaults_live_on_the_fields(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "warm_start_root_uri": "",
         "stale_parent_policy": "retrain",
         "drift_policy": "warn",
+        "data_quiet_seconds": 0,
         "promote_min_delta": 0.0,
         "delta_base_interval": 10,
     }

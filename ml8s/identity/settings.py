@@ -120,6 +120,11 @@ class PlatformSettings(BaseSettings):
         description="a warm start whose new data drifted from the lineage's features (docs/continuous.md, drift): "
         "train and record the report (warn) or stop with LINEAGE_DRIFT before anything is written (fail)",
     )
+    data_quiet_seconds: int = Field(
+        0,
+        description="a top-level file or folder of DATA_ROOT holding a file modified less than this many seconds "
+        "ago is still being written: a run leaves it out for a later run (0: every file is taken)",
+    )
     promote_min_delta: float = Field(
         0.0,  # from -1 to 1 (_min_delta)
         description="promotion rule: a candidate is not served when its held-out accuracy minus the served "
@@ -237,6 +242,11 @@ class PlatformSettings(BaseSettings):
     @classmethod
     def _whole_days(cls, value: object) -> int:
         return _whole(value, "TMP_RETENTION_DAYS", "a whole number of days", minimum=0)
+
+    @field_validator("data_quiet_seconds", mode="before")
+    @classmethod
+    def _quiet(cls, value: object) -> int:
+        return _whole(value, "DATA_QUIET_SECONDS", "a whole number of seconds", minimum=0)
 
     @field_validator("delta_base_interval", mode="before")
     @classmethod

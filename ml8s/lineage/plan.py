@@ -18,6 +18,8 @@ from ml8s.contract._parse import Invalid
 from ml8s.contract.drift import DriftReport
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.data.fingerprint import FileEntry, Fingerprint
+from ml8s.data.settled import leave_out
+from ml8s.data.sources import restrict
 from ml8s.errors import (
     GenerationMissingError,
     LineageDataError,
@@ -69,9 +71,16 @@ class LineagePlan(BaseModel):
 
 
 def resolve_warm_start(
-    config: CanonicalConfig, settings: PlatformSettings, fingerprint: Fingerprint, *, retrain: bool = False
-) -> tuple[CanonicalConfig, LineagePlan | None]:
-    """The canonical config with ``warm_start`` resolved to the parent's content hash, and the plan.
+    config: CanonicalConfig,
+    settings: PlatformSettings,
+    fingerprint: Fingerprint,
+    *,
+    retrain: bool = False,
+    young: frozenset[str] = frozenset(),
+) -> tuple[CanonicalConfig, LineagePlan | None, Fingerprint]:
+    """The canonical config with ``warm_start`` resolved to the parent's content hash, the plan, and the
+    fingerprint of the data the run takes: without the ``young`` partitions (still being written,
+    :mod:`ml8s.data.settled`) but those an earlier generation holds, which are no new data.
 
     ``head`` on a chain with no model yet is a cold start (the first run of a continuous launch plan); on a
     head that trained on all of DATA_ROOT it is the head's own run, else LINEAGE_NOTHING_NEW unless
@@ -84,11 +93,11 @@ def resolve_warm_start(
     """
     request = config.get("warm_start")
     if request is None:
-        return config, None
+        return config, None, leave_out(fingerprint, young, settings.data_quiet_seconds)
     chain = ChainStore(open_store(settings.parent_root_uri), settings.chain_name)
     parent, checked_head = find_parent(chain, request, ReadTrust.from_settings(settings))
     if parent is None:
-        return {**config, "warm_start": None}, None
+        return {**config, "warm_start": None}, None, leave_out(fingerprint, young, settings.data_quiet_seconds)
     listed = {f.name for f in parent.header.files}
     missing = [name for name in _NEEDED if name not in listed]
     where = f"chain {chain.name!r} v{parent.counter}"
@@ -105,11 +114,12 @@ def resolve_warm_start(
     _check_continues(config, chain, parent, where)
     if any(not g.files for g in state.generations):
         state = _with_cold_files(state, chain, parent, where)
-    generations, new = _generations(state, list(fingerprint.entries), where)
+    generations, new = _generations(state, list(fingerprint.entries), where, young)
+    fingerprint = restrict(fingerprint, [token.rsplit(":", 2)[0] for g in generations for token in g.files])
     if new == 0 and text_of(request) == "head":  # the head trained on all of it: its run again, or nothing
-        rerun = rerun_of_head(config, settings, fingerprint, chain, parent, state, resolve_warm_start, retrain)
+        rerun = rerun_of_head(config, settings, fingerprint, chain, parent, state, _resolved, retrain)
         if rerun is not None:
-            return rerun
+            return (*rerun, fingerprint)
     # Here, not at the top: a run's context (RunSpec.lineage) imports this module, and a cold start or a gate
     # hit needs none of the data, inference and record readers (pyarrow among them).
     from ml8s.inference import RawTransform
@@ -144,7 +154,14 @@ def resolve_warm_start(
                 history.open(verify_hash=False)
             except (RecordsTruncatedError, RecordsExtraBytesError, GenerationMissingError) as exc:
                 raise with_rebuild_hint(history, exc) from exc
-    return {**config, "warm_start": parent.content_hash}, plan
+    return {**config, "warm_start": parent.content_hash}, plan, fingerprint
+
+
+def _resolved(
+    config: CanonicalConfig, settings: PlatformSettings, fingerprint: Fingerprint
+) -> tuple[CanonicalConfig, LineagePlan | None]:
+    config, plan, _ = resolve_warm_start(config, settings, fingerprint)
+    return config, plan
 
 
 def check_not_stale(plan: LineagePlan | None, full_config_hash: str) -> None:
@@ -251,8 +268,11 @@ def _with_cold_files(state: TrainingState, chain: ChainStore, parent: ChainVersi
     return state.model_copy(update={"generations": filled})
 
 
-def _generations(state: TrainingState, entries: list[FileEntry], where: str) -> tuple[list[Generation], int]:
-    """The parent's generations (their files still here, unchanged) plus one per new partition of DATA_ROOT."""
+def _generations(
+    state: TrainingState, entries: list[FileEntry], where: str, young: frozenset[str]
+) -> tuple[list[Generation], int]:
+    """The parent's generations (their files still here, unchanged) plus one per new partition of DATA_ROOT that
+    is not ``young`` (still being written: a later run takes it)."""
     now = {e.relative_path: e.token for e in entries}
     seen: set[str] = set()
     for generation in state.generations:
@@ -262,7 +282,9 @@ def _generations(state: TrainingState, entries: list[FileEntry], where: str) -> 
                 change = "is gone" if path not in now else "changed"
                 raise LineageDataError(
                     f"DATA_ROOT: {path} {change}, but {where} trained on it (generation {generation.index}); "
-                    "expected every file of earlier generations unchanged: new data goes into new files"
+                    "expected every file of earlier generations unchanged: new data goes into new files (one still "
+                    "being written when that version took it needs its old bytes back, or a cold start; "
+                    "DATA_QUIET_SECONDS keeps runs off a partition until it settles)"
                 )
             seen.add(path)
     old_partitions = {_partition(p) for p in seen} - {""}
@@ -274,7 +296,8 @@ def _generations(state: TrainingState, entries: list[FileEntry], where: str) -> 
                 f"DATA_ROOT: {path} is new inside {partition!r}, a partition an earlier generation holds; "
                 "expected each new generation in a new top-level file or folder"
             )
-        fresh.setdefault(partition, []).append(now[path])
+        if partition not in young:
+            fresh.setdefault(partition, []).append(now[path])
     generations = list(state.generations)
     for partition in sorted(fresh):
         generations.append(Generation(index=len(generations), partition=partition, files=sorted(fresh[partition])))
