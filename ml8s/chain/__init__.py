@@ -16,6 +16,7 @@ from ml8s.chain.checkpoint import (
     delta_due,
     hash_checkpoint,
     hashed_checkpoint,
+    nan_weight_error,
 )
 from ml8s.chain.evidence import named_versions
 from ml8s.chain.findings import Finding, VerifyReport
@@ -113,6 +114,7 @@ __all__ = [
     "make_anchor",
     "make_root",
     "named_versions",
+    "nan_weight_error",
     "proof_anchor_problems",
     "read_anchor",
     "root_json",

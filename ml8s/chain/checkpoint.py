@@ -178,14 +178,20 @@ def _checked(path: str, span: TensorSpan, update: _Update) -> _Update:
         else:  # NaN: an all-ones exponent and a non-zero mantissa (bit tests: numpy's float16 is slow, bf16 absent)
             nan = (np.frombuffer(chunk, dtype="<u2") & 0x7FFF) > (0x7F80 if span.dtype == "BF16" else 0x7C00)
         if nan.any():
-            raise ConfigError(
-                f"--payload {path}: tensor {span.name!r} holds NaN (element {seen + int(np.argmax(nan))}); expected "
-                "no NaN weight (a model with one predicts NaN; infinities are allowed)"
-            )
+            raise nan_weight_error(f"--payload {path}", span.name, seen + int(np.argmax(nan)))
         seen += len(nan)
         update(chunk)
 
     return check_then_update
+
+
+def nan_weight_error(where: str, tensor: str, element: int) -> ConfigError:
+    """The refusal of a NaN weight, whoever commits it: a checkpoint file, or a producer's tensors
+    (``ml8s.weights.commit_weights``), whether they would go as a FULL or a DELTA."""
+    return ConfigError(
+        f"{where}: tensor {tensor!r} holds NaN (element {element}); expected no NaN weight (a model with one "
+        "predicts NaN; infinities are allowed)"
+    )
 
 
 def _ignored(chunk: memoryview) -> None:

@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainVersion, ChainVersions
 from ml8s.contract import layout
-from ml8s.errors import NoModelGraphError
+from ml8s.errors import NoModelGraphError, ServingError
 from ml8s.inference import ModelFiles, Predictions, Predictor
 from ml8s.inference.cells import Rows
 from ml8s.inference.model_files import parse_metadata
-from ml8s.weights import WEIGHTS_FULL, VersionWeights, weights_file
+from ml8s.weights import WEIGHTS_FULL, VersionWeights, first_nan, weights_file
 
 # The payload files ``predict`` needs (a pipeline version's exported model, model.onnx or, with
 # MODEL_FORMAT=safetensors, model.safetensors; its feature rules; the metadata naming the format and recording
@@ -72,10 +72,17 @@ def build_served(chain: ChainVersions, weights: VersionWeights) -> Served:
     and a predictor when the payload holds the model graph.
 
     Raises:
+        ServingError: a weight is NaN (a chain written by an older ml8s, or by hand: a commit refuses one).
         ChecksumError: a payload file differs from its block.
         InferenceError, IntegrityError: the model files are present but inconsistent.
     """
     version = weights.version
+    nan = first_nan(weights.tensors)
+    if nan is not None:  # the hashes verify: they prove the bits are the committed ones, not that those predict
+        raise ServingError(
+            f"chain {chain.name!r} v{version.counter} ({version.version_dir}): tensor {nan[0]!r} holds NaN (element "
+            f"{nan[1]}) in the rebuilt weights; expected no NaN weight (a model with one predicts NaN): not served"
+        )
     skip = weights_file(version)
     # A FULL's weights file is kept as committed (checked against its block's sha256): a follower serves
     # those very bytes. A DELTA's file is no model: the follower writes the rebuilt weights instead.

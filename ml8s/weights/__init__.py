@@ -10,6 +10,7 @@ from __future__ import annotations
 from ml8s.chain import WEIGHTS_DELTA, WEIGHTS_FULL
 from ml8s.weights.check import weights_problems
 from ml8s.weights.commit import WeightsMode, checkpoint_builder, commit_weights
+from ml8s.weights.nan import first_nan
 from ml8s.weights.rebuild import (
     VersionWeights,
     apply_hop,
@@ -28,6 +29,7 @@ __all__ = [
     "apply_hop",
     "checkpoint_builder",
     "commit_weights",
+    "first_nan",
     "is_float_weights",
     "load_full",
     "load_tensors",

@@ -32,11 +32,13 @@ from ml8s.chain import (
     WeightsFields,
     commit_with_retry,
     delta_due,
+    nan_weight_error,
     to_stderr,
 )
 from ml8s.contract import layout
 from ml8s.deltas import encode_delta, encode_full, weights_hash
 from ml8s.errors import ConfigError, DeltaShapeError, WeightsError
+from ml8s.weights.nan import first_nan
 from ml8s.weights.rebuild import (
     VersionWeights,
     is_float_weights,
@@ -135,7 +137,8 @@ def commit_weights(
         extra: other payload files, stored whole in every version (e.g. ``model.onnx``, ``feature_schema.json``).
 
     Raises:
-        ConfigError: ``interval`` < 1, or an ``extra`` file takes a name the weights or ``ml8s follow`` use.
+        ConfigError: ``interval`` < 1, an ``extra`` file takes a name the weights or ``ml8s follow`` use, or a
+            float tensor holds a NaN (nothing committed, FULL or DELTA).
         WeightsError (and subclasses), DeltaError: the parent's weights cannot be rebuilt, or DELTA refused.
         ConflictError, CommitDeadlineError, ...: as ``commit_with_retry``.
     """
@@ -147,6 +150,11 @@ def commit_weights(
     if clash:
         raise ConfigError(f"extra payload files {clash}: expected no file named (or under) {', '.join(reserved)}")
     builder = _Builder(chain, tensors, source, interval, mode, known, extra or {})
+    # Before any attempt: a DELTA's payload holds only the changed values, so its NaN would reach a follower
+    # through a hop no commit-time file check ever read.
+    nan = first_nan(builder.tensors)
+    if nan is not None:
+        raise nan_weight_error(f"chain {chain.name!r}: the weights to commit", *nan)
     return commit_with_retry(chain, builder, meta, policy or RetryPolicy(), notify=to_stderr)
 
 

@@ -1,0 +1,103 @@
+"""A NaN weight is refused however it would reach a follower: a producer's tensors committed as a FULL or as a
+DELTA (whose payload holds only the changed values, so no file check reads its result) are refused before the
+commit, as ``ml8s chain commit --payload`` refuses such a file; a version committed with one anyway (an older
+ml8s, a writer by hand) is refused by the follower, which keeps the version it serves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from serving_support import chain_at, meta, weights_series
+
+from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields
+from ml8s.deltas import encode_delta, weights_hash
+from ml8s.errors import ConfigError, ServingError
+from ml8s.serving import ClientConfig, DeltaProducer, FollowOptions, InferenceClient, follow
+from ml8s.weights import WEIGHTS_DELTA, WeightsMode
+
+
+def _with_nan(weights: dict[str, torch.Tensor], name: str, element: int) -> dict[str, torch.Tensor]:
+    out = {key: tensor.clone() for key, tensor in weights.items()}
+    out[name].view(-1)[element] = float("nan")
+    return out
+
+
+@pytest.mark.parametrize("mode", [WeightsMode.DELTA, WeightsMode.AUTO, WeightsMode.FULL])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_producer_is_refused_nan_weights_as_a_delta_or_a_full(
+    tmp_path: Path, mode: WeightsMode, dtype: torch.dtype
+) -> None:
+    chain = chain_at(f"file://{tmp_path}/root")
+    first, second = weights_series(31, dtype, 2)
+    producer = DeltaProducer(chain, interval=4)
+    producer.publish_sync(first, meta("good"))
+    poisoned = _with_nan(second, "block.0.weight", 17)
+    with pytest.raises(ConfigError, match=r"tensor 'block.0.weight' holds NaN \(element 17\); expected no NaN weight"):
+        producer.publish_sync(poisoned, meta("nan"), mode)
+    assert chain.head().counter == 1  # nothing committed
+
+
+def _commit_nan_delta(chain: ChainStore, first: dict[str, torch.Tensor]) -> None:
+    """On the head (``first``'s weights), a DELTA whose result holds a NaN, committed past commit_weights' check
+    (an older ml8s, a writer by hand): its hashes are right, so every hop verifies."""
+    poisoned = _with_nan(weights_series(32, torch.float32, 2)[1], "embed.weight", 5)
+    parent = chain.head()
+    fields = WeightsFields(
+        payload_kind=PayloadKind.DELTA,
+        weights_hash=weights_hash(poisoned),
+        weights_full_counter=parent.header.weights_full_counter,
+        delta_base_counter=parent.counter,
+        delta_base_block_hash=parent.block_hash,
+    )
+
+    def build(_: ChainVersion) -> tuple[dict[str, bytes], WeightsFields]:
+        return {WEIGHTS_DELTA: encode_delta(first, poisoned)}, fields
+
+    builder: PayloadBuilder = build
+    chain.commit_with_retry(builder, meta("nan"), RetryPolicy())
+
+
+def test_a_forever_follower_keeps_its_version_past_a_delta_whose_result_holds_nan(tmp_path: Path) -> None:
+    chain = chain_at(f"file://{tmp_path}/root")
+    first = weights_series(32, torch.float32, 1)[0]
+    DeltaProducer(chain, interval=4).publish_sync(first, meta("good"))
+    options = FollowOptions(out=str(tmp_path / "serve"), poll_interval_s=1)
+    held = follow(chain, options.model_copy(update={"once": True}))
+    assert held is not None and held.counter == 1
+    _commit_nan_delta(chain, first)
+    warned: list[str] = []
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 3:
+            raise KeyboardInterrupt  # ends the forever loop after three polls
+
+    with pytest.raises(KeyboardInterrupt):
+        follow(chain, options, warn=warned.append, sleep=sleep)
+    assert len(warned) == 1 and warned[0].startswith("ml8s: chain 'served': keeping "), warned
+    assert "SERVING_ERROR" in warned[0] and " v2 (" in warned[0]
+    assert "tensor 'embed.weight' holds NaN (element 5)" in warned[0]
+    served = tmp_path / "serve" / "current"
+    assert json.loads((served / "ml8s_version.json").read_text())["counter"] == 1
+    with pytest.raises(ServingError, match=r"tensor 'embed.weight' holds NaN"):
+        follow(chain, options.model_copy(update={"once": True}))  # --once: the refusal is the exit
+
+
+def test_a_client_keeps_serving_past_a_delta_whose_result_holds_nan(tmp_path: Path) -> None:
+    """By the fast path (the DELTA applied to a copy of the served weights) and by a cold start (the slow path)."""
+    chain = chain_at(f"file://{tmp_path}/root")
+    first = weights_series(32, torch.float32, 1)[0]
+    DeltaProducer(chain, interval=4).publish_sync(first, meta("good"))
+    client = InferenceClient(chain, ClientConfig())
+    assert client.refresh() and client.version is not None and client.version.counter == 1
+    _commit_nan_delta(chain, first)
+    with pytest.raises(ServingError, match=r"v2 \(.*tensor 'embed.weight' holds NaN \(element 5\)"):
+        client.refresh()
+    assert client.version.counter == 1
+    assert client.served is not None and weights_hash(client.served.weights.tensors) == weights_hash(first)
+    with pytest.raises(ServingError, match=r"holds NaN"):
+        InferenceClient(chain, ClientConfig()).refresh()
