@@ -28,6 +28,13 @@ class ConfigError(Ml8sError):
     code = "CONFIG_ERROR"
 
 
+class NoSpaceError(ConfigError):
+    """A file could not be written for want of space (ENOSPC, EDQUOT). Unlike a bad argument it heals when space
+    is freed, so a polling ``ml8s follow`` retries on its next poll; it keeps ConfigError's code."""
+
+    code = "CONFIG_ERROR"
+
+
 class DataError(Ml8sError):
     """The dataset is missing, empty, unreadable or not what the run expects."""
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from filelock import FileLock, Timeout
 from pydantic import ValidationError
 
-from ml8s.errors import ConfigError, StoreError
+from ml8s.errors import ConfigError, NoSpaceError, StoreError
 from ml8s.locks import path_lock
 from ml8s.serving.served import Served, ServedVersion
 from ml8s.serving.version_files import DIR_MODE, VERSION_FILE, intact, served_files, write_version
@@ -53,6 +53,7 @@ STATE_FILE = ".follower-state.json"
 LOCK_FILE = ".follower.lock"  # held by the running follower (flock)
 # What flock answers on a filesystem without locks (ENOLCK: an NFS mount without a lock manager)
 NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL})
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a write that fails for these may succeed once space is freed
 VERSION_FILE_MAX = 64 * 1024  # ml8s_version.json is a few hundred bytes
 KEEP = 2  # the current version and the one before it
 
@@ -152,7 +153,12 @@ class ModelDirectory:
     def publish_files(
         self, info: ServedVersion, files: dict[str, bytes], warn: Callable[[str], None] = lambda _: None
     ) -> str:
-        """``publish`` of a version's complete ``files`` (``served_files``); returns its directory."""
+        """``publish`` of a version's complete ``files`` (``served_files``); returns its directory.
+
+        Raises:
+            NoSpaceError: no room for the version or the swap's link (its partial files removed, ``current`` kept).
+            ConfigError: ``versions`` or ``current`` is not the follower's, or another write failed (the same).
+        """
         self._check_versions()  # before its entries are read, written or pruned
         name = version_name(info)
         copies = self._copies(name)
@@ -165,7 +171,7 @@ class ModelDirectory:
             try:
                 write_version(self.versions, os.path.join(self.versions, dest), files)
             except OSError as exc:  # a full disk, a read-only mount: the current version stays as it was
-                raise ConfigError(
+                raise _write_error(exc)(
                     f"--out {self.root}: cannot write {VERSIONS}/{dest}: {exc.strerror or exc}; expected a "
                     "writable directory with room for the version"
                 ) from exc
@@ -180,7 +186,7 @@ class ModelDirectory:
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     os.unlink(link)
-                raise ConfigError(
+                raise _write_error(exc)(
                     f"--out {self.root}: cannot point {CURRENT} at {VERSIONS}/{dest}: {exc.strerror or exc}; "
                     "expected a writable directory"
                 ) from exc
@@ -250,3 +256,8 @@ class ModelDirectory:
             elif name.startswith(STATE_FILE) and name.endswith(".tmp") and not os.path.islink(path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
+
+
+def _write_error(exc: OSError) -> type[ConfigError]:
+    """The error of a failed write: NoSpaceError (it may heal: a polling follower retries) or ConfigError."""
+    return NoSpaceError if exc.errno in NO_SPACE else ConfigError

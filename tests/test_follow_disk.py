@@ -1,0 +1,88 @@
+"""A polling ``ml8s follow`` whose disk is full while it writes a new version keeps serving the version it holds,
+removes what it half wrote, says so once and writes the version on a later poll once there is room; an error that
+does not heal (a read-only ``--out``) still ends it, as before."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from serving_support import chain_at, meta, weights_series
+
+from ml8s.errors import ConfigError, NoSpaceError
+from ml8s.serving import DeltaProducer, FollowOptions, ServedVersion, follow, version_files
+
+
+def _counter(out: Path) -> int:
+    return int(json.loads((out / "current" / "ml8s_version.json").read_text())["counter"])
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_forever_follower_retries_a_version_the_full_disk_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int
+) -> None:
+    chain = chain_at(f"file://{tmp_path}/root")
+    first, second = weights_series(41, torch.float32, 2)
+    producer = DeltaProducer(chain, interval=4)
+    producer.publish_sync(first, meta("one"))
+    out = tmp_path / "serve"
+    options = FollowOptions(out=str(out), poll_interval_s=3)
+    assert follow(chain, options.model_copy(update={"once": True})) is not None
+    producer.publish_sync(second, meta("two"))
+    real = version_files.fsync_dir
+    left = [failures]
+
+    def full(path: str) -> None:
+        if left[0] > 0 and "/.tmp-" in path:  # the new version's files are written, not yet renamed in
+            left[0] -= 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path)
+
+    monkeypatch.setattr(version_files, "fsync_dir", full)
+    warned: list[str] = []
+    reported: list[ServedVersion] = []
+    seen: list[tuple[float, int, list[str]]] = []
+
+    def sleep(seconds: float) -> None:
+        seen.append((seconds, _counter(out), sorted(os.listdir(out / "versions"))))
+        if seen[-1][1] == 2 or len(seen) == 5:
+            raise KeyboardInterrupt  # ends the forever loop
+
+    with pytest.raises(KeyboardInterrupt):
+        follow(chain, options, warn=warned.append, sleep=sleep, report=reported.append)
+    assert [s[:2] for s in seen] == [(3, 1)] * failures + [(3, 2)]  # the old version served until the retry
+    assert not [n for s in seen for n in s[2] if n.startswith(".tmp-")]  # the half-written version removed
+    assert len(warned) == 1, warned  # one line, however many polls the disk stays full
+    assert warned[0].startswith("ml8s: chain 'served': keeping ") and "counter=1" in warned[0]
+    assert "No space left on device" in warned[0] and warned[0].endswith("trying again every 3 s")
+    assert [r.counter for r in reported] == [2]
+
+
+@pytest.mark.parametrize(("code", "raised"), [(errno.ENOSPC, NoSpaceError), (errno.EROFS, ConfigError)])
+def test_once_still_ends_at_a_write_error_and_forever_at_one_that_does_not_heal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, raised: type[ConfigError]
+) -> None:
+    chain = chain_at(f"file://{tmp_path}/root")
+    first, second = weights_series(42, torch.float32, 2)
+    producer = DeltaProducer(chain, interval=4)
+    producer.publish_sync(first, meta("one"))
+    out = tmp_path / "serve"
+    options = FollowOptions(out=str(out), poll_interval_s=3)
+    assert follow(chain, options.model_copy(update={"once": True})) is not None
+    producer.publish_sync(second, meta("two"))
+
+    def failing(path: str) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(version_files, "fsync_dir", failing)
+    with pytest.raises(raised, match=r"cannot write versions/.*expected a writable directory"):
+        follow(chain, options.model_copy(update={"once": True}))
+    if raised is ConfigError:  # a read-only --out: the forever loop ends too, as before
+        with pytest.raises(ConfigError, match=os.strerror(code)):
+            follow(chain, options, sleep=lambda _: None)
+    assert _counter(out) == 1
+    assert not [n for n in os.listdir(out / "versions") if n.startswith(".tmp-")]
