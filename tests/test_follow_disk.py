@@ -86,3 +86,44 @@ def test_once_still_ends_at_a_write_error_and_forever_at_one_that_does_not_heal(
             follow(chain, options, sleep=lambda _: None)
     assert _counter(out) == 1
     assert not [n for n in os.listdir(out / "versions") if n.startswith(".tmp-")]
+
+
+def test_a_follower_whose_state_could_not_be_saved_serves_that_head_on_a_later_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head was taken as seen before its state was saved: after a full disk refused the save, every later
+    poll found the head unchanged, so a running follower kept the old version (and the old state) until another
+    version was committed."""
+    import ml8s.chain.follower as follower_module
+
+    chain = chain_at(f"file://{tmp_path}/root")
+    first, second = weights_series(43, torch.float32, 2)
+    producer = DeltaProducer(chain, interval=4)
+    producer.publish_sync(first, meta("one"))
+    out = tmp_path / "serve"
+    real = follower_module.save_state
+    left = [0]
+
+    def full(path: str, data: bytes, what: str) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise ConfigError(f"cannot save the {what} {path}: No space left on device")
+        real(path, data, what)
+
+    monkeypatch.setattr(follower_module, "save_state", full)
+    warned: list[str] = []
+    seen: list[int] = []
+
+    def sleep(_: float) -> None:
+        seen.append(_counter(out))
+        if len(seen) == 1:  # the follower serves version 1: version 2 comes, and the disk is full at its poll
+            producer.publish_sync(second, meta("two"))
+            left[0] = 1
+        if seen[-1] == 2 or len(seen) == 5:
+            raise KeyboardInterrupt  # ends the forever loop
+
+    with pytest.raises(KeyboardInterrupt):
+        follow(chain, FollowOptions(out=str(out), poll_interval_s=3), warn=warned.append, sleep=sleep)
+    assert seen == [1, 1, 2], warned
+    assert len(warned) == 1 and "cannot save the follower state" in warned[0]
+    assert json.loads((out / ".follower-state.json").read_text())["counter"] == 2  # saved by the poll after

@@ -92,6 +92,7 @@ class Follower:
         self.reader = TrustedReader(chain, trust=trust or ReadTrust(require_signed=require_signed))
         self.current: ChainVersion | None = None  # the version the last poll checked (module docstring)
         self.last: SeenHead | None = None
+        self._unsaved = False  # ``last`` is not in ``state_path`` yet: its save failed (a full disk)
         self.anchor: Anchor | None = None
         if state_path and os.path.lexists(state_path):
             # Bounded and non-blocking: a FIFO here hung the follower before its first poll.
@@ -130,11 +131,16 @@ class Follower:
     def poll(self) -> ChainVersion | None:
         """The new head if it moved (and extends the last one), None if unchanged; raises on rollback,
         fork, an expired anchor, or a version that is not signed or backed as required. Either way
-        ``current`` is then the head this poll read and checked."""
+        ``current`` is then the head this poll read and checked. A poll that checked a head but could not
+        save it (ConfigError: a full disk) raised: the next one that finds it unchanged saves it and returns it."""
         head = self.chain.head()  # the one head read: everything below checks this version
         if self.current is not None and head.block_hash == self.current.block_hash:
             if self.anchor is not None:
                 self._check_anchor(self.anchor)
+            if self._unsaved:
+                # the poll that took this head raised at its save, so its caller never got it: it does now
+                self._save()
+                return head
             return None
         policies = self.reader.fresh_policies()
         last = self.last
@@ -265,5 +271,12 @@ class Follower:
             policy_version=policy_version,
             policy_sha256=policy_sha256,
         )
-        if self.state_path:
+        self._unsaved = bool(self.state_path)
+        self._save()
+
+    def _save(self) -> None:
+        """``last`` into ``state_path`` if it is not there yet (ConfigError: it cannot be written; the next
+        poll tries again)."""
+        if self._unsaved and self.last is not None and self.state_path:
             save_state(self.state_path, self.last.model_dump_json().encode("utf-8"), "follower state")
+            self._unsaved = False
