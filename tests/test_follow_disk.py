@@ -127,3 +127,35 @@ def test_a_follower_whose_state_could_not_be_saved_serves_that_head_on_a_later_p
     assert seen == [1, 1, 2], warned
     assert len(warned) == 1 and "cannot save the follower state" in warned[0]
     assert json.loads((out / ".follower-state.json").read_text())["counter"] == 2  # saved by the poll after
+
+
+def test_a_promotion_state_that_could_not_be_saved_is_saved_by_the_next_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decisions seen were taken as saved before the save: after a full disk refused it, every later poll
+    found nothing new to save, so the state kept fewer decisions than the follower had seen (a restart would
+    then take back a log cut to them)."""
+    import ml8s.chain.promotion_pin as pin_module
+    from ml8s.chain import PromotionLog, PromotionReader
+    from ml8s.weights import commit_weights
+
+    chain = chain_at(f"file://{tmp_path}/root", "gate")
+    for n, weights in enumerate(weights_series(44, torch.float32, 2)):
+        commit_weights(chain, weights, meta(f"gate-{n}"), interval=4)
+    PromotionLog(chain).decide("promote", chain.get(2), "manual", None)
+    real = pin_module.save_state
+    left = [1]
+
+    def full(path: str, data: bytes, what: str) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise ConfigError(f"cannot save the {what} {path}: No space left on device")
+        real(path, data, what)
+
+    monkeypatch.setattr(pin_module, "save_state", full)
+    state = tmp_path / "state.json"
+    reader = PromotionReader(chain, state_path=str(state))
+    with pytest.raises(ConfigError, match="No space left on device"):
+        reader.gated()
+    assert reader.gated()
+    assert json.loads(Path(f"{state}.promotion.json").read_text())["sequence"] == 1

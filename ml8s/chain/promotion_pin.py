@@ -111,6 +111,7 @@ class PromotionReader:
         self.chain = chain
         self._state = f"{state_path}.promotion.json" if state_path else None
         self._seen = self._load()
+        self._unsaved = False  # ``_seen`` is not in the state file yet: its save failed (a full disk)
 
     def gated(self, anchor: PromotionPin | None = None) -> bool:
         """Whether the chain has a promotion gate (a decision exists, or this node or ``anchor``, an anchor's
@@ -126,7 +127,8 @@ class PromotionReader:
             check_pin(self.log, anchor, "the anchor names")
         now = log_pin(self.log)
         if now != self._seen:  # grown (the pins above hold), or a state from before sha256s were kept
-            self._seen = now
+            self._seen, self._unsaved = now, True
+        if self._unsaved:  # also after a save that failed: the next call found _seen current and never saved it
             self._save()
         return now.sequence > 0
 
@@ -153,7 +155,7 @@ class PromotionReader:
         return PromotionPin(sequence=seen.sequence, sha256=seen.sha256)
 
     def _save(self) -> None:
-        if self._state is None:
-            return
-        seen = SeenPromotion(chain_name=self.chain.name, sequence=self._seen.sequence, sha256=self._seen.sha256)
-        save_state(self._state, seen.model_dump_json().encode(), "promotion state")
+        if self._state is not None:
+            seen = SeenPromotion(chain_name=self.chain.name, sequence=self._seen.sequence, sha256=self._seen.sha256)
+            save_state(self._state, seen.model_dump_json().encode(), "promotion state")
+        self._unsaved = False
