@@ -316,6 +316,13 @@ class DeltaBaseMismatchError(DeltaError):
     code = "DELTA_BASE_MISMATCH"
 
 
+class DeltaNanError(DeltaError):
+    """A DELTA applied where NaN weights are refused (``DeltaConsumer.apply_delta_in_place``) writes a NaN: a model
+    with one predicts NaN for every row. Nothing was changed."""
+
+    code = "DELTA_NAN_WEIGHT"
+
+
 class DeltaIntegrityError(DeltaError):
     """Decoded weights do not have the weights hash the payload records; nothing was changed."""
 

@@ -13,9 +13,9 @@ import torch
 from serving_support import chain_at, meta, weights_series
 
 from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields
-from ml8s.deltas import encode_delta, weights_hash
-from ml8s.errors import ConfigError, ServingError
-from ml8s.serving import ClientConfig, DeltaProducer, FollowOptions, InferenceClient, follow
+from ml8s.deltas import apply_delta_in_place, encode_delta, weights_hash
+from ml8s.errors import ConfigError, DeltaNanError, ServingError
+from ml8s.serving import ClientConfig, DeltaConsumer, DeltaProducer, FollowOptions, InferenceClient, follow
 from ml8s.weights import WEIGHTS_DELTA, WeightsMode
 
 
@@ -101,3 +101,36 @@ def test_a_client_keeps_serving_past_a_delta_whose_result_holds_nan(tmp_path: Pa
     assert client.served is not None and weights_hash(client.served.weights.tensors) == weights_hash(first)
     with pytest.raises(ServingError, match=r"holds NaN"):
         InferenceClient(chain, ClientConfig()).refresh()
+
+
+def test_a_consumer_applying_a_delta_that_writes_nan_in_place_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    """In place, a NaN found after the writes could not be taken back: the DELTA's new values are checked first."""
+    chain = chain_at(f"file://{tmp_path}/root")
+    first = weights_series(32, torch.float32, 1)[0]
+    DeltaProducer(chain, interval=4).publish_sync(first, meta("good"))
+    _commit_nan_delta(chain, first)
+    consumer = DeltaConsumer(chain)
+    tensors = {name: tensor.clone() for name, tensor in first.items()}
+    with pytest.raises(
+        DeltaNanError, match=r"writes NaN into tensor 'embed.weight' \(element 5\).*nothing was changed"
+    ):
+        consumer.apply_delta_in_place_sync(tensors, 2, 1)
+    assert weights_hash(tensors) == weights_hash(first)  # bit for bit as they were
+    with pytest.raises(ServingError, match=r"holds NaN"):
+        consumer.get_checkpoint_sync(2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_refuse_nan_reads_each_dtype_s_nan_bits_and_lets_infinities_pass(dtype: torch.dtype) -> None:
+    base = {"w": torch.zeros(8, dtype=dtype)}
+    masked = {"w": torch.tensor([0, float("-inf"), float("inf"), 1, 0, 0, 0, -2], dtype=dtype)}
+    tensors = {"w": base["w"].clone()}
+    apply_delta_in_place(tensors, encode_delta(base, masked), refuse_nan=True)  # -inf by design (a mask): passes
+    assert torch.equal(tensors["w"], masked["w"])
+    poisoned = {"w": masked["w"].clone()}
+    poisoned["w"][6] = float("nan")
+    poisoned["w"][3] = -float("nan")  # a NaN with its sign bit set is still one
+    tensors = {"w": masked["w"].clone()}
+    with pytest.raises(DeltaNanError, match=r"tensor 'w' \(element 3\)"):
+        apply_delta_in_place(tensors, encode_delta(masked, poisoned), refuse_nan=True)
+    assert torch.equal(tensors["w"], masked["w"])

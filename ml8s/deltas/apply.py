@@ -18,16 +18,23 @@ from ml8s.deltas.dtypes import RawBits, kind_by_name, tensor_kind, writable_bits
 from ml8s.deltas.hashing import check_hex_digest, weights_hash
 from ml8s.deltas.header import FORMAT_VERSION, DeltaHeader, decode_header, section_sizes
 from ml8s.deltas.indices import Positions, decode_positions
-from ml8s.errors import DeltaBaseMismatchError, DeltaDtypeError, DeltaIntegrityError
+from ml8s.errors import DeltaBaseMismatchError, DeltaDtypeError, DeltaIntegrityError, DeltaNanError
 
 
 @dataclass(frozen=True)
 class _Edit:
     """One tensor's assignment: where to write (a view of the target's memory), which elements, what bits."""
 
+    name: str
+    nan_above: tuple[int, int]  # (mask, bits): an element whose bits & mask exceed bits is a NaN
     target: RawBits
     positions: Positions
     values: RawBits
+
+
+# per dtype: the bits of +inf with the sign masked off; anything above (an all-ones exponent and a non-zero
+# mantissa) is a NaN
+_NAN_ABOVE = {"float32": (0x7FFFFFFF, 0x7F800000), "float16": (0x7FFF, 0x7C00), "bfloat16": (0x7FFF, 0x7F80)}
 
 
 def apply_delta(
@@ -56,7 +63,7 @@ def apply_delta(
 
 
 def apply_delta_in_place(
-    tensors: Mapping[str, torch.Tensor], delta: bytes, *, base_hash: str | None = None
+    tensors: Mapping[str, torch.Tensor], delta: bytes, *, base_hash: str | None = None, refuse_nan: bool = False
 ) -> DeltaHeader:
     """Assign the DELTA's new values into ``tensors`` (contiguous CPU tensors), all or nothing.
 
@@ -65,6 +72,7 @@ def apply_delta_in_place(
         delta: DELTA payload bytes.
         base_hash: the caller's already-verified ``weights_hash(tensors)`` (e.g. the result hash of the
             previous hop), to skip hashing the base before applying; the result is hashed regardless.
+        refuse_nan: refuse a DELTA that writes a NaN (read from its new values, before any write).
 
     Returns:
         The DELTA's header (its ``result_hash`` is now the weights hash of ``tensors``).
@@ -74,11 +82,14 @@ def apply_delta_in_place(
         DeltaBaseMismatchError: ``tensors`` are not the recorded base (nothing was changed).
         DeltaIntegrityError: the result would not have the recorded hash (the originals were restored).
         DeltaDtypeError: a target tensor is not a contiguous CPU tensor.
+        DeltaNanError: ``refuse_nan`` and a new value is a NaN (nothing was changed).
     """
     frames = container.unpack(delta, FORMAT_VERSION)
     header = decode_header(frames.header, frames.version)
     _check_target(tensors, header)
     edits = _decode_edits(tensors, header, frames)
+    if refuse_nan:
+        _refuse_nan(edits)
     if base_hash is not None:
         if check_hex_digest(base_hash, "base_hash") != header.base_hash:
             raise DeltaBaseMismatchError(
@@ -120,10 +131,22 @@ def _decode_edits(tensors: Mapping[str, torch.Tensor], header: DeltaHeader, fram
         plane_bytes = planes[index_at : index_at + info.count * info.index_width]
         positions = decode_positions(plane_bytes, info, f"DELTA tensor {info.name!r}")
         new_bits = np.frombuffer(values, dtype=kind.le_dtype, count=info.count, offset=values_at)
-        edits.append(_Edit(writable_bits(tensors[info.name], kind), positions, new_bits))
+        target = writable_bits(tensors[info.name], kind)
+        edits.append(_Edit(info.name, _NAN_ABOVE[info.dtype], target, positions, new_bits))
         index_at += info.count * info.index_width
         values_at += info.count * kind.itemsize
     return edits
+
+
+def _refuse_nan(edits: list[_Edit]) -> None:
+    for edit in edits:
+        mask, inf = edit.nan_above
+        nan = (edit.values & mask) > inf
+        if nan.any():
+            raise DeltaNanError(
+                f"the DELTA writes NaN into tensor {edit.name!r} (element {int(edit.positions[int(np.argmax(nan))])}); "
+                "expected no NaN weight (a model with one predicts NaN): nothing was changed"
+            )
 
 
 def _check_base_hash(tensors: Mapping[str, torch.Tensor], header: DeltaHeader) -> None:

@@ -121,6 +121,8 @@ class DeltaConsumer:
                 changed): also when they are ``target``'s already (a DELTA applied twice is refused, not repeated).
             WeightsMismatchError, DeltaError, ChecksumError: the DELTA does not verify (nothing changed).
             DeltaDtypeError: a value of ``tensors`` is no tensor (nothing changed).
+            DeltaNanError: the DELTA writes a NaN weight (a chain written by an older ml8s, or by hand; nothing
+                changed), as ``get_checkpoint`` refuses such a version.
         """
         return await self._run(functools.partial(self.apply_delta_in_place_sync, tensors, target, current))
 
@@ -156,4 +158,5 @@ class DeltaConsumer:
                 f"expected weights hash {base.header.weights_hash} (nothing was changed)"
             )
         held = VersionWeights(version=base, tensors=dict(tensors), weights_hash=found)
-        return apply_hop(self.chain, held, version)
+        # checked before the writes: after them a NaN could not be taken back, and the caller serves these tensors
+        return apply_hop(self.chain, held, version, refuse_nan=True)

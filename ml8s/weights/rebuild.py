@@ -75,8 +75,11 @@ def load_full(chain: ChainVersions, version: ChainVersion) -> VersionWeights:
     return VersionWeights(version=version, tensors=tensors, weights_hash=actual)
 
 
-def apply_hop(chain: ChainVersions, current: VersionWeights, version: ChainVersion) -> VersionWeights:
+def apply_hop(
+    chain: ChainVersions, current: VersionWeights, version: ChainVersion, *, refuse_nan: bool = False
+) -> VersionWeights:
     """``version``'s weights from its parent's (``current``), by its DELTA, in place: all or nothing.
+    ``refuse_nan``: a DELTA writing a NaN is refused (DeltaNanError) before any write.
 
     Raises:
         WeightsMismatchError: ``version`` is no DELTA on ``current``'s version, or its DELTA's hashes are
@@ -103,7 +106,7 @@ def apply_hop(chain: ChainVersions, current: VersionWeights, version: ChainVersi
             f"{where}: its DELTA turns weights {recorded.base_hash} into {recorded.result_hash}; the blocks record "
             f"{current.weights_hash} (base) and {header.weights_hash or '-'} (this version)"
         )
-    apply_delta_in_place(current.tensors, delta, base_hash=current.weights_hash)
+    apply_delta_in_place(current.tensors, delta, base_hash=current.weights_hash, refuse_nan=refuse_nan)
     return VersionWeights(version=version, tensors=current.tensors, weights_hash=header.weights_hash)
 
 
