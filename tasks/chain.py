@@ -36,10 +36,11 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> T
     store = run.open_store()
     commit = chain_commit(run, store)
     promote(run, store, commit)  # a candidate is served only once promoted (docs/chain.md, promotion)
-    if not decision.completed:  # this run registered a version and made it the head: MLflow's alias follows
-        from ml8s.registry.alias import move_head_alias
+    # MLflow's aliases follow the chain, also on a gate hit: a run killed after its commit or decision, before
+    # the aliases moved, is healed by its re-run
+    from ml8s.registry.alias import converge_aliases
 
-        move_head_alias(run, manifest)
+    converge_aliases(run, store, manifest)
     Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
     print(summary_line(manifest), file=sys.stderr)  # the run's last line: what it scored, which version, where
     return training_result(run, store, manifest, commit)

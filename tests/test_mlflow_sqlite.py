@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -215,3 +217,45 @@ def test_saving_the_model_scans_no_installed_distribution(
 
     check = requirements_utils.warn_dependency_requirement_mismatches
     assert environment.warn_dependency_requirement_mismatches is check  # restored after the save
+
+
+def test_a_rerun_moves_aliases_a_kill_left_on_another_version_back_once(
+    completed: Completed, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run killed after its chain commit and promotion decision, before MLflow's aliases moved, left them on an
+    older version; the re-run returned at the gate, which moved nothing, so ``@head`` and ``@promoted`` stayed
+    there for good. The re-run now points them where the chain's head and promotion log say, without a new
+    version; the next re-run finds them right and writes nothing to MLflow."""
+    from ml8s.registry.mlflow_model import registry_resolves_with
+
+    root = tmp_path / "root"
+    shutil.copytree(completed.root, root)
+    db = root / "mlflow.db"
+    client, name = MlflowClient(tracking_uri=f"sqlite:///{db}"), completed.mlflow["model_name"]
+    ours = client.get_model_version(name, completed.mlflow["model_version"])
+    assert client.get_registered_model(name).aliases == {"head": ours.version, "promoted": ours.version}
+    with registry_resolves_with(f"sqlite:///{db}"):  # the version the aliases pointed at before the killed run
+        older = client.create_model_version(name, source=ours.source, run_id=ours.run_id, model_id=ours.model_id)
+    for alias in ("head", "promoted"):
+        client.set_registered_model_alias(name, alias, older.version)
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    env["PIPELINE_ROOT_URI"] = str(root)
+
+    with caplog.at_level(logging.INFO, logger="ml8s"):
+        assert json.loads(run_pipeline(env))["run_id"] == completed.run_id  # the gate's early exit
+    assert client.get_registered_model(name).aliases == {"head": ours.version, "promoted": ours.version}
+    moved = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert moved == [
+        f"MLflow {name!r} alias 'head': version {older.version} -> version {ours.version} (chain v1)",
+        f"MLflow {name!r} alias 'promoted': version {older.version} -> version {ours.version} (chain v1)",
+    ]
+    assert sorted(v.version for v in client.search_model_versions(f"name='{name}'")) == sorted(
+        [ours.version, older.version]
+    )
+
+    caplog.clear()
+    before = (db.read_bytes(), db.stat().st_mtime_ns)
+    with caplog.at_level(logging.INFO, logger="ml8s"):
+        run_pipeline(env)
+    assert (db.read_bytes(), db.stat().st_mtime_ns) == before  # nothing written to MLflow
+    assert not [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]

@@ -79,6 +79,11 @@ def test_crash_between_marker_and_commit_is_healed(tmp_path: Path, monkeypatch: 
     manifest = json.loads(_ml8s(_env(data, root), "run"))  # the gate hits, and the commit step heals
     head = ChainStore(LocalStore(str(root)), "ml8s-model").head()
     assert (head.counter, head.header.run_id) == (1, manifest["run_id"])
+    from mlflow import MlflowClient
+
+    # the kill also came before MLflow's aliases: the early exit sets both (it set `promoted` only, never `head`)
+    aliases = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db").get_registered_model("ml8s-model").aliases
+    assert {alias: str(version) for alias, version in aliases.items()} == {"head": "1", "promoted": "1"}
 
 
 def test_same_run_into_two_fresh_chains_in_two_processes(tmp_path: Path) -> None:

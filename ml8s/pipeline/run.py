@@ -18,6 +18,7 @@ from ml8s.pipeline.chain_commit import chain_commit
 from ml8s.pipeline.gate import gate
 from ml8s.pipeline.preflight import check_tracking_reachable, check_writable_root
 from ml8s.pipeline.promote import promote
+from ml8s.store import Store
 from ml8s.tempdirs import owned_tempdir
 
 # A WARM_START=head run that lost its parent to a concurrent commit trains again from the new head, at most
@@ -69,6 +70,7 @@ def _run(ctx: RunContext) -> str:
     decision = gate(ctx, store)
     if decision.completed:
         promote(ctx, store, chain_commit(ctx, store))  # idempotent: heals a crash between the marker and the commit
+        _converge_aliases(ctx, store, decision.manifest)  # and one between the commit or decision and MLflow
         return decision.manifest
     check_writable_root(ctx.settings)  # before the first write; a completed run reads only (a read-only root)
     check_tracking_reachable(ctx.settings)  # an absent MLflow server fails now, not after training
@@ -115,11 +117,16 @@ def _run(ctx: RunContext) -> str:
         from ml8s.pipeline.export import export
         from ml8s.pipeline.finalize import finalize
         from ml8s.pipeline.register import register
-        from ml8s.registry.alias import move_head_alias
 
         export(spec, summary, features, model, exported)
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
     manifest = finalize(ctx, store, register(ctx, store), decision)
     promote(ctx, store, chain_commit(ctx, store))
-    move_head_alias(ctx, manifest)
+    _converge_aliases(ctx, store, manifest)
     return manifest
+
+
+def _converge_aliases(ctx: RunContext, store: Store, manifest: str) -> None:
+    from ml8s.registry.alias import converge_aliases  # imports MLflow only for a write or a non-sqlite registry
+
+    converge_aliases(ctx, store, manifest)

@@ -1,47 +1,121 @@
-"""The registered model's ``head`` alias follows the chain's head: ``models:/{name}@head`` is what followers serve.
+"""The registered model's aliases follow the chain: ``head`` its head, ``promoted`` the version its promotion log
+serves (``models:/{name}@head``, ``@promoted``).
 
-Moved after each commit that made this run's version the head (a run that trained; an early exit moves
-nothing and imports no MLflow). Setting an alias is idempotent, so a re-run or a healed crash sets it again
-harmlessly. With two runs committing at once, the later commit's alias call may land first; the next commit
-to the chain puts it right. The chain, not MLflow, stays the record of which version is the head.
+The chain and its promotion log are the records; an alias is MLflow's view of them, moved after them. A run
+killed between the two (after its commit or its decision, before the alias moved) left the alias on the old
+version, and its re-run, an early exit, moved nothing: the alias stayed stale for good. So every run, trained
+or returned early, ends by converging both aliases to the records (:func:`converge_aliases`): a read when they
+agree (:mod:`ml8s.registry.alias_view`, no MLflow import for a ``sqlite:///`` registry), a write only for an
+alias that differs, never a new version or database. With two runs committing at once, the later commit's
+alias may land first; the next run of either puts it right. The chain, not MLflow, stays the record.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
+from pydantic import BaseModel, ConfigDict
+
+from ml8s.chain import ChainStore, ChainVersion, PromotionLog
 from ml8s.context.run import RunContext
 from ml8s.contract import Manifest
-from ml8s.errors import RegistryError
+from ml8s.errors import ConfigError, RegistryError
+from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
+from ml8s.registry.alias_view import open_view
 from ml8s.registry.mlflow_model import silenced
+from ml8s.registry.promoted_alias import PROMOTED_ALIAS
 from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
 from ml8s.registry.schema import first_line
+from ml8s.store import Store
 
 HEAD_ALIAS = "head"
 
 
-def move_head_alias(ctx: RunContext, manifest_text: str) -> None:
-    """Point ``{model_name}@head`` at the version the run's manifest records, in the run's MLflow registry.
+class AliasMove(BaseModel):
+    """One alias moved to what the chain records: ``was`` is the version it pointed at ("" for none)."""
 
-    Raises:
-        RegistryError: MLflow refused (the version is already registered and committed: nothing is lost).
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    alias: str
+    was: str
+    version: str
+    chain_counter: int
+
+    def __str__(self) -> str:
+        was = f"version {self.was}" if self.was else "no version"
+        return f"alias {self.alias!r}: {was} -> version {self.version} (chain v{self.chain_counter})"
+
+
+def converge_aliases(ctx: RunContext, store: Store, manifest_text: str) -> list[AliasMove]:
+    """Point ``head`` at the MLflow version of the chain's head and ``promoted`` at that of the served version,
+    where they point elsewhere or nowhere; returns the moves made (none: they agreed, or MLflow is not configured).
+
+    An alias whose chain version has no version in this registry (a version committed by ``ml8s chain commit``,
+    or registered in another MLflow) is left as it is. The run's result stands either way: a registry that
+    cannot be read or written is a warning naming it, never a failure (the next run tries again).
     """
+    uri = ctx.settings.mlflow_tracking_uri
+    if not uri:  # an s3:// root without MLFLOW_TRACKING_URI: no registry to converge
+        return []
+    name = ctx.settings.mlflow_model_name
+    chain = ChainStore(store, ctx.settings.chain_name)
+    targets = {HEAD_ALIAS: chain.head()}
+    served = PromotionLog(chain).served()
+    if served is not None:
+        targets[PROMOTED_ALIAS] = served
+    done: list[AliasMove] = []
+    try:
+        moves = _stale(ctx, uri, manifest_text, targets)
+        if moves:
+            _set(uri, name, moves, done)
+    except (RegistryError, ConfigError) as exc:
+        logging.getLogger("ml8s").warning(
+            "MLflow aliases of %r not brought in line with chain %r: %s (the next run tries again)",
+            name,
+            chain.name,
+            exc,
+            extra={"step": "aliases"},
+        )
+    for move in done:
+        ctx.log("aliases", f"MLflow {name!r} {move}")
+    return done
+
+
+def _stale(ctx: RunContext, uri: str, manifest_text: str, targets: dict[str, ChainVersion]) -> list[AliasMove]:
+    recorded = Manifest.model_validate_json(manifest_text).mlflow
+    name = ctx.settings.mlflow_model_name
+    own = ("", "")
+    if recorded.get("model_name") == name and recorded.get("tracking_uri") == public_tracking_uri(uri):
+        own = (ctx.identity.full_config_hash, recorded.get("model_version", ""))
+    view = open_view(uri, name, own)
+    if view is None:  # a sqlite:/// registry that does not exist: nothing to point, nothing created
+        return []
+    current = view.aliases()
+    moves = []
+    for alias, version in sorted(targets.items()):
+        wanted = view.version_of(version.header.full_config_hash)
+        if wanted is not None and current.get(alias) != wanted:
+            moves.append(
+                AliasMove(alias=alias, was=current.get(alias, ""), version=wanted, chain_counter=version.counter)
+            )
+    return moves
+
+
+def _set(uri: str, name: str, moves: list[AliasMove], done: list[AliasMove]) -> None:
+    """Make ``moves``, appending each to ``done`` once MLflow took it (a refusal halfway claims only those)."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
-    mlflow = Manifest.model_validate_json(manifest_text).mlflow
-    model_name, model_version = mlflow.get("model_name", ""), mlflow.get("model_version", "")
-    if not model_name or not model_version:
-        return  # a manifest of no registered model (never written by a run that trained): nothing to point at
-    uri = ctx.settings.mlflow_tracking_uri_for_registry()
     require_answer(uri)
     try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
         with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
-            MlflowClient(tracking_uri=uri).set_registered_model_alias(model_name, HEAD_ALIAS, model_version)
+            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+            for move in moves:
+                client.set_registered_model_alias(name, move.alias, move.version)
+                done.append(move)
     except (MlflowException, SQLAlchemyError, OSError) as exc:
-        raise RegistryError(
-            f"MLflow at {uri} refused alias {HEAD_ALIAS!r} on {model_name!r} version {model_version}: {first_line(exc)}"
-        ) from exc
-    ctx.log("chain_commit", f"MLflow alias {model_name}@{HEAD_ALIAS} -> version {model_version}")
+        left = ", ".join(str(m) for m in moves[len(done) :])
+        raise RegistryError(f"MLflow at {public_tracking_uri(uri)} refused {left}: {first_line(exc)}") from exc
