@@ -17,7 +17,7 @@ from test_chain_support import (  # noqa: F401  (fixtures)
 )
 
 import ml8s.chain.commit as commit_module
-from ml8s.chain import ChainStore, RetryPolicy, paths, verify_chain
+from ml8s.chain import ChainStore, ChainVersion, RetryPolicy, paths, verify_chain
 from ml8s.errors import (
     ChainError,
     ChecksumError,
@@ -206,6 +206,44 @@ def test_tensorboard_uploaded_after_the_win(chain: ChainStore, tmp_path: Path) -
     version = chain.commit(payload("a"), meta("a", tensorboard_logdir=str(logs)))
     assert version.header.tensorboard_logdir == "tensorboard/v0000000001"
     assert chain.store.get(chain.key("tensorboard/v0000000001/train/events.out.tfevents.1")) == b"events"
+
+
+def test_a_recommit_uploads_the_tensorboard_files_a_kill_after_the_win_kept_off_the_chain(
+    chain: ChainStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A committer killed after its head swap, before its TensorBoard upload, left the version without its logs;
+    its re-run's commit returned the version (the run is recorded) and uploaded nothing, so they never got there.
+    It now uploads the files that are not there, and a further re-run writes nothing."""
+    logs = tmp_path / "tb"
+    (logs / "train").mkdir(parents=True)
+    for name in ("events.out.tfevents.1", "events.out.tfevents.2"):
+        (logs / "train" / name).write_bytes(name.encode())
+    real = commit_module.upload_tensorboard
+
+    def killed(chain: ChainStore, version: ChainVersion, local_dir: str, **options: bool) -> list[str]:
+        real(chain, version, local_dir, **options)
+        raise KeyboardInterrupt("killed with the upload half done")
+
+    monkeypatch.setattr(commit_module, "upload_tensorboard", killed)
+    first = logs / "train" / "events.out.tfevents.1"
+    with pytest.raises(KeyboardInterrupt):
+        chain.commit(payload("a"), meta("a", tensorboard_logdir=str(logs)))
+    monkeypatch.undo()
+    tb = chain.key("tensorboard/v0000000001/train")
+    chain.store.delete(f"{tb}/events.out.tfevents.2")  # the kill came before the second file landed
+    landed = chain.store.list(tb)
+    version = chain.commit(payload("a"), meta("a", tensorboard_logdir=str(logs)))
+    assert version.counter == 1 and chain.store.get(f"{tb}/events.out.tfevents.2") == b"events.out.tfevents.2"
+    assert [i for i in chain.store.list(tb) if i.key.endswith(".1")] == landed  # the one there is not rewritten
+    last = chain.audit.events()[-1]
+    assert (last.event, last.detail) == (
+        "already_committed",
+        "1 TensorBoard file(s) missing (a crash after the swap): uploaded",
+    )
+    before = (keys(chain.store), len(chain.audit.events()), chain.store.list(tb))
+    first.write_bytes(b"not uploaded again")
+    assert chain.commit(payload("a"), meta("a", tensorboard_logdir=str(logs))).counter == 1
+    assert (keys(chain.store), len(chain.audit.events()), chain.store.list(tb)) == before
 
 
 def test_loser_uploads_no_tensorboard(chain: ChainStore, tmp_path: Path) -> None:

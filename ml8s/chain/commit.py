@@ -47,7 +47,7 @@ from ml8s.chain.models import (
 from ml8s.chain.payload import payload_files
 from ml8s.chain.semver import GENESIS_SEMVER, bump
 from ml8s.chain.signing import SigningKey
-from ml8s.chain.tensorboard import upload_tensorboard
+from ml8s.chain.tensorboard import upload_missing_tensorboard, upload_tensorboard
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import make_block
 from ml8s.errors import (
@@ -80,7 +80,7 @@ def commit(
     if files is None and isinstance(payload, Mapping):
         files = payload_files(payload)
     if check_record and (done := runindex.committed(chain, meta.full_config_hash)) is not None:
-        return _already(chain, done, files)
+        return _already(chain, done, files, meta.tensorboard_logdir)
     pointer = chain.read_head()
     while pointer is None:  # a new chain: create genesis (idempotent), then read the head with its token
         init(chain)
@@ -97,7 +97,7 @@ def commit(
     # A fresh claim: the run was never claimed, or runs/ was deleted; only the whole chain can tell.
     if (found := runindex.find(chain, parent, meta.full_config_hash, -1 if fresh else since)) is not None:
         runindex.record(chain, found)
-        return _already(chain, found, files, repaired=True)
+        return _already(chain, found, files, meta.tensorboard_logdir, repaired=True)
     if expected_parent is not None and parent.block_hash != expected_parent:
         _refuse(chain, parent, meta, f"expected parent {expected_parent}, the head is {parent.block_hash}")
     if meta.step_after(parent.global_step) < parent.global_step:
@@ -241,13 +241,21 @@ def _refuse(chain: ChainVersions, head: ChainVersion, meta: CommitMeta, why: str
 
 
 def _already(
-    chain: ChainVersions, version: ChainVersion, files: tuple[PayloadFile, ...] | None, *, repaired: bool = False
+    chain: ChainVersions,
+    version: ChainVersion,
+    files: tuple[PayloadFile, ...] | None,
+    tensorboard: str | None,
+    *,
+    repaired: bool = False,
 ) -> ChainVersion:
     """The run's existing version. A plain re-run writes nothing (idempotence includes the audit trail);
-    what is news is recorded: a payload that differs (a determinism audit for free), a repaired record."""
+    what is news is recorded: a payload that differs (a determinism audit for free), a repaired record,
+    TensorBoard files a crash after the swap kept from the chain (uploaded now)."""
     mine = content_hash((f.name, f.sha256, f.size) for f in files) if files is not None else version.content_hash
     notes = [f"this payload differs: content hash {mine}"] if mine != version.content_hash else []
     notes += ["the run record was missing (a crash after the swap): rewritten"] if repaired else []
+    if tensorboard and (uploaded := upload_missing_tensorboard(chain, version, tensorboard)):
+        notes.append(f"{len(uploaded)} TensorBoard file(s) missing (a crash after the swap): uploaded")
     if notes:
         _audit(chain, "already_committed", version, "; ".join(notes))
     return version
