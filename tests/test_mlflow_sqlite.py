@@ -259,3 +259,34 @@ def test_a_rerun_moves_aliases_a_kill_left_on_another_version_back_once(
         run_pipeline(env)
     assert (db.read_bytes(), db.stat().st_mtime_ns) == before  # nothing written to MLflow
     assert not [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+
+
+def test_an_early_exit_points_head_at_the_version_of_the_chain_head_not_its_own(
+    completed: Completed, tmp_path: Path
+) -> None:
+    """Another run committed chain v2 and was killed before MLflow's ``head`` moved to its version: a re-run of
+    v1's run (an early exit) now points ``head`` at v2's version, the chain's head, not at its own, and keeps
+    ``promoted`` on its own version, which the promotion log serves (v2 was never decided)."""
+    from ml8s.chain import ChainStore, CommitMeta
+    from ml8s.registry.mlflow_model import registry_resolves_with
+    from ml8s.store import LocalStore
+
+    root = tmp_path / "root"
+    shutil.copytree(completed.root, root)
+    client, name = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}"), completed.mlflow["model_name"]
+    ours, other = client.get_model_version(name, completed.mlflow["model_version"]), "ab" * 32
+    with registry_resolves_with(f"sqlite:///{root / 'mlflow.db'}"):
+        newer = client.create_model_version(
+            name, source=ours.source, run_id=ours.run_id, model_id=ours.model_id, tags={"full_config_hash": other}
+        )
+    meta = CommitMeta(
+        run_id=other[:12],
+        full_config_hash=other,
+        artifact_root="file:///elsewhere",
+        architecture="x",
+        parameter_count=1,
+    )
+    assert ChainStore(LocalStore(str(root)), "ml8s-model").commit({"model.bin": b"v2"}, meta).counter == 2
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    run_pipeline({**env, "PIPELINE_ROOT_URI": str(root)})
+    assert client.get_registered_model(name).aliases == {"head": newer.version, "promoted": ours.version}
