@@ -290,3 +290,23 @@ def test_an_early_exit_points_head_at_the_version_of_the_chain_head_not_its_own(
     env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
     run_pipeline({**env, "PIPELINE_ROOT_URI": str(root)})
     assert client.get_registered_model(name).aliases == {"head": newer.version, "promoted": ours.version}
+
+
+@pytest.mark.parametrize(
+    ("uri", "said"), [("postgresql://ml@127.0.0.1:9/mlflow", "is not installed"), ("http://127.0.0.1:9", "no answer")]
+)
+def test_an_early_exit_whose_registry_cannot_be_read_returns_the_run_and_says_so(
+    completed: Completed, uri: str, said: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The early exit now reads MLflow's aliases: a registry it cannot read (a database driver not installed, a
+    server that does not answer) is a warning naming it, and the run's result stands (no traceback, no failure)."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")  # the probe's bound on an absent server
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    env.update(PIPELINE_ROOT_URI=str(completed.root), MLFLOW_TRACKING_URI=uri)
+    with caplog.at_level(logging.WARNING, logger="ml8s"):
+        assert json.loads(run_pipeline(env))["run_id"] == completed.run_id
+    (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert (
+        warned.startswith("MLflow aliases of 'ml8s-model' not brought in line with chain 'ml8s-model'")
+        and said in warned
+    )

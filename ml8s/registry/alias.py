@@ -24,10 +24,10 @@ from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
 from ml8s.registry.alias_view import open_view
+from ml8s.registry.confirm import registry_errors
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.promoted_alias import PROMOTED_ALIAS
 from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
-from ml8s.registry.schema import first_line
 from ml8s.store import Store
 
 HEAD_ALIAS = "head"
@@ -105,17 +105,16 @@ def _stale(ctx: RunContext, uri: str, manifest_text: str, targets: dict[str, Cha
 
 def _set(uri: str, name: str, moves: list[AliasMove], done: list[AliasMove]) -> None:
     """Make ``moves``, appending each to ``done`` once MLflow took it (a refusal halfway claims only those)."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-    from sqlalchemy.exc import SQLAlchemyError
-
     require_answer(uri)
     try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
         with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
-            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-            for move in moves:
-                client.set_registered_model_alias(name, move.alias, move.version)
-                done.append(move)
-    except (MlflowException, SQLAlchemyError, OSError) as exc:
+            with registry_errors(f"MLflow at {public_tracking_uri(uri)}"):
+                from mlflow import MlflowClient
+
+                client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+                for move in moves:
+                    client.set_registered_model_alias(name, move.alias, move.version)
+                    done.append(move)
+    except RegistryError as exc:
         left = ", ".join(str(m) for m in moves[len(done) :])
-        raise RegistryError(f"MLflow at {public_tracking_uri(uri)} refused {left}: {first_line(exc)}") from exc
+        raise RegistryError(f"{name!r}: {left} not made: {exc.message}") from exc

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from ml8s.errors import RegistryError
 from ml8s.identity.uri import public_tracking_uri, sqlite_path
 from ml8s.mlflow_probe import require_answer
+from ml8s.registry.confirm import registry_errors
 from ml8s.registry.schema import first_line
 
 _ALIASES = "SELECT alias, version FROM registered_model_aliases WHERE name = ?"
@@ -78,41 +79,31 @@ class _SqliteView:
 
 class _ClientView:
     def __init__(self, uri: str, model_name: str, own: tuple[str, str]) -> None:
-        from mlflow import MlflowClient
-
         require_answer(uri)  # an absent server fails in seconds, not after MLflow's minutes of retries
         self.uri, self.model_name, self.own = uri, model_name, own
-        self.client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        self.where = f"MLflow at {public_tracking_uri(uri)}, model {model_name!r}"
+        with registry_errors(self.where):
+            from mlflow import MlflowClient
+
+            self.client = MlflowClient(tracking_uri=uri, registry_uri=uri)
 
     def aliases(self) -> dict[str, str]:
         from mlflow.exceptions import MlflowException
-        from sqlalchemy.exc import SQLAlchemyError
 
-        try:
-            model = self.client.get_registered_model(self.model_name)
-        except MlflowException as exc:
-            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-                return {}
-            raise self._error(exc) from exc
-        except (SQLAlchemyError, OSError) as exc:  # a database tracking URI (postgresql://...)
-            raise self._error(exc) from exc
+        with registry_errors(self.where):
+            try:
+                model = self.client.get_registered_model(self.model_name)
+            except MlflowException as exc:
+                if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+                return {}  # never registered here: no alias to compare
         return {str(alias): str(version) for alias, version in dict(model.aliases).items()}
 
     def version_of(self, full_config_hash: str) -> str | None:
-        from mlflow.exceptions import MlflowException
-        from sqlalchemy.exc import SQLAlchemyError
-
         from ml8s.registry.query import versions_of_hash
 
         if self.own[1] and self.own[0] == full_config_hash:
             return self.own[1]
-        try:
+        with registry_errors(self.where):
             found = versions_of_hash(self.client, self.model_name, full_config_hash)
-        except (MlflowException, SQLAlchemyError, OSError) as exc:
-            raise self._error(exc) from exc
         return str(found[0].version) if found else None
-
-    def _error(self, exc: BaseException) -> RegistryError:
-        return RegistryError(
-            f"MLflow at {public_tracking_uri(self.uri)}: cannot read model {self.model_name!r}: {first_line(exc)}"
-        )
