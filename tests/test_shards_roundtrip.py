@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from shards_support import CID, PREFIX, SMALL, make_state
+from shards_support import CID, OTHER_CID, PREFIX, SMALL, make_state
 
 from ml8s.shards import (
     PlanConfig,
@@ -267,3 +267,36 @@ def test_small_tensors_sharing_a_block_hash_it_once(tmp_path: Path, monkeypatch:
     assert all(torch.equal(loaded[k], v) for k, v in state.items())
     blocks = sum(-(-(info.size - 64) // (64 * 1024)) for info in store.list("ckpt") if info.key.endswith(".shard"))
     assert len(hashed) <= blocks + 2, (len(hashed), blocks)
+
+
+def test_resaving_with_fewer_ranks_removes_the_old_ranks_shards_after_the_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint saved by 4 ranks, then saved again at the same prefix by 2: the shards of ranks 2 and 3
+    stayed beside the new set, so the directory looked like a 4-rank set and verify failed the new one with
+    'stray_shard'. They are deleted now, and only once the new metadata is committed."""
+    store = LocalStore(str(tmp_path / "root"))
+    save_state_dict(store, PREFIX, make_state(), world_size=4, checkpoint_id=CID, config=SMALL)
+    seen_at_delete: list[tuple[str, int]] = []
+    real_delete = store.delete
+
+    def delete(key: str) -> None:
+        seen_at_delete.append((key, read_metadata(store, PREFIX).world_size))
+        real_delete(key)
+
+    monkeypatch.setattr(store, "delete", delete)
+    save_state_dict(store, PREFIX, make_state(1), world_size=2, checkpoint_id=OTHER_CID, config=SMALL)
+    assert seen_at_delete == [(f"{PREFIX}_shard_2.shard", 2), (f"{PREFIX}_shard_3.shard", 2)]
+    directory = PREFIX.rsplit("/", 1)[0]
+    assert [i.key for i in store.list(directory)] == [
+        f"{PREFIX}.metadata.json",
+        f"{PREFIX}_shard_0.shard",
+        f"{PREFIX}_shard_1.shard",
+    ]
+    report = verify_checkpoint(store, PREFIX)
+    assert report.ok and report.world_size == 2 and report.checkpoint_id == OTHER_CID, report.findings
+    state, loaded = make_state(1), load_state_dict(store, PREFIX)
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], v) for k, v in state.items())
+    seen_at_delete.clear()  # the same save again deletes nothing
+    save_state_dict(store, PREFIX, make_state(1), world_size=2, checkpoint_id=OTHER_CID, config=SMALL)
+    assert seen_at_delete == []

@@ -141,7 +141,9 @@ def write_metadata(
 
     ``plan`` is recorded as the default target layout for resharding: pass the writers' ``WriterConfig.plan``.
     ShardInputError when the receipts are not one checkpoint's or the metadata would be larger than a reader
-    takes (layout.METADATA_MAX_BYTES); ShardVerificationError when a shard is missing from the store.
+    takes (layout.METADATA_MAX_BYTES); ShardVerificationError when a shard is missing from the store. Once
+    the metadata is written, shard files of ranks it does not list (an earlier save by more ranks at this
+    prefix) are deleted.
     """
     meta = build_metadata(prefix, receipts, plan or PlanConfig())
     # existence only: each receipt's size and sha256 were validated by put_file_atomic, and listing would
@@ -155,7 +157,23 @@ def write_metadata(
             f"written; the shards are): expected fewer tensors or ranks in one checkpoint"
         )
     store.put_atomic(mkey, encoded, tmp_key=layout.tmp_key(prefix, mkey.rsplit("/", 1)[-1]))
+    _remove_strays(store, prefix, meta)
     return meta
+
+
+def _remove_strays(store: Store, prefix: str, meta: CheckpointMetadata) -> None:
+    """Delete the shard-named files the new metadata does not list (ranks 2-3 of an earlier save by 4 ranks,
+    re-saved here by 2): left, they made the set look like a 4-rank one and verify call it damaged.
+
+    Only after the metadata is committed: a reader of the old metadata until then found every shard it
+    lists (or one replaced, refused by its header's hash), a reader of the new one never opens these.
+    A save cut short here leaves them, as strays verify names; the next save removes them.
+    """
+    directory, _ = layout.split_prefix(prefix)
+    kept = {layout.shard_key(prefix, s.rank) for s in meta.shards}
+    for info in store.list(directory):
+        if info.key not in kept and layout.shard_rank_of(prefix, info.key) is not None:
+            store.delete(info.key)
 
 
 def save_state_dict(
