@@ -270,3 +270,33 @@ def test_a_shard_that_grows_while_it_is_scanned_is_read_only_to_its_size_when_op
     assert scan.size == len(intact) and scan.sha256 == hashlib.sha256(intact).hexdigest()
     assert [check for check, _ in scan.problems] == ["trailing_bytes"], scan.problems
     assert "grew while it was read (past the" in scan.problems[0][1]
+
+
+def test_with_no_metadata_a_shard_is_read_only_when_its_header_makes_its_size(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No metadata bounds the sizes: every shard-named file was read whole (off a local store downloaded whole
+    first), so a planted 64 GiB file (here 1 MiB) of any bytes, or an intact shard with 64 GiB appended, kept
+    verify reading. Now the fixed header is read alone (a ranged read) and a file whose size is not what it
+    makes is named unread; an intact shard is still read and checked in full."""
+    from ml8s.shards import verify
+
+    read: list[str] = []
+    original = verify.local_shard
+    monkeypatch.setattr(verify, "local_shard", lambda s, key, scratch: read.append(key) or original(s, key, scratch))
+    junk, short = f"{PREFIX}_shard_2.shard", f"{PREFIX}_shard_3.shard"
+    _drop_metadata(store)
+    rewrite(store, SHARD1, store.get(SHARD1) + bytes(1024 * 1024))
+    rewrite(store, junk, b"\xff" * (1024 * 1024))
+    rewrite(store, short, store.get(SHARD0)[:-1])
+    report = verify_checkpoint(store, PREFIX)
+    assert {(f.file, f.check) for f in report.findings} == {
+        (META, "metadata_missing"),
+        (SHARD1, "trailing_bytes"),
+        (junk, "bad_magic"),
+        (short, "truncated"),
+    }
+    assert all("(not read further)" in f.reason for f in report.findings if f.file != META)
+    assert read == [SHARD0]
+    rewrite(store, SHARD0, flip(store.get(SHARD0), -1))  # of the right size: still read, its damage found
+    assert _findings(store)[SHARD0] == {"data_checksum", "block_checksum"}

@@ -17,7 +17,7 @@ from shards_support import CID, PREFIX, SMALL, make_state
 from test_s3_hostile import CREDENTIALS, answering
 
 from ml8s.contract import layout
-from ml8s.errors import ObjectTooLargeError
+from ml8s.errors import NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.inference.model_files import read_run_files
 from ml8s.records import RecordStore
 from ml8s.records import store as records_store
@@ -120,3 +120,21 @@ def test_a_server_that_announces_no_size_is_cut_at_the_bound(monkeypatch: pytest
         store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
         with pytest.raises(ObjectTooLargeError, match=r"history\.json holds \d+ bytes or more; expected at most"):
             RecordStore(store, HISTORY).index()
+
+
+def test_a_ranged_read_returns_only_the_range(store: Store, tmp_path: Path) -> None:
+    """get_range (what verify reads a shard's fixed header with, when no metadata bounds its size): the bytes
+    asked for and no more, fewer at the end of the object, none for an empty range; a missing key is
+    NotFoundError, and locally a symbolic link is refused unread."""
+    data = bytes(range(256)) * 40
+    store.put_atomic("dir/object", data, tmp_key=".tmp/object")
+    assert store.get_range("dir/object", 0, 104) == data[:104]
+    assert store.get_range("dir/object", 1000, 3000) == data[1000:4000]
+    assert store.get_range("dir/object", len(data) - 10, 100) == data[-10:]
+    assert store.get_range("dir/object", 5, 0) == b""
+    with pytest.raises(NotFoundError):
+        store.get_range("dir/absent", 0, 10)
+    if isinstance(store, LocalStore):
+        Path(store.root, "dir", "link").symlink_to(Path(store.root, "dir", "object"))
+        with pytest.raises(UnsafeObjectError, match="a symbolic link"):
+            store.get_range("dir/link", 0, 10)

@@ -1,7 +1,7 @@
 """Reading shard files: the header, verified byte ranges, and a full scan of every checksum.
 
-A shard in a :class:`~ml8s.store.LocalStore` is read in place, by byte range. Other stores have no ranged
-GET in the ``Store`` interface, so the shard is downloaded (streamed) to a local temp file first and its
+A shard in a :class:`~ml8s.store.LocalStore` is read in place, by byte range. Off other stores it is
+downloaded (streamed) whole to a local temp file first (the loaders do not read by ``Store.get_range``), and its
 sha256, computed during the download, compared with the metadata's before anything is parsed. Every shard
 file is opened as the store reads (``open_regular``): a regular file only, never through a symbolic link
 (it may lead outside the store), never waiting on a FIFO swapped in after the check.

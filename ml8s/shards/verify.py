@@ -20,7 +20,9 @@ Checks (``ShardFinding.check``):
                         the header disagrees with the metadata (another checkpoint's shard, an edited map)
 
 Works on any ``Store``: it lists the prefix's directory, reads the metadata with ``get`` and each shard in
-place (local) or through ``download`` (S3), one at a time.
+place (local) or through ``download`` (S3), one at a time. Reads are bounded by the size the metadata lists;
+with no metadata, by the size a shard's own fixed header makes (read alone with ``get_range``): a file of
+another size is ``truncated`` / ``trailing_bytes`` (or its header's problem) and not read further.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ml8s.errors import (
     WrongCheckpointError,
 )
 from ml8s.shards import layout
+from ml8s.shards.format import FIXED_SIZE, align, decode_fixed
 from ml8s.shards.metadata import (
     CheckpointMetadata,
     ShardFileInfo,
@@ -123,6 +126,8 @@ def verify_checkpoint(store: Store, prefix: str, *, read_data: bool = True) -> S
                 if info is not None and listing[key] != info.size:
                     why = f"{listing[key]} bytes stored, the metadata lists {info.size}"
                     findings.append(ShardFinding(check="shard_size", reason=why, file=key))
+            elif info is None and (unread := _off_its_header(store, key, listing[key])):
+                findings += unread
             else:
                 findings += _check_shard(store, key, scratch, meta, info)
     return ShardVerifyReport(
@@ -152,6 +157,26 @@ def _metadata(store: Store, prefix: str, present: bool, findings: list[ShardFind
     findings += [ShardFinding(check=check, reason=reason, file=key) for check, reason in problems]
     # shards are judged against the metadata only where its shard list is sound
     return None if any(check == "metadata_ranks" for check, _ in problems) else meta
+
+
+def _off_its_header(store: Store, key: str, size: int) -> list[ShardFinding]:
+    """With no metadata to bound a shard's size, its fixed header does: findings, the rest left unread, when
+    the header is not one or the stored size is not what it makes ([] when it is: then the shard is read).
+    A planted 64 GiB file of any bytes was read whole, and off a LocalStore downloaded whole first."""
+    where = store.uri(key)
+    try:
+        fixed = store.get_range(key, 0, min(FIXED_SIZE, size))
+        head_len, data_len = decode_fixed(fixed, size, where)
+    except ShardFormatError as exc:
+        return [ShardFinding(check=exc.check, reason=f"{exc.message} (not read further)", file=key)]
+    except NotFoundError:
+        return [ShardFinding(check="shard_missing", reason="vanished while verifying", file=key)]
+    except UnsafeObjectError:  # replaced by a FIFO or a link since the listing
+        return [ShardFinding(check="unsafe_object", reason=_UNSAFE, file=key)]
+    if size == (makes := align(head_len) + data_len):
+        return []
+    why = f"{size} bytes stored, its header makes {makes}; no metadata lists its size (not read further)"
+    return [ShardFinding(check="truncated" if size < makes else "trailing_bytes", reason=why, file=key)]
 
 
 def _check_shard(

@@ -16,7 +16,7 @@ import abc
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.errors import IntegrityError
+from ml8s.errors import IntegrityError, StoreError
 
 
 class ObjectInfo(BaseModel):
@@ -141,6 +141,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def get_versioned(self, key: str, *, max_bytes: int | None = None) -> Versioned:
         """The object's bytes and its compare-and-swap token (``max_bytes``: a strict read, as :meth:`get`)."""
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """At most ``length`` bytes of the object from byte ``start`` (fewer where it ends first), never more
+        read or sent: a large object's header without its body. :class:`ml8s.errors.NotFoundError` when
+        absent; locally a symbolic link, FIFO or device is :class:`ml8s.errors.UnsafeObjectError`. This
+        default refuses (StoreError); the local and S3 backends read the range."""
+        del start, length
+        raise StoreError(f"{self.uri(key)}: this store reads no byte ranges; expected a local or S3 store")
 
     @abc.abstractmethod
     def download(self, key: str, path: str) -> WriteResult:

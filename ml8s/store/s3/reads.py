@@ -85,6 +85,16 @@ class S3Reads(S3Base):
         token = self._read(key, None, buffer, max_bytes)
         return Versioned(data=buffer.getvalue(), token=token)
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """One ranged GET (Store.get_range); a server sending more than the range is cut off at ``length``."""
+        if start < 0 or length < 0:
+            raise StoreError(f"{self.uri(key)}: byte range {start}+{length}; expected a start and length >= 0")
+        if not length:
+            return b""
+        buffer = io.BytesIO()
+        self._read(key, None, buffer, length, byte_range=f"bytes={start}-{start + length - 1}")
+        return buffer.getvalue()
+
     def download(self, key: str, path: str) -> WriteResult:
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -107,11 +117,16 @@ class S3Reads(S3Base):
         self._read(key, None, sink)
         return WriteResult(key=key, size=sink.tell(), sha256=sink.hexdigest())
 
-    def _read(self, key: str, if_match: str | None, out: _Sink, max_bytes: int | None = None) -> str:
-        """Stream the object into ``out``; returns its ETag. A body cut short is fetched again (GET is idempotent).
-        ``max_bytes``: an object whose Content-Length is larger is refused before its body is read, and the
-        body is never read past it (a server sending more than it announced)."""
+    def _read(
+        self, key: str, if_match: str | None, out: _Sink, max_bytes: int | None = None, byte_range: str = ""
+    ) -> str:
+        """Stream the object (``byte_range``: that HTTP Range of it) into ``out``; returns its ETag. A body cut
+        short is fetched again (GET is idempotent). ``max_bytes``: an object whose Content-Length is larger is
+        refused before its body is read, and the body is never read past it (a server sending more than it
+        announced)."""
         request: GetObjectRequestTypeDef = {"Bucket": self.bucket, "Key": self._key(key)}
+        if byte_range:
+            request["Range"] = byte_range
         if if_match is not None:
             request["IfMatch"] = unquote(if_match)
         for attempt in range(1, self.attempts + 1):
