@@ -300,3 +300,25 @@ def test_resaving_with_fewer_ranks_removes_the_old_ranks_shards_after_the_metada
     seen_at_delete.clear()  # the same save again deletes nothing
     save_state_dict(store, PREFIX, make_state(1), world_size=2, checkpoint_id=OTHER_CID, config=SMALL)
     assert seen_at_delete == []
+
+
+def test_the_plan_takes_steps_per_tensor_not_per_tensor_and_rank() -> None:
+    """Each tensor planned whole went to the least-loaded rank found by scanning every rank: 10,000 tensors on
+    4,096 ranks were 40 million steps, for every rank computing the plan alone. Counted in Python calls, not
+    time: 300 small tensors on 4,096 ranks made over 1.2 million (one per rank per tensor), now ~8,000 (a few
+    per tensor and per rank: a heap finds the least-loaded rank)."""
+    world = 4096
+    specs = [TensorSpec(name=f"t{i:04d}", dtype="float32", shape=(i % 7 + 1, 4)) for i in range(300)]
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        plan = plan_shards(specs, world)
+    finally:
+        sys.setprofile(None)
+    assert sorted(s.name for rank in plan.ranks for s in rank) == [s.name for s in specs]
+    assert calls < 20 * len(specs) + 2 * world, calls

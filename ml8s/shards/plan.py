@@ -14,6 +14,8 @@ Each rank's slices are listed sorted by name.
 
 from __future__ import annotations
 
+import collections
+import heapq
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -107,9 +109,8 @@ def plan_shards(specs: Sequence[TensorSpec], world_size: int, config: PlanConfig
     """The deterministic plan (module docstring) of ``specs`` over ``world_size`` ranks."""
     check_world(0, world_size)
     config = config or PlanConfig()
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise ShardInputError(f"tensor names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+    if repeated := sorted(n for n, count in collections.Counter(s.name for s in specs).items() if count > 1):
+        raise ShardInputError(f"tensor names repeat: {repeated}")
     load, slices = [0] * world_size, [list[PlannedSlice]() for _ in range(world_size)]
     whole: list[TensorSpec] = []
     for spec in sorted(specs, key=lambda s: s.name):
@@ -122,10 +123,14 @@ def plan_shards(specs: Sequence[TensorSpec], world_size: int, config: PlanConfig
                 load[k] += (stop - start) * per_row
         else:
             whole.append(spec)
+    # (bytes so far, rank) of every rank: the heap's least is the rank the rule picks, in log time, where a
+    # scan of every rank per tensor made 10,000 tensors on 4,096 ranks 40 million steps
+    lightest = [(bytes_, k) for k, bytes_ in enumerate(load)]
+    heapq.heapify(lightest)
     for spec in sorted(whole, key=lambda s: (-s.nbytes, s.name)):
-        k = min(range(world_size), key=lambda r: (load[r], r))
+        bytes_, k = lightest[0]
         slices[k].append(PlannedSlice(name=spec.name, row_start=0, row_stop=dtypes.row_count(spec.shape)))
-        load[k] += spec.nbytes
+        heapq.heapreplace(lightest, (bytes_ + spec.nbytes, k))
     ranks = tuple(tuple(sorted(s, key=lambda p: p.name)) for s in slices)
     return ShardPlan(world_size=world_size, config=config, ranks=ranks)
 
