@@ -15,7 +15,7 @@ import torch
 from s3_servers import S3Endpoint
 from shards_support import CID, OTHER_CID, PREFIX, SMALL, flip, make_state, reseal, rewrite
 
-from ml8s.errors import ShardVerificationError, UnsafeObjectError
+from ml8s.errors import ShardChecksumError, ShardFormatError, ShardVerificationError, UnsafeObjectError
 from ml8s.shards import (
     collect_receipts,
     load_resharded,
@@ -300,3 +300,42 @@ def test_with_no_metadata_a_shard_is_read_only_when_its_header_makes_its_size(
     assert read == [SHARD0]
     rewrite(store, SHARD0, flip(store.get(SHARD0), -1))  # of the right size: still read, its damage found
     assert _findings(store)[SHARD0] == {"data_checksum", "block_checksum"}
+
+
+def test_loaders_on_s3_fetch_the_blocks_they_read_not_whole_shards(
+    moto_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a local store every loader downloaded each shard it touched whole, so one rank of a resharded load
+    fetched the whole checkpoint. Now it reads by ranged GETs: the header and the blocks holding its rows,
+    each checked (header against the metadata, block against its sha256), so damage is still refused."""
+    store = S3Store(f"s3://{moto_server.make_bucket()}/some/prefix", env=moto_server.env())
+    state = make_state()
+    save_state_dict(store, PREFIX, state, world_size=2, checkpoint_id=CID, config=SMALL)
+    whole = sum(i.size for i in store.list(PREFIX.rsplit("/", 1)[0]) if i.key.endswith(".shard"))
+    fetched: list[int] = []
+    real_range = store.get_range
+
+    def get_range(key: str, start: int, length: int) -> bytes:
+        data = real_range(key, start, length)
+        fetched.append(len(data))
+        return data
+
+    def no_download(key: str, path: str) -> None:
+        raise AssertionError(f"downloaded {key} whole")
+
+    monkeypatch.setattr(store, "get_range", get_range)
+    monkeypatch.setattr(store, "download", no_download)
+    pieces = load_resharded(store, PREFIX, 8, 3)
+    expected = pieces_for_rank(state, 3, 8, SMALL.plan)
+    assert [(p.name, p.row_start) for p in pieces] == [(p.name, p.row_start) for p in expected]
+    assert all(torch.equal(p.tensor, e.tensor) for p, e in zip(pieces, expected, strict=True))
+    assert 0 < sum(fetched) < whole / 2, (sum(fetched), whole)
+    loaded = load_state_dict(store, PREFIX)
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    monkeypatch.undo()
+    _flip_data(store)  # a byte of layer.weight's rank-1 rows
+    with pytest.raises(ShardChecksumError, match=r"block \d+ does not match its sha256"):
+        load_state_dict(store, PREFIX)
+    rewrite(store, SHARD1, store.get(SHARD1) + b"\0")
+    with pytest.raises(ShardFormatError, match="its header makes"):
+        load_state_dict(store, PREFIX)

@@ -1,10 +1,10 @@
 """Reading shard files: the header, verified byte ranges, and a full scan of every checksum.
 
-A shard in a :class:`~ml8s.store.LocalStore` is read in place, by byte range. Off other stores it is
-downloaded (streamed) whole to a local temp file first (the loaders do not read by ``Store.get_range``), and its
-sha256, computed during the download, compared with the metadata's before anything is parsed. Every shard
-file is opened as the store reads (``open_regular``): a regular file only, never through a symbolic link
-(it may lead outside the store), never waiting on a FIFO swapped in after the check.
+A shard in a :class:`~ml8s.store.LocalStore` is read in place, by byte range; the loaders read a shard in
+another store by ranged GETs (:class:`RangedObject`), verify's full scan downloads it (streamed) to a local
+temp file first. Every local shard file is opened as the store reads (``open_regular``): a regular file
+only, never through a symbolic link (it may lead outside the store), never waiting on a FIFO swapped in
+after the check.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import stat
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -30,7 +31,41 @@ from ml8s.store import LocalStore, Store, open_regular
 _CHUNK = 4 * 1024 * 1024
 
 
-def read_header(handle: io.BufferedReader, size: int, where: str) -> ShardHeader:
+class _Source(Protocol):
+    """What a shard is read through: a local file, or a store object read by byte ranges (RangedObject)."""
+
+    def seek(self, offset: int, /) -> int: ...
+    def read(self, size: int, /) -> bytes: ...
+    def readinto(self, buffer: memoryview, /) -> int: ...
+    def close(self) -> None: ...
+
+
+class RangedObject:
+    """A store object of ``size`` bytes (its listed size) read as a file, one ``get_range`` per read: a
+    loader fetches the blocks it reads, never the whole object."""
+
+    def __init__(self, store: Store, key: str, size: int) -> None:
+        self.store, self.key, self.size, self._pos = store, key, size, 0
+
+    def seek(self, offset: int, /) -> int:
+        self._pos = offset
+        return offset
+
+    def read(self, size: int, /) -> bytes:
+        data = self.store.get_range(self.key, self._pos, max(0, min(size, self.size - self._pos)))
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        return None
+
+
+def read_header(handle: _Source, size: int, where: str) -> ShardHeader:
     """Parse and check the header of an open shard of ``size`` bytes (ShardFormatError naming the check)."""
     handle.seek(0)
     head_len, _ = decode_fixed(handle.read(FIXED_SIZE), size, where)
@@ -42,14 +77,19 @@ def read_header(handle: io.BufferedReader, size: int, where: str) -> ShardHeader
 
 
 class ShardFile:
-    """An open local shard whose header has been checked; pieces read through their block hashes."""
+    """An open shard (a local file, or a store object read by ranges) whose header has been checked; pieces
+    read through their block hashes."""
 
-    def __init__(self, path: str, where: str) -> None:
+    def __init__(self, path: str | RangedObject, where: str) -> None:
         self.where = where
         self._kept: tuple[int, bytes] | None = None  # the last partial block verified: (index, bytes)
-        self._handle = open_shard(path, where)  # closed by close()
+        if isinstance(path, RangedObject):
+            self._handle: _Source = path
+            size = path.size
+        else:
+            local = open_shard(path, where)
+            self._handle, size = local, os.fstat(local.fileno()).st_size
         try:
-            size = os.fstat(self._handle.fileno()).st_size
             self.header = read_header(self._handle, size, where)
             if size != self.header.file_size:
                 what = "truncated" if size < self.header.file_size else "trailing_bytes"
