@@ -15,7 +15,13 @@ import torch
 from s3_servers import S3Endpoint
 from shards_support import CID, OTHER_CID, PREFIX, SMALL, flip, make_state, reseal, rewrite
 
-from ml8s.errors import ShardChecksumError, ShardFormatError, ShardVerificationError, UnsafeObjectError
+from ml8s.errors import (
+    NotFoundError,
+    ShardChecksumError,
+    ShardFormatError,
+    ShardVerificationError,
+    UnsafeObjectError,
+)
 from ml8s.shards import (
     collect_receipts,
     load_resharded,
@@ -339,3 +345,23 @@ def test_loaders_on_s3_fetch_the_blocks_they_read_not_whole_shards(
     rewrite(store, SHARD1, store.get(SHARD1) + b"\0")
     with pytest.raises(ShardFormatError, match="its header makes"):
         load_state_dict(store, PREFIX)
+
+
+def test_receipts_are_not_recovered_by_reading_a_shard_its_header_does_not_size(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """collect_receipts (no metadata yet, by its purpose) read each rank's shard whole, off a local store
+    downloaded whole first: a shard with 64 GiB (here 1 MiB) appended was read through before being refused.
+    Now its fixed header is read alone and the size it makes compared with the stored one first."""
+    from ml8s.shards import verify
+
+    read: list[str] = []
+    original = verify.local_shard
+    monkeypatch.setattr(verify, "local_shard", lambda s, key, scratch: read.append(key) or original(s, key, scratch))
+    rewrite(store, SHARD1, store.get(SHARD1) + bytes(1024 * 1024))
+    with pytest.raises(ShardFormatError, match=r"its header makes \d+; no metadata lists its size") as raised:
+        collect_receipts(store, PREFIX, 2, CID)
+    assert raised.value.check == "trailing_bytes" and read == [SHARD0]
+    store.delete(SHARD1)
+    with pytest.raises(NotFoundError, match=r"model_shard_1\.shard does not exist"):
+        collect_receipts(store, PREFIX, 2, CID)

@@ -163,20 +163,27 @@ def _off_its_header(store: Store, key: str, size: int) -> list[ShardFinding]:
     """With no metadata to bound a shard's size, its fixed header does: findings, the rest left unread, when
     the header is not one or the stored size is not what it makes ([] when it is: then the shard is read).
     A planted 64 GiB file of any bytes was read whole, and off a LocalStore downloaded whole first."""
-    where = store.uri(key)
     try:
-        fixed = store.get_range(key, 0, min(FIXED_SIZE, size))
-        head_len, data_len = decode_fixed(fixed, size, where)
-    except ShardFormatError as exc:
-        return [ShardFinding(check=exc.check, reason=f"{exc.message} (not read further)", file=key)]
+        problem = _header_size_problem(store, key, size)
     except NotFoundError:
         return [ShardFinding(check="shard_missing", reason="vanished while verifying", file=key)]
     except UnsafeObjectError:  # replaced by a FIFO or a link since the listing
         return [ShardFinding(check="unsafe_object", reason=_UNSAFE, file=key)]
+    return [ShardFinding(check=problem[0], reason=problem[1], file=key)] if problem else []
+
+
+def _header_size_problem(store: Store, key: str, size: int) -> tuple[str, str] | None:
+    """(check, reason) when the shard's fixed header, read alone, is no header or makes another size than
+    ``size``; None when the shard may be read whole."""
+    where = store.uri(key)
+    try:
+        head_len, data_len = decode_fixed(store.get_range(key, 0, min(FIXED_SIZE, size)), size, where)
+    except ShardFormatError as exc:
+        return exc.check, f"{exc.message} (not read further)"
     if size == (makes := align(head_len) + data_len):
-        return []
-    why = f"{size} bytes stored, its header makes {makes}; no metadata lists its size (not read further)"
-    return [ShardFinding(check="truncated" if size < makes else "trailing_bytes", reason=why, file=key)]
+        return None
+    why = f"{where}: {size} bytes stored, its header makes {makes}; no metadata lists its size (not read further)"
+    return ("truncated" if size < makes else "trailing_bytes"), why
 
 
 def _check_shard(
@@ -211,15 +218,22 @@ def _against_metadata(scan: ShardScan, meta: CheckpointMetadata, info: ShardFile
 def collect_receipts(store: Store, prefix: str, world_size: int, checkpoint_id: str) -> list[ShardReceipt]:
     """Every rank's receipt recovered from the stored shards, for a rank 0 that could not gather them.
 
-    Reads each shard fully; ShardFormatError (naming the first problem) for a damaged one,
-    WrongCheckpointError for one of another world size or checkpoint id.
+    Reads each shard fully, once its fixed header (read alone) makes its stored size; ShardFormatError (naming
+    the first problem) for a damaged one, WrongCheckpointError for one of another world size or checkpoint id.
     """
     layout.check_checkpoint_id(checkpoint_id)
     check_world(0, world_size)
     receipts = []
+    directory = layout.split_prefix(prefix)[0]
+    odd = set(store.irregular(directory))  # a link is listed with its target's size: local_shard refuses it
+    sizes = {info.key: info.size for info in store.list(directory) if info.key not in odd}
     with owned_tempdir("ml8s-receipts-") as scratch:
         for rank in range(world_size):
             key = layout.shard_key(prefix, rank)
+            # no metadata bounds its size: the header's must match before it is read (or downloaded) whole;
+            # one not in ``sizes`` is refused by local_shard (absent, a link, a FIFO)
+            if key in sizes and (problem := _header_size_problem(store, key, sizes[key])):
+                raise ShardFormatError(problem[1], check=problem[0])
             with local_shard(store, key, scratch) as (path, _):
                 scan = scan_shard(path, store.uri(key))
             if scan.header is None or scan.problems:
