@@ -15,6 +15,7 @@ import pytest
 import torch
 from shards_support import CID, OTHER_CID, PREFIX, SMALL, make_state
 
+from ml8s.errors import StoreError
 from ml8s.shards import (
     PlanConfig,
     ShardReceipt,
@@ -322,3 +323,23 @@ def test_the_plan_takes_steps_per_tensor_not_per_tensor_and_rank() -> None:
         sys.setprofile(None)
     assert sorted(s.name for rank in plan.ranks for s in rank) == [s.name for s in specs]
     assert calls < 20 * len(specs) + 2 * world, calls
+
+
+def test_a_stray_shard_that_cannot_be_deleted_says_the_checkpoint_is_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old ranks' shards are deleted after the metadata is committed: a delete refused there (a read-only
+    directory, an S3 DELETE denied) came out as the store's bare error, read as a failed save, while the
+    new checkpoint was in place. The error now says the checkpoint is saved and which shard is left."""
+    store = LocalStore(str(tmp_path / "root"))
+    save_state_dict(store, PREFIX, make_state(), world_size=3, checkpoint_id=CID, config=SMALL)
+
+    def refuse(key: str) -> None:
+        raise StoreError(f"cannot delete {key}: Permission denied")
+
+    monkeypatch.setattr(store, "delete", refuse)
+    with pytest.raises(StoreError, match=r"is written \(the checkpoint of 2 ranks is saved\), but .*_shard_2\.shard"):
+        save_state_dict(store, PREFIX, make_state(1), world_size=2, checkpoint_id=OTHER_CID, config=SMALL)
+    monkeypatch.undo()
+    assert read_metadata(store, PREFIX).world_size == 2
+    assert [f.check for f in verify_checkpoint(store, PREFIX).findings] == ["stray_shard"]

@@ -167,13 +167,21 @@ def _remove_strays(store: Store, prefix: str, meta: CheckpointMetadata) -> None:
 
     Only after the metadata is committed: a reader of the old metadata until then found every shard it
     lists (or one replaced, refused by its header's hash), a reader of the new one never opens these.
-    A save cut short here leaves them, as strays verify names; the next save removes them.
+    A save cut short here leaves them, as strays verify names; the next save removes them. A delete that
+    fails is a StoreError saying the checkpoint is saved all the same (the error alone read as a failed save).
     """
     directory, _ = layout.split_prefix(prefix)
     kept = {layout.shard_key(prefix, s.rank) for s in meta.shards}
     for info in store.list(directory):
         if info.key not in kept and layout.shard_rank_of(prefix, info.key) is not None:
-            store.delete(info.key)
+            try:
+                store.delete(info.key)
+            except StoreError as exc:
+                raise StoreError(
+                    f"{store.uri(layout.metadata_key(prefix))} is written (the checkpoint of {meta.world_size} "
+                    f"ranks is saved), but {store.uri(info.key)}, a shard of a rank it does not list, could not be "
+                    f"deleted: {exc.message}; expected it gone (verify names it stray_shard until a save removes it)"
+                ) from exc
 
 
 def save_state_dict(
