@@ -262,3 +262,16 @@ def test_a_download_into_a_full_disk_is_a_store_error_and_leaves_no_file(tmp_pat
         (tmp_path / "file").write_bytes(b"")
         with pytest.raises(StoreError, match=r"^STORE_ERROR: cannot write .*/file/w\.bin: "):
             store.download("k", str(tmp_path / "file" / "w.bin"))
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_server_that_ignores_a_range_is_cut_off_at_the_range(chunked: bool) -> None:
+    """get_range asks for a shard's 104-byte header (verify with no metadata, collect_receipts, the loaders): a
+    server answering with the whole object instead (200, not 206) is refused at the range's length, unread
+    past it, announced or not (chunked), instead of being taken in whole."""
+    headers = {"Transfer-Encoding": "chunked"} if chunked else {}
+    with answering(200, b"x" * (1 << 20), headers) as (url, seen):
+        store = S3Store("s3://bkt/p", env={**CREDENTIALS, "AWS_ENDPOINT_URL": url})
+        with pytest.raises(ObjectTooLargeError, match=r"p/k holds \d+ bytes or more; expected at most 104"):
+            store.get_range("k", 0, 104)
+        assert seen == ["GET /bkt/p/k"]
