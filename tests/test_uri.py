@@ -11,8 +11,10 @@ from forked_cli import ML8S, forked_ml8s
 
 from ml8s.errors import ConfigError, RootUriError
 from ml8s.identity.params import validate_params
+from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import RootUri, parse_root_uri
 from ml8s.identity.variables import canonical_config
+from ml8s.store import open_store
 
 
 @pytest.mark.parametrize(
@@ -41,12 +43,31 @@ def test_valid_roots_normalize(text: str, expected: RootUri) -> None:
     assert parse_root_uri(parsed.uri, variable="DATA_ROOT") == parsed  # normalizing twice changes nothing
 
 
+def test_a_file_uri_on_localhost_is_its_absolute_path() -> None:
+    for text in ("file://localhost/data/x", "file://LocalHost/data/./x/"):
+        assert parse_root_uri(text, variable="DATA_ROOT") == parse_root_uri("/data/x", variable="DATA_ROOT")
+
+
+def test_every_root_setting_refuses_a_file_uri_with_a_host() -> None:
+    for variable in ("PIPELINE_ROOT_URI", "WARM_START_ROOT_URI"):
+        with pytest.raises(RootUriError, match=rf"^CONFIG_ERROR: {variable}='file://data/x' names the host 'data'"):
+            PlatformSettings.load({variable: "file://data/x"})
+    with pytest.raises(RootUriError, match=r"^CONFIG_ERROR: DATA_ROOT='file://otherhost/d' names the host"):
+        canonical_config({"DATA_ROOT": "file://otherhost/d", "TARGET_COLUMN": "y"})
+    with pytest.raises(RootUriError, match=r"^CONFIG_ERROR: --root='file://u@h/x' names a host with credentials \(not"):
+        parse_root_uri("file://u:secret@h/x", variable="--root")
+
+
+def test_the_store_refuses_a_file_uri_with_a_host() -> None:
+    with pytest.raises(ConfigError, match=r"unsupported store URI 'file://data/x'; expected file:///path"):
+        open_store("file://data/x")
+
+
 def test_relative_paths_are_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     here = os.getcwd()
     assert parse_root_uri("data/", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/data"
     assert parse_root_uri("./a/../data", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/data"
-    assert parse_root_uri("file://data", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/data"
     # A colon without a slash after it is a file name, not a scheme: such paths always were valid.
     assert parse_root_uri("v2:data", variable="PIPELINE_ROOT_URI").uri == f"file://{here}/v2:data"
 
@@ -85,6 +106,11 @@ MALFORMED = [
     ("~/data", "expected an absolute or relative path; ~ is not expanded"),
     ("~alice/data", "~ is not expanded"),
     ("file://~/data", "~ is not expanded"),
+    # a file URI's host was dropped: read as ./otherhost/data and ./data/x, directories the URI never named
+    ("file://otherhost/data", "names the host 'otherhost'; expected file:///ABSOLUTE/PATH (three slashes"),
+    ("file://data/x", "names the host 'data'"),
+    ("file://data", "names the host 'data'"),
+    ("file://localhost", "names no path"),
     ("gs://bucket", "has an unsupported scheme; expected a local path, file:// or s3://"),
     ("http://host/x", "has an unsupported scheme"),
     ("ftp://x", "has an unsupported scheme"),

@@ -2,15 +2,17 @@
 
 Normalization (SPEC §2, step 1): a local path, bare or after ``file://``, becomes ``file://`` + its absolute,
 normalized path (``.`` and ``..`` folded, symlinks not resolved, no trailing slash); an ``s3://`` URI loses its
-trailing slashes. A valid input normalizes exactly as it always has, so no RUN_ID changes.
+trailing slashes. A valid input normalizes exactly as it always has, so no RUN_ID changes; only
+``file://localhost/PATH`` is now ``/PATH`` (it was read as ./localhost/PATH, which it never named).
 
 What is rejected, each with a :class:`~ml8s.errors.RootUriError` naming the variable: an empty value; a NUL
 character (a workflow input can carry one); another scheme (``gs://``, ``http://``, ``S3://``); ``s3:`` or
-``file:`` without the two slashes; ``s3://`` without a bucket or with an invalid bucket name (credentials,
-``s3://KEY:SECRET@bucket``, refused and not echoed); an S3 prefix with empty (``//``), ``.`` or ``..``
-segments (S3 keeps them literally, so ``a/../b`` would be a different prefix than it reads); a path starting
-with ``~`` (nothing here expands it, so it would name a directory called ``~``). The store's own parser
-accepts what this one returns.
+``file:`` without the two slashes; a ``file://`` URI naming a host other than ``localhost``
+(``file://otherhost/data``, or ``file://data/x`` whose host is ``data``: it was read as ./data/x); ``s3://``
+without a bucket or with an invalid bucket name (credentials, ``s3://KEY:SECRET@bucket``, refused and not
+echoed); an S3 prefix with empty (``//``), ``.`` or ``..`` segments (S3 keeps them literally, so ``a/../b``
+would be a different prefix than it reads); a path starting with ``~`` (nothing here expands it, so it would
+name a directory called ``~``). The store's own parser accepts what this one returns.
 
 It also checks MLFLOW_TRACKING_URI (:func:`check_tracking_uri`): only a registry that outlives the process
 and that MLflow can register a model at.
@@ -28,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.errors import RootUriError, TrackingUriError, without_credentials
 
 _ROOT_SCHEMES = "a local path, file:// or s3://"
+_FILE_URI_EXPECTED = "file:///ABSOLUTE/PATH (three slashes; file://localhost/ABSOLUTE/PATH), or a bare path"
 # A scheme followed by ":": only a URI when the scheme is one of ours or a slash follows ("gs:/x", "gs://x");
 # "v2:data" stays a relative path, as it always was.
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
@@ -77,7 +80,7 @@ def parse_root_uri(text: str, *, variable: str) -> RootUri:
     if value.startswith("s3://"):
         return _s3(value[len("s3://") :], variable, text)
     if value.startswith("file://"):
-        return _local(value[len("file://") :], variable, text)
+        return _local(_file_uri_path(value[len("file://") :], variable, text), variable, text)
     scheme = _SCHEME.match(value)
     if scheme is not None:
         name, rest = scheme.group(1), value[scheme.end() :]
@@ -88,6 +91,19 @@ def parse_root_uri(text: str, *, variable: str) -> RootUri:
         if rest.startswith("/"):
             raise RootUriError(variable, text, "has an unsupported scheme", _ROOT_SCHEMES)
     return _local(value, variable, text)
+
+
+def _file_uri_path(rest: str, variable: str, text: str) -> str:
+    """The path of a file URI after its ``file://``: its authority (up to the first "/") names a host, which
+    must be empty or ``localhost``. "file://otherhost/data" was read as the relative path otherhost/data under
+    the working directory, and "file://data/x" as ./data/x: another directory than the URI names, silently."""
+    host, slash, path = rest.partition("/")
+    if host == "" or host.startswith("~"):  # "~" gets _local's own refusal
+        return rest
+    if host.lower() == "localhost":
+        return "/" + path if slash else ""  # "": _local's "names no path"
+    shown = "a host with credentials (not shown)" if "@" in host else f"the host {host!r}"
+    raise RootUriError(variable, text, f"names {shown}", _FILE_URI_EXPECTED)
 
 
 def _local(path: str, variable: str, text: str) -> RootUri:

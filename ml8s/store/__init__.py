@@ -38,8 +38,9 @@ def __getattr__(name: str) -> object:
 
 
 def open_store(uri: str) -> Store:
-    """The store rooted at ``uri`` (``file://`` path or ``s3://bucket/prefix``)."""
-    if uri.startswith("file://"):
+    """The store rooted at ``uri`` (``file://`` path or ``s3://bucket/prefix``), as ``parse_root_uri`` normalizes
+    it: a file URI without its third slash (``file://host/x``) names a host, not ./host/x, and is refused."""
+    if uri.startswith("file:///"):
         return LocalStore(uri[len("file://") :])
     if uri.startswith("s3://"):
         from ml8s.store.s3 import S3Store
