@@ -20,6 +20,9 @@ EXCERPT_CHARS = 200
 # may hold an "@").
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#]*)@")
+# What a terminal must not get raw from a message (:func:`terminal_text`): Cc but the line feed and the tab, and
+# the marks that reorder the rest of a line (bidirectional overrides, isolates) or break it (U+2028, U+2029).
+_UNSAFE_IN_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
 def without_credentials(text: str) -> str:
@@ -62,6 +65,21 @@ def shown(text: str) -> str:
     one with an escape sequence reached the terminal)."""
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+def terminal_text(message: str) -> str:
+    """``message`` as the CLI prints it (its error lines): the control characters (an escape sequence that clears
+    the screen, a carriage return that writes over the line) and bytes that were not UTF-8 escaped as :func:`shown`
+    escapes them, wherever the message took them from (a store key, a file name, an exception's text). The line
+    feeds and tabs that lay out a multi-line message stay; each line after the first is indented, so that none
+    reads as a line of its own (``ml8s: ...``).
+
+    Example:
+        >>> terminal_text("bad key 'a\\x1b[2Jb\\rc'\\nsecond line")
+        "bad key 'a\\\\x1b[2Jb\\\\rc'\\n  second line"
+    """
+    text = message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").rstrip("\n")
+    return _UNSAFE_IN_LINES.sub(lambda match: repr(match.group())[1:-1], text).replace("\n", "\n  ")
 
 
 def clipped(text: str) -> str:

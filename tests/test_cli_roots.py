@@ -8,12 +8,15 @@ when given (it said PIPELINE_ROOT_URI, which the operator had not set), else PIP
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
 import pytest
 
+from ml8s.cli.args import guarded
 from ml8s.cli.main import main
+from ml8s.errors import StoreError
 
 RUN_ID = "abcdefabcdef"
 COMMANDS = [
@@ -133,3 +136,37 @@ def test_run_names_the_flag_given_and_refuses_an_empty_one(
     err = capsys.readouterr().err
     assert err.startswith("ml8s: CONFIG_ERROR: " + line.replace("PLAIN", str(plain))) and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+PLANTED = "a\x1b[2Jb\rc"  # an escape sequence that clears the screen, a carriage return that writes over the line
+SHOWN = "a\\x1b[2Jb\\rc"
+
+
+def test_a_planted_name_reaches_the_terminal_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's error printer wrote a message as it was: a file name in its unquoted part (after the quoted
+    value) cleared the terminal and wrote over the line, and so did an argument argparse echoed back."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / PLANTED).write_text("x")
+    assert main(["runs", "list", "--root", PLANTED]) == 1
+    assert capsys.readouterr().err == (
+        f"ml8s: CONFIG_ERROR: --root='file://{tmp_path}/{SHOWN}': {tmp_path}/{SHOWN} is a file, expected a "
+        "directory (or a path one can be created at)\n"
+    )
+    with pytest.raises(SystemExit) as usage:
+        main(["runs", "list", PLANTED])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"ml8s: error: unrecognized arguments: {SHOWN}\n") and "\x1b" not in err, err
+
+
+def test_a_multi_line_error_keeps_its_lines_and_tabs(capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the line feeds and tabs that lay a message out stay raw; each line after the first is indented, so
+    that none reads as a line of its own, and a trailing line feed adds no empty line."""
+
+    def fails(args: argparse.Namespace) -> int:
+        raise StoreError(f"two keys differ:\n\tk1\n\t{PLANTED}\u202e\n")
+
+    assert guarded(fails)(argparse.Namespace()) == 1
+    assert capsys.readouterr().err == f"ml8s: STORE_ERROR: two keys differ:\n  \tk1\n  \t{SHOWN}\\u202e\n"

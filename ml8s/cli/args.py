@@ -13,7 +13,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
@@ -22,12 +22,12 @@ from ml8s.identity.priority import checked_utf8, explicit_or_env
 from ml8s.identity.settings import DEFAULT_PIPELINE_ROOT
 from ml8s.identity.uri import check_tracking_uri, parse_root_uri
 from ml8s.interrupts import Interrupted, interrupted, stopping_on_signals
-from ml8s.text import is_utf8
+from ml8s.text import is_utf8, terminal_text
 
 if TYPE_CHECKING:  # argparse's subparsers action is generic only to type checkers
     from ml8s.store import Store
 
-    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+    Subcommands = argparse._SubParsersAction["Parser"]
 Handler = Callable[[argparse.Namespace], int]
 
 
@@ -171,7 +171,7 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
         except Ml8sError as exc:
             if (stop := interrupted()) is not None:  # the signal, not what the code it hit made of it
                 return _stopped(stop)
-            print(f"ml8s: {exc}", file=sys.stderr)
+            print_error(f"ml8s: {exc}")
             return 1
         except BrokenPipeError:
             # Python would print a traceback while flushing stdout at exit: point stdout at devnull first.
@@ -187,14 +187,29 @@ def guarded(handler: Handler, *, log_level: str | None = "WARNING") -> Handler:
             while where is not None and where.tb_next is not None:
                 where = where.tb_next
             at = f" at {os.path.basename(where.tb_frame.f_code.co_filename)}:{where.tb_lineno}" if where else ""
-            print(
+            print_error(
                 f"ml8s: INTERNAL_ERROR: {type(exc).__name__}{at}: {exc} (an ml8s bug, please report it; "
-                "ML8S_LOG_LEVEL=DEBUG prints the traceback)",
-                file=sys.stderr,
+                "ML8S_LOG_LEVEL=DEBUG prints the traceback)"
             )
             return 2
 
     return run
+
+
+def print_error(line: str) -> None:
+    """The CLI's one printer of errors: ``line`` on stderr as :func:`~ml8s.text.terminal_text` makes it safe (a
+    store key or file name in a message carried its escape sequences and carriage returns to the terminal)."""
+    print(terminal_text(line), file=sys.stderr)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors printed as every other error (it echoes arguments as given:
+    "unrecognized arguments: ...")."""
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            print_error(message)
+        sys.exit(status)
 
 
 def _stopped(stop: Interrupted) -> int:

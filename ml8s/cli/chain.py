@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ml8s.chain import (
     ENV_KEY,
@@ -48,11 +49,14 @@ from ml8s.output_files import write_new
 from ml8s.store.operator_files import read_operator_file
 from ml8s.text import is_utf8, shown
 
+if TYPE_CHECKING:
+    from ml8s.cli.args import Subcommands
+
 MAX_STEPS = 2**63 - 1
 _CREATING = ("init", "commit", "trust", "root")  # verbs that may start a chain: they keep the default name
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Subcommands) -> None:
     """Add ``ml8s chain …`` to the CLI."""
     chain = commands.add_parser("chain", help="operate a model chain (hash-linked model versions)")
     chain.set_defaults(handler=guarded(run))

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ml8s import __version__
 from ml8s.cli import audit, chain, follow, ops, pipeline, predict
+from ml8s.cli.args import Parser, print_error
 from ml8s.cli.streams import prepare_streams
 from ml8s.errors import OutputError
 from ml8s.identity.variables import CANONICALIZATION_VERSION
@@ -20,7 +21,7 @@ from ml8s.process_exit import end_process
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each group adds its subcommands, each with its ``handler``."""
-    parser = argparse.ArgumentParser(prog="ml8s", description="Deterministic, idempotent, auditable training.")
+    parser = Parser(prog="ml8s", description="Deterministic, idempotent, auditable training.")
     version = f"%(prog)s {__version__} (canonicalization {CANONICALIZATION_VERSION})"
     parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -54,10 +55,10 @@ def console() -> None:
         sys.stdout.flush()  # a failure to write the result is this command's failure, reported below
     except SystemExit as exc:  # argparse's usage errors, --help and --version: it has printed what it had to
         if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
+            print_error(exc.code)
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
     except OutputError as exc:  # outside a handler: --help or --version into a full disk, a closed stdout
-        print(f"ml8s: {exc}", file=sys.stderr)
+        print_error(f"ml8s: {exc}")
         code = 1
     except BrokenPipeError:  # the reader went away (| head): quiet, as in every handler
         code = 1
