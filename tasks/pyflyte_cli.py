@@ -54,6 +54,7 @@ from flytekit.deck import deck as flytekit_deck
 from flytekit.interaction.click_types import UnionParamType
 from flytekit.loggers import logger as flytekit_logger
 
+from ml8s.cli.args import print_error
 from ml8s.cli.streams import QuietStderr, closed_stdout_error, output_failed
 from ml8s.errors import Ml8sError
 from tasks.result import TrainingResult, result_json
@@ -160,7 +161,8 @@ def _print_one_line(e: Exception, verbosity: int = 1) -> None:
     if found is None or verbosity > 0:
         _print_traceback(e, verbosity)
         return
-    print(f"ml8s: {found.code}: {found.message}", file=sys.stderr)  # str() holds what flytekit prepended
+    # str() holds what flytekit prepended; the CLI's printer escapes what a key or file name put in the message
+    print_error(f"ml8s: {found.code}: {found.message}")
 
 
 class _StdoutForOutputOnly(types.ModuleType):

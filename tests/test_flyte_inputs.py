@@ -20,6 +20,7 @@ import pytest
 from conftest import write_small_churn
 from forked_cli import forked_pyflyte
 
+from ml8s.errors import StoreError
 from ml8s.pipeline.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
@@ -178,6 +179,17 @@ def test_an_inputs_file_value_that_is_no_scalar_is_refused(value: object, kind: 
     assert _words({"epochs": 3, "test_size": 0.25, "standardize": False, "model_type": "mlp", "warm_start": None}) == [
         *("--epochs", "3", "--test_size", "0.25", "--standardize", "false", "--model_type", "mlp")
     ]
+
+
+def test_an_ml8s_error_from_a_task_reaches_the_terminal_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """pyflyte's one line for an ml8s error (``ml8s: CODE: message``) wrote the message as it was: a store key
+    holding an escape sequence and a carriage return cleared the terminal and wrote over the line."""
+    from tasks.pyflyte_cli import _print_one_line
+
+    wrapped = RuntimeError("flytekit's wrapping")  # a task's exception reaches pyflyte wrapped
+    wrapped.__cause__ = StoreError("s3://b/runs/a\x1b[2Jb\rc does not exist")
+    _print_one_line(wrapped, verbosity=0)
+    assert capsys.readouterr().err == "ml8s: STORE_ERROR: s3://b/runs/a\\x1b[2Jb\\rc does not exist\n"
 
 
 def test_an_inputs_file_list_is_one_usage_error(case: Case, tmp_path: Path) -> None:
