@@ -114,6 +114,40 @@ def test_a_trickled_answer_fails_at_the_deadline_after_the_retries(
     assert any("attempt 1 of 2 failed (no complete answer within 1 s); trying again" in line for line in said), said
 
 
+@pytest.mark.parametrize("op", ["GET", "HEAD"])
+def test_botocores_retries_and_the_late_ones_share_aws_max_attempts(op: str) -> None:
+    """botocore retried a failed try (a 503, a 30 s read timeout) inside each try the deadline gave, and a late try
+    was tried again with a fresh count of its own: a hung endpoint got AWS_MAX_ATTEMPTS x AWS_MAX_ATTEMPTS tries,
+    up to AWS_MAX_ATTEMPTS x the deadline (20 x 300 s where the tries allowed 20 x 35 s), and an abandoned try
+    went on trying after the command had failed. Here the first try is a 503 and the next hangs: 2 tries in all."""
+    seen: list[str] = []
+    stop = threading.Event()
+
+    class Handler(QuietHandler):
+        def answer(self) -> None:
+            seen.append(f"{self.command} {self.path}")
+            if len(seen) == 1:
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            stop.wait(60)  # accepted, never answered (until the test ends: then closed, a retryable failure)
+            self.close_connection = True
+
+        do_GET = do_HEAD = answer
+
+    with loopback_server(Handler) as url:
+        try:
+            with pytest.raises(StoreUnavailableError, match=r"within the request deadline of 1 s .* in 2 attempt"):
+                ACTIONS[op](_store(url))
+        finally:
+            stop.set()
+        waited = time.monotonic() + 60  # a hang guard: the abandoned try ends once its connection is closed
+        while any(t.name == "ml8s-s3-request" for t in threading.enumerate()) and time.monotonic() < waited:
+            time.sleep(0.05)
+    assert len(seen) == 2, seen
+
+
 def test_a_large_honest_download_is_not_cut_by_the_deadline() -> None:
     """12 MiB at 4 MiB/s takes 3 s, past a 2 s deadline: the allowance grows by 1 s per MiB received (the margin,
     2 s and more, leaves room for a loaded machine's pauses)."""

@@ -9,7 +9,8 @@ integrity errors, which another attempt cannot fix.
 Waits are bounded and never silent: an attempt still running after ``report_after_s`` (a hung
 endpoint) and every store error retried say so in one line naming the store's endpoint (stderr by
 default), and no attempt starts after ``deadline_s``: CommitDeadlineError. A single request that hangs
-is bounded by the S3 client's connect/read timeouts (ml8s/store/s3.py), not by this loop.
+is bounded by the S3 client (ml8s/store/s3: AWS_MAX_ATTEMPTS tries, each within its timeouts and deadline), not
+by this loop.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from ml8s.errors import (
     without_credentials,
 )
 from ml8s.store.base import Store
-from ml8s.store.s3.deadline import VARIABLE, Late, request_deadline, within
+from ml8s.store.s3.clients import Clients
+from ml8s.store.s3.deadline import VARIABLE, Late, request_deadline, running_job, within
 from ml8s.text import is_digits, quoted
 
 if TYPE_CHECKING:
@@ -50,13 +51,13 @@ _T = TypeVar("_T")
 
 
 class S3Base(Store):
-    """What every S3 operation needs: the bucket and prefix, two boto3 clients, key mapping, error mapping.
+    """What every S3 operation needs: the bucket and prefix, boto3 clients (.clients), key mapping, error mapping.
 
     Read once from ``env`` (default ``os.environ``): ``AWS_ENDPOINT_URL`` (else ``FLYTE_AWS_ENDPOINT``; when
     set, path-style addressing), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (else ``FLYTE_AWS_*``; else
     boto3's credential chain), ``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION`` (default
-    us-east-1), ``AWS_MAX_ATTEMPTS`` (default 4, for idempotent requests), ``ML8S_S3_REQUEST_DEADLINE``
-    (default 300 s, each request's total time: :mod:`ml8s.store.s3.deadline`).
+    us-east-1), ``AWS_MAX_ATTEMPTS`` (default 4 tries of an idempotent request, botocore's retries included),
+    ``ML8S_S3_REQUEST_DEADLINE`` (default 300 s, each try's total time: :mod:`ml8s.store.s3.deadline`).
     """
 
     def __init__(
@@ -100,17 +101,18 @@ class S3Base(Store):
             retries={"mode": "standard", "total_max_attempts": self.attempts},
             request_checksum_calculation="when_required",  # we send our own sha256: no CRC32 trailers
         )
-        self._client: S3Client = session.client("s3", endpoint_url=endpoint, config=config)
-        once = config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))  # see _conditional_put
-        self._once: S3Client = session.client("s3", endpoint_url=endpoint, config=once)
+        # botocore retries in silence (a hung endpoint: AWS_MAX_ATTEMPTS x 30 s); each failed attempt is said
+        said, hook = self._say_failed_attempt, _no_region_redirects if endpoint else None
+        self._clients = Clients(session, endpoint, config, self.attempts, on_retry=said, on_build=hook)
+        self._once = self._clients.with_tries(1)  # see _conditional_put
         # shown in every error and warning: a user:password in AWS_ENDPOINT_URL stays out of them, whatever
         # handler (not only ml8s's scrubbing one) the warnings reach
-        self.endpoint = without_credentials(self._client.meta.endpoint_url)
-        # botocore retries in silence (a hung endpoint: AWS_MAX_ATTEMPTS x 30 s); each failed attempt is said
-        self._client.meta.events.register("needs-retry.s3", self._say_failed_attempt)
-        if endpoint:
-            for client in (self._client, self._once):
-                client.meta.events.register_last("before-parameter-build.s3", _no_region_redirects)
+        self.endpoint = without_credentials(self._once.meta.endpoint_url)
+
+    @property
+    def _client(self) -> S3Client:
+        """The client for the request running on this thread: its botocore retries stop at the tries it has left."""
+        return self._clients.running()
 
     def _say_failed_attempt(
         self, attempts: int, caught_exception: Exception | None = None, response: object = None, **kwargs: object
@@ -124,21 +126,28 @@ class S3Base(Store):
             if status < 500 and code not in _SLOW:
                 return  # an answer (2xx, or a 4xx that is not retried): nothing to say
             why = f"HTTP {status} {code if code != str(status) else ''}".rstrip()
-        self._say(getattr(kwargs.get("operation"), "name", "request"), attempts, self.attempts, why)
+        if (job := running_job()) is not None and job.abandoned:  # given up, and said so, already
+            return
+        # numbered among the whole request's tries
+        number, tries = (job.first - 1 + attempts, job.first - 1 + job.limit) if job else (attempts, self.attempts)
+        self._say(getattr(kwargs.get("operation"), "name", "request"), number, tries, why)
 
     def _say(self, operation: str, attempt: int, tries: int, why: str) -> None:
         more = "; trying again" if attempt < tries else ""
         log.warning("S3 %s at %s: attempt %d of %d failed (%s)%s", operation, self.endpoint, attempt, tries, why, more)
 
     def _bounded(self, op: str, key: str, call: Callable[[], _T], *, sent: int = 0, tries: int | None = None) -> _T:
-        """``call()``, one boto3 request, within the request deadline (:mod:`.deadline`); a late one is tried again
-        up to AWS_MAX_ATTEMPTS times (``tries``: 1 for a request never repeated blindly). ``sent``: bytes it sends."""
+        """``call()``, one boto3 request, within the request deadline (:mod:`.deadline`); a late one is tried again:
+        AWS_MAX_ATTEMPTS tries with botocore's (``tries``: 1 for a request never repeated blindly); ``sent``: bytes."""
         tries = self.attempts if tries is None else tries
-        for attempt in range(1, tries + 1):
+        used = 0
+        while used < tries:
+            job = self._clients.job(first=used + 1, limit=tries - used)
             try:
-                return within(lambda _: call(), seconds=self.deadline, sent=sent)
+                return within(lambda _: call(), seconds=self.deadline, sent=sent, job=job)
             except Late as late:
-                self._say(op, attempt, tries, str(late))
+                used += job.used
+                self._say(op, used, tries, str(late))
         raise self._late(op, key, tries)
 
     def _late(self, op: str, key: str, tries: int) -> StoreUnavailableError:

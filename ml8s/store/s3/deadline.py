@@ -12,10 +12,18 @@ Scaled by size, not flat, so that no honest transfer is cut however large: a dow
 deadline. The bytes counted are those sent (known before sending) and those received so far (a GET's body),
 never a size the server announces, which a hostile server would inflate.
 
+A late request is tried again, and botocore retries a failed one (a timeout, a 5xx): both draw on one count,
+AWS_MAX_ATTEMPTS tries for the request. Each :class:`Job` may make the tries the request has left, botocore's
+retries included (its client's, :mod:`.clients`; :func:`count_attempt` counts them): when each layer had its
+own count, a hung endpoint (it accepts and never answers) took up to AWS_MAX_ATTEMPTS x AWS_MAX_ATTEMPTS tries,
+each a 30 s read timeout, and up to AWS_MAX_ATTEMPTS x the deadline (20 x 300 s, where the tries allowed
+20 x 35 s). Now a request ends within AWS_MAX_ATTEMPTS tries, each at most the 5 s connect and 30 s read
+timeouts or the deadline, whichever ends first, plus botocore's back-off between them.
+
 An abandoned request cannot be cancelled: its thread (a daemon) ends when its read does (the endpoint sends
-enough, closes, or is silent for the 30 s read timeout), and whatever it got is dropped: it writes nothing
-(``Job.guard``) once the caller has taken its buffer back to try again. Closing its body from the caller would
-wait for that read too (the buffered reader's lock), so it is left alone.
+enough, closes, or is silent for the 30 s read timeout), tries nothing more, and whatever it got is dropped: it
+writes nothing (``Job.guard``) once the caller has taken its buffer back to try again. Closing its body from the
+caller would wait for that read too (the buffered reader's lock), so it is left alone.
 """
 
 from __future__ import annotations
@@ -51,28 +59,61 @@ class Late(Exception):
         self.allowed = allowed
 
 
+class Abandoned(Exception):
+    """Raised on an abandoned request's thread instead of sending another try (nobody waits for its outcome)."""
+
+
 class Job:
     """One request on its thread: ``received`` counts the body bytes in so far; ``guard`` is held while they are
-    written, so a request abandoned by its caller never writes after the caller took its buffer back."""
+    written, so a request abandoned by its caller never writes after the caller took its buffer back.
 
-    def __init__(self) -> None:
+    ``first`` is the number of its first try among the request's, ``limit`` how many tries it may make (botocore's
+    retries included), ``started`` how many it has sent."""
+
+    def __init__(self, first: int = 1, limit: int = 1) -> None:
         self.received = 0
         self.guard = threading.Lock()
         self.abandoned = False
+        self.first, self.limit, self.started = first, limit, 0
 
     def abandon(self) -> None:
         with self.guard:
             self.abandoned = True
 
+    @property
+    def used(self) -> int:
+        """The tries it took: one at least (a request late before it was sent still took its time)."""
+        return max(1, self.started)
 
-def within(call: Callable[[Job], _T], *, seconds: float, sent: int) -> _T:
+
+_running = threading.local()
+
+
+def running_job() -> Job | None:
+    """The job whose thread this is (botocore's event handlers run on it), or None outside :func:`within`."""
+    job = getattr(_running, "job", None)
+    return job if isinstance(job, Job) else None
+
+
+def count_attempt(**kwargs: object) -> None:
+    """botocore's ``before-send``: one more try of the running job; an abandoned job sends none."""
+    job = running_job()
+    if job is None:
+        return
+    if job.abandoned:
+        raise Abandoned()
+    job.started += 1
+
+
+def within(call: Callable[[Job], _T], *, seconds: float, sent: int, job: Job | None = None) -> _T:
     """``call(job)`` run on its own thread, its result or its exception; :class:`Late` once it has run longer than
-    ``seconds`` + (``sent`` + the bytes it received) / ``MIN_RATE``."""
-    job, done = Job(), threading.Event()
+    ``seconds`` + (``sent`` + the bytes it received) / ``MIN_RATE``. ``job``: its tries (default: one)."""
+    job, done = job or Job(), threading.Event()
     results: list[_T] = []
     errors: list[BaseException] = []
 
     def run() -> None:
+        _running.job = job
         try:
             results.append(call(job))
         except BaseException as exc:  # handed to the caller, which raises it

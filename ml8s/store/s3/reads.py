@@ -129,22 +129,25 @@ class S3Reads(S3Base):
             request["Range"] = byte_range
         if if_match is not None:
             request["IfMatch"] = unquote(if_match)
-        for attempt in range(1, self.attempts + 1):
+        used = 0  # tries so far, botocore's retries included: AWS_MAX_ATTEMPTS in all (.deadline)
+        while True:
             out.seek(0)
             out.truncate()
+            job = self._clients.job(first=used + 1, limit=self.attempts - used)
             with self._errors("GET", key, f"version {if_match}" if if_match else ""):
                 fetch = functools.partial(self._fetch, request, key, out, max_bytes)
                 try:  # the whole answer, headers and body, within the request deadline
-                    return within(fetch, seconds=self.deadline, sent=0)
+                    return within(fetch, seconds=self.deadline, sent=0, job=job)
                 except Late as late:
-                    self._say("GetObject", attempt, self.attempts, str(late))
-                    if attempt == self.attempts:
+                    used += job.used
+                    self._say("GetObject", used, self.attempts, str(late))
+                    if used >= self.attempts:
                         raise self._late("GET", key, self.attempts) from None
                 except _BodyCut as cut:
-                    if attempt == self.attempts:
+                    used += job.used
+                    if used >= self.attempts:
                         raise cut.error from None
-            time.sleep(random.uniform(0, 0.05 * 2**attempt))
-        raise AssertionError("unreachable")
+            time.sleep(random.uniform(0, 0.05 * 2**used))
 
     def _fetch(self, request: GetObjectRequestTypeDef, key: str, out: _Sink, max_bytes: int | None, job: Job) -> str:
         """One GET into ``out``, on the request's own thread; its ETag. Nothing is written once ``job`` is
