@@ -12,6 +12,7 @@ import http.client
 import math
 import os
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -56,19 +57,45 @@ def mlflow_unanswered(uri: str, bound: float) -> str | None:
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     deadline = time.monotonic() + bound
     while True:
+        failed = _get_within(url, context, deadline)
+        if failed is None:
+            _ANSWERED.add(uri)
+            return None
+        why = failed.reason if isinstance(failed, urllib.error.URLError) else failed
+        if isinstance(why, ConnectionRefusedError) and time.monotonic() + _REFUSED_RETRY_S < deadline:
+            time.sleep(_REFUSED_RETRY_S)
+            continue
+        return f"no answer to GET {url} within {bound:g} s ({type(why).__name__}: {why})"
+
+
+def _get_within(url: str, context: ssl.SSLContext, deadline: float) -> Exception | None:
+    """``GET url`` until ``deadline``: None if the server answered (any status), else why not.
+
+    The socket timeout bounds each wait for the next bytes, not the answer: a server sending its headers a byte
+    at a time held the probe (then the command) for hours, whatever the bound. So the request runs on a thread
+    of its own (a daemon, left to end with its connection) and is waited for until the deadline only.
+    """
+    outcome: list[Exception | None] = []
+
+    def get() -> None:
         try:
             with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.01), context=context) as got:
                 got.read(1)
+            outcome.append(None)
         except urllib.error.HTTPError:
-            pass  # the server answered
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            if isinstance(why, ConnectionRefusedError) and time.monotonic() + _REFUSED_RETRY_S < deadline:
-                time.sleep(_REFUSED_RETRY_S)
-                continue
-            return f"no answer to GET {url} within {bound:g} s ({type(why).__name__}: {why})"
-        _ANSWERED.add(uri)
-        return None
+            outcome.append(None)  # the server answered
+        except Exception as exc:  # handed to the caller's thread, which says or raises it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=get, name="ml8s-mlflow-probe", daemon=True)
+    thread.start()
+    thread.join(max(deadline - time.monotonic(), 0.0))
+    if not outcome:
+        return TimeoutError("no complete answer")
+    failed = outcome[0]
+    if failed is not None and not isinstance(failed, (urllib.error.URLError, OSError, http.client.HTTPException)):
+        raise failed  # a bug of ours, as before: not an unanswered server
+    return failed
 
 
 def is_tracking_server(uri: str) -> bool:

@@ -76,6 +76,42 @@ def test_a_hung_server_fails_within_the_bound_without_its_password(hung_port: in
     assert "s3cret" not in message and "bot" not in message and "nothing was written" in message
 
 
+def test_a_server_trickling_its_answer_fails_within_the_bound() -> None:
+    """The socket timeout bounds each wait for the next bytes, not the answer: a server (a proxy) sending its
+    headers a byte every 0.1 s held the probe, then the command, for hours whatever the bound."""
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Pad: ")
+            while not stop.wait(0.1):
+                try:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                except OSError:  # the probe gave up and closed
+                    return
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url, caught = f"http://127.0.0.1:{server.server_address[1]}", []
+
+    def probe() -> None:
+        with pytest.raises(RegistryError) as raised:
+            check_tracking_reachable(_settings(url), timeout_s=0.5)
+        caught.append(str(raised.value))
+
+    asking = threading.Thread(target=probe, daemon=True)
+    asking.start()
+    asking.join(60)  # a hang guard only: without the bound on the whole answer, it waits for hours
+    stop.set()
+    server.shutdown()
+    server.server_close()
+    assert caught and f"no answer to GET {url}/health within 0.5 s (TimeoutError" in caught[0], caught
+
+
 def test_an_absent_server_fails_by_name(refused_port: int) -> None:
     with pytest.raises(RegistryError, match=r"ConnectionRefusedError"):
         check_tracking_reachable(_settings(f"https://127.0.0.1:{refused_port}/mlflow"), timeout_s=0.6)
