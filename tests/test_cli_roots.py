@@ -170,3 +170,14 @@ def test_a_multi_line_error_keeps_its_lines_and_tabs(capsys: pytest.CaptureFixtu
 
     assert guarded(fails)(argparse.Namespace()) == 1
     assert capsys.readouterr().err == f"ml8s: STORE_ERROR: two keys differ:\n  \tk1\n  \t{SHOWN}\\u202e\n"
+
+
+def test_chain_log_names_a_planted_root_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ml8s chain log` said its root had no chain, or that a chain was broken, with the root's path raw."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / PLANTED).mkdir()
+    assert main(["chain", "log", "--root", PLANTED]) == 0
+    err = capsys.readouterr().err
+    assert err == f"ml8s: no chain under file://{tmp_path}/{SHOWN}; `ml8s run` or `ml8s chain init` makes one\n"

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionLog, chain_entries
-from ml8s.cli.args import text_arg
+from ml8s.cli.args import print_error, text_arg
 from ml8s.errors import ConfigError
 from ml8s.interrupts import signals_deferred
 from ml8s.store import Store
@@ -44,10 +44,10 @@ def list_chains(store: Store, *, as_json: bool) -> int:
         print(f"{'CHAIN':<24} {'HEAD':<8} {'SEMVER':<10} BLOCK")
         for e in entries:
             print(f"{e.chain:<24} v{e.head_counter:<7} {e.head_semver:<10} {e.head_block_hash[:12]}")
-    for exc in broken:
-        print(f"ml8s: {exc} (not listed; ml8s chain verify --chain NAME reports it)", file=sys.stderr)
+    for exc in broken:  # the root's path in these lines is the user's: escaped as every error is
+        print_error(f"ml8s: {exc} (not listed; ml8s chain verify --chain NAME reports it)")
     if not entries and not broken and not as_json:
-        print(f"ml8s: no chain under {store.uri('')}; `ml8s run` or `ml8s chain init` makes one", file=sys.stderr)
+        print_error(f"ml8s: no chain under {store.uri('')}; `ml8s run` or `ml8s chain init` makes one")
     return 1 if broken else 0
 
 
