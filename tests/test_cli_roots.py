@@ -181,3 +181,12 @@ def test_chain_log_names_a_planted_root_escaped(
     assert main(["chain", "log", "--root", PLANTED]) == 0
     err = capsys.readouterr().err
     assert err == f"ml8s: no chain under file://{tmp_path}/{SHOWN}; `ml8s run` or `ml8s chain init` makes one\n"
+
+
+def test_runs_list_names_a_planted_folder_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder under ml8s_training_runs/ that is no run was named in runs list's warning raw."""
+    (tmp_path / "ml8s_training_runs" / PLANTED).mkdir(parents=True)
+    (tmp_path / "ml8s_training_runs" / PLANTED / "f").write_text("x")
+    assert main(["runs", "list", "--root", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"ml8s: warning: file://{tmp_path}/ml8s_training_runs/{SHOWN} is no run" in err and "\x1b" not in err, err

@@ -105,10 +105,11 @@ def _resolve(args: argparse.Namespace) -> int:
 
 def _runs_list(args: argparse.Namespace) -> int:
     from ml8s.ops.runs import list_root, render_runs
+    from ml8s.text import shown
 
     listing = list_root(command_root(args).open(), os.environ)  # registrations checked in MLflow
-    for uri in listing.not_runs:
-        print(f"ml8s: warning: {uri} is no run (not a RUN_ID folder of run files): not listed", file=sys.stderr)
+    for uri in listing.not_runs:  # a folder anyone with write access named: shown escaped
+        print(f"ml8s: warning: {shown(uri)} is no run (not a RUN_ID folder of run files): not listed", file=sys.stderr)
     if args.json:
         print(json.dumps([e.model_dump() for e in listing.runs], indent=2))
     else:
