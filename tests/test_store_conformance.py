@@ -357,6 +357,30 @@ def test_body_cut_short_is_fetched_again(
     assert len(calls) == 2
 
 
+def test_a_part_tried_again_after_a_late_try_has_the_tries_left(
+    s3_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part upload's call was bound to the store's first client before it was sent: a try after a late one kept
+    botocore's AWS_MAX_ATTEMPTS retries instead of the tries the request had left."""
+    monkeypatch.setattr("ml8s.store.s3.deadline.MIN_RATE", 1 << 40)  # the allowance: 1 s, whatever the part's size
+    env = {**s3_server.env(), "AWS_MAX_ATTEMPTS": "3", "ML8S_S3_REQUEST_DEADLINE": "1"}
+    store = S3Store(f"s3://{s3_server.make_bucket()}/p", env=env, multipart_threshold=5 * MiB, part_size=5 * MiB)
+    used: list[int] = []  # the tries of the client each part upload went through
+    for tries in (1, 2, 3):
+        client = store._clients.with_tries(tries)
+
+        def upload_part(real: Any = client.upload_part, tries: int = tries, **request: Any) -> Any:
+            used.append(tries)
+            if len(used) == 1:
+                time.sleep(2)  # the first try is late
+            return real(**request)
+
+        monkeypatch.setattr(client, "upload_part", upload_part)
+    data = bytes(range(256)) * (6 * MiB // 256)
+    assert store.put_atomic("k", data, tmp_key=".tmp/k").size == len(data)
+    assert used[:2] == [3, 2], used  # part 1: late, then tried with 2 tries left
+
+
 def _cut_short(size: int) -> Iterator[bytes]:
     yield b"x" * 10
     raise ResponseStreamingError(error="connection reset by peer")

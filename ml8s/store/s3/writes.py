@@ -23,6 +23,10 @@ if TYPE_CHECKING:
         CompletedMultipartUploadTypeDef,
         CompletedPartTypeDef,
         PutObjectRequestTypeDef,
+        UploadPartCopyOutputTypeDef,
+        UploadPartCopyRequestTypeDef,
+        UploadPartOutputTypeDef,
+        UploadPartRequestTypeDef,
     )
 
     class _Upload(TypedDict):
@@ -35,6 +39,14 @@ MAX_COPY = 5 * 1024 * MiB  # CopyObject's limit; larger objects are copied part 
 
 
 class S3Writes(S3Base):
+    # The running job's client, looked up on its thread when the part is sent (a partial of self._client's method
+    # would keep the first try's client, and its botocore retries, for every try after a late one).
+    def _upload_part(self, request: UploadPartRequestTypeDef) -> UploadPartOutputTypeDef:
+        return self._client.upload_part(**request)
+
+    def _upload_part_copy(self, request: UploadPartCopyRequestTypeDef) -> UploadPartCopyOutputTypeDef:
+        return self._client.upload_part_copy(**request)
+
     # -- atomic writes --------------------------------------------------------------------------
     def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
         return self._put_validated(key, tmp_key, io.BytesIO(data), len(data))
@@ -59,15 +71,17 @@ class S3Writes(S3Base):
                 while chunk := source.read(max(self.part_size, -(-size // 10_000))):
                     sha, md5 = digest.add(chunk)
                     number = len(parts) + 1
-                    send = functools.partial(
-                        self._client.upload_part,
-                        **upload,
-                        PartNumber=number,
-                        Body=chunk,
-                        ChecksumAlgorithm="SHA256",
-                        ChecksumSHA256=sha,
-                        ContentMD5=md5,
-                    )
+                    part: UploadPartRequestTypeDef = {
+                        "Bucket": upload["Bucket"],
+                        "Key": upload["Key"],
+                        "UploadId": upload["UploadId"],
+                        "PartNumber": number,
+                        "Body": chunk,
+                        "ChecksumAlgorithm": "SHA256",
+                        "ChecksumSHA256": sha,
+                        "ContentMD5": md5,
+                    }
+                    send = functools.partial(self._upload_part, part)
                     out = self._bounded("part PUT", tmp_key, send, sent=len(chunk))
                     self._etag(out.get("ETag"), "part PUT", tmp_key)  # refuses an answer without one
                     # as the server sent it (quoted): what CompleteMultipartUpload compares
@@ -107,14 +121,16 @@ class S3Writes(S3Base):
         start = 0
         with self._multipart(key, digest.size) as (upload, parts):
             for _, _, size in digest.parts:
-                copy = functools.partial(
-                    self._client.upload_part_copy,
-                    **upload,
-                    PartNumber=len(parts) + 1,
-                    CopySource={"Bucket": self.bucket, "Key": tmp},
-                    CopySourceIfMatch=etag,
-                    CopySourceRange=f"bytes={start}-{start + size - 1}",
-                )
+                request: UploadPartCopyRequestTypeDef = {
+                    "Bucket": upload["Bucket"],
+                    "Key": upload["Key"],
+                    "UploadId": upload["UploadId"],
+                    "PartNumber": len(parts) + 1,
+                    "CopySource": {"Bucket": self.bucket, "Key": tmp},
+                    "CopySourceIfMatch": etag,
+                    "CopySourceRange": f"bytes={start}-{start + size - 1}",
+                }
+                copy = functools.partial(self._upload_part_copy, request)
                 out = self._bounded("part COPY", key, copy, sent=size)["CopyPartResult"]
                 start += size
                 parts.append(_part(len(parts) + 1, out.get("ETag", ""), out.get("ChecksumSHA256")))
