@@ -277,6 +277,27 @@ def test_gc_with_a_clock_two_days_ahead_keeps_fresh_garbage(root: Path) -> None:
     assert verify_chain(open_chain(root)).ok
 
 
+def test_gc_grace_zero_keeps_a_fresh_staging_file_unless_told_no_commit_runs(root: Path) -> None:
+    """``gc --grace-hours 0 --execute`` deleted a commit in flight's staged file (that commit then failed): a
+    ``.tmp/`` object is now kept below an hour old, and said so; ``--allow-short-grace`` deletes it, audited."""
+    chain = open_chain(root)
+    chain.store.put_if_absent(chain.key(paths.TMP, "w-live"), b"staging")
+    done = gc_cli(root, "--execute", "--grace-hours", "0")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["items"] == [] and report["tmp_grace_s"] == 3600 and report["grace_s"] == 0
+    assert report["kept_recent"] == [chain.key(paths.TMP, "w-live")]
+    assert (chain_dir(root) / paths.TMP / "w-live").exists()
+    done = gc_cli(root, "--execute", "--grace-hours", "0", "--allow-short-grace")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [(i["kind"], i["deleted"]) for i in report["items"]] == [("stale_tmp", True)] and report["tmp_grace_s"] == 0
+    assert not (chain_dir(root) / paths.TMP / "w-live").exists()
+    assert [e.detail for e in open_chain(root).audit.events() if e.event == "gc_delete"] == [
+        f"stale_tmp {chain.key(paths.TMP, 'w-live')}: 7 B"
+    ]
+
+
 # -- on radosgw: no links there, but rollback-and-erase and the store's clock apply -----------------
 def test_radosgw_rolled_back_and_erased_is_kept(rgw_spec: StoreSpec) -> None:
     store = open_spec(rgw_spec)

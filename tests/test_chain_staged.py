@@ -23,11 +23,13 @@ from ml8s.chain import (
     CommitMeta,
     RetryPolicy,
     check_safetensors,
+    collect_garbage,
     commit_with_retry,
     hash_checkpoint,
     hashed_checkpoint,
     verify_chain,
 )
+from ml8s.chain.gc import TMP_GRACE_MIN_S
 from ml8s.deltas import weights_hash
 from ml8s.errors import ConfigError, IntegrityError, StoreError
 from ml8s.store import LocalStore
@@ -125,6 +127,34 @@ def test_a_delta_due_stages_nothing(tmp_path: Path) -> None:
         assert (source.staged, source.path) == (False, str(path)) and _tmp_files(chain) == []
     with hashed_checkpoint(chain, str(path), summary, 1) as (source, _):  # the interval makes it a FULL
         assert source.staged and _tmp_files(chain) != []
+
+
+def test_gc_with_grace_zero_keeps_a_commit_in_flight_s_staged_copy(tmp_path: Path) -> None:
+    """``ml8s chain gc --grace-hours 0 --execute`` while a commit sat between staging its payload and its head
+    swap deleted the staged copy: the commit then failed (STORE_ERROR, "vanished") and rolled back. A ``.tmp/``
+    object now goes only once older than TMP_GRACE_MIN_S, unless the caller says no commit is in flight."""
+    chain = ChainStore(LocalStore(str(tmp_path / "root")), "inflight")
+    chain.init()
+    path = raw_file(tmp_path / "w.safetensors", sorted(MIXED))
+    summary = check_safetensors(str(path))
+    with hashed_checkpoint(chain, str(path), summary, 1) as (source, digest):
+        assert source.staged
+        gc = collect_garbage(ChainStore(chain.store, chain.name), grace_s=0, dry_run=False)
+        assert gc.items == () and gc.tmp_grace_s == TMP_GRACE_MIN_S
+        assert os.path.exists(source.path) and [k for k in gc.kept_recent if k.startswith(chain.key(".tmp"))]
+        meta = CommitMeta(
+            run_id=source.sha256[:12],
+            full_config_hash=source.sha256,
+            artifact_root=str(path),
+            architecture=summary.architecture,
+            parameter_count=summary.parameter_count,
+        )
+        version = commit_with_retry(chain, CheckpointBuilder(source, digest, 1, lambda: None), meta, RetryPolicy())
+        assert version.counter == 1 and verify_chain(chain, payloads=True).ok
+        # the caller's word that no commit is in flight: the grace as given applies to .tmp/ too
+        forced = collect_garbage(ChainStore(chain.store, chain.name), grace_s=0, dry_run=False, allow_short_grace=True)
+        assert [i.kind for i in forced.items if i.deleted] == ["stale_tmp"] and not os.path.exists(source.path)
+    assert verify_chain(chain, payloads=True).ok
 
 
 def test_a_source_written_to_while_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

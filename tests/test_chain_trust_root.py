@@ -411,10 +411,10 @@ def test_gc_checks_the_pinned_root_like_every_reader(tmp_path: Path) -> None:
     chain.store.put_if_absent(chain.key(".tmp") + "/stale", b"x")  # garbage GC would delete
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     with pytest.raises(ChainCorruptionError) as refused:
-        collect_garbage(fresh(chain), dry_run=False, grace_s=0, trust=PINNED)
+        collect_garbage(fresh(chain), dry_run=False, grace_s=0, trust=PINNED, allow_short_grace=True)
     assert "trust_policy" in str(refused.value)  # the pre-seeded policy does not chain to the root
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
-    report = collect_garbage(fresh(chain), dry_run=True, grace_s=0)  # trust on first use: collected
+    report = collect_garbage(fresh(chain), dry_run=True, grace_s=0, allow_short_grace=True)  # trust on first use
     assert [item.kind for item in report.items] == ["stale_tmp"]
 
 

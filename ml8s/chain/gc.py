@@ -21,10 +21,10 @@ the store cannot steer it into deleting anything else. Safety, in order:
   names (evidence.py); nothing whose name is no version directory's (ml8s writes none such). What is left
   is the shape a lost race leaves: a sibling of the chain's version at
   its counter, or an incomplete directory at or below the head, which no swap can ever make the head;
-- a grace period (default 24 h) on top, on the age of a directory's newest object as the *store's*
-  clock says (Store.clock: the time the store gives an object it writes now, compared with the times it
-  gave the candidates; locally ``max(mtime, ctime)``, which backdating cannot age), so a GC host whose
-  clock is days ahead judges exactly as one whose clock is right;
+- a grace period (default 24 h) on top, for ``.tmp/`` never under TMP_GRACE_MIN_S (below), on the age of a
+  directory's newest object as the *store's* clock says (Store.clock: the time the store gives an object it
+  writes now, compared with the times it gave the candidates; locally ``max(mtime, ctime)``, which
+  backdating cannot age), so a GC host whose clock is days ahead judges exactly as one whose clock is right;
 - the head is re-read before each deletion, and a version that is (or is above) the head then is kept;
 - every deletion is audit-logged *before* it happens (a failed audit write deletes nothing);
 - block.pb is deleted first, so an interrupted deletion leaves an incomplete directory, never a
@@ -52,6 +52,12 @@ from ml8s.text import is_utf8
 from ml8s.text import shown as text_shown
 
 DEFAULT_GRACE_S = 24 * 3600.0
+# Nothing but age tells a commit's staged .tmp/ object (a checkpoint staged while hashed, an upload before its
+# move) from a crash's leftover, and deleting it fails that commit. No commit attempt starts after its retry
+# deadline (RetryPolicy.deadline_s, 120 s by default), so an hour leaves the last attempt ~58 minutes of upload.
+# Versions need no such floor: their counter keeps a commit in flight (above the head). allow_short_grace
+# lifts it, on the caller's word that no commit is in flight.
+TMP_GRACE_MIN_S = 3600.0
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 _SHOWN = 5  # irregular entries named in GcRefusedError
 
@@ -72,7 +78,8 @@ class GcItem(BaseModel):
 class GcReport(BaseModel):
     """What GC found, deleted (``dry_run=False``), kept because it is younger than ``grace_s`` by the
     store's clock (``kept_recent``), or kept whatever its age (``kept``: ``"{dir}: {why}"``).
-    ``clock_skew_s``: the local clock minus the store's (what GC did *not* use)."""
+    ``clock_skew_s``: the local clock minus the store's (what GC did *not* use); ``tmp_grace_s``: the grace
+    applied to ``.tmp/`` objects (``grace_s``, raised to TMP_GRACE_MIN_S unless ``allow_short_grace``)."""
 
     model_config = _FROZEN
 
@@ -84,6 +91,7 @@ class GcReport(BaseModel):
     bytes_freed: int
     kept: tuple[str, ...] = ()
     clock_skew_s: float = 0.0
+    tmp_grace_s: float = DEFAULT_GRACE_S
 
 
 def collect_garbage(
@@ -96,13 +104,16 @@ def collect_garbage(
     anchor: Anchor | None = None,
     local_now: float | None = None,
     trust: ReadTrust | None = None,
+    allow_short_grace: bool = False,
 ) -> GcReport:
     """Find (and unless ``dry_run``, delete) the chain's garbage; see the module docstring. ``now``: the
     store's current time (default: Store.clock, one probe object written and deleted under ``.tmp/``);
     ``local_now``: this host's, only reported (``clock_skew_s``); ``trust``: the pinned root and
-    CHAIN_REQUIRE_SIGNED, checked as every reader checks them (a chain they refuse is not collected)."""
+    CHAIN_REQUIRE_SIGNED, checked as every reader checks them (a chain they refuse is not collected);
+    ``allow_short_grace``: apply a ``grace_s`` below TMP_GRACE_MIN_S to ``.tmp/`` too (no commit is in flight)."""
     if not 0 <= grace_s < math.inf:  # NaN compares false with every age: each candidate, in-flight ones too, "old"
         raise ConfigError(f"grace period {grace_s} s: expected a finite number of seconds >= 0")
+    tmp_grace_s = grace_s if allow_short_grace else max(grace_s, TMP_GRACE_MIN_S)
     refuse_irregular(chain)
     chain.require_head()  # a chain never initialized is named as such, not reported as corrupted
     trust = trust or ReadTrust()
@@ -130,7 +141,7 @@ def collect_garbage(
         items.append(_item(name, kind, age, objects, deleted))
     for info in chain.objects(chain.key(paths.TMP)):
         age = store_now - info.changed_at
-        if age < grace_s:
+        if age < tmp_grace_s:
             recent.append(info.key)
             continue
         deleted = not dry_run and _delete_tmp(chain, info)
@@ -146,6 +157,7 @@ def collect_garbage(
         bytes_freed=sum(i.size for i in items if i.deleted),
         kept=tuple(f"{name}: {why}" for name, why in sorted(kept.items()) if name not in before.chain),
         clock_skew_s=0.0 if local_now is None else round(local_now - store_now, 3),
+        tmp_grace_s=tmp_grace_s,
     )
 
 

@@ -99,6 +99,8 @@ def register(commands: Subcommands) -> None:
     verbs.choices["anchor"].add_argument("--ttl-hours", type=float, default=24.0, help="validity (default 24)")
     verbs.choices["gc"].add_argument("--grace-hours", type=hours_arg, default=24.0, help="keep younger garbage")
     verbs.choices["gc"].add_argument("--execute", action="store_true", help="delete (default: dry run)")
+    short = "apply a --grace-hours under 1 to .tmp/ too: a commit in flight loses its staged files (none may run)"
+    verbs.choices["gc"].add_argument("--allow-short-grace", action="store_true", help=short)
     verbs.choices["gc"].add_argument(
         "--anchor",
         default=None,
@@ -231,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             anchor=load_anchor(args.anchor, settings),
             local_now=time.time(),
             trust=trust,
+            allow_short_grace=args.allow_short_grace,
         )
         _print(gc.model_dump(mode="json"))
     else:
