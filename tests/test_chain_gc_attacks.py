@@ -150,10 +150,11 @@ def test_a_name_that_is_no_utf8_refuses_not_crashes(root: Path, where: str) -> N
     assert os.path.exists(path)
 
 
-@pytest.mark.parametrize("grace", ["nan", "-1"])
+@pytest.mark.parametrize("grace", ["nan", "-1", "1e308"])
 def test_a_grace_period_that_is_nan_or_negative_deletes_nothing(root: Path, grace: str) -> None:
     """NaN compares false with every age: ``--grace-hours nan --execute`` deleted a commit's upload written a
-    moment before, as garbage (and printed "grace_s": NaN, no JSON)."""
+    moment before, as garbage (and printed "grace_s": NaN, no JSON). ``--grace-hours 1e308`` passed as finite
+    hours and failed later as "grace period inf s", a value the user never gave: now a usage error too."""
     upload = chain_dir(root) / paths.TMP / "upload-in-flight"
     upload.parent.mkdir(exist_ok=True)
     upload.write_bytes(b"x")

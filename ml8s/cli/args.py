@@ -47,7 +47,7 @@ def hours_arg(text: str) -> float:
         hours = float(text)
     except ValueError:
         hours = math.nan
-    if not 0 <= hours < math.inf:
+    if not 0 <= hours * 3600 < math.inf:  # 1e308 hours is finite, its seconds are not
         raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of hours >= 0")
     return hours
 
