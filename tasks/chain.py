@@ -40,7 +40,7 @@ def commit_to_chain(run: RunContext, decision: GateDecision, manifest: str) -> T
     # the aliases moved, is healed by its re-run
     from ml8s.registry.alias import converge_aliases
 
-    converge_aliases(run, store, manifest)
+    converge_aliases(run, store)
     Deck("run", render_overview_html(collect_overview(run, store, decision, commit)))
     print(summary_line(manifest), file=sys.stderr)  # the run's last line: what it scored, which version, where
     return training_result(run, store, manifest, commit)

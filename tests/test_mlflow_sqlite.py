@@ -310,3 +310,27 @@ def test_an_early_exit_whose_registry_cannot_be_read_returns_the_run_and_says_so
         warned.startswith("MLflow aliases of 'ml8s-model' not brought in line with chain 'ml8s-model'")
         and said in warned
     )
+
+
+def test_a_server_view_finds_the_version_of_a_run_by_its_hash_not_by_the_number_its_manifest_recorded(
+    completed: Completed, tmp_path: Path
+) -> None:
+    """A server's registry recreated or restored (REGISTRY_REPLACED): the number a run's manifest recorded now
+    belongs to another run's version. The view of a tracking server took that number for the run's version
+    without asking, so the early exit pointed ``@head`` at the other run's model; it now finds the version by
+    FULL_CONFIG_HASH, as the sqlite view does (the client's view is read here through a sqlite URI)."""
+    from ml8s.registry.alias_view import _ClientView
+    from ml8s.registry.mlflow_model import registry_resolves_with
+
+    shutil.copy(completed.root / "mlflow.db", tmp_path / "mlflow.db")
+    uri, name = f"sqlite:///{tmp_path / 'mlflow.db'}", completed.mlflow["model_name"]
+    client = MlflowClient(tracking_uri=uri)
+    ours = client.get_model_version(name, completed.mlflow["model_version"])
+    with registry_resolves_with(uri):  # another run's version, holding the number the manifest recorded
+        other = client.create_model_version(
+            name, source=ours.source, run_id=ours.run_id, model_id=ours.model_id, tags={"full_config_hash": "cd" * 32}
+        )
+    ours_hash = ours.tags["full_config_hash"]
+    view = _ClientView(uri, name)  # before: also given (ours_hash, str(other.version)), the manifest's record
+    assert view.version_of(ours_hash) == str(ours.version)
+    assert view.version_of("cd" * 32) == str(other.version)

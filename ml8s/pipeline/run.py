@@ -70,7 +70,7 @@ def _run(ctx: RunContext) -> str:
     decision = gate(ctx, store)
     if decision.completed:
         promote(ctx, store, chain_commit(ctx, store))  # idempotent: heals a crash between the marker and the commit
-        _converge_aliases(ctx, store, decision.manifest)  # and one between the commit or decision and MLflow
+        _converge_aliases(ctx, store)  # and one between the commit or decision and MLflow
         return decision.manifest
     check_writable_root(ctx.settings)  # before the first write; a completed run reads only (a read-only root)
     check_tracking_reachable(ctx.settings)  # an absent MLflow server fails now, not after training
@@ -122,11 +122,11 @@ def _run(ctx: RunContext) -> str:
         publish.publish(ctx, store, publish.local_files(exported, publish.exported(spec.params.model_format)))
     manifest = finalize(ctx, store, register(ctx, store), decision)
     promote(ctx, store, chain_commit(ctx, store))
-    _converge_aliases(ctx, store, manifest)
+    _converge_aliases(ctx, store)
     return manifest
 
 
-def _converge_aliases(ctx: RunContext, store: Store, manifest: str) -> None:
+def _converge_aliases(ctx: RunContext, store: Store) -> None:
     from ml8s.registry.alias import converge_aliases  # imports MLflow only for a write or a non-sqlite registry
 
-    converge_aliases(ctx, store, manifest)
+    converge_aliases(ctx, store)

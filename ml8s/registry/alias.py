@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionLog
 from ml8s.context.run import RunContext
-from ml8s.contract import Manifest
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
@@ -48,7 +47,7 @@ class AliasMove(BaseModel):
         return f"alias {self.alias!r}: {was} -> version {self.version} (chain v{self.chain_counter})"
 
 
-def converge_aliases(ctx: RunContext, store: Store, manifest_text: str) -> list[AliasMove]:
+def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
     """Point ``head`` at the MLflow version of the chain's head and ``promoted`` at that of the served version,
     where they point elsewhere or nowhere; returns the moves made (none: they agreed, or MLflow is not configured).
 
@@ -67,7 +66,7 @@ def converge_aliases(ctx: RunContext, store: Store, manifest_text: str) -> list[
         targets[PROMOTED_ALIAS] = served
     done: list[AliasMove] = []
     try:
-        moves = _stale(ctx, uri, manifest_text, targets)
+        moves = _stale(ctx, uri, targets)
         if moves:
             _set(uri, name, moves, done)
     except (RegistryError, ConfigError) as exc:
@@ -83,13 +82,8 @@ def converge_aliases(ctx: RunContext, store: Store, manifest_text: str) -> list[
     return done
 
 
-def _stale(ctx: RunContext, uri: str, manifest_text: str, targets: dict[str, ChainVersion]) -> list[AliasMove]:
-    recorded = Manifest.model_validate_json(manifest_text).mlflow
-    name = ctx.settings.mlflow_model_name
-    own = ("", "")
-    if recorded.get("model_name") == name and recorded.get("tracking_uri") == public_tracking_uri(uri):
-        own = (ctx.identity.full_config_hash, recorded.get("model_version", ""))
-    view = open_view(uri, name, own)
+def _stale(ctx: RunContext, uri: str, targets: dict[str, ChainVersion]) -> list[AliasMove]:
+    view = open_view(uri, ctx.settings.mlflow_model_name)
     if view is None:  # a sqlite:/// registry that does not exist: nothing to point, nothing created
         return []
     current = view.aliases()

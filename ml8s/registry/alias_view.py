@@ -2,8 +2,8 @@
 
 Read on every run's last step, the gate's early exit included, which must stay about as cheap as starting the
 run: a ``sqlite:///`` registry is read with ``sqlite3``, read-only, without importing MLflow (seconds); any other
-tracking URI through MLflow's client, one ``get_registered_model`` and, only for a run other than this one, one
-search by FULL_CONFIG_HASH. Nothing here writes, and a ``sqlite:///`` file that does not exist is not created.
+tracking URI through MLflow's client, one ``get_registered_model`` and one search by FULL_CONFIG_HASH per version
+asked for. Nothing here writes, and a ``sqlite:///`` file that does not exist is not created.
 """
 
 from __future__ import annotations
@@ -40,11 +40,8 @@ class AliasView(Protocol):
         ...
 
 
-def open_view(uri: str, model_name: str, own: tuple[str, str]) -> AliasView | None:
+def open_view(uri: str, model_name: str) -> AliasView | None:
     """The view of ``model_name`` in the registry at ``uri``; None for a ``sqlite:///`` file that does not exist.
-
-    ``own`` is (full_config_hash, version) of the run at hand as its manifest records it in this registry
-    (("", "") when it names another): the version a server is not asked for.
 
     Raises:
         RegistryError: the registry cannot be read (unreachable, locked, damaged).
@@ -52,7 +49,7 @@ def open_view(uri: str, model_name: str, own: tuple[str, str]) -> AliasView | No
     path = sqlite_path(uri)
     if path:
         return _SqliteView(path, model_name) if os.path.isfile(path) else None
-    return _ClientView(uri, model_name, own)
+    return _ClientView(uri, model_name)
 
 
 class _SqliteView:
@@ -78,9 +75,10 @@ class _SqliteView:
 
 
 class _ClientView:
-    def __init__(self, uri: str, model_name: str, own: tuple[str, str]) -> None:
+    def __init__(self, uri: str, model_name: str) -> None:
         require_answer(uri)  # an absent server fails in seconds, not after MLflow's minutes of retries
-        self.uri, self.model_name, self.own = uri, model_name, own
+        self.uri, self.model_name = uri, model_name
+        self.found: dict[str, str | None] = {}  # head and promoted are often one version: asked for once
         self.where = f"MLflow at {public_tracking_uri(uri)}, model {model_name!r}"
         with registry_errors(self.where):
             from mlflow import MlflowClient
@@ -102,8 +100,10 @@ class _ClientView:
     def version_of(self, full_config_hash: str) -> str | None:
         from ml8s.registry.query import versions_of_hash
 
-        if self.own[1] and self.own[0] == full_config_hash:
-            return self.own[1]
-        with registry_errors(self.where):
-            found = versions_of_hash(self.client, self.model_name, full_config_hash)
-        return str(found[0].version) if found else None
+        # Never the number a run's manifest recorded: a registry recreated or restored since (REGISTRY_REPLACED)
+        # gives that number to another run's version, or none (deleted)
+        if full_config_hash not in self.found:
+            with registry_errors(self.where):
+                found = versions_of_hash(self.client, self.model_name, full_config_hash)
+            self.found[full_config_hash] = str(found[0].version) if found else None
+        return self.found[full_config_hash]
