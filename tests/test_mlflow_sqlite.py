@@ -334,3 +334,31 @@ def test_a_server_view_finds_the_version_of_a_run_by_its_hash_not_by_the_number_
     view = _ClientView(uri, name)  # before: also given (ours_hash, str(other.version)), the manifest's record
     assert view.version_of(ours_hash) == str(ours.version)
     assert view.version_of("cd" * 32) == str(other.version)
+
+
+def test_an_early_exit_never_upgrades_an_older_mlflow_database_to_move_an_alias(
+    completed: Completed, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The registry's database was taken back to the previous MLflow schema (as an older MLflow leaves it) and its
+    ``head`` alias deleted by hand: the early exit's alias write opened MLflow's client on it, which migrates an older
+    database in place, without the backup that REGISTRY_SCHEMA_INCOMPLETE asks for. The schema is now checked
+    first: a warning naming it, the database left as it was, the run's result standing."""
+    import sqlite3
+
+    from alembic import command
+
+    from ml8s.registry.schema import _alembic_config
+
+    root = tmp_path / "root"
+    shutil.copytree(completed.root, root)
+    db = root / "mlflow.db"
+    with sqlite3.connect(db) as connection:
+        connection.execute("DELETE FROM registered_model_aliases WHERE alias = 'head'")
+    command.downgrade(_alembic_config(f"sqlite:///{db}"), "-1")
+    before = db.read_bytes()
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    with caplog.at_level(logging.WARNING, logger="ml8s"):
+        assert json.loads(run_pipeline({**env, "PIPELINE_ROOT_URI": str(root)}))["run_id"] == completed.run_id
+    (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert "is not at this MLflow's schema" in warned and "mlflow db upgrade" in warned
+    assert db.read_bytes() == before  # neither migrated nor written

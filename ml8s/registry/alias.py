@@ -27,6 +27,7 @@ from ml8s.registry.confirm import registry_errors
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.promoted_alias import PROMOTED_ALIAS
 from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
+from ml8s.registry.schema import check_schema
 from ml8s.store import Store
 
 HEAD_ALIAS = "head"
@@ -102,6 +103,7 @@ def _set(uri: str, name: str, moves: list[AliasMove], done: list[AliasMove]) -> 
     require_answer(uri)
     try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
         with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
+            check_schema(uri)  # MLflow's client would upgrade an older database in place
             with registry_errors(f"MLflow at {public_tracking_uri(uri)}"):
                 from mlflow import MlflowClient
 

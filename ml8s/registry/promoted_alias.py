@@ -15,7 +15,7 @@ from ml8s.registry.confirm import missing_database
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.query import versions_of_hash
 from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
-from ml8s.registry.schema import first_line
+from ml8s.registry.schema import check_schema, first_line
 
 PROMOTED_ALIAS = "promoted"
 
@@ -38,6 +38,7 @@ def move_promoted_alias(settings: PlatformSettings, full_config_hash: str) -> st
     require_answer(uri)
     try:  # under registration's sqlite lock, as the head alias: a run registering meanwhile holds the database
         with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
+            check_schema(uri)  # MLflow's client would upgrade an older database in place
             client = MlflowClient(tracking_uri=uri, registry_uri=uri)
             found = versions_of_hash(client, settings.mlflow_model_name, full_config_hash)
             if not found:

@@ -73,6 +73,25 @@ def ensure_schema(uri: str) -> None:
         _create(path, uri)
 
 
+def check_schema(uri: str) -> None:
+    """Check the existing database of a ``sqlite:///`` URI complete and at this MLflow's schema; never create it.
+
+    For a client about to write into a database that registration did not just check: MLflow's client adds the
+    tables it misses and runs its migrations in place on opening, so an older MLflow's database would be
+    upgraded silently (and left half-upgraded by a kill), the repair :func:`ensure_schema` refuses to make.
+
+    Raises:
+        RegistrySchemaError: the file holds an incomplete, older or newer schema.
+        RegistryError: the file is absent, or not a readable sqlite database.
+    """
+    path = sqlite_path(uri)
+    if not path:
+        return
+    if not os.path.isfile(path):
+        raise RegistryError(f"MLflow database {path} ({uri}) does not exist; expected the database to write into")
+    _check_complete(path, uri)
+
+
 def create_template(path: str) -> None:
     """Create ``path``, an empty database of this MLflow's complete schema, for ``ML8S_MLFLOW_SCHEMA_TEMPLATE``.
 
