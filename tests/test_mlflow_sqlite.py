@@ -362,3 +362,40 @@ def test_an_early_exit_never_upgrades_an_older_mlflow_database_to_move_an_alias(
     (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
     assert "is not at this MLflow's schema" in warned and "mlflow db upgrade" in warned
     assert db.read_bytes() == before  # neither migrated nor written
+
+
+def test_an_early_exit_reads_a_database_whose_writer_was_killed_mid_transaction(
+    completed: Completed, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process killed while writing the registry (an alias move, a registration) leaves a hot journal beside
+    it. The alias view opened the database read-only, which cannot roll that journal back, so every early exit
+    warned 'attempt to write a readonly database' and left ``@head`` where it was until something else wrote
+    to MLflow: for a run that is only ever re-run, for good. The view now rolls the dead transaction back, as
+    MLflow and the schema check do, and moves the alias."""
+    import sqlite3
+
+    root = tmp_path / "root"
+    shutil.copytree(completed.root, root)
+    db, name = root / "mlflow.db", completed.mlflow["model_name"]
+    with sqlite3.connect(db) as connection:  # the alias the killed writer was moving
+        connection.execute("DELETE FROM registered_model_aliases WHERE alias = 'head'")
+    killed = (
+        "import os, sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA cache_size=1')\n"
+        "c.execute('BEGIN')\n"
+        "c.execute('UPDATE model_version_tags SET value = value')\n"
+        "c.execute('CREATE TABLE spill AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n '\n"
+        "          'WHERE i < 4000) SELECT randomblob(500) AS b FROM n')\n"
+        "os._exit(9)\n"
+    )
+    subprocess.run([sys.executable, "-c", killed, str(db)], check=False)
+    assert (root / "mlflow.db-journal").stat().st_size > 0
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    with caplog.at_level(logging.INFO, logger="ml8s"):
+        run_pipeline({**env, "PIPELINE_ROOT_URI": str(root)})
+    said = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert not [line for line in said if "not brought in line" in line], said
+    aliases = MlflowClient(tracking_uri=f"sqlite:///{db}").get_registered_model(name).aliases
+    version = completed.mlflow["model_version"]
+    assert {alias: str(number) for alias, number in aliases.items()} == {"head": version, "promoted": version}

@@ -1,9 +1,10 @@
 """What the registry says now: where a registered model's aliases point, and which version a run registered.
 
 Read on every run's last step, the gate's early exit included, which must stay about as cheap as starting the
-run: a ``sqlite:///`` registry is read with ``sqlite3``, read-only, without importing MLflow (seconds); any other
+run: a ``sqlite:///`` registry is read with ``sqlite3``, without importing MLflow (seconds); any other
 tracking URI through MLflow's client, one ``get_registered_model`` and one search by FULL_CONFIG_HASH per version
-asked for. Nothing here writes, and a ``sqlite:///`` file that does not exist is not created.
+asked for. Nothing here writes (but for the rollback of a killed writer's transaction, as any sqlite client that
+opens the file does), and a ``sqlite:///`` file that does not exist is not created.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ class _SqliteView:
 
     def _rows(self, sql: str, parameters: tuple[str, ...]) -> list[tuple[object, ...]]:
         try:
-            connection = sqlite3.connect(f"file:{quote(os.path.abspath(self.path))}?mode=ro", uri=True, timeout=5)
+            # mode=rw, not ro: a writer killed mid-transaction (an alias move, a registration) leaves a hot journal
+            # that only a connection able to write rolls back; read-only, every later early exit failed on it
+            # and the alias stayed stale. The rollback restores what was committed; rw never creates the file.
+            connection = sqlite3.connect(f"file:{quote(os.path.abspath(self.path))}?mode=rw", uri=True, timeout=5)
             try:
                 return connection.execute(sql, parameters).fetchall()
             finally:
