@@ -31,7 +31,7 @@ from ml8s.chain import ChainStore
 from ml8s.cli.args import guarded
 from ml8s.contract import layout
 from ml8s.data.fingerprint import fingerprint_local
-from ml8s.data.settled import leave_out, young_partitions
+from ml8s.data.settled import leave_out, why_young, young_partitions
 from ml8s.data.sources import restrict
 from ml8s.errors import DataError, RecordsAppendError, StoreError
 from ml8s.interrupts import Interrupted, signals_deferred, stopping_on_signals
@@ -244,14 +244,37 @@ def test_a_partition_holding_a_young_file_is_left_out_whole(tmp_path: Path) -> N
     os.utime(folder / "part-1.csv", (4500.0, 4500.0))
     fingerprint = fingerprint_local(str(tmp_path))
     young = young_partitions(fingerprint, 3600, now=6000.0)
-    assert young == {"2026-11-24"}
+    assert young == {"2026-11-24": 1500.0}  # its newest file's age
     assert leave_out(fingerprint, young, 3600) == restrict(fingerprint, ["gen-000.csv"])
-    assert young_partitions(fingerprint, 0, now=6000.0) == set()
-    assert young_partitions(fingerprint, 3600, now=8200.0) == set()  # settled since
+    assert young_partitions(fingerprint, 0, now=6000.0) == {}
+    assert young_partitions(fingerprint, 3600, now=8200.0) == {}  # settled since
     everything = young_partitions(fingerprint, 3600, now=4500.0)
     with pytest.raises(DataError) as caught:
         leave_out(fingerprint, everything, 3600)
     assert "DATA_QUIET_SECONDS=3600 s ago (2026-11-24, gen-000.csv): still being written" in caught.value.message
+
+
+def test_a_file_modified_ahead_of_this_machine_s_clock_is_said_to_be_so(tmp_path: Path) -> None:
+    """A file stamped ahead of this machine's clock (a producer's clock ahead) is left out until DATA_QUIET_SECONDS
+    after its time, as a file being written; the run log and the error said 'modified less than 3600 s ago (still
+    being written)' and 'run again later' for a file stamped a year ahead, which no later run for a year takes."""
+    (tmp_path / "gen-000.csv").write_text("x,y\n1,a\n")
+    os.utime(tmp_path / "gen-000.csv", (6000.0 + 365 * 86400, 6000.0 + 365 * 86400))
+    fingerprint = fingerprint_local(str(tmp_path))
+    young = young_partitions(fingerprint, 3600, now=6000.0)
+    assert young == {"gen-000.csv": -365 * 86400.0}
+    assert why_young(young["gen-000.csv"], 3600) == (
+        "it holds a file modified 31536000 s after this machine's time (a clock ahead, the producer's or this "
+        "one's; check both): it counts as still being written until DATA_QUIET_SECONDS=3600 s after that time"
+    )
+    assert why_young(5.0, 3600) == (
+        "it holds a file modified less than DATA_QUIET_SECONDS=3600 s ago (still being written)"
+    )
+    with pytest.raises(DataError) as caught:
+        leave_out(fingerprint, young, 3600)
+    assert "(gen-000.csv): still being written; gen-000.csv by 31536000 s ahead of this machine's time" in (
+        caught.value.message
+    )
 
 
 @pytest.mark.parametrize("change", [{"RANDOM_SEED": "7"}, {"TEST_SIZE": "0.3"}], ids=["seed", "test-size"])

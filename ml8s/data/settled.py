@@ -12,7 +12,7 @@ generation of the lineage holds stays in whatever its age (its files are checked
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Mapping
 
 from ml8s.data.fingerprint import Fingerprint
 from ml8s.data.sources import restrict
@@ -20,37 +20,62 @@ from ml8s.errors import DataError, StoreError
 from ml8s.store import open_store
 
 
-def young_partitions(fingerprint: Fingerprint, quiet_seconds: int, now: float) -> frozenset[str]:
+def young_partitions(fingerprint: Fingerprint, quiet_seconds: int, now: float) -> dict[str, float]:
     """The partitions holding a file modified less than ``quiet_seconds`` before ``now`` (its listing's
-    modification time: mtime on a disk, LastModified on S3). Called after the fingerprint was taken: a file
-    written to since its bytes were hashed is young here."""
+    modification time: mtime on a disk, LastModified on S3), each with the age of its newest file in seconds:
+    negative where that time is after ``now`` (a clock ahead, the producer's or this machine's; such a file
+    counts as being written until ``quiet_seconds`` after its time). Called after the fingerprint was taken: a
+    file written to since its bytes were hashed is young here."""
     if quiet_seconds <= 0:
-        return frozenset()
+        return {}
     modified = _modified(fingerprint)
     if modified is None:
-        return frozenset()
-    return frozenset(
-        partition(entry.relative_path)
-        for entry in fingerprint.entries
+        return {}
+    young: dict[str, float] = {}
+    for entry in fingerprint.entries:
         # a file gone since it was hashed is young: the next run sees what replaced it
-        if now - modified.get(entry.relative_path, now) < quiet_seconds
-    )
+        age = now - modified.get(entry.relative_path, now)
+        if age < quiet_seconds:
+            key = partition(entry.relative_path)
+            young[key] = min(age, young.get(key, age))
+    return young
 
 
-def leave_out(fingerprint: Fingerprint, partitions: Collection[str], quiet_seconds: int) -> Fingerprint:
-    """The fingerprint without ``partitions`` (young ones, still being written).
+def why_young(age: float, quiet_seconds: int) -> str:
+    """Why a partition whose newest file is ``age`` seconds old is left out. A time ahead of this machine's clock
+    was told as 'modified less than N s ago (still being written)', whatever how far ahead: a file stamped a year
+    ahead was left out for a year, and every run said to run again later."""
+    if age < 0:
+        return (
+            f"it holds a file modified {-age:.0f} s after this machine's time (a clock ahead, the producer's or this "
+            f"one's; check both): it counts as still being written until DATA_QUIET_SECONDS={quiet_seconds} s "
+            "after that time"
+        )
+    return f"it holds a file modified less than DATA_QUIET_SECONDS={quiet_seconds} s ago (still being written)"
+
+
+def leave_out(fingerprint: Fingerprint, young: Mapping[str, float], quiet_seconds: int) -> Fingerprint:
+    """The fingerprint without the ``young`` partitions (:func:`young_partitions`: still being written).
 
     Raises:
         DataError: nothing is left: every partition of DATA_ROOT is still being written.
     """
-    if not partitions:
+    if not young:
         return fingerprint
-    kept = [entry.relative_path for entry in fingerprint.entries if partition(entry.relative_path) not in partitions]
+    kept = [entry.relative_path for entry in fingerprint.entries if partition(entry.relative_path) not in young]
     if not kept:
+        ahead = {name: -age for name, age in young.items() if age < 0}
+        clock = (
+            f"; {', '.join(f'{name} by {ahead[name]:.0f} s' for name in sorted(ahead)[:3])} ahead of this machine's "
+            "time (a clock ahead, the producer's or this one's: check both; such a file waits until "
+            "DATA_QUIET_SECONDS after its time)"
+            if ahead
+            else ""
+        )
         raise DataError(
             f"DATA_ROOT {fingerprint.data_root}: every top-level file or folder holds a file modified less than "
-            f"DATA_QUIET_SECONDS={quiet_seconds} s ago ({', '.join(sorted(partitions)[:3])}): still being written; "
-            "expected a partition left alone that long (run again later)"
+            f"DATA_QUIET_SECONDS={quiet_seconds} s ago ({', '.join(sorted(young)[:3])}): still being written"
+            f"{clock}; expected a partition left alone that long (run again later)"
         )
     return restrict(fingerprint, kept)
 

@@ -8,7 +8,7 @@ parent trained on is a one-line named error, and nothing is written.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -76,7 +76,7 @@ def resolve_warm_start(
     fingerprint: Fingerprint,
     *,
     retrain: bool = False,
-    young: frozenset[str] = frozenset(),
+    young: Mapping[str, float] | None = None,
 ) -> tuple[CanonicalConfig, LineagePlan | None, Fingerprint]:
     """The canonical config with ``warm_start`` resolved to the parent's content hash, the plan, and the
     fingerprint of the data the run takes: without the ``young`` partitions (still being written,
@@ -91,6 +91,7 @@ def resolve_warm_start(
         LineageError: the parent has no training state, or the config does not continue its model.
         LineageDataError: DATA_ROOT lost or changed a file the parent trained on.
     """
+    young = young or {}
     request = config.get("warm_start")
     if request is None:
         return config, None, leave_out(fingerprint, young, settings.data_quiet_seconds)
@@ -269,7 +270,7 @@ def _with_cold_files(state: TrainingState, chain: ChainStore, parent: ChainVersi
 
 
 def _generations(
-    state: TrainingState, entries: list[FileEntry], where: str, young: frozenset[str]
+    state: TrainingState, entries: list[FileEntry], where: str, young: Collection[str]
 ) -> tuple[list[Generation], int]:
     """The parent's generations (their files still here, unchanged) plus one per new partition of DATA_ROOT that
     is not ``young`` (still being written: a later run takes it)."""

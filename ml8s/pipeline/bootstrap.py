@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 
 from ml8s import log
 from ml8s.context.run import RunContext, RunSpec
-from ml8s.data.settled import young_partitions
+from ml8s.data.settled import why_young, young_partitions
 from ml8s.data.sources import fingerprint_data, restrict
 from ml8s.errors import ConfigError, LineageError
 from ml8s.identity.hashing import compute_identity
@@ -91,7 +91,7 @@ def bootstrap(
     require_signing_key(settings, env)
     _check_apart(params.data_root, settings)
     fingerprint = fingerprint_data(params.data_root)
-    young = frozenset[str]()
+    young: dict[str, float] = {}
     if data_files is not None:
         fingerprint = restrict(fingerprint, data_files)
     else:  # after the fingerprint: a file written to since it was hashed is young
@@ -118,12 +118,9 @@ def bootstrap(
     ctx.log("bootstrap", f"full config hash {identity.full_config_hash}")
     ctx.log("bootstrap", f"data fingerprint {fingerprint.fingerprint}")
     ctx.log("bootstrap", f"artifacts at {ctx.artifact_root}")
-    for partition in sorted(young - {entry.relative_path.split("/", 1)[0] for entry in fingerprint.entries}):
-        ctx.log(
-            "bootstrap",
-            f"left out {partition}: it holds a file modified less than DATA_QUIET_SECONDS="
-            f"{settings.data_quiet_seconds} s ago (still being written); a later run takes it",
-        )
+    for partition in sorted(set(young) - {entry.relative_path.split("/", 1)[0] for entry in fingerprint.entries}):
+        why = why_young(young[partition], settings.data_quiet_seconds)
+        ctx.log("bootstrap", f"left out {partition}: {why}; a later run takes it")
     for name, value in plan_summary(plan).items():
         ctx.log("bootstrap", f"warm start: {name} {value}")
     if explicit_or_env("CHAIN_NAME", env, given) is None and settings.chain_name != settings.mlflow_model_name:
