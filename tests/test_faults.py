@@ -264,17 +264,32 @@ def test_a_file_modified_ahead_of_this_machine_s_clock_is_said_to_be_so(tmp_path
     young = young_partitions(fingerprint, 3600, now=6000.0)
     assert young == {"gen-000.csv": -365 * 86400.0}
     assert why_young(young["gen-000.csv"], 3600) == (
-        "it holds a file modified 31536000 s after this machine's time (a clock ahead, the producer's or this "
+        "holds a file modified 31536000 s after this machine's time (a clock ahead, the producer's or this "
         "one's; check both): it counts as still being written until DATA_QUIET_SECONDS=3600 s after that time"
     )
     assert why_young(5.0, 3600) == (
-        "it holds a file modified less than DATA_QUIET_SECONDS=3600 s ago (still being written)"
+        "holds a file modified less than DATA_QUIET_SECONDS=3600 s ago (still being written)"
     )
     with pytest.raises(DataError) as caught:
         leave_out(fingerprint, young, 3600)
     assert "(gen-000.csv): still being written; gen-000.csv by 31536000 s ahead of this machine's time" in (
         caught.value.message
     )
+
+
+def test_nothing_new_names_the_partition_left_out_as_still_being_written(lineage: Lineage, tmp_path: Path) -> None:
+    """A warm start whose one new partition is still being written has nothing new: another configuration than the
+    head's stopped with LINEAGE_NOTHING_NEW 'expected a new generation (a new top-level file or folder) to train
+    on' beside the one that had arrived, and no line said it was left out (the run's log is not written)."""
+    data, root = lineage.copy(tmp_path)
+    add_generation(data, 2)  # just written: young
+    proc = _ml8s(_env(data, root, WARM_START="head", DATA_QUIET_SECONDS="3600", EPOCHS="3"), "run")
+    line = _one_named_line(proc, "LINEAGE_NOTHING_NEW")
+    assert line.endswith(
+        "; new partitions left out, a run after they settle takes them: gen-002.csv (it holds a file modified less "
+        "than DATA_QUIET_SECONDS=3600 s ago (still being written))"
+    ), line
+    assert _head(root) == 2
 
 
 @pytest.mark.parametrize("change", [{"RANDOM_SEED": "7"}, {"TEST_SIZE": "0.3"}], ids=["seed", "test-size"])

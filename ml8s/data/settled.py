@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ml8s.data.fingerprint import Fingerprint
 from ml8s.data.sources import restrict
-from ml8s.errors import DataError, StoreError
+from ml8s.errors import DataError, NothingNewError, StoreError
 from ml8s.store import open_store
 
 
@@ -42,16 +42,16 @@ def young_partitions(fingerprint: Fingerprint, quiet_seconds: int, now: float) -
 
 
 def why_young(age: float, quiet_seconds: int) -> str:
-    """Why a partition whose newest file is ``age`` seconds old is left out. A time ahead of this machine's clock
-    was told as 'modified less than N s ago (still being written)', whatever how far ahead: a file stamped a year
-    ahead was left out for a year, and every run said to run again later."""
+    """Why a partition whose newest file is ``age`` seconds old is left out (it ...). A time ahead of this
+    machine's clock was told as 'modified less than N s ago (still being written)', whatever how far ahead: a file
+    stamped a year ahead was left out for a year, and every run said to run again later."""
     if age < 0:
         return (
-            f"it holds a file modified {-age:.0f} s after this machine's time (a clock ahead, the producer's or this "
+            f"holds a file modified {-age:.0f} s after this machine's time (a clock ahead, the producer's or this "
             f"one's; check both): it counts as still being written until DATA_QUIET_SECONDS={quiet_seconds} s "
             "after that time"
         )
-    return f"it holds a file modified less than DATA_QUIET_SECONDS={quiet_seconds} s ago (still being written)"
+    return f"holds a file modified less than DATA_QUIET_SECONDS={quiet_seconds} s ago (still being written)"
 
 
 def leave_out(fingerprint: Fingerprint, young: Mapping[str, float], quiet_seconds: int) -> Fingerprint:
@@ -78,6 +78,23 @@ def leave_out(fingerprint: Fingerprint, young: Mapping[str, float], quiet_second
             f"{clock}; expected a partition left alone that long (run again later)"
         )
     return restrict(fingerprint, kept)
+
+
+def still_written(
+    error: NothingNewError, young: Mapping[str, float], taken: Fingerprint, quiet_seconds: int
+) -> NothingNewError:
+    """``error`` (nothing new to train on in ``taken``) naming the new partitions left out as still being written:
+    it said only 'expected a new generation to train on' beside the one that had arrived, and the run's log, which
+    names them, is not written when bootstrap fails."""
+    held = {partition(entry.relative_path) for entry in taken.entries}
+    left = sorted(set(young) - held)
+    if not left:
+        return error
+    shown = "; ".join(f"{name} (it {why_young(young[name], quiet_seconds)})" for name in left[:3])
+    return NothingNewError(
+        f"{error.message}; new partitions left out, a run after they settle takes them: {shown}"
+        f"{f' and {len(left) - 3} more' if len(left) > 3 else ''}"
+    )
 
 
 def partition(relative_path: str) -> str:

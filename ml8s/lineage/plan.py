@@ -18,12 +18,13 @@ from ml8s.contract._parse import Invalid
 from ml8s.contract.drift import DriftReport
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.data.fingerprint import FileEntry, Fingerprint
-from ml8s.data.settled import leave_out
+from ml8s.data.settled import leave_out, still_written
 from ml8s.data.sources import restrict
 from ml8s.errors import (
     GenerationMissingError,
     LineageDataError,
     LineageError,
+    NothingNewError,
     RecordsExtraBytesError,
     RecordsTruncatedError,
     StaleParentError,
@@ -118,7 +119,10 @@ def resolve_warm_start(
     generations, new = _generations(state, list(fingerprint.entries), where, young)
     fingerprint = restrict(fingerprint, [token.rsplit(":", 2)[0] for g in generations for token in g.files])
     if new == 0 and text_of(request) == "head":  # the head trained on all of it: its run again, or nothing
-        rerun = rerun_of_head(config, settings, fingerprint, chain, parent, state, _resolved, retrain)
+        try:
+            rerun = rerun_of_head(config, settings, fingerprint, chain, parent, state, _resolved, retrain)
+        except NothingNewError as exc:  # a partition that arrived, left out, is why nothing is new: say so
+            raise still_written(exc, young, fingerprint, settings.data_quiet_seconds) from exc
         if rerun is not None:
             return (*rerun, fingerprint)
     # Here, not at the top: a run's context (RunSpec.lineage) imports this module, and a cold start or a gate

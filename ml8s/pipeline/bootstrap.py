@@ -120,7 +120,7 @@ def bootstrap(
     ctx.log("bootstrap", f"artifacts at {ctx.artifact_root}")
     for partition in sorted(set(young) - {entry.relative_path.split("/", 1)[0] for entry in fingerprint.entries}):
         why = why_young(young[partition], settings.data_quiet_seconds)
-        ctx.log("bootstrap", f"left out {partition}: {why}; a later run takes it")
+        ctx.log("bootstrap", f"left out {partition}: it {why}; a later run takes it")
     for name, value in plan_summary(plan).items():
         ctx.log("bootstrap", f"warm start: {name} {value}")
     if explicit_or_env("CHAIN_NAME", env, given) is None and settings.chain_name != settings.mlflow_model_name:
