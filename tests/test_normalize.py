@@ -114,7 +114,9 @@ def test_relative_data_root_is_made_absolute(tmp_path: object, monkeypatch: pyte
     here = os.getcwd()
     assert normalize_value(" data/ ", name="DATA_ROOT") == f"file://{here}/data"
     assert normalize_value("./data/../data", name="DATA_ROOT") == f"file://{here}/data"
-    assert normalize_value("file://data", name="DATA_ROOT") == f"file://{here}/data"
+    # ``file://data`` names the host "data", not ./data: refused, not guessed (tests/test_uri.py)
+    with pytest.raises(ConfigError, match="names the host 'data'"):
+        normalize_value("file://data", name="DATA_ROOT")
 
 
 def test_symlinks_are_not_resolved(tmp_path: os.PathLike[str]) -> None:
