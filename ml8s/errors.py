@@ -79,6 +79,12 @@ class DataDriftError(Ml8sError):
     code = "DATA_DRIFT"
 
 
+class RecordedElsewhereError(Ml8sError):
+    """A completed run's records name another pipeline root: the root was copied or moved since the run."""
+
+    code = "RECORDED_AT_ANOTHER_ROOT"
+
+
 class TrainingError(Ml8sError):
     """Training or export failed."""
 

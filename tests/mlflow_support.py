@@ -48,6 +48,14 @@ def copy_run(source_root: Path, run_id: str, target_root: Path) -> None:
     shutil.copytree(source_root / layout.run_prefix(run_id), target_root / layout.run_prefix(run_id))
 
 
+def copy_root_as_recorded_there(source_root: Path, target_root: Path) -> None:
+    """Copy a pipeline root whose runs then read as completed at ``target_root``: each run's manifest names the
+    target (a copy kept as it is names its old root, which the gate refuses: RECORDED_AT_ANOTHER_ROOT)."""
+    shutil.copytree(source_root, target_root)
+    for manifest in sorted((target_root / layout.RUNS_DIR).glob(f"*/{layout.MANIFEST}")):
+        manifest.write_text(manifest.read_text().replace(f"{source_root}/", f"{target_root}/"))
+
+
 def artifact_dir(root: Path, run_id: str) -> Path:
     return root / layout.run_prefix(run_id)
 

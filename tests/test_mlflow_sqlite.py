@@ -8,7 +8,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,7 +26,16 @@ from mlflow_predict import (
     pyfunc_predict,
     typed_frame,
 )
-from mlflow_support import MLFLOW, artifact_dir, free_port, raw_rows, stop, wait_until_answers, write_rows
+from mlflow_support import (
+    MLFLOW,
+    artifact_dir,
+    copy_root_as_recorded_there,
+    free_port,
+    raw_rows,
+    stop,
+    wait_until_answers,
+    write_rows,
+)
 
 import ml8s
 from ml8s.audit import verify_run
@@ -229,7 +237,7 @@ def test_a_rerun_moves_aliases_a_kill_left_on_another_version_back_once(
     from ml8s.registry.mlflow_model import registry_resolves_with
 
     root = tmp_path / "root"
-    shutil.copytree(completed.root, root)
+    copy_root_as_recorded_there(completed.root, root)
     db = root / "mlflow.db"
     client, name = MlflowClient(tracking_uri=f"sqlite:///{db}"), completed.mlflow["model_name"]
     ours = client.get_model_version(name, completed.mlflow["model_version"])
@@ -272,7 +280,7 @@ def test_an_early_exit_points_head_at_the_version_of_the_chain_head_not_its_own(
     from ml8s.store import LocalStore
 
     root = tmp_path / "root"
-    shutil.copytree(completed.root, root)
+    copy_root_as_recorded_there(completed.root, root)
     client, name = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}"), completed.mlflow["model_name"]
     ours, other = client.get_model_version(name, completed.mlflow["model_version"]), "ab" * 32
     with registry_resolves_with(f"sqlite:///{root / 'mlflow.db'}"):

@@ -201,7 +201,8 @@ def test_a_gate_hit_says_when_the_local_registry_it_names_is_gone(
     shutil.copytree(root, copy)
     stored = run_dir(copy, str(manifest["run_id"])) / layout.MANIFEST
     database = copy / "mlflow.db"
-    moved = json.loads(stored.read_text())
+    # as the same run completed at the copy records it (a copied manifest names its old root: refused at the gate)
+    moved = json.loads(stored.read_text().replace(f"{root.as_uri()}/", f"{copy.as_uri()}/"))
     moved["mlflow"]["tracking_uri"] = f"sqlite:///{database}"  # the copy's own database, not the fixture's
     stored.write_text(json.dumps(moved, indent=2, sort_keys=True) + "\n")
     env = {**env_for(data, copy), "ML8S_LOG_LEVEL": "WARNING"}
@@ -222,6 +223,66 @@ def test_a_gate_hit_says_when_the_local_registry_it_names_is_gone(
     assert " WARNING [gate] REGISTRY_GONE: the MLflow database " in warning, warning
     assert f"{database} that manifest.json names" in warning and "model version 1 of 'ml8s-model'" in warning
     assert "FORCE_RERUN=true" in warning
+
+
+def _checks(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:
+    return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+
+
+def test_a_copied_or_moved_root_is_refused_at_the_gate_until_forced_and_verify_names_where_it_was_recorded(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    """cp -a of a pipeline root, the same config and data run there: the gate returned the stored manifest, which
+    names the old root's files (gone after a move), and moved MLflow aliases in the old root's registry; verify
+    FAILed manifest and chain with bare mismatches. The gate now refuses (RECORDED_AT_ANOTHER_ROOT, nothing
+    written anywhere), verify says where the run was recorded, and FORCE_RERUN records it again here: the chain
+    block keeps naming where it was committed, a note of a PASS. Then the forced root moved (its old path gone)."""
+    data, root, manifest = completed
+    run_id = str(manifest["run_id"])
+    copy = tmp_path / "copied"
+    shutil.copytree(root, copy, symlinks=True)
+    before, origin = tree(copy), tree(root)
+    proc = ml8s(env_for(data, copy), "run", check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    here, there = run_dir(copy, run_id).as_uri(), run_dir(root, run_id).as_uri()
+    assert last.startswith(
+        f"ml8s: RECORDED_AT_ANOTHER_ROOT: run {run_id} at {here} is complete but was recorded at {there}: "
+    ), last
+    assert f"PIPELINE_ROOT_URI={root.as_uri()} " in last and "FORCE_RERUN=true" in last
+    assert tree(copy) == before and tree(root) == origin  # nothing written, the old root's registry included
+
+    checks = _checks(ml8s(env_for(data, copy), "verify", run_id, "--json", check=False))
+    assert [n for n, c in checks.items() if c["status"] != "PASS"] == ["manifest"]
+    assert f"recorded at another root: artifact_root is {there}; the run is at {here}" in str(checks["manifest"])
+    assert f"recorded at another root: block v1 was committed from {there}" in str(checks["chain"]["details"])
+
+    forced = json.loads(ml8s(env_for(data, copy), "run", "--force-rerun").stdout)
+    assert forced["artifact_root"] == here and forced["force_rerun"]["reproduced"] is True
+    assert forced["mlflow"]["tracking_uri"] == f"sqlite:///{copy}/mlflow.db" and tree(root) == origin
+    assert json.loads(ml8s(env_for(data, copy), "run").stdout) == forced  # the early exit is back
+    checks = _checks(ml8s(env_for(data, copy), "verify", run_id, "--json"))
+    assert {c["status"] for c in checks.values()} == {"PASS"}
+    assert f"recorded at another root: block v1 was committed from {there}" in str(checks["chain"]["details"])
+
+    moved = tmp_path / "moved"
+    copy.rename(moved)  # its registry with it: the manifest names a database that is gone
+    proc = ml8s(env_for(data, moved), "run", check=False)
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"ml8s: RECORDED_AT_ANOTHER_ROOT: run {run_id} at {run_dir(moved, run_id).as_uri()} is complete but was "
+            f"recorded at {here}: "
+        )
+    )
+    assert not copy.exists()  # no registry created where the old root was
+    checks = _checks(ml8s(env_for(data, moved), "verify", run_id, "--json", check=False))
+    assert [n for n, c in checks.items() if c["status"] != "PASS"] == ["manifest", "mlflow"]
+    assert "recorded at another root: manifest.json was written at " in str(checks["mlflow"]["reason"])
+    elsewhere = ("--mlflow-tracking-uri", f"sqlite:///{moved}/mlflow.db")  # the way out the finding names
+    checks = _checks(ml8s(env_for(data, moved), "verify", run_id, "--json", *elsewhere, check=False))
+    assert [n for n, c in checks.items() if c["status"] != "PASS"] == ["manifest"]
 
 
 def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:

@@ -29,14 +29,23 @@ def check_chain(state: RunState) -> CheckResult:
     if version is None:
         return verdict("chain", [f"run {state.run_id} is not in chain {chain.name!r} (no run index entry)"], "")
     problems: list[str] = []
+    notes: list[str] = []
     header = version.header
-    for field, want in (
-        ("run_id", state.run_id),
-        ("full_config_hash", snapshot.full_config_hash),
-        ("artifact_root", state.artifact_root),
-    ):
+    for field, want in (("run_id", state.run_id), ("full_config_hash", snapshot.full_config_hash)):
         if getattr(header, field) != want:
             problems.append(f"block v{version.counter} records {field} {getattr(header, field)!r}; expected {want!r}")
+    # A block is immutable and records where its run was committed: after the root was copied or moved (the chain
+    # with it), it names this RUN_ID's folder under the old root. Its payloads, compared below byte for byte with
+    # this run's files, say whether it holds this run's model; where it was made is a note.
+    if other := layout.other_root(header.artifact_root, state.artifact_root, state.run_id):
+        notes.append(
+            f"recorded at another root: block v{version.counter} was committed from {header.artifact_root} "
+            f"(the pipeline root was copied or moved from {other})"
+        )
+    elif header.artifact_root != state.artifact_root:
+        problems.append(
+            f"block v{version.counter} records artifact_root {header.artifact_root!r}; expected {state.artifact_root!r}"
+        )
     listed = {f.name for f in header.files}
     for name in sorted({PAYLOAD_WEIGHTS, PAYLOAD_MANIFEST} - listed):
         problems.append(f"block v{version.counter} holds no payload {name}; expected the run's weights and manifest")
@@ -60,7 +69,7 @@ def check_chain(state: RunState) -> CheckResult:
         f"run's {', '.join(sorted(listed))}; the chain verifies from genesis to head v{report.head_counter}"
         + (f", against the anchor at v{state.anchor.checkpoint.counter}" if state.anchor else "")
     )
-    return verdict("chain", problems, ok)
+    return verdict("chain", problems, ok, notes)
 
 
 def _as_chained(state: RunState, rel: str) -> str:

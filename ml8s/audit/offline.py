@@ -156,7 +156,13 @@ def manifest_problems(manifest: Manifest, snapshot: ConfigSnapshot, artifact_roo
             problems.append(
                 f"{field} is {getattr(manifest, field)!r}; config_snapshot.json says {getattr(snapshot, field)!r}"
             )
-    if manifest.artifact_root != artifact_root:
+    if other := layout.other_root(manifest.artifact_root, artifact_root, manifest.run_id):
+        problems.append(
+            f"recorded at another root: artifact_root is {manifest.artifact_root}; the run is at {artifact_root} "
+            f"(the pipeline root was copied or moved from {other}: FORCE_RERUN=true at this root writes a manifest "
+            "naming it, or verify it with --root at the root it was recorded at)"
+        )
+    elif manifest.artifact_root != artifact_root:
         problems.append(f"artifact_root is {manifest.artifact_root}; the run is at {artifact_root}")
     fmt = model_format(snapshot)
     world = world_size_of(snapshot.canonical_config)

@@ -25,6 +25,7 @@ from ml8s.audit.run_checks import (
 from ml8s.audit.shard_check import check_shards
 from ml8s.audit.state import RunState
 from ml8s.chain import Anchor
+from ml8s.contract import layout
 from ml8s.errors import ConfigError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.text import quoted
@@ -41,6 +42,13 @@ def check_mlflow(state: RunState) -> CheckResult:
     except RegistryError as exc:
         recorded = f"; manifest.json records {ref.tracking_uri}" if choice.uri != ref.tracking_uri else ""
         message = str(exc).removeprefix(f"{exc.code}: ")
+        manifest = use(state.manifest, "manifest")
+        if other := layout.other_root(manifest.artifact_root, state.artifact_root, state.run_id):
+            # a root moved with its local registry: the manifest still names the registry where it was recorded
+            recorded += (
+                f"; recorded at another root: manifest.json was written at {other}, and "
+                "--mlflow-tracking-uri names the registry where it is now"
+            )
         raise type(exc)(f"{message} (tracking URI from {choice.source}{recorded})") from exc
     ok = (
         f"model {view.model_name!r} version {view.model_version} and MLflow run {view.run_id} carry run_id, "

@@ -115,6 +115,15 @@ def run_prefix(run_id: str) -> str:
     return f"{RUNS_DIR}/{run_id}"
 
 
+def other_root(recorded: str, artifact_root: str, run_id: str) -> str:
+    """The pipeline root of ``recorded`` when it is RUN_ID's folder under another root than ``artifact_root``'s
+    (the root was copied or moved since ``recorded`` was written), else "" (the same folder, or anything else)."""
+    suffix = f"/{run_prefix(run_id)}"
+    if recorded == artifact_root or not recorded.endswith(suffix):
+        return ""
+    return recorded.removesuffix(suffix)
+
+
 def checksummed_artifacts(
     model_format: str, canonicalization_version: str = CANONICALIZATION_VERSION, world_size: int = 1
 ) -> tuple[str, ...]:

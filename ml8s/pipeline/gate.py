@@ -22,6 +22,7 @@ from ml8s.errors import (
     DataDriftError,
     Ml8sError,
     NotFoundError,
+    RecordedElsewhereError,
     RunIdHashCollisionError,
     StoreError,
     UnsafeObjectError,
@@ -73,7 +74,9 @@ def gate(ctx: RunContext, store: Store) -> GateDecision:
                 f"{ctx.uri(layout.MANIFEST)} is not UTF-8 ({exc.reason} at byte {exc.start}); expected the manifest "
                 "JSON ml8s wrote: the run was tampered with (run `ml8s verify`)"
             ) from exc
-        recorded = _check_artifacts_present(ctx, store, manifest)
+        recorded = _parse_manifest(ctx, manifest)
+        _check_artifacts_present(ctx, store, recorded)
+        _check_recorded_here(ctx, recorded)
         ctx.log("gate", "success.marker found and snapshot matches: returning the stored manifest")
         _warn_if_registry_gone(ctx, recorded)
         return GateDecision(completed=True, manifest=manifest)
@@ -97,20 +100,54 @@ def _check_marker_absent(ctx: RunContext, store: Store) -> None:
         ) from exc
 
 
-def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> Manifest:
-    """Every artifact the stored manifest names is there with its recorded size: one listing, no reads. Returns
-    the manifest.
-
-    The gate returns that manifest as the run's result; a caller must not get paths to files deleted or cut
-    short since (checksums are ``ml8s verify``'s, which reads every byte).
-    """
+def _parse_manifest(ctx: RunContext, manifest: str) -> Manifest:
     try:
-        parsed = Manifest.model_validate_json(manifest)
+        return Manifest.model_validate_json(manifest)
     except ValidationError as exc:
         raise StoreError(
             f"{ctx.uri(layout.MANIFEST)} is not a valid manifest ({exc.errors()[0]['msg']}); the run was tampered "
             "with (run `ml8s verify`)"
         ) from exc
+
+
+def _check_recorded_here(ctx: RunContext, manifest: Manifest) -> None:
+    """The stored manifest names this ARTIFACT_ROOT. A root copied or moved (cp -a, a bucket sync) keeps records
+    that name the root they were written at: returned from here, the run's result pointed into the old root (files
+    gone after a move) and `ml8s verify` failed it. Those records are hashed and immutable: they are never
+    rewritten to name this root, the run is refused instead."""
+    recorded = manifest.artifact_root
+    if recorded == ctx.artifact_root or _same_local_folder(recorded, ctx.artifact_root):
+        return
+    other = layout.other_root(recorded, ctx.artifact_root, ctx.run_id)
+    if not other:
+        raise StoreError(
+            f"{ctx.uri(layout.MANIFEST)} names artifact_root {recorded}; expected {ctx.artifact_root} or this "
+            "RUN_ID's folder under another pipeline root: the run was tampered with (run `ml8s verify`)"
+        )
+    raise RecordedElsewhereError(
+        f"run {ctx.run_id} at {ctx.artifact_root} is complete but was recorded at {recorded}: the pipeline root was "
+        f"copied or moved from {other}, which its manifest, MLflow version and chain block name. Set "
+        f"PIPELINE_ROOT_URI={other} to use the run there, or FORCE_RERUN=true to train it again and write a manifest "
+        "naming this root (the records made there are kept as they are; nothing was written)"
+    )
+
+
+def _same_local_folder(recorded: str, here: str) -> bool:
+    """Both roots local and one folder by two names (a symbolic link on the way, a second mount point)."""
+    if not (recorded.startswith("file://") and here.startswith("file://")):
+        return False
+    try:
+        return os.path.samefile(recorded.removeprefix("file://"), here.removeprefix("file://"))
+    except (OSError, ValueError):
+        return False
+
+
+def _check_artifacts_present(ctx: RunContext, store: Store, parsed: Manifest) -> None:
+    """Every artifact the stored manifest names is there with its recorded size: one listing, no reads.
+
+    The gate returns that manifest as the run's result; a caller must not get paths to files deleted or cut
+    short since (checksums are ``ml8s verify``'s, which reads every byte).
+    """
     prefix = ctx.key("")
     found = {info.key[len(prefix) :]: info.size for info in store.list(prefix)}
     for rel, artifact in sorted(parsed.artifacts.items()):
@@ -121,7 +158,6 @@ def _check_artifacts_present(ctx: RunContext, store: Store, manifest: str) -> Ma
                 f"run {ctx.run_id} is marked complete but {ctx.uri(rel)} {what}; manifest.json records "
                 f"{artifact.size} bytes (run `ml8s verify`; FORCE_RERUN=true trains the run again)"
             )
-    return parsed
 
 
 def _warn_if_registry_gone(ctx: RunContext, manifest: Manifest) -> None:
