@@ -285,6 +285,19 @@ def test_a_copied_or_moved_root_is_refused_at_the_gate_until_forced_and_verify_n
     assert [n for n, c in checks.items() if c["status"] != "PASS"] == ["manifest"]
 
 
+def test_a_root_reached_through_a_link_is_the_root_the_run_was_recorded_at(
+    completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    """PIPELINE_ROOT_URI naming the root through a symbolic link spells another ARTIFACT_ROOT than the manifest's,
+    yet it is the same folder, not a copy: the early exit returns the run, writing nothing."""
+    data, root, manifest = completed
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    before = tree(root)
+    assert json.loads(ml8s(env_for(data, link), "run").stdout) == manifest
+    assert tree(root) == before
+
+
 def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:
     """``ml8s verify`` passes, and so do an audit bundle of the run and its offline verification (the three
     commands in one process: they only read, and ml8s and MLflow are imported once)."""
