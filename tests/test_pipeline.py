@@ -289,13 +289,17 @@ def test_a_root_reached_through_a_link_is_the_root_the_run_was_recorded_at(
     completed: tuple[Path, Path, dict[str, object]], tmp_path: Path
 ) -> None:
     """PIPELINE_ROOT_URI naming the root through a symbolic link spells another ARTIFACT_ROOT than the manifest's,
-    yet it is the same folder, not a copy: the early exit returns the run, writing nothing."""
+    yet it is the same folder, not a copy: the early exit returns the run, writing nothing, and verify through the
+    link PASSes (it FAILed manifest and chain, the records naming the root by its other name)."""
     data, root, manifest = completed
     link = tmp_path / "link"
     link.symlink_to(root)
     before = tree(root)
     assert json.loads(ml8s(env_for(data, link), "run").stdout) == manifest
     assert tree(root) == before
+    checks = _checks(ml8s(env_for(data, link), "verify", str(manifest["run_id"]), "--json", check=False))
+    assert {n: c["reason"] for n, c in checks.items() if c["status"] != "PASS"} == {}
+    assert "recorded at another root" not in json.dumps(checks)
 
 
 def verifies(env: dict[str, str], run_id: str, tmp: Path) -> None:

@@ -37,15 +37,14 @@ def check_chain(state: RunState) -> CheckResult:
     # A block is immutable and records where its run was committed: after the root was copied or moved (the chain
     # with it), it names this RUN_ID's folder under the old root. Its payloads, compared below byte for byte with
     # this run's files, say whether it holds this run's model; where it was made is a note.
-    if other := layout.other_root(header.artifact_root, state.artifact_root, state.run_id):
+    here = state.as_recorded(header.artifact_root)
+    if other := layout.other_root(header.artifact_root, here, state.run_id):
         notes.append(
             f"recorded at another root: block v{version.counter} was committed from {header.artifact_root} "
             f"(the pipeline root was copied or moved from {other})"
         )
-    elif header.artifact_root != state.artifact_root:
-        problems.append(
-            f"block v{version.counter} records artifact_root {header.artifact_root!r}; expected {state.artifact_root!r}"
-        )
+    elif header.artifact_root != here:
+        problems.append(f"block v{version.counter} records artifact_root {header.artifact_root!r}; expected {here!r}")
     listed = {f.name for f in header.files}
     for name in sorted({PAYLOAD_WEIGHTS, PAYLOAD_MANIFEST} - listed):
         problems.append(f"block v{version.counter} holds no payload {name}; expected the run's weights and manifest")

@@ -107,7 +107,8 @@ def check_manifest(state: RunState) -> CheckResult:
     snapshot = use(state.snapshot, "config_snapshot")
     version = manifest.mlflow.get("model_version")
     ok = f"names run {manifest.run_id} at {manifest.artifact_root}; MLflow model version {version}"
-    return verdict("manifest", offline.manifest_problems(manifest, snapshot, state.artifact_root), ok)
+    here = state.as_recorded(manifest.artifact_root)
+    return verdict("manifest", offline.manifest_problems(manifest, snapshot, here), ok)
 
 
 def check_artifacts(state: RunState) -> CheckResult:

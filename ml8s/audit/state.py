@@ -22,7 +22,7 @@ from ml8s.contract import (
     parse,
 )
 from ml8s.errors import IntegrityError, NotFoundError, ObjectTooLargeError, UnsafeObjectError
-from ml8s.identity.uri import parse_root_uri
+from ml8s.identity.uri import parse_root_uri, same_local_folder
 from ml8s.store import ObjectInfo, Store, open_store
 from ml8s.store.root_shape import check_local_root
 from ml8s.tempdirs import owned_tempdir
@@ -62,6 +62,11 @@ class RunState:
 
     def uri(self, rel: str) -> str:
         return f"{self.artifact_root}/{rel}"
+
+    def as_recorded(self, recorded: str) -> str:
+        """ARTIFACT_ROOT as a record spells it when the record names this very folder by another local name (a
+        symbolic link on the way: no other root), else this run's ARTIFACT_ROOT."""
+        return recorded if same_local_folder(recorded, self.artifact_root) else self.artifact_root
 
     def listing(self) -> dict[str, ObjectInfo]:
         """Every object under ARTIFACT_ROOT, keyed by its path relative to it."""

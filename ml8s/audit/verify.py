@@ -34,7 +34,9 @@ from ml8s.text import quoted
 def check_mlflow(state: RunState) -> CheckResult:
     """The registered version named by manifest.json exists and carries this run's contract tags."""
     snapshot = use(state.snapshot, "config_snapshot")
-    ref = mlflow_refs.manifest_ref(use(state.manifest, "manifest"))
+    manifest = use(state.manifest, "manifest")
+    ref = mlflow_refs.manifest_ref(manifest)
+    here = state.as_recorded(manifest.artifact_root)
     choice = mlflow_refs.choose_tracking_uri(ref, state.env, state.root_uri, state.tracking_uri)
     shown = public_tracking_uri(choice.uri)
     try:
@@ -42,8 +44,7 @@ def check_mlflow(state: RunState) -> CheckResult:
     except RegistryError as exc:
         recorded = f"; manifest.json records {ref.tracking_uri}" if choice.uri != ref.tracking_uri else ""
         message = str(exc).removeprefix(f"{exc.code}: ")
-        manifest = use(state.manifest, "manifest")
-        if other := layout.other_root(manifest.artifact_root, state.artifact_root, state.run_id):
+        if other := layout.other_root(manifest.artifact_root, here, state.run_id):
             # a root moved with its local registry: the manifest still names the registry where it was recorded
             recorded += (
                 f"; recorded at another root: manifest.json was written at {other}, and "
@@ -59,12 +60,12 @@ def check_mlflow(state: RunState) -> CheckResult:
         notes.append(f"MLFLOW_TRACKING_URI={choice.ignored} ignored: manifest.json records the registry")
     if choice.uri != ref.tracking_uri and ref.tracking_uri:
         notes.append(f"manifest.json records tracking_uri {ref.tracking_uri}")
-    if other := mlflow_refs.registered_from_other_root(view, snapshot, state.artifact_root):
+    if other := mlflow_refs.registered_from_other_root(view, snapshot, here):
         notes.append(
             f"registered from this RUN_ID's folder under another pipeline root sharing this MLflow: {other} "
             "(one version per full_config_hash)"
         )
-    return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, state.artifact_root), ok, notes)
+    return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, here), ok, notes)
 
 
 # The store checks (also recorded in an audit bundle's verification.json), then the registry.

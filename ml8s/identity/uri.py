@@ -106,6 +106,17 @@ def _file_uri_path(rest: str, variable: str, text: str) -> str:
     raise RootUriError(variable, text, f"names {shown}", _FILE_URI_EXPECTED)
 
 
+def same_local_folder(first: str, second: str) -> bool:
+    """Whether two ``file://`` URIs name one existing folder by two names (a symbolic link on the way, a second
+    mount point): records spell the root as the run was given it, a later run or verifier may spell it otherwise."""
+    if not (first.startswith("file://") and second.startswith("file://")):
+        return False
+    try:
+        return os.path.samefile(first.removeprefix("file://"), second.removeprefix("file://"))
+    except (OSError, ValueError):
+        return False
+
+
 def _local(path: str, variable: str, text: str) -> RootUri:
     if path == "":
         raise RootUriError(variable, text, "names no path", "file:// followed by a path, or a bare path")

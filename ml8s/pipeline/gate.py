@@ -29,7 +29,7 @@ from ml8s.errors import (
 )
 from ml8s.identity.hashing import json_object
 from ml8s.identity.settings import worker_id
-from ml8s.identity.uri import sqlite_path
+from ml8s.identity.uri import same_local_folder, sqlite_path
 from ml8s.store import Store
 
 
@@ -116,7 +116,7 @@ def _check_recorded_here(ctx: RunContext, manifest: Manifest) -> None:
     gone after a move) and `ml8s verify` failed it. Those records are hashed and immutable: they are never
     rewritten to name this root, the run is refused instead."""
     recorded = manifest.artifact_root
-    if recorded == ctx.artifact_root or _same_local_folder(recorded, ctx.artifact_root):
+    if recorded == ctx.artifact_root or same_local_folder(recorded, ctx.artifact_root):
         return
     other = layout.other_root(recorded, ctx.artifact_root, ctx.run_id)
     if not other:
@@ -130,16 +130,6 @@ def _check_recorded_here(ctx: RunContext, manifest: Manifest) -> None:
         f"PIPELINE_ROOT_URI={other} to use the run there, or FORCE_RERUN=true to train it again and write a manifest "
         "naming this root (the records made there are kept as they are; nothing was written)"
     )
-
-
-def _same_local_folder(recorded: str, here: str) -> bool:
-    """Both roots local and one folder by two names (a symbolic link on the way, a second mount point)."""
-    if not (recorded.startswith("file://") and here.startswith("file://")):
-        return False
-    try:
-        return os.path.samefile(recorded.removeprefix("file://"), here.removeprefix("file://"))
-    except (OSError, ValueError):
-        return False
 
 
 def _check_artifacts_present(ctx: RunContext, store: Store, parsed: Manifest) -> None:
