@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -358,7 +359,7 @@ def test_an_early_exit_never_upgrades_an_older_mlflow_database_to_move_an_alias(
     from ml8s.registry.schema import _alembic_config
 
     root = tmp_path / "root"
-    shutil.copytree(completed.root, root)
+    copy_root_as_recorded_there(completed.root, root)
     db = root / "mlflow.db"
     with sqlite3.connect(db) as connection:
         connection.execute("DELETE FROM registered_model_aliases WHERE alias = 'head'")
@@ -383,7 +384,7 @@ def test_an_early_exit_reads_a_database_whose_writer_was_killed_mid_transaction(
     import sqlite3
 
     root = tmp_path / "root"
-    shutil.copytree(completed.root, root)
+    copy_root_as_recorded_there(completed.root, root)
     db, name = root / "mlflow.db", completed.mlflow["model_name"]
     with sqlite3.connect(db) as connection:  # the alias the killed writer was moving
         connection.execute("DELETE FROM registered_model_aliases WHERE alias = 'head'")
