@@ -17,7 +17,7 @@ import torch
 from deltas_support import make_weights, perturb
 
 from ml8s.chain import ChainStore, CommitMeta, RetryPolicy
-from ml8s.serving import DeltaConsumer, DeltaProducer
+from ml8s.serving import DeltaConsumer, DeltaProducer, FollowOptions, follow
 from ml8s.store import open_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +44,23 @@ def weights_series(seed: int, dtype: torch.dtype, count: int, fraction: float = 
     for hop in range(1, count):
         series.append(perturb(series[-1], fraction, seed=seed * 1000 + hop))
     return series
+
+
+def follow_polls(chain: ChainStore, options: FollowOptions, polls: int = 3) -> list[str]:
+    """The warnings of a forever ``follow`` stopped after ``polls`` polls (its sleep raises KeyboardInterrupt)."""
+    warned: list[str] = []
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == polls:
+            raise KeyboardInterrupt  # ends the forever loop
+
+    try:
+        follow(chain, options, warn=warned.append, sleep=sleep)
+    except KeyboardInterrupt:
+        return warned
+    raise AssertionError("the forever follow returned instead of polling")
 
 
 def run_worker(*args: str, timeout: float = 240) -> str:

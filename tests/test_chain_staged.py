@@ -37,16 +37,21 @@ from ml8s.store import LocalStore
 MiB = 1024 * 1024
 
 
+def _meta(sha256: str, path: Path, summary: Any) -> CommitMeta:
+    """The commit metadata of a checkpoint file committed as it is (its sha256 names the run)."""
+    return CommitMeta(
+        run_id=sha256[:12],
+        full_config_hash=sha256,
+        artifact_root=str(path),
+        architecture=summary.architecture,
+        parameter_count=summary.parameter_count,
+    )
+
+
 def _commit(chain: ChainStore, path: Path, interval: int = 1) -> Any:
     summary = check_safetensors(str(path))
     with hashed_checkpoint(chain, str(path), summary, interval) as (source, digest):
-        meta = CommitMeta(
-            run_id=source.sha256[:12],
-            full_config_hash=source.sha256,
-            artifact_root=str(path),
-            architecture=summary.architecture,
-            parameter_count=summary.parameter_count,
-        )
+        meta = _meta(source.sha256, path, summary)
         staged = source.staged
 
         def no_delta() -> Any:
@@ -142,13 +147,7 @@ def test_gc_with_grace_zero_keeps_a_commit_in_flight_s_staged_copy(tmp_path: Pat
         gc = collect_garbage(ChainStore(chain.store, chain.name), grace_s=0, dry_run=False)
         assert gc.items == () and gc.tmp_grace_s == TMP_GRACE_MIN_S
         assert os.path.exists(source.path) and [k for k in gc.kept_recent if k.startswith(chain.key(".tmp"))]
-        meta = CommitMeta(
-            run_id=source.sha256[:12],
-            full_config_hash=source.sha256,
-            artifact_root=str(path),
-            architecture=summary.architecture,
-            parameter_count=summary.parameter_count,
-        )
+        meta = _meta(source.sha256, path, summary)
         version = commit_with_retry(chain, CheckpointBuilder(source, digest, 1, lambda: None), meta, RetryPolicy())
         assert version.counter == 1 and verify_chain(chain, payloads=True).ok
         # the caller's word that no commit is in flight: the grace as given applies to .tmp/ too

@@ -7,32 +7,52 @@ from __future__ import annotations
 import errno
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from serving_support import chain_at, meta, weights_series
 
+from ml8s.chain import ChainStore
 from ml8s.errors import ConfigError, NoSpaceError
 from ml8s.serving import DeltaProducer, FollowOptions, ServedVersion, follow, version_files
+
+
+def _disk_full_for(left: list[int], real: Callable[[str, bytes, str], None]) -> Callable[[str, bytes, str], None]:
+    """``save_state`` refused as by a full disk while ``left[0]`` > 0 (one refusal each), then ``real``."""
+
+    def save(path: str, data: bytes, what: str) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            raise ConfigError(f"cannot save the {what} {path}: No space left on device")
+        real(path, data, what)
+
+    return save
 
 
 def _counter(out: Path) -> int:
     return int(json.loads((out / "current" / "ml8s_version.json").read_text())["counter"])
 
 
-@pytest.mark.parametrize("failures", [1, 2])
-def test_a_forever_follower_retries_a_version_the_full_disk_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int
-) -> None:
+def _served_then_two(tmp_path: Path, seed: int) -> tuple[ChainStore, Path, FollowOptions]:
+    """A chain whose version 1 a follower serves under ``serve/`` (polling every 3 s) and version 2 is committed."""
     chain = chain_at(f"file://{tmp_path}/root")
-    first, second = weights_series(41, torch.float32, 2)
+    first, second = weights_series(seed, torch.float32, 2)
     producer = DeltaProducer(chain, interval=4)
     producer.publish_sync(first, meta("one"))
     out = tmp_path / "serve"
     options = FollowOptions(out=str(out), poll_interval_s=3)
     assert follow(chain, options.model_copy(update={"once": True})) is not None
     producer.publish_sync(second, meta("two"))
+    return chain, out, options
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_forever_follower_retries_a_version_the_full_disk_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int
+) -> None:
+    chain, out, options = _served_then_two(tmp_path, 41)
     real = version_files.fsync_dir
     left = [failures]
 
@@ -66,14 +86,7 @@ def test_a_forever_follower_retries_a_version_the_full_disk_refused(
 def test_once_still_ends_at_a_write_error_and_forever_at_one_that_does_not_heal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, raised: type[ConfigError]
 ) -> None:
-    chain = chain_at(f"file://{tmp_path}/root")
-    first, second = weights_series(42, torch.float32, 2)
-    producer = DeltaProducer(chain, interval=4)
-    producer.publish_sync(first, meta("one"))
-    out = tmp_path / "serve"
-    options = FollowOptions(out=str(out), poll_interval_s=3)
-    assert follow(chain, options.model_copy(update={"once": True})) is not None
-    producer.publish_sync(second, meta("two"))
+    chain, out, options = _served_then_two(tmp_path, 42)
 
     def failing(path: str) -> None:
         raise OSError(code, os.strerror(code))
@@ -101,16 +114,8 @@ def test_a_follower_whose_state_could_not_be_saved_serves_that_head_on_a_later_p
     producer = DeltaProducer(chain, interval=4)
     producer.publish_sync(first, meta("one"))
     out = tmp_path / "serve"
-    real = follower_module.save_state
     left = [0]
-
-    def full(path: str, data: bytes, what: str) -> None:
-        if left[0] > 0:
-            left[0] -= 1
-            raise ConfigError(f"cannot save the {what} {path}: No space left on device")
-        real(path, data, what)
-
-    monkeypatch.setattr(follower_module, "save_state", full)
+    monkeypatch.setattr(follower_module, "save_state", _disk_full_for(left, follower_module.save_state))
     warned: list[str] = []
     seen: list[int] = []
 
@@ -143,16 +148,8 @@ def test_a_promotion_state_that_could_not_be_saved_is_saved_by_the_next_poll(
     for n, weights in enumerate(weights_series(44, torch.float32, 2)):
         commit_weights(chain, weights, meta(f"gate-{n}"), interval=4)
     PromotionLog(chain).decide("promote", chain.get(2), "manual", None)
-    real = pin_module.save_state
     left = [1]
-
-    def full(path: str, data: bytes, what: str) -> None:
-        if left[0] > 0:
-            left[0] -= 1
-            raise ConfigError(f"cannot save the {what} {path}: No space left on device")
-        real(path, data, what)
-
-    monkeypatch.setattr(pin_module, "save_state", full)
+    monkeypatch.setattr(pin_module, "save_state", _disk_full_for(left, pin_module.save_state))
     state = tmp_path / "state.json"
     reader = PromotionReader(chain, state_path=str(state))
     with pytest.raises(ConfigError, match="No space left on device"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from serving_support import chain_at, meta, weights_series
+from serving_support import chain_at, follow_polls, meta, weights_series
 
 from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields
 from ml8s.deltas import apply_delta_in_place, encode_delta, weights_hash
@@ -68,16 +68,7 @@ def test_a_forever_follower_keeps_its_version_past_a_delta_whose_result_holds_na
     held = follow(chain, options.model_copy(update={"once": True}))
     assert held is not None and held.counter == 1
     _commit_nan_delta(chain, first)
-    warned: list[str] = []
-    polls: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        polls.append(seconds)
-        if len(polls) == 3:
-            raise KeyboardInterrupt  # ends the forever loop after three polls
-
-    with pytest.raises(KeyboardInterrupt):
-        follow(chain, options, warn=warned.append, sleep=sleep)
+    warned = follow_polls(chain, options)  # three polls of a forever follower
     assert len(warned) == 1 and warned[0].startswith("ml8s: chain 'served': keeping "), warned
     assert "SERVING_ERROR" in warned[0] and " v2 (" in warned[0]
     assert "tensor 'embed.weight' holds NaN (element 5)" in warned[0]

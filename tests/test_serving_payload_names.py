@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from s3_servers import S3Endpoint
-from serving_support import chain_at, meta, weights_series
+from serving_support import chain_at, follow_polls, meta, weights_series
 
 from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields
 from ml8s.cli.main import main
@@ -83,16 +83,7 @@ def test_a_forever_follower_keeps_its_version_past_a_delta_holding_foreign_full_
     )
     forged = encode_full({name: torch.zeros_like(t) for name, t in second.items()})
     _raw(chain, {WEIGHTS_DELTA: encode_delta(first, second), WEIGHTS_FULL: forged}, fields, "foreign")
-    warned: list[str] = []
-    polls: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        polls.append(seconds)
-        if len(polls) == 3:
-            raise KeyboardInterrupt  # ends the forever loop after three polls
-
-    with pytest.raises(KeyboardInterrupt):
-        follow(chain, options, warn=warned.append, sleep=sleep)
+    warned = follow_polls(chain, options)  # three polls of a forever follower
     assert len(warned) == 1 and warned[0].startswith("ml8s: chain 'served': keeping ")  # once, not every poll
     assert f"payload file(s) ['{WEIGHTS_FULL}'] would be overwritten" in warned[0]
     assert "waiting for a version to serve" not in warned[0]
