@@ -15,7 +15,7 @@ import safetensors.torch
 import torch
 
 from ml8s.chain import ChainStore, CommitMeta, LocalFile, PayloadKind, check_safetensors, hash_checkpoint
-from ml8s.cli.chain import _commit_external
+from ml8s.cli.chain_payload import commit_external
 from ml8s.deltas import DeltaOptions, encode_delta, encode_delta_by_tensor, weights_hash
 from ml8s.errors import ChecksumError, ConfigError, DeltaShapeError
 from ml8s.store import LocalStore
@@ -122,7 +122,7 @@ def test_cli_deltas_on_a_full_and_on_a_delta_match_the_whole_encoder(
 ) -> None:
     paths = [str(p) for p in files]
     tensors = [safetensors.torch.load_file(p) for p in paths]
-    versions = [_commit_external(chain, p, 0, 4) for p in paths]
+    versions = [commit_external(chain, p, 0, 4) for p in paths]
     assert [v.header.payload_kind for v in versions] == [PayloadKind.FULL, PayloadKind.DELTA, PayloadKind.DELTA]
     for n in (1, 2):  # on the FULL (read lazily), then on a DELTA (rebuilt whole)
         stored = _stored(chain, versions[n].version_dir, "weights.delta")
@@ -132,20 +132,20 @@ def test_cli_deltas_on_a_full_and_on_a_delta_match_the_whole_encoder(
 
 
 def test_a_tampered_parent_full_is_refused(chain: ChainStore, files: tuple[Path, Path, Path]) -> None:
-    full = _commit_external(chain, str(files[0]), 0, 4)
+    full = commit_external(chain, str(files[0]), 0, 4)
     stored = Path(chain.store.root) / chain.version_key(full.version_dir, "payload", "model_native.safetensors")
     data = bytearray(stored.read_bytes())
     data[-1] ^= 1
     stored.write_bytes(bytes(data))
     with pytest.raises(ChecksumError, match="the block records"):
-        _commit_external(chain, str(files[1]), 0, 4)
+        commit_external(chain, str(files[1]), 0, 4)
     assert chain.head().counter == full.counter  # nothing committed
 
 
 def test_a_checkpoint_changed_after_hashing_is_refused(
     chain: ChainStore, tmp_path: Path, files: tuple[Path, Path, Path]
 ) -> None:
-    full = _commit_external(chain, str(files[0]), 0, 4)
+    full = commit_external(chain, str(files[0]), 0, 4)
     path = tmp_path / "moving.st"
     path.write_bytes(files[1].read_bytes())
     source, hashed = hash_checkpoint(str(path), check_safetensors(str(path)))
@@ -156,7 +156,7 @@ def test_a_checkpoint_changed_after_hashing_is_refused(
 
 
 def test_another_tensor_set_makes_a_full(chain: ChainStore, tmp_path: Path, files: tuple[Path, Path, Path]) -> None:
-    full = _commit_external(chain, str(files[0]), 0, 4)
+    full = commit_external(chain, str(files[0]), 0, 4)
     tensors = safetensors.torch.load_file(str(files[1]))
     tensors["extra"] = torch.ones(3)
     path = tmp_path / "more.st"
@@ -234,7 +234,7 @@ def test_a_delta_on_a_full_the_pipeline_wrote(chain: ChainStore, files: tuple[Pa
     )
     full = commit_weights(chain, base, meta, interval=4)
     assert full.header.payload_kind is PayloadKind.FULL
-    delta = _commit_external(chain, str(files[1]), 0, 4)
+    delta = commit_external(chain, str(files[1]), 0, 4)
     assert delta.header.payload_kind is PayloadKind.DELTA
     child = safetensors.torch.load_file(str(files[1]))
     assert _stored(chain, delta.version_dir, "weights.delta") == encode_delta(base, child)

@@ -22,37 +22,29 @@ from ml8s.chain import (
     Anchor,
     ChainStore,
     ChainVersion,
-    CheckpointBuilder,
-    CommitMeta,
-    PayloadBuilder,
     ReadTrust,
-    RetryPolicy,
     SigningKey,
     adopt_policy,
     chain_names,
-    check_safetensors,
     collect_garbage,
-    commit_with_retry,
-    hashed_checkpoint,
     make_anchor,
     make_root,
     root_json,
-    to_stderr,
     verify_chain,
 )
 from ml8s.cli.args import add_require_signed, add_root, command_root, guarded, hours_arg, text_arg
+from ml8s.cli.chain_payload import commit_external
 from ml8s.cli.chain_views import add_tensorboard_flags, list_chains, log_versions, tensorboard
 from ml8s.cli.names import named_in
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.output_files import write_new
 from ml8s.store.operator_files import read_operator_file
-from ml8s.text import is_utf8, shown
+from ml8s.text import shown
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
 
-MAX_STEPS = 2**63 - 1
 _CREATING = ("init", "commit", "trust", "root")  # verbs that may start a chain: they keep the default name
 
 
@@ -190,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     elif verb == "init":
         _print(_summary(chain.init()))
     elif verb == "commit":
-        _print(_summary(_commit_external(chain, args.payload, args.steps, settings.delta_base_interval)))
+        _print(_summary(commit_external(chain, args.payload, args.steps, settings.delta_base_interval)))
     elif verb == "log":
         return log_versions(chain, as_json=args.json, summary={v.counter: _summary(v) for v in chain.list()})
     elif verb == "show":
@@ -268,41 +260,6 @@ def _keygen(out: str) -> int:
     _write_new(out, key.private_pem(), mode=0o600)
     _print({"key_id": key.key_id, "private_key_file": out, "public_key": key.public_key})
     return 0
-
-
-def _commit_external(chain: ChainStore, path: str, steps: int, interval: int) -> ChainVersion:
-    """An externally trained checkpoint: its identity is its bytes (FULL_CONFIG_HASH = sha256 of the file).
-
-    Everything is checked before anything is written (no run claim for a bad payload). The file is read once
-    for both its sha256 and its weights hash (no torch); on a local store that read also stages the copy a
-    FULL links into place (``hashed_checkpoint``); a DELTA (DELTA_BASE_INTERVAL, the rule of
-    ml8s.weights.commit_weights) encodes its tensors on the parent's one tensor at a time.
-    """
-    if not 0 <= steps <= MAX_STEPS:
-        raise ConfigError(f"--steps {steps}: expected an integer in [0, {MAX_STEPS}]")
-    if interval < 1:
-        raise ConfigError(f"DELTA_BASE_INTERVAL={interval}: expected a whole number >= 1")
-    artifact_root = os.path.abspath(path)
-    if not is_utf8(artifact_root):  # the block records it: such a path used to fail only after the run was claimed
-        raise ConfigError(f"--payload {path!r}: its absolute path is not UTF-8; expected a UTF-8 path")
-    summary = check_safetensors(path)
-    with hashed_checkpoint(chain, path, summary, interval) as (source, weights_hash):
-        meta = CommitMeta(
-            run_id=source.sha256[:12],
-            full_config_hash=source.sha256,
-            artifact_root=artifact_root,
-            architecture=summary.architecture,
-            parameter_count=summary.parameter_count,
-            steps_since_parent=steps,
-        )
-
-        def make_delta() -> PayloadBuilder:
-            from ml8s.weights import checkpoint_builder  # torch: only when the parent makes a DELTA due
-
-            return checkpoint_builder(chain, path, source, weights_hash=weights_hash, interval=interval)
-
-        builder = CheckpointBuilder(source, weights_hash, interval, make_delta)
-        return commit_with_retry(chain, builder, meta, RetryPolicy(), notify=to_stderr)
 
 
 def _summary(version: ChainVersion) -> dict[str, object]:

@@ -18,7 +18,7 @@ from ml8s.contract._parse import Invalid
 from ml8s.contract.drift import DriftReport
 from ml8s.contract.training_state import Generation, TrainingState
 from ml8s.data.fingerprint import FileEntry, Fingerprint
-from ml8s.data.settled import leave_out, still_written
+from ml8s.data.settled import leave_out, partition, still_written
 from ml8s.data.sources import restrict
 from ml8s.errors import (
     GenerationMissingError,
@@ -292,25 +292,21 @@ def _generations(
                     "DATA_QUIET_SECONDS keeps runs off a partition until it settles)"
                 )
             seen.add(path)
-    old_partitions = {_partition(p) for p in seen} - {""}
+    old_partitions = {partition(p) for p in seen} - {""}
     fresh: dict[str, list[str]] = {}
     for path in sorted(set(now) - seen):
-        partition = _partition(path)
-        if partition in old_partitions:
+        top = partition(path)
+        if top in old_partitions:
             raise LineageDataError(
-                f"DATA_ROOT: {path} is new inside {partition!r}, a partition an earlier generation holds; "
+                f"DATA_ROOT: {path} is new inside {top!r}, a partition an earlier generation holds; "
                 "expected each new generation in a new top-level file or folder"
             )
-        if partition not in young:
-            fresh.setdefault(partition, []).append(now[path])
+        if top not in young:
+            fresh.setdefault(top, []).append(now[path])
     generations = list(state.generations)
-    for partition in sorted(fresh):
-        generations.append(Generation(index=len(generations), partition=partition, files=sorted(fresh[partition])))
+    for top in sorted(fresh):
+        generations.append(Generation(index=len(generations), partition=top, files=sorted(fresh[top])))
     return generations, len(fresh)
-
-
-def _partition(path: str) -> str:
-    return path.split("/", 1)[0]
 
 
 def plan_summary(plan: LineagePlan | None) -> Mapping[str, str]:

@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
 
 import boto3
 import botocore.session
@@ -33,6 +31,7 @@ from ml8s.errors import (
 from ml8s.store.base import Store
 from ml8s.store.s3.clients import Clients
 from ml8s.store.s3.deadline import VARIABLE, Late, request_deadline, running_job, within
+from ml8s.store.s3.environment import endpoint_url, first, region_name
 from ml8s.text import is_digits, quoted
 
 if TYPE_CHECKING:
@@ -46,7 +45,6 @@ CUT_SHORT = (boto.HTTPClientError, boto.IncompleteReadError, boto.FlexibleChecks
 _DIGEST = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
 _SLOW = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "OperationAborted"}
 # botocore's own check ends in "$", which lets a trailing newline through (it then breaks every signature)
-_REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
 _T = TypeVar("_T")
 
 
@@ -82,14 +80,14 @@ class S3Base(Store):
         self.root_uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.multipart_threshold, self.part_size, self.page_size = multipart_threshold, part_size, page_size
         self.attempts, self.deadline, self._bucket_seen = int(attempts), request_deadline(env), False
-        endpoint = _endpoint(env)
+        endpoint = endpoint_url(env)
         core = botocore.session.get_session()
         core.set_config_variable("ignore_configured_endpoint_urls", True)  # the endpoint is the one from env
         session = boto3.session.Session(
             aws_access_key_id=first(env, "AWS_ACCESS_KEY_ID", "FLYTE_AWS_ACCESS_KEY_ID"),
             aws_secret_access_key=first(env, "AWS_SECRET_ACCESS_KEY", "FLYTE_AWS_SECRET_ACCESS_KEY"),
             aws_session_token=first(env, "AWS_SESSION_TOKEN"),
-            region_name=_region(env),
+            region_name=region_name(env),
             botocore_session=core,
         )
         # Bounded waits: a hung endpoint fails a request within seconds (and the chain's retry loop says so on
@@ -254,10 +252,6 @@ if TYPE_CHECKING:
         UploadId: str
 
 
-def first(env: Mapping[str, str], *names: str) -> str | None:
-    return next((env[n] for n in names if env.get(n)), None)
-
-
 def _no_region_redirects(context: dict[str, object], **kwargs: object) -> None:
     """Mark a request as redirected already, so botocore's region redirector leaves it alone: an AWS region
     means nothing to a custom endpoint, and a 301 from one (a proxy sending http to https) made the
@@ -265,30 +259,6 @@ def _no_region_redirects(context: dict[str, object], **kwargs: object) -> None:
     redirect = context.get("s3_redirect")
     if isinstance(redirect, dict):
         redirect["redirected"] = True
-
-
-def _endpoint(env: Mapping[str, str]) -> str | None:
-    """The endpoint URL from env, or None (AWS); ConfigError naming the variable when it is no http(s) URL
-    (botocore raised a bare ValueError at client creation, or failed each request later)."""
-    name = next((n for n in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "FLYTE_AWS_ENDPOINT") if env.get(n)), "")
-    if not name:
-        return None
-    value = env[name]
-    try:
-        parts = urlsplit(value)
-        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-    except ValueError:  # a port out of range or not a number, a bracket left open
-        valid = False
-    if not valid or value != value.strip():
-        raise ConfigError(f"{name}={quoted(value)} is not an S3 endpoint; expected http(s)://HOST[:PORT]")
-    return value
-
-
-def _region(env: Mapping[str, str]) -> str:
-    name = next((n for n in ("AWS_REGION", "AWS_DEFAULT_REGION") if env.get(n)), "")
-    if name and not _REGION.fullmatch(env[name]):
-        raise ConfigError(f"{name}={quoted(env[name])} is not a region name; expected one such as us-east-1")
-    return env[name] if name else "us-east-1"
 
 
 def unquote(etag: str) -> str:
