@@ -102,7 +102,7 @@ def test_tmp_cleanup_reports_what_is_no_regular_file_and_leaves_it(planted: Path
         store.uri(f"ml8s_training_runs/{'b' * 12}/.tmp")
     ]
     assert list(cleanup_tmp(store, 3, dry_run=True).left_alone) == sorted(expected)
-    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "0", "--root", str(planted))
+    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "0", "--allow-short-grace", "--root", str(planted))
     assert done.returncode == 0, done.stderr
     warned = [line for line in done.stderr.splitlines() if line.startswith("ml8s: warning: left alone ")]
     assert [line.split()[4].rstrip(":") for line in warned] == sorted(expected)
@@ -190,7 +190,9 @@ def test_tmp_cleanup_prints_no_control_character_of_a_name(
     plant(planted, f"ml8s_training_runs/{RUN}/.tmp/a\x1b]0;owned\x07\nb", 10)
     monkeypatch.setattr("tempfile.tempdir", str(scratch))
     for as_json in (False, True):
-        args = argparse.Namespace(older_than_days=3.0, dry_run=True, json=as_json, root=str(planted))
+        args = argparse.Namespace(
+            older_than_days=3.0, allow_short_grace=False, dry_run=True, json=as_json, root=str(planted)
+        )
         assert _tmp_cleanup(args) == 0
         out = capsys.readouterr().out
         assert "\x1b" not in out and "\x07" not in out, out
@@ -240,7 +242,7 @@ def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:
     assert report["older_than_days"] == 20 and report["removed"] == []
     report = json.loads(ml8s(clean_env(), "tmp-cleanup", "--json", "--root", str(planted)).stdout)
     assert report["older_than_days"] == 7 and len(report["removed"]) == len(STALE)
-    zero = cleanup_tmp(LocalStore(str(planted)), 0)  # every tmp entry, the young one too; still no artifact
+    zero = cleanup_tmp(LocalStore(str(planted)), 0, allow_short_grace=True)  # every tmp entry; still no artifact
     assert [e.uri.rsplit("/", 1)[1] for e in zero.removed] == ["export-w2.onnx"]
     assert remaining(planted) == set(KEPT) - {f"ml8s_training_runs/{RUN}/.tmp/export-w2.onnx"}
 
@@ -251,8 +253,31 @@ def test_zero_days_removes_an_entry_written_in_the_same_second(tmp_path: Path) -
     store.put_atomic(f"ml8s_training_runs/{RUN}/manifest.json", b"{}", tmp_key=".tmp/w")
     store.put_atomic(f"ml8s_training_runs/{RUN}/.tmp/x.bin", b"x", tmp_key=".tmp/w2")
     (entry,) = [i for i in store.list(f"ml8s_training_runs/{RUN}/.tmp") if i.key.endswith("x.bin")]
-    assert [e.age_days for e in cleanup_tmp(store, 0, dry_run=True, now=entry.mtime).removed] == [0.0]
+    zero = cleanup_tmp(store, 0, dry_run=True, now=entry.mtime, allow_short_grace=True)
+    assert [e.age_days for e in zero.removed] == [0.0]
     assert cleanup_tmp(store, 1, dry_run=True, now=entry.mtime).removed == ()
+
+
+def test_zero_days_keeps_an_entry_under_an_hour_old_unless_told_no_write_runs(planted: Path) -> None:
+    """``tmp-cleanup --older-than-days 0`` removed a live write's staging file (its rename then failed): as chain
+    GC keeps its ``.tmp/``, an entry is now kept until an hour old, and said so; ``--allow-short-grace`` removes it."""
+    live = plant(planted, f"ml8s_training_runs/{RUN}/.tmp/model-w9.bin", 0)
+    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "0", "--root", str(planted))
+    assert done.returncode == 0, done.stderr
+    assert live.exists() and f"removed {len(STALE) + 1} tmp entries older than 1 hour; kept 1 younger" in done.stdout
+    assert (
+        "ml8s: note: --older-than-days 0 raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
+        "--allow-short-grace removes it too (no write may run)"
+    ) in done.stderr
+    minutes = cleanup_tmp(LocalStore(str(planted)), 0.01, dry_run=True)  # 14 minutes: the hour still holds
+    assert minutes.removed == () and minutes.kept == 1 and minutes.min_age_days == 1 / 24
+    usage = " ".join(ml8s(clean_env(), "tmp-cleanup", "--help").stdout.split())
+    assert "--allow-short-grace apply an --older-than-days under 1 hour to .tmp/ too: a write in flight" in usage
+    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "0", "--allow-short-grace", "--root", str(planted))
+    assert done.returncode == 0, done.stderr
+    assert not live.exists() and "removed 1 tmp entries older than 0 days; kept 0 younger ones" in done.stdout
+    assert "raised to 1 hour" not in done.stderr
+    assert remaining(planted) == set(KEPT) - {f"ml8s_training_runs/{RUN}/.tmp/export-w2.onnx"}
 
 
 _MAINTENANCE_PROBE = """

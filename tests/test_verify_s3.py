@@ -82,12 +82,14 @@ def test_s3_tmp_cleanup_removes_tmp_objects_only(s3_run: S3Run) -> None:
     client, bucket = s3_run.client, s3_run.bucket
     for key in (f"{s3_run.prefix}/.tmp/features-w.parquet", "root/ml8s_incidents/.tmp/incident-w.json"):
         client.put_object(Bucket=bucket, Key=key, Body=b"stale")
-    # S3 has no way to back-date LastModified: "older than 0 days" makes just-written objects stale.
-    dry = json.loads(ml8s(s3_run.env, "tmp-cleanup", "--older-than-days", "0", "--dry-run", "--json").stdout)
+    # S3 has no way to back-date LastModified: "older than 0 days", without the hour's floor, takes them.
+    dry = json.loads(
+        ml8s(s3_run.env, "tmp-cleanup", "--older-than-days", "0", "--allow-short-grace", "--dry-run", "--json").stdout
+    )
     assert len(dry["removed"]) == 2
     young = json.loads(ml8s(s3_run.env, "tmp-cleanup", "--older-than-days", "1", "--json").stdout)
     assert young["removed"] == [] and young["kept"] == 2
-    done = json.loads(ml8s(s3_run.env, "tmp-cleanup", "--older-than-days", "0", "--json").stdout)
+    done = json.loads(ml8s(s3_run.env, "tmp-cleanup", "--older-than-days", "0", "--allow-short-grace", "--json").stdout)
     assert sorted(e["uri"] for e in done["removed"]) == sorted(
         f"s3://{bucket}/{key}"
         for key in (f"{s3_run.prefix}/.tmp/features-w.parquet", "root/ml8s_incidents/.tmp/incident-w.json")

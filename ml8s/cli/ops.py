@@ -33,6 +33,10 @@ def register(commands: Subcommands) -> None:
     cleanup.add_argument(
         "--older-than-days", type=_days, default=None, metavar="N", help="age to remove (default TMP_RETENTION_DAYS, 7)"
     )
+    short = (
+        "apply an --older-than-days under 1 hour to .tmp/ too: a write in flight loses its staged file (none may run)"
+    )
+    cleanup.add_argument("--allow-short-grace", action="store_true", help=short)
     cleanup.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     cleanup.add_argument("--json", action="store_true", help="print the report as JSON")
     add_root(cleanup)
@@ -63,7 +67,9 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     from ml8s.text import shown
 
     days: float = retention_days(os.environ) if args.older_than_days is None else args.older_than_days
-    report = cleanup_tmp(command_root(args).open(), days, dry_run=args.dry_run)
+    report = cleanup_tmp(
+        command_root(args).open(), days, dry_run=args.dry_run, allow_short_grace=args.allow_short_grace
+    )
     # $TMPDIR directories of ml8s processes that ended; anyone may name one there, so shown escaped
     removed, left = cleanup_local_tmp(dry_run=args.dry_run)
     local, local_left = [shown(path) for path in removed], [shown(path) for path in left]
@@ -84,7 +90,15 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
             "tmp-cleanup removes regular files only: check what it is and remove it by hand",
             file=sys.stderr,
         )
-    print(f"{verb} {len(report.removed)} tmp entries older than {days:g} days; kept {report.kept} younger ones")
+    raised = report.min_age_days != days
+    age = "1 hour" if raised else f"{days:g} days"
+    print(f"{verb} {len(report.removed)} tmp entries older than {age}; kept {report.kept} younger ones")
+    if raised:
+        print(
+            f"ml8s: note: --older-than-days {days:g} raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
+            "--allow-short-grace removes it too (no write may run)",
+            file=sys.stderr,
+        )
     for failure in report.failed:
         print(f"ml8s: STORE_ERROR: could not remove {failure}", file=sys.stderr)
     return 1 if report.failed else 0

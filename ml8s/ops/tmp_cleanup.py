@@ -6,7 +6,9 @@ are candidates, and only when their age exceeds the retention. The age is measur
 alone: the store's time now (Store.clock: the time it gives a probe object written under ``.tmp/`` and
 deleted again) minus the time it gave the entry (the file's mtime locally, ``LastModified`` on S3), so
 a host whose clock runs days ahead removes nothing a correct one would keep. A live write is always
-younger: every write creates its tmp object fresh. The model chain's ``.tmp/`` is the chain GC's business.
+younger: every write creates its tmp object fresh, and no entry under an hour old is removed unless the caller
+says no write is in flight (``allow_short_grace``, as chain GC's for its ``.tmp/``). The model chain's ``.tmp/``
+is the chain GC's business.
 
 Only regular files are removed. What else a local store holds there (a symbolic link to a directory, a
 dangling link, a FIFO, a socket, a device; or the ``.tmp`` directory itself replaced by a link) is left alone
@@ -31,6 +33,10 @@ from ml8s.text import shown
 QUARANTINE_DIR = "ml8s_quarantine"
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 _DAY_S = 86400.0
+# Nothing but age tells a live write's staging entry from a crash's leftover, and removing it fails that write
+# (STORE_RETRYABLE, "vanished"). A retention of 0 (or minutes) would take it: like chain GC's TMP_GRACE_MIN_S,
+# an entry is kept until an hour old unless allow_short_grace says no write is in flight.
+MIN_AGE_S = 3600.0
 
 
 class TmpEntry(BaseModel):
@@ -48,6 +54,7 @@ class CleanupReport(BaseModel):
 
     root_uri: str
     older_than_days: float
+    min_age_days: float  # the age applied: older_than_days, raised to MIN_AGE_S unless allow_short_grace
     dry_run: bool
     removed: tuple[TmpEntry, ...]
     kept: int
@@ -92,12 +99,19 @@ def _through(prefix: str, keys: frozenset[str]) -> bool:
 
 
 def cleanup_tmp(
-    store: Store, older_than_days: float, *, dry_run: bool = False, now: float | None = None
+    store: Store,
+    older_than_days: float,
+    *,
+    dry_run: bool = False,
+    now: float | None = None,
+    allow_short_grace: bool = False,
 ) -> CleanupReport:
     """Delete the tmp entries older than ``older_than_days`` (strictly; 0: every one), unless ``dry_run``. ``now``: the
-    store's current time (default: Store.clock, measured with a probe object under the root's ``.tmp/``)."""
+    store's current time (default: Store.clock, measured with a probe object under the root's ``.tmp/``).
+    ``allow_short_grace``: apply an ``older_than_days`` under MIN_AGE_S too (no write is in flight)."""
     if not 0 <= older_than_days < math.inf:  # NaN compares false with every age: each entry, in-flight too, "old"
         raise ConfigError(f"--older-than-days {older_than_days}: expected a finite number of days >= 0")
+    min_age_days = older_than_days if allow_short_grace else max(older_than_days, MIN_AGE_S / _DAY_S)
     odd = frozenset(_irregular(store))
     # a linked root .tmp: the clock's probe is refused by the store itself (UnsafeObjectError, nothing written)
     current = store.clock(f"{layout.TMP_DIR}/ml8s-clock-{uuid.uuid4().hex}") if now is None else now
@@ -108,7 +122,7 @@ def cleanup_tmp(
     for info in entries:
         age = (current - info.mtime) / _DAY_S
         # 0 means every entry (docs/audits.md): a just-written one is 0 days old on a clock of whole seconds
-        if older_than_days > 0 and age <= older_than_days:
+        if min_age_days > 0 and age <= min_age_days:
             kept += 1
             continue
         if not is_tmp_key(info.key):  # belt and braces: never anything but a tmp entry
@@ -123,6 +137,7 @@ def cleanup_tmp(
     return CleanupReport(
         root_uri=store.root_uri,
         older_than_days=older_than_days,
+        min_age_days=min_age_days,
         dry_run=dry_run,
         removed=tuple(removed),
         kept=kept,
