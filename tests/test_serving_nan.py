@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from serving_support import chain_at, follow_polls, meta, weights_series
+from test_verify import clean_env, ml8s
 
 from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields
 from ml8s.deltas import apply_delta_in_place, encode_delta, weights_hash
@@ -109,6 +110,26 @@ def test_a_consumer_applying_a_delta_that_writes_nan_in_place_is_refused_and_cha
     assert weights_hash(tensors) == weights_hash(first)  # bit for bit as they were
     with pytest.raises(ServingError, match=r"holds NaN"):
         consumer.get_checkpoint_sync(2)
+
+
+def test_chain_verify_names_the_version_tensor_and_element_of_a_nan_weight(tmp_path: Path) -> None:
+    """A follower refused such a version, but ``ml8s chain verify`` (the auditor's tool) passed the chain: it now
+    reports ``weights_nan`` at that version, from the weights it rebuilds anyway; a -inf (a mask) passes."""
+    chain = chain_at(f"file://{tmp_path}/root")
+    first = weights_series(32, torch.float32, 1)[0]
+    first["embed.weight"].view(-1)[3] = float("-inf")
+    DeltaProducer(chain, interval=4).publish_sync(first, meta("good"))
+    command = ("chain", "verify", "--root", str(tmp_path / "root"), "--chain", "served")
+    clean = ml8s(clean_env(), *command)
+    assert clean.returncode == 0 and clean.stdout.startswith("PASS chain 'served'"), clean.stdout + clean.stderr
+    _commit_nan_delta(chain, first)
+    done = ml8s(clean_env(), *command)
+    assert done.returncode == 1, done.stdout + done.stderr
+    reason = "tensor 'embed.weight' holds NaN (element 5) in the rebuilt weights; expected no NaN weight"
+    assert done.stdout.startswith(
+        f"FAIL chain 'served' at version 2 ({chain.get(2).version_dir}): weights_nan: {reason}"
+    )
+    assert [line.split(":")[0].strip() for line in done.stderr.splitlines()] == ["weights_nan"]  # v1's -inf passes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -33,6 +33,7 @@ and the versions around it are still checked, then reports what does not hold. C
 ``unsafe_object``    something under the chain that is no regular file or directory (a symbolic link, FIFO,
                      device), or an object larger than its bound (limits.py): never followed, never read
 ``weights_hash`` / ``delta_base``  a version's weights, rebuilt FULL -> DELTAs, are not what it records
+``weights_nan``      a version's rebuilt weights hold a NaN (infinities pass: a mask holds -inf)
 
 Complete versions off the chain with no child (a commit's loser not yet deleted, an in-flight upload)
 are reported as ``orphans``, not as findings: they are the normal residue that GC removes. A head

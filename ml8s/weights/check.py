@@ -3,6 +3,8 @@
 ``weights_hash``  a FULL's tensors, or a DELTA applied to its parent's rebuilt weights, do not give the
                   weights hash the block records (or the payload does not parse, or cannot be rebuilt)
 ``delta_base``    a DELTA names a base other than its parent, or its FULL counter is not its parent's
+``weights_nan``   a version's rebuilt weights hold a NaN (committed by an older ml8s, or by hand: a commit refuses
+                  one, a follower will not serve it); infinities pass (a mask buffer holds -inf by design)
 
 Memory: one set of weights at a time (each DELTA is applied in place to the set rebuilt for its parent),
 plus the payload bytes being read; a FULL is read into memory whole.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from ml8s.chain import ChainVersion, ChainVersions, PayloadKind
 from ml8s.errors import ChainError, DeltaError
+from ml8s.weights.nan import first_nan
 from ml8s.weights.rebuild import VersionWeights, apply_hop, load_full, weights_file
 
 Problem = tuple[str, str, ChainVersion]
@@ -32,8 +35,20 @@ def weights_problems(chain: ChainVersions, walked: list[ChainVersion]) -> list[P
             current = _full(chain, version, found)
         else:
             current = None  # a version without a recorded weights hash: nothing to check, no DELTA may follow
+        # the weights just rebuilt, so nothing is read again; each version holding one is reported, as each is
+        # one a follower refuses
+        nan = first_nan(current.tensors) if current is not None else None
+        if nan is not None:
+            found.append(("weights_nan", _nan_reason(*nan), version))
         parent = version
     return found
+
+
+def _nan_reason(tensor: str, element: int) -> str:
+    return (
+        f"tensor {tensor!r} holds NaN (element {element}) in the rebuilt weights; expected no NaN weight (a model "
+        "with one predicts NaN; a follower refuses to serve it)"
+    )
 
 
 def _full(chain: ChainVersions, version: ChainVersion, found: list[Problem]) -> VersionWeights | None:
