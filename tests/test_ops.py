@@ -17,6 +17,7 @@ import pytest
 from test_verify import clean_env, ml8s
 
 from ml8s.audit.offline import is_run_id
+from ml8s.cli.main import main
 from ml8s.cli.ops import _days, _tmp_cleanup
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, IntegrityError, ResolutionRefusedError, StoreError, UnsafeObjectError
@@ -24,7 +25,7 @@ from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_root, list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp, is_tmp_key
 from ml8s.ops.tmp_local import cleanup_local_tmp
-from ml8s.store import LocalStore
+from ml8s.store import LocalStore, _walk
 from ml8s.tempdirs import OWNER_FILE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,25 +61,40 @@ KEPT = [  # final artifacts, young tmp entries, tmp-like names elsewhere: never 
 
 
 @pytest.fixture
-def planted(tmp_path: Path) -> Path:
+def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The entries, backdated. A file's ctime cannot be set back and the age is measured from it too, so in this
+    process a listing takes the backdated mtime for when a file changed: what a file written then shows.
+    Commands that judge ages run in this process (``cli``), not in ``ml8s``'s."""
     for rel in [*STALE, *KEPT]:
         plant(tmp_path, rel, 1 if rel.endswith("export-w2.onnx") else 10)
+    monkeypatch.setattr(_walk, "changed", lambda info: info.st_mtime)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "local-tmp"))  # not this machine's $TMPDIR
+    (tmp_path / "local-tmp").mkdir()
+    monkeypatch.delenv("TMP_RETENTION_DAYS", raising=False)
     return tmp_path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``ml8s *args`` in this process: exit code, stdout, stderr."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def remaining(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ml8s-locks" not in p.parts}
 
 
-def test_tmp_cleanup_removes_only_old_tmp_entries(planted: Path) -> None:
+def test_tmp_cleanup_removes_only_old_tmp_entries(planted: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = LocalStore(str(planted))
     dry = cleanup_tmp(store, 3, dry_run=True)
     assert sorted(e.uri for e in dry.removed) == sorted(store.uri(rel) for rel in STALE) and dry.kept == 1
     assert remaining(planted) == {*STALE, *KEPT}
     assert cleanup_tmp(store, 30).removed == ()  # nothing is 30 days old
-    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "3", "--root", str(planted))
-    assert done.returncode == 0, done.stderr
-    assert f"removed {len(STALE)} tmp entries older than 3 days; kept 1 younger ones" in done.stdout
+    code, out, err = cli(capsys, "tmp-cleanup", "--older-than-days", "3", "--root", str(planted))
+    assert code == 0, err
+    assert f"removed {len(STALE)} tmp entries older than 3 days; kept 1 younger ones" in out
     assert remaining(planted) == set(KEPT)
     assert ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "-1", "--root", str(planted)).returncode == 2
 
@@ -236,11 +252,14 @@ def test_tmp_cleanup_goes_on_past_an_entry_it_cannot_remove(planted: Path) -> No
     assert remaining(planted) == {stuck, *KEPT}
 
 
-def test_tmp_cleanup_default_retention_and_zero_days(planted: Path) -> None:
-    env = clean_env(TMP_RETENTION_DAYS="20")
-    report = json.loads(ml8s(env, "tmp-cleanup", "--json", "--root", str(planted)).stdout)
+def test_tmp_cleanup_default_retention_and_zero_days(
+    planted: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMP_RETENTION_DAYS", "20")
+    report = json.loads(cli(capsys, "tmp-cleanup", "--json", "--root", str(planted))[1])
     assert report["older_than_days"] == 20 and report["removed"] == []
-    report = json.loads(ml8s(clean_env(), "tmp-cleanup", "--json", "--root", str(planted)).stdout)
+    monkeypatch.delenv("TMP_RETENTION_DAYS")
+    report = json.loads(cli(capsys, "tmp-cleanup", "--json", "--root", str(planted))[1])
     assert report["older_than_days"] == 7 and len(report["removed"]) == len(STALE)
     zero = cleanup_tmp(LocalStore(str(planted)), 0, allow_short_grace=True)  # every tmp entry; still no artifact
     assert [e.uri.rsplit("/", 1)[1] for e in zero.removed] == ["export-w2.onnx"]
@@ -258,30 +277,46 @@ def test_zero_days_removes_an_entry_written_in_the_same_second(tmp_path: Path) -
     assert cleanup_tmp(store, 1, dry_run=True, now=entry.mtime).removed == ()
 
 
-def test_zero_days_keeps_an_entry_under_an_hour_old_unless_told_no_write_runs(planted: Path) -> None:
+def test_zero_days_keeps_an_entry_under_an_hour_old_unless_told_no_write_runs(
+    planted: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``tmp-cleanup --older-than-days 0`` removed a live write's staging file (its rename then failed): as chain
     GC keeps its ``.tmp/``, an entry is now kept until an hour old, and said so; ``--allow-short-grace`` removes it."""
     live = plant(planted, f"ml8s_training_runs/{RUN}/.tmp/model-w9.bin", 0)
-    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "0", "--root", str(planted))
-    assert done.returncode == 0, done.stderr
-    assert live.exists() and f"removed {len(STALE) + 1} tmp entries older than 1 hour; kept 1 younger" in done.stdout
+    code, out, err = cli(capsys, "tmp-cleanup", "--older-than-days", "0", "--root", str(planted))
+    assert code == 0, err
+    assert live.exists() and f"removed {len(STALE) + 1} tmp entries older than 1 hour; kept 1 younger" in out
     assert (
         "ml8s: note: --older-than-days 0 raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
         "--allow-short-grace removes it too (no write may run)"
-    ) in done.stderr
+    ) in err
     minutes = cleanup_tmp(LocalStore(str(planted)), 0.01, dry_run=True)  # 14 minutes: the hour still holds
     assert minutes.removed == () and minutes.kept == 1 and minutes.min_age_days == 1 / 24
     usage = " ".join(ml8s(clean_env(), "tmp-cleanup", "--help").stdout.split())
     assert "--allow-short-grace apply an --older-than-days under 1 hour to .tmp/ too: a write in flight" in usage
-    done = ml8s(clean_env(), "tmp-cleanup", "--older-than-days", "0", "--allow-short-grace", "--root", str(planted))
-    assert done.returncode == 0, done.stderr
-    assert not live.exists() and "removed 1 tmp entries older than 0 days; kept 0 younger ones" in done.stdout
-    assert "raised to 1 hour" not in done.stderr
+    code, out, err = cli(capsys, "tmp-cleanup", "--older-than-days", "0", "--allow-short-grace", "--root", str(planted))
+    assert code == 0, err
+    assert not live.exists() and "removed 1 tmp entries older than 0 days; kept 0 younger ones" in out
+    assert "raised to 1 hour" not in err
     assert remaining(planted) == set(KEPT) - {f"ml8s_training_runs/{RUN}/.tmp/export-w2.onnx"}
+
+
+def test_a_live_entry_backdated_with_touch_is_not_taken_for_an_old_one(tmp_path: Path) -> None:
+    """The age was measured from the mtime alone, which anyone may set back (``touch -d``, a copy keeping times):
+    a live write's staging file backdated a month went at a retention of 7 days. Its ctime says it changed now."""
+    live = plant(tmp_path, f"ml8s_training_runs/{RUN}/.tmp/model-w9.bin", 30)
+    ahead = plant(tmp_path, f"ml8s_training_runs/{RUN}/.tmp/model-w8.bin", -30)  # set ahead: young too
+    store = LocalStore(str(tmp_path))
+    report = cleanup_tmp(store, 7)
+    assert report.removed == () and report.kept == 2 and live.exists() and ahead.exists()
+    later = cleanup_tmp(store, 7, dry_run=True, now=time.time() + 8 * DAY)  # a week on, the backdated one is old
+    assert [e.uri.rsplit("/", 1)[1] for e in later.removed] == ["model-w9.bin"]
 
 
 _MAINTENANCE_PROBE = """
 import json, sys
+import ml8s.store._walk as w
+w.changed = lambda info: info.st_mtime  # the planted entries' backdated mtimes (see ``planted``)
 import workflows.maintenance as m
 out = json.loads(m.tmp_cleanup_wf(pipeline_root_uri=sys.argv[1], older_than_days=3, dry_run=False))
 print(json.dumps({"cron": m.tmp_cleanup_lp.schedule.cron_schedule.schedule, "name": m.tmp_cleanup_lp.name,

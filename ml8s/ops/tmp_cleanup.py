@@ -4,11 +4,12 @@ Only keys of the form ``ml8s_training_runs/{RUN_ID}/.tmp/…``, ``ml8s_incidents
 ``ml8s_quarantine/.tmp/…`` and ``.tmp/…`` (the root's, where a local store stages conditional writes)
 are candidates, and only when their age exceeds the retention. The age is measured on the store's clock
 alone: the store's time now (Store.clock: the time it gives a probe object written under ``.tmp/`` and
-deleted again) minus the time it gave the entry (the file's mtime locally, ``LastModified`` on S3), so
-a host whose clock runs days ahead removes nothing a correct one would keep. A live write is always
-younger: every write creates its tmp object fresh, and no entry under an hour old is removed unless the caller
-says no write is in flight (``allow_short_grace``, as chain GC's for its ``.tmp/``). The model chain's ``.tmp/``
-is the chain GC's business.
+deleted again) minus the time it gave the entry (``ObjectInfo.changed_at``: locally the later of the file's mtime
+and ctime, which no writer can set back, so a live entry backdated by ``touch -d`` is not taken for an old one;
+``LastModified`` on S3), so a host whose clock runs days ahead removes nothing a correct one would keep. A live
+write is always younger: every write creates its tmp object fresh, and no entry under an hour old is removed unless
+the caller says no write is in flight (``allow_short_grace``, as chain GC's for its ``.tmp/``). The model chain's
+``.tmp/`` is the chain GC's business.
 
 Only regular files are removed. What else a local store holds there (a symbolic link to a directory, a
 dangling link, a FIFO, a socket, a device; or the ``.tmp`` directory itself replaced by a link) is left alone
@@ -120,7 +121,7 @@ def cleanup_tmp(
     kept = 0
     entries = tmp_entries(store, odd)
     for info in entries:
-        age = (current - info.mtime) / _DAY_S
+        age = (current - info.changed_at) / _DAY_S
         # 0 means every entry (docs/audits.md): a just-written one is 0 days old on a clock of whole seconds
         if min_age_days > 0 and age <= min_age_days:
             kept += 1
