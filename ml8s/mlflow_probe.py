@@ -25,12 +25,14 @@ MLFLOW_PROBE_TIMEOUT_S = 15.0
 _REFUSED_RETRY_S = 0.25
 
 
-def require_answer(uri: str) -> None:
-    """Raise :class:`RegistryError` when the MLflow server at ``uri`` gives no answer within :func:`probe_bound`.
+def require_answer(uri: str, within: float | None = None) -> None:
+    """Raise :class:`RegistryError` when the MLflow server at ``uri`` gives no answer within :func:`probe_bound`,
+    or ``within`` seconds where that is shorter (what is left of a caller's own deadline).
 
     Not ``http(s)://``: nothing is asked.
     """
-    if (why := mlflow_unanswered(uri, probe_bound())) is not None:
+    bound = probe_bound() if within is None else max(min(probe_bound(), within), 0.0)
+    if (why := mlflow_unanswered(uri, bound)) is not None:
         raise RegistryError(f"MLflow at {public_tracking_uri(uri)}: {why}; expected a reachable MLflow server")
 
 

@@ -491,6 +491,8 @@ def test_cli_identity_good_config_prints_json(tmp_path: Path) -> None:
         ("PROMOTE_MIN_DELTA", "abc", "expected a number from -1 to 1"),
         ("TMP_RETENTION_DAYS", "-3", "expected a whole number of days"),
         ("DATA_QUIET_SECONDS", "soon", "expected a whole number of seconds"),
+        ("ALIAS_DEADLINE_SECONDS", "0", "expected a whole number of seconds from 1 to 86400"),
+        ("ALIAS_DEADLINE_SECONDS", "86401", "expected a whole number of seconds from 1 to 86400"),
     ],
 )
 def test_every_platform_setting_is_a_named_config_error(variable: str, value: str, expected: str) -> None:

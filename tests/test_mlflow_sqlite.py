@@ -4,13 +4,17 @@ plain params, curves and source tags."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.server
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -408,3 +412,82 @@ def test_an_early_exit_reads_a_database_whose_writer_was_killed_mid_transaction(
     aliases = MlflowClient(tracking_uri=f"sqlite:///{db}").get_registered_model(name).aliases
     version = completed.mlflow["model_version"]
     assert {alias: str(number) for alias, number in aliases.items()} == {"head": version, "promoted": version}
+
+
+@contextlib.contextmanager
+def _answers_health_then_hangs() -> Iterator[tuple[str, list[str]]]:
+    """A loopback MLflow that answers ``GET /health`` (so ml8s's probe passes) and never answers its API: the
+    client's requests are held until the server closes. Yields its URI and the paths asked for."""
+    asked: list[str] = []
+    released = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            if self.path.startswith("/health"):
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"OK")
+                return
+            released.wait()  # the API never answers; the connection closes with the server
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        released.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_early_exit_against_a_hung_mlflow_api_returns_within_the_alias_deadline(
+    completed: Completed, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run whose work is done waited on a hung MLflow at its end: the probe passes (the server answers
+    /health), then MLflow's client waits MLFLOW_HTTP_REQUEST_TIMEOUT (120 s) per request, retried up to seven
+    times, and a sqlite registry's lock up to 300 s. The whole convergence is now bounded by
+    ALIAS_DEADLINE_SECONDS: the run returns its manifest with the warning naming the deadline."""
+    # MLflow's own bound made short, without retries: without the deadline this test fails in seconds (MLflow's
+    # timeout in the warning), not after minutes
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    with _answers_health_then_hangs() as (uri, asked), caplog.at_level(logging.WARNING, logger="ml8s"):
+        env.update(PIPELINE_ROOT_URI=str(completed.root), MLFLOW_TRACKING_URI=uri, ALIAS_DEADLINE_SECONDS="1")
+        assert json.loads(run_pipeline(env))["run_id"] == completed.run_id
+        assert [path for path in asked if path.startswith("/api/")], asked  # it hung in MLflow's API, past the probe
+    (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert warned.startswith("MLflow aliases of 'ml8s-model' not brought in line with chain 'ml8s-model'"), warned
+    assert "not done within ALIAS_DEADLINE_SECONDS=1 s" in warned and warned.endswith("(the next run tries again)")
+
+
+def test_an_early_exit_whose_sqlite_registry_lock_is_held_returns_within_the_alias_deadline(
+    completed: Completed, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An alias to move, and the registration lock beside the sqlite registry held by another run (a long
+    registration, a hung one): the early exit waited up to 300 s for it. It now waits ALIAS_DEADLINE_SECONDS at
+    most, warns, and leaves the registry as it was."""
+    import sqlite3
+
+    from ml8s.locks import path_lock
+
+    root = tmp_path / "root"
+    copy_root_as_recorded_there(completed.root, root)
+    db = root / "mlflow.db"
+    with sqlite3.connect(db) as connection:  # the alias a killed run left unmoved
+        connection.execute("DELETE FROM registered_model_aliases WHERE alias = 'head'")
+    before = db.read_bytes()
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    env.update(PIPELINE_ROOT_URI=str(root), ALIAS_DEADLINE_SECONDS="1")
+    with path_lock(f"{db}.lock"), caplog.at_level(logging.WARNING, logger="ml8s"):
+        assert json.loads(run_pipeline(env))["run_id"] == completed.run_id
+    (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert "not brought in line" in warned and "ALIAS_DEADLINE_SECONDS=1 s" in warned, warned
+    assert db.read_bytes() == before

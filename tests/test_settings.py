@@ -76,6 +76,7 @@ def test_defaults_live_on_the_fields(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "data_quiet_seconds": 0,
         "promote_min_delta": 0.0,
         "delta_base_interval": 10,
+        "alias_deadline_seconds": 30,
     }
     assert sorted(PLATFORM_VARIABLES) == sorted([name.upper() for name in settings.model_dump()] + ["ML8S_WORKER_ID"])
     assert PLATFORM_VARIABLES["TMP_RETENTION_DAYS"].endswith("; default 7")

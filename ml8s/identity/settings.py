@@ -38,6 +38,7 @@ DEFAULT_PIPELINE_ROOT = "./pipeline_root"
 # Digits of a whole-number setting: 10**18 days or versions already means never, and a longer value overflowed
 # float() (TMP_RETENTION_DAYS: INTERNAL_ERROR) or int()'s digit limit (a message echoing thousands of digits).
 _MAX_WHOLE_DIGITS = 18
+_MAX_ALIAS_DEADLINE_S = 86400
 
 # The platform settings a training run also takes as workflow inputs (besides the user variables).
 WORKFLOW_PLATFORM_INPUTS: tuple[str, ...] = ("force_rerun", "pipeline_root_uri")
@@ -132,6 +133,12 @@ class PlatformSettings(BaseSettings):
     )
     delta_base_interval: int = Field(
         10, description="chain weights: a FULL every N versions, DELTAs on the parent in between (1: always FULL)"
+    )
+    alias_deadline_seconds: int = Field(
+        30,
+        description="the most seconds a run, the gate's early exit included, spends at its end bringing MLflow's "
+        "aliases head and promoted in line with the chain: past it (a registry down or hung, a sqlite registry's "
+        "lock held), a warning, and the next run tries again (1 to 86400)",
     )
 
     @classmethod
@@ -252,6 +259,15 @@ class PlatformSettings(BaseSettings):
     @classmethod
     def _interval(cls, value: object) -> int:
         return _whole(value, "DELTA_BASE_INTERVAL", "a whole number >= 1", minimum=1)
+
+    @field_validator("alias_deadline_seconds", mode="before")
+    @classmethod
+    def _alias_deadline(cls, value: object) -> int:
+        expected = "a whole number of seconds from 1 to 86400"
+        seconds = _whole(value, "ALIAS_DEADLINE_SECONDS", expected, minimum=1)
+        if seconds > _MAX_ALIAS_DEADLINE_S:  # longer bounds nothing, and a thread's join refuses past TIMEOUT_MAX
+            raise ConfigError(f"ALIAS_DEADLINE_SECONDS={quoted(str(seconds))} is invalid; expected {expected}")
+        return seconds
 
     @field_validator("promote_min_delta", mode="before")
     @classmethod

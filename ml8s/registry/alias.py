@@ -7,26 +7,29 @@ version, and its re-run, an early exit, moved nothing: the alias stayed stale fo
 or returned early, ends by converging both aliases to the records (:func:`converge_aliases`): a read when they
 agree (:mod:`ml8s.registry.alias_view`, no MLflow import for a ``sqlite:///`` registry), a write only for an
 alias that differs, never a new version or database. With two runs committing at once, the later commit's
-alias may land first; the next run of either puts it right. The chain, not MLflow, stays the record.
+alias may land first; the next run of either puts it right. The chain, not MLflow, stays the record. A run whose
+work is done returns promptly whatever MLflow does: the whole of it is bounded by ALIAS_DEADLINE_SECONDS.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionLog
 from ml8s.context.run import RunContext
-from ml8s.errors import ConfigError, RegistryError
+from ml8s.errors import ConfigError, Ml8sError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
 from ml8s.registry.alias_view import open_view
 from ml8s.registry.confirm import registry_errors
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.promoted_alias import PROMOTED_ALIAS
-from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
+from ml8s.registry.registration import _sqlite_lock
 from ml8s.registry.schema import check_schema
 from ml8s.store import Store
 
@@ -54,22 +57,17 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
 
     An alias whose chain version has no version in this registry (a version committed by ``ml8s chain commit``,
     or registered in another MLflow) is left as it is. The run's result stands either way: a registry that
-    cannot be read or written is a warning naming it, never a failure (the next run tries again).
+    cannot be read or written, or all of it not done within ALIAS_DEADLINE_SECONDS, is a warning naming it,
+    never a failure (the next run tries again).
     """
     uri = ctx.settings.mlflow_tracking_uri
     if not uri:  # an s3:// root without MLFLOW_TRACKING_URI: no registry to converge
         return []
     name = ctx.settings.mlflow_model_name
     chain = ChainStore(store, ctx.settings.chain_name)
-    targets = {HEAD_ALIAS: chain.head()}
-    served = PromotionLog(chain).served()
-    if served is not None:
-        targets[PROMOTED_ALIAS] = served
     done: list[AliasMove] = []
     try:
-        moves = _stale(ctx, uri, targets)
-        if moves:
-            _set(uri, name, moves, done)
+        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, chain, deadline, done))
     except (RegistryError, ConfigError) as exc:
         logging.getLogger("ml8s").warning(
             "MLflow aliases of %r not brought in line with chain %r: %s (the next run tries again)",
@@ -78,13 +76,60 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
             exc,
             extra={"step": "aliases"},
         )
-    for move in done:
+    made = list(done)  # what MLflow took by now: a move left running past the deadline is not claimed
+    for move in made:
         ctx.log("aliases", f"MLflow {name!r} {move}")
-    return done
+    return made
 
 
-def _stale(ctx: RunContext, uri: str, targets: dict[str, ChainVersion]) -> list[AliasMove]:
-    view = open_view(uri, ctx.settings.mlflow_model_name)
+def _within(seconds: int, work: Callable[[float], None]) -> None:
+    """``work(deadline)`` on a thread of its own, waited for ``seconds`` at most.
+
+    The early exit of a run whose work is done must return promptly, and MLflow's client waits minutes on a hung
+    server (MLFLOW_HTTP_REQUEST_TIMEOUT per request, then retries) with no bound to hand it: so the work runs on a
+    daemon thread, left to end with its connection, and is told the deadline, past which it writes nothing.
+
+    Raises:
+        RegistryError: ``work`` was not done within ``seconds``; or what ``work`` raised.
+    """
+    deadline = time.monotonic() + seconds
+    outcome: list[Exception | None] = []
+
+    def run() -> None:
+        try:
+            work(deadline)
+            outcome.append(None)
+        except Exception as exc:  # handed to the caller's thread, which warns of it or raises it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="ml8s-aliases", daemon=True)
+    thread.start()
+    thread.join(max(deadline - time.monotonic(), 0.0))
+    late = f"not done within ALIAS_DEADLINE_SECONDS={seconds} s"
+    if not outcome:
+        raise RegistryError(
+            f"{late} (the registry, or the lock beside a sqlite:/// one, gave no answer by then); expected the "
+            "registry to answer within it"
+        )
+    failed = outcome[0]
+    if isinstance(failed, Ml8sError) and time.monotonic() >= deadline:  # cut short by the deadline: say so
+        raise RegistryError(f"{late}: {failed.message}") from failed
+    if failed is not None:
+        raise failed
+
+
+def _converge(ctx: RunContext, uri: str, chain: ChainStore, deadline: float, done: list[AliasMove]) -> None:
+    targets = {HEAD_ALIAS: chain.head()}
+    served = PromotionLog(chain).served()
+    if served is not None:
+        targets[PROMOTED_ALIAS] = served
+    moves = _stale(ctx, uri, targets, deadline)
+    if moves:
+        _set(uri, ctx.settings.mlflow_model_name, moves, done, deadline)
+
+
+def _stale(ctx: RunContext, uri: str, targets: dict[str, ChainVersion], deadline: float) -> list[AliasMove]:
+    view = open_view(uri, ctx.settings.mlflow_model_name, deadline)
     if view is None:  # a sqlite:/// registry that does not exist: nothing to point, nothing created
         return []
     current = view.aliases()
@@ -98,17 +143,20 @@ def _stale(ctx: RunContext, uri: str, targets: dict[str, ChainVersion]) -> list[
     return moves
 
 
-def _set(uri: str, name: str, moves: list[AliasMove], done: list[AliasMove]) -> None:
-    """Make ``moves``, appending each to ``done`` once MLflow took it (a refusal halfway claims only those)."""
-    require_answer(uri)
+def _set(uri: str, name: str, moves: list[AliasMove], done: list[AliasMove], deadline: float) -> None:
+    """Make ``moves``, appending each to ``done`` once MLflow took it (a refusal halfway claims only those);
+    none past ``deadline``, when the run has gone on without them."""
+    require_answer(uri, deadline - time.monotonic())
     try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
-        with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
+        with _sqlite_lock(uri, deadline), silenced("mlflow.store.db.utils"):
             check_schema(uri)  # MLflow's client would upgrade an older database in place
             with registry_errors(f"MLflow at {public_tracking_uri(uri)}"):
                 from mlflow import MlflowClient
 
                 client = MlflowClient(tracking_uri=uri, registry_uri=uri)
                 for move in moves:
+                    if time.monotonic() >= deadline:
+                        raise RegistryError(f"ALIAS_DEADLINE_SECONDS passed before {move.alias!r} was written")
                     client.set_registered_model_alias(name, move.alias, move.version)
                     done.append(move)
     except RegistryError as exc:

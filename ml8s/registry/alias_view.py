@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from typing import Protocol
 from urllib.parse import quote
 
@@ -41,8 +42,9 @@ class AliasView(Protocol):
         ...
 
 
-def open_view(uri: str, model_name: str) -> AliasView | None:
+def open_view(uri: str, model_name: str, deadline: float | None = None) -> AliasView | None:
     """The view of ``model_name`` in the registry at ``uri``; None for a ``sqlite:///`` file that does not exist.
+    A server is asked whether it answers until ``deadline`` (``time.monotonic()``) at the latest.
 
     Raises:
         RegistryError: the registry cannot be read (unreachable, locked, damaged).
@@ -50,7 +52,7 @@ def open_view(uri: str, model_name: str) -> AliasView | None:
     path = sqlite_path(uri)
     if path:
         return _SqliteView(path, model_name) if os.path.isfile(path) else None
-    return _ClientView(uri, model_name)
+    return _ClientView(uri, model_name, None if deadline is None else deadline - time.monotonic())
 
 
 class _SqliteView:
@@ -79,8 +81,8 @@ class _SqliteView:
 
 
 class _ClientView:
-    def __init__(self, uri: str, model_name: str) -> None:
-        require_answer(uri)  # an absent server fails in seconds, not after MLflow's minutes of retries
+    def __init__(self, uri: str, model_name: str, within: float | None = None) -> None:
+        require_answer(uri, within)  # an absent server fails in seconds, not after MLflow's minutes of retries
         self.uri, self.model_name = uri, model_name
         self.found: dict[str, str | None] = {}  # head and promoted are often one version: asked for once
         self.where = f"MLflow at {public_tracking_uri(uri)}, model {model_name!r}"
