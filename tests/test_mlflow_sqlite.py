@@ -491,3 +491,32 @@ def test_an_early_exit_whose_sqlite_registry_lock_is_held_returns_within_the_ali
     (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
     assert "not brought in line" in warned and "ALIAS_DEADLINE_SECONDS=1 s" in warned, warned
     assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("damaged", ["head", "promotion log"])
+def test_a_chain_that_cannot_be_read_when_the_aliases_converge_is_a_warning_not_a_failed_run(
+    completed: Completed, tmp_path: Path, damaged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The convergence is a run's last step, after its commit and decision: the chain's head or promotion log
+    found damaged there (written over since, or a store failing) raised out of it, so a run whose work was done
+    failed. It is now the convergence's warning naming the damage, the aliases left as they are (``ml8s chain
+    verify`` reports the damage)."""
+    from ml8s.chain import ChainStore
+    from ml8s.chain.paths import HEAD
+    from ml8s.chain.promotion import record_key
+    from ml8s.pipeline.bootstrap import bootstrap
+    from ml8s.registry.alias import converge_aliases
+
+    root = tmp_path / "root"
+    copy_root_as_recorded_there(completed.root, root)
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    ctx = bootstrap({**env, "PIPELINE_ROOT_URI": str(root)})
+    store = ctx.open_store()
+    chain = ChainStore(store, ctx.settings.chain_name)
+    key = chain.key(HEAD) if damaged == "head" else record_key(chain, 1)
+    store.put_atomic(key, b"{not json", tmp_key=f"{key}.tmp-test")
+    with caplog.at_level(logging.WARNING, logger="ml8s"):
+        assert converge_aliases(ctx, store) == []
+    (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert warned.startswith("MLflow aliases of 'ml8s-model' not brought in line with chain 'ml8s-model'"), warned
+    assert "CHAIN_CORRUPTION" in warned and warned.endswith("(the next run tries again)"), warned

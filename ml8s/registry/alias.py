@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionLog
 from ml8s.context.run import RunContext
-from ml8s.errors import ConfigError, Ml8sError, RegistryError
+from ml8s.errors import Ml8sError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
 from ml8s.registry.alias_view import open_view
@@ -56,9 +56,9 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
     where they point elsewhere or nowhere; returns the moves made (none: they agreed, or MLflow is not configured).
 
     An alias whose chain version has no version in this registry (a version committed by ``ml8s chain commit``,
-    or registered in another MLflow) is left as it is. The run's result stands either way: a registry that
-    cannot be read or written, or all of it not done within ALIAS_DEADLINE_SECONDS, is a warning naming it,
-    never a failure (the next run tries again).
+    or registered in another MLflow) is left as it is. The run's result stands either way: a chain head or
+    promotion log that cannot be read, a registry that cannot be read or written, or all of it not done within
+    ALIAS_DEADLINE_SECONDS, is a warning naming it, never a failure (the next run tries again).
     """
     uri = ctx.settings.mlflow_tracking_uri
     if not uri:  # an s3:// root without MLFLOW_TRACKING_URI: no registry to converge
@@ -68,7 +68,7 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
     done: list[AliasMove] = []
     try:
         _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, chain, deadline, done))
-    except (RegistryError, ConfigError) as exc:
+    except Ml8sError as exc:  # the chain's damage too: ml8s chain verify reports it, the run's work stands
         logging.getLogger("ml8s").warning(
             "MLflow aliases of %r not brought in line with chain %r: %s (the next run tries again)",
             name,
