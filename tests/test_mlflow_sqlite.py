@@ -520,3 +520,32 @@ def test_a_chain_that_cannot_be_read_when_the_aliases_converge_is_a_warning_not_
     (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
     assert warned.startswith("MLflow aliases of 'ml8s-model' not brought in line with chain 'ml8s-model'"), warned
     assert "CHAIN_CORRUPTION" in warned and warned.endswith("(the next run tries again)"), warned
+
+
+def test_an_early_exit_that_makes_the_promotion_decision_waits_on_mlflow_only_within_the_alias_deadline(
+    completed: Completed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run killed between its chain commit and its promotion decision: its re-run, an early exit, decides then,
+    and the promotion step moved the alias ``promoted`` itself, outside ALIAS_DEADLINE_SECONDS (MLflow's timeouts
+    on a hung server: minutes; a held sqlite lock: 300 s), right before the convergence moved it again. The
+    decision is made and the aliases are the convergence's alone: one bounded wait, one warning."""
+    from ml8s.chain import ChainStore, PromotionLog
+    from ml8s.chain.promotion import record_key
+    from ml8s.store import LocalStore
+
+    root = tmp_path / "root"
+    copy_root_as_recorded_there(completed.root, root)
+    chain = ChainStore(LocalStore(str(root)), "ml8s-model")
+    chain.store.delete(record_key(chain, 1))  # the decision the killed run never wrote
+    assert PromotionLog(chain).decisions() == []
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")  # MLflow's own bound short: a failure in seconds
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    with _answers_health_then_hangs() as (uri, asked), caplog.at_level(logging.INFO, logger="ml8s"):
+        env.update(PIPELINE_ROOT_URI=str(root), MLFLOW_TRACKING_URI=uri, ALIAS_DEADLINE_SECONDS="1")
+        assert json.loads(run_pipeline(env))["run_id"] == completed.run_id
+    assert [d.decision.action for d in PromotionLog(chain).decisions()] == ["promote"]
+    assert len([path for path in asked if path.startswith("/api/")]) == 1, asked  # the convergence's, held
+    said = [(getattr(r, "step", ""), r.getMessage()) for r in caplog.records if "MLflow" in r.getMessage()]
+    assert len(said) == 1 and said[0][0] == "aliases", said
+    assert "not done within ALIAS_DEADLINE_SECONDS=1 s" in said[0][1]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from ml8s.chain import ChainStore, ChainVersion, PromotionAction, PromotionLog, SignedDecision
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
-from ml8s.errors import ConfigError, InferenceError, PredictionInputError, RegistryError
+from ml8s.errors import InferenceError, PredictionInputError
 from ml8s.pipeline.chain_commit import ChainCommit, require_signing_key
 from ml8s.store import Store
 
@@ -44,7 +44,11 @@ REGRESSION_Z = 2.0
 
 
 def promote(ctx: RunContext, store: Store, commit: ChainCommit) -> SignedDecision:
-    """The promotion decision on the run's chain version (made now, or found made before)."""
+    """The promotion decision on the run's chain version (made now, or found made before).
+
+    MLflow's alias ``promoted`` is not moved here: every caller ends with :func:`ml8s.registry.alias.converge_aliases`,
+    which moves it after the decision within ALIAS_DEADLINE_SECONDS (a move here waited on a hung MLflow unbounded).
+    """
     signer = require_signing_key(ctx.settings, os.environ)
     chain = ChainStore(store, ctx.settings.chain_name, signer=signer)
     log = PromotionLog(chain)
@@ -74,8 +78,6 @@ def promote(ctx: RunContext, store: Store, commit: ChainCommit) -> SignedDecisio
     decided = log.decide(action, candidate, rule, signer)
     word = "promoted" if action == "promote" else "not promoted (followers keep the served version)"
     ctx.log("promote", f"chain {chain.name!r} v{candidate.counter} {word}: {rule}")
-    if action == "promote":
-        _move_alias(ctx, candidate)
     return decided
 
 
@@ -199,15 +201,3 @@ def _evaluation_cells(
         labels += classes
     names = sorted({column.name for model in (ours, theirs) for column in model.transform.inputs})
     return read_cells(tables, names), labels
-
-
-def _move_alias(ctx: RunContext, version: ChainVersion) -> None:
-    from ml8s.registry.promoted_alias import PROMOTED_ALIAS, move_promoted_alias
-
-    try:
-        moved = move_promoted_alias(ctx.settings, version.header.full_config_hash)
-    except (RegistryError, ConfigError) as exc:  # the decision stands; the alias is MLflow's view of it
-        ctx.log("promote", f"the MLflow alias {PROMOTED_ALIAS!r} was not moved: {exc}")
-        return
-    if moved is not None:
-        ctx.log("promote", f"MLflow alias {PROMOTED_ALIAS!r} of {ctx.settings.mlflow_model_name!r} -> version {moved}")
