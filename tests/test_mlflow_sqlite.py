@@ -549,3 +549,45 @@ def test_an_early_exit_that_makes_the_promotion_decision_waits_on_mlflow_only_wi
     said = [(getattr(r, "step", ""), r.getMessage()) for r in caplog.records if "MLflow" in r.getMessage()]
     assert len(said) == 1 and said[0][0] == "aliases", said
     assert "not done within ALIAS_DEADLINE_SECONDS=1 s" in said[0][1]
+
+
+def test_the_aliases_never_follow_a_head_a_store_writer_appended_unsigned(
+    completed: Completed, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store writer (no key of the chain's trust policy) appended an unsigned version naming the FULL_CONFIG_HASH
+    of another registered version: followers, ``predict --chain`` and ``chain verify`` refuse it (CHAIN_UNTRUSTED),
+    but the convergence read the head unchecked and pointed ``@head`` at that version. The head is now read as
+    every chain reader reads it (checked against the trust policies, CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED): a
+    warning naming the refusal, the alias left where it was."""
+    from test_chain_signing import KEY_A, intruder
+    from test_chain_support import run_hash
+
+    from ml8s.chain import ChainStore, CommitMeta
+    from ml8s.chain.trust import adopt_policy
+    from ml8s.pipeline.bootstrap import bootstrap
+    from ml8s.registry.alias import converge_aliases
+    from ml8s.registry.mlflow_model import registry_resolves_with
+    from ml8s.store import LocalStore
+
+    root = tmp_path / "root"
+    copy_root_as_recorded_there(completed.root, root)
+    uri, name = f"sqlite:///{root / 'mlflow.db'}", completed.mlflow["model_name"]
+    client = MlflowClient(tracking_uri=uri)
+    ours = client.get_model_version(name, completed.mlflow["model_version"])
+    with registry_resolves_with(uri):  # the version the forger wants served as @head
+        tags = {"full_config_hash": run_hash("x")}
+        client.create_model_version(name, source=ours.source, run_id=ours.run_id, model_id=ours.model_id, tags=tags)
+    chain = ChainStore(LocalStore(str(root)), "signed-model", signer=KEY_A)
+    chain.init()
+    adopt_policy(chain, KEY_A, [KEY_A.public_key])
+    mine = ours.tags["full_config_hash"]
+    signed = CommitMeta(run_id=mine[:12], full_config_hash=mine, artifact_root="r", architecture="x", parameter_count=1)
+    chain.commit({"model.bin": b"ours"}, signed)
+    intruder(chain, "x", signer=None, policy=0)
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    ctx = bootstrap({**env, "PIPELINE_ROOT_URI": str(root), "CHAIN_NAME": "signed-model"})
+    with caplog.at_level(logging.WARNING, logger="ml8s"):
+        assert converge_aliases(ctx, ctx.open_store()) == []
+    assert client.get_registered_model(name).aliases == {"head": ours.version, "promoted": ours.version}
+    (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert "not brought in line with chain 'signed-model'" in warned and "CHAIN_UNTRUSTED" in warned, warned

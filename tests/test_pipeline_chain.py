@@ -112,6 +112,11 @@ def test_pipeline_signs_its_commit_on_a_chain_with_a_trust_policy(tmp_path: Path
     head = ChainStore(LocalStore(str(root)), "ml8s-model").head()
     assert (head.counter, head.header.run_id, head.block.signer_key_id) == (1, signed["run_id"], key.key_id)
     assert verify_chain(ChainStore(LocalStore(str(root)), "ml8s-model")).ok
+    from mlflow import MlflowClient
+
+    # the aliases read the head as a trusted reader does: a signed head is followed
+    aliases = MlflowClient(tracking_uri=f"sqlite:///{root}/mlflow.db").get_registered_model("ml8s-model").aliases
+    assert {alias: str(version) for alias, version in aliases.items()} == {"head": "1", "promoted": "1"}
 
 
 def test_a_fleet_predicts_from_the_chain_alone(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion, PromotionLog
+from ml8s.chain import ChainStore, ChainVersion, PromotionLog, ReadTrust, TrustedReader
 from ml8s.context.run import RunContext
 from ml8s.errors import Ml8sError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
@@ -64,15 +64,14 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
     if not uri:  # an s3:// root without MLFLOW_TRACKING_URI: no registry to converge
         return []
     name = ctx.settings.mlflow_model_name
-    chain = ChainStore(store, ctx.settings.chain_name)
     done: list[AliasMove] = []
     try:
-        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, chain, deadline, done))
+        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, store, uri, deadline, done))
     except Ml8sError as exc:  # the chain's damage too: ml8s chain verify reports it, the run's work stands
         logging.getLogger("ml8s").warning(
             "MLflow aliases of %r not brought in line with chain %r: %s (the next run tries again)",
             name,
-            chain.name,
+            ctx.settings.chain_name,
             exc,
             extra={"step": "aliases"},
         )
@@ -118,8 +117,12 @@ def _within(seconds: int, work: Callable[[float], None]) -> None:
         raise failed
 
 
-def _converge(ctx: RunContext, uri: str, chain: ChainStore, deadline: float, done: list[AliasMove]) -> None:
-    targets = {HEAD_ALIAS: chain.head()}
+def _converge(ctx: RunContext, store: Store, uri: str, deadline: float, done: list[AliasMove]) -> None:
+    # Read as every chain reader reads (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED): a head a store writer appended
+    # unsigned, which followers refuse, must not become MLflow's @head either
+    trust = ReadTrust.from_settings(ctx.settings)
+    chain = ChainStore(store, ctx.settings.chain_name, trust_root=trust.root)
+    targets = {HEAD_ALIAS: TrustedReader(chain, trust=trust).head()}
     served = PromotionLog(chain).served()
     if served is not None:
         targets[PROMOTED_ALIAS] = served
