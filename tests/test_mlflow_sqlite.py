@@ -415,9 +415,10 @@ def test_an_early_exit_reads_a_database_whose_writer_was_killed_mid_transaction(
 
 
 @contextlib.contextmanager
-def _answers_health_then_hangs() -> Iterator[tuple[str, list[str]]]:
+def _answers_health_then_hangs(api_status: int = 0) -> Iterator[tuple[str, list[str]]]:
     """A loopback MLflow that answers ``GET /health`` (so ml8s's probe passes) and never answers its API: the
-    client's requests are held until the server closes. Yields its URI and the paths asked for."""
+    client's requests are held until the server closes (``api_status``: each is answered with that status and
+    an MLflow error instead). Yields its URI and the paths asked for."""
     asked: list[str] = []
     released = threading.Event()
 
@@ -429,6 +430,14 @@ def _answers_health_then_hangs() -> Iterator[tuple[str, list[str]]]:
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"OK")
+                return
+            if api_status:
+                body = json.dumps({"error_code": "INTERNAL_ERROR", "message": "the registry is down"}).encode()
+                self.send_response(api_status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
                 return
             released.wait()  # the API never answers; the connection closes with the server
 
@@ -591,3 +600,18 @@ def test_the_aliases_never_follow_a_head_a_store_writer_appended_unsigned(
     assert client.get_registered_model(name).aliases == {"head": ours.version, "promoted": ours.version}
     (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
     assert "not brought in line with chain 'signed-model'" in warned and "CHAIN_UNTRUSTED" in warned, warned
+
+
+def test_an_early_exit_against_a_registry_answering_500_returns_within_the_alias_deadline(
+    completed: Completed, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server whose health check passes and whose API answers 500: MLflow's client retries each request with
+    growing back-off (minutes, by its defaults). The early exit returns within ALIAS_DEADLINE_SECONDS, and the
+    warning says what may have held it, not that the registry gave no answer."""
+    env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
+    with _answers_health_then_hangs(500) as (uri, asked), caplog.at_level(logging.WARNING, logger="ml8s"):
+        env.update(PIPELINE_ROOT_URI=str(completed.root), MLFLOW_TRACKING_URI=uri, ALIAS_DEADLINE_SECONDS="1")
+        assert json.loads(run_pipeline(env))["run_id"] == completed.run_id
+    assert [path for path in asked if path.startswith("/api/")], asked
+    (warned,) = [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert "not done within ALIAS_DEADLINE_SECONDS=1 s" in warned and "still retrying the errors" in warned, warned

@@ -107,8 +107,8 @@ def _within(seconds: int, work: Callable[[float], None]) -> None:
     late = f"not done within ALIAS_DEADLINE_SECONDS={seconds} s"
     if not outcome:
         raise RegistryError(
-            f"{late} (the registry, or the lock beside a sqlite:/// one, gave no answer by then); expected the "
-            "registry to answer within it"
+            f"{late} (by then the registry had not answered, or MLflow was still retrying the errors it answered, "
+            "or the lock beside a sqlite:/// registry was still held); expected the registry to answer within it"
         )
     failed = outcome[0]
     if isinstance(failed, Ml8sError) and time.monotonic() >= deadline:  # cut short by the deadline: say so
