@@ -181,6 +181,29 @@ def test_bad_cells_are_named_errors(data: Path, change: dict[str, object], messa
         transform.encode([rows[0], {**rows[1], **change}])
 
 
+def test_a_category_spelled_like_a_bucket_is_refused_as_training_refuses_it(data: Path) -> None:
+    """Training refuses a category '__missing__' or '__other__' (test_features.py); raw rows put one silently into
+    that bucket: a '__missing__' cell predicted as a missing value. Every way rows come names the first such row."""
+    transform, _, rows = _train(data)
+    bad = [rows[0], {**rows[1], "colour": " __other__ "}, {**rows[2], "colour": MISSING}]  # the first row's named
+    message = "column 'colour' has '__other__' in row 2 (of 3), the name of the one-hot bucket of the categories"
+    with pytest.raises(PredictionInputError, match=message.replace("(", r"\(").replace(")", r"\)")) as raised:
+        transform.encode(bad)
+    assert "expected a category other than '__missing__' and '__other__'" in raised.value.message
+    by_column = {name: [row[name] for row in bad] for name in bad[0]}
+    with pytest.raises(PredictionInputError) as from_values:
+        transform.encode_values(by_column, 3)
+    cells = {name: pa.array(values, type=pa.string()) for name, values in by_column.items()}
+    with pytest.raises(PredictionInputError) as from_cells:
+        transform.encode_cells(cells, 3)
+    assert from_values.value.message == from_cells.value.message == raised.value.message
+    with pytest.raises(PredictionInputError, match=r"column 'kind' has '__missing__' in row 1 \(of 1\)"):
+        transform.encode([{**rows[0], "kind": MISSING}])  # before: the __other__ bucket (no row of kind is blank)
+    # not a bucket's name: another spelling is an unseen category, and a numeric column's text is missing
+    fine = [{**rows[0], "kind": "__Other__", "colour": "__missing"}, {**rows[1], "amount": MISSING}]
+    assert transform.encode(fine).shape == (2, len(transform.rules))
+
+
 def test_a_training_file_with_stray_text_gives_its_training_matrix(data: Path) -> None:
     # Training reads a numeric column's stray text (at most 5% of its cells) as missing; predicting refused it,
     # so the training file itself could not be fed back.

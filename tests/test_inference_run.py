@@ -316,6 +316,11 @@ def test_ml8s_predict_writes_csv_to_stdout_or_a_file(
             1,
             "ml8s: PREDICTION_INPUT_INVALID: column 'tenure' has '1e999' in row 2 (of 2), which is not a finite",
         ),
+        (
+            "bucket name",
+            1,
+            "ml8s: PREDICTION_INPUT_INVALID: column 'plan' has '__other__' in row 2 (of 2), the name of the one-hot",
+        ),
         ("missing column", 1, "rows.csv has no column(s) ['plan'] in its header"),
         ("header only, missing column", 1, "rows.csv has no column(s) ['plan'] in its header"),
         ("output is input", 1, "ml8s: PREDICTION_INPUT_INVALID: --output "),
@@ -335,6 +340,8 @@ def test_ml8s_predict_errors_are_one_line(
         run = "000000000000"
     elif case == "bad cell":
         rows[1]["tenure"] = "1e999"
+    elif case == "bucket name":  # refused by training; was predicted as an unseen plan, after a warning
+        rows[1]["plan"] = "__other__"
     elif case == "missing column":
         rows = [{k: v for k, v in row.items() if k != "plan"} for row in rows]
     elif case == "output dir absent":

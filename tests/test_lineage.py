@@ -225,6 +225,12 @@ def _new_file_with_a_new_class(data: Path, root: Path) -> None:
     path.write_text(path.read_text().replace(",no\n", ",maybe\n", 1))
 
 
+def _new_file_with_a_bucket_name(data: Path, root: Path) -> None:
+    """A cold start refuses the category '__missing__'; a new generation's was read as a missing plan."""
+    path = add_generation(data, 2)
+    path.write_text(path.read_text().replace(",basic,", ",__missing__,", 1))
+
+
 def _bare_head(data: Path, root: Path) -> None:
     weights = next(root.glob("ml8s_training_runs/*/model/model_native.safetensors"))
     _ml8s(_env(data, root), "chain", "commit", "--payload", str(weights), "--steps", "1")
@@ -244,6 +250,12 @@ def _bare_head(data: Path, root: Path) -> None:
         (_parent_file_changed, {}, "LINEAGE_DATA_CHANGED", "gen-001.csv changed"),
         (_new_file_without_a_label, {}, "LINEAGE_DATA_CHANGED", "generation 2 (gen-002.csv) has no row with a target"),
         (_new_file_with_a_new_class, {}, "LINEAGE_DATA_CHANGED", "has 'maybe', not one of the lineage's classes"),
+        (
+            _new_file_with_a_bucket_name,
+            {},
+            "LINEAGE_DATA_CHANGED",
+            "column 'plan' has '__missing__' in row ",
+        ),
         (_bare_head, {}, "LINEAGE_ERROR", "has no training_state.safetensors"),
         (None, {"WARM_START": "0123456789abcdef"}, "WARM_START_NOT_FOUND", "matches no version"),
         (None, {"WARM_START": "1"}, "LINEAGE_STALE_PARENT", "the head is v2"),
@@ -257,6 +269,7 @@ def _bare_head(data: Path, root: Path) -> None:
         "parent-data-changed",
         "no-label",
         "new-class",
+        "bucket-name",
         "no-training-state",
         "unknown-hash",
         "stale-parent",

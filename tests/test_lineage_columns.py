@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_inference_rules import _dataset, _train
+from test_inference_rules import HEADER, _dataset, _train
 
 from ml8s.contract.training_state import Generation
 from ml8s.data.dataset import Column, parse_file
@@ -22,6 +22,7 @@ from ml8s.errors import LineageDataError, PredictionInputError
 from ml8s.inference import RawTransform
 from ml8s.inference.cells import read_cells, row_cells
 from ml8s.lineage.columns import has_label, typed_columns
+from ml8s.lineage.drift import drift_report
 from ml8s.lineage.history import _class_index, _split, encode_generation, held_out_tables
 
 
@@ -194,3 +195,25 @@ def test_encoding_refuses_classes_as_the_rows_do(tmp_path: Path, targets: list[s
     with pytest.raises(LineageDataError) as encoded:
         encode_generation(_generation(fingerprint), fingerprint, transform, 7, 0.25)
     assert encoded.value.message == by_rows.value.message
+
+
+def test_a_new_generation_with_a_category_spelled_like_a_bucket_is_refused(tmp_path: Path) -> None:
+    """A cold start refuses a category '__missing__' or '__other__'; a warm start's new generation, encoded by the
+    lineage's frozen transform, put it into that bucket ('__missing__' as a missing value) and trained on it. Its
+    drift report (bootstrap) and its encoding both refuse it, naming the generation, column and row."""
+    data = tmp_path / "data"
+    _dataset(data)
+    transform, _, _ = _train(data)
+    generation_dir = tmp_path / "generation"
+    generation_dir.mkdir()
+    rows = ["1,true,red,m00,yes", "2,false,blue,m01,", "3,true,__missing__,m02,no"]  # the blank target is no row
+    (generation_dir / "g.csv").write_text("\n".join([HEADER, *rows]) + "\n")
+    fingerprint = fingerprint_local(str(generation_dir))
+    generation = Generation(index=4, partition="g.csv", files=[fingerprint.entries[0].token])
+    said = "column 'colour' has '__missing__' in row 2 (of 2), the name of the one-hot bucket of missing values"
+    with pytest.raises(LineageDataError) as encoded:
+        encode_generation(generation, fingerprint, transform, 7, 0.25)
+    assert encoded.value.message.startswith("generation 4 (g.csv) does not fit the lineage's features: " + said)
+    with pytest.raises(LineageDataError) as drift:
+        drift_report([generation], fingerprint, transform)
+    assert drift.value.message.startswith(f"generations [4]: {said}")

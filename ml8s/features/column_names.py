@@ -31,7 +31,7 @@ from ml8s.data.csv_columns import file_row
 from ml8s.data.dataset import Column
 from ml8s.data.slices import CODE_SLICE
 from ml8s.errors import DataError
-from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER
+from ml8s.inference.rules import BUCKETS, MISSING, OTHER
 
 TARGET = "__target__"
 SPLIT = "__split__"
@@ -110,12 +110,6 @@ def check_feature_names(generated: Iterable[tuple[str, str, str]]) -> None:
         made[name] = (source, how)
 
 
-_BUCKETS = {
-    MISSING: "the one-hot bucket of missing values",
-    OTHER: f"the one-hot bucket of the categories beyond a column's {MAX_CATEGORIES} most frequent",
-}
-
-
 @dataclass(frozen=True)
 class ReservedValue:
     """A categorical column's category that is the text of a bucket of the encoder, and its first row."""
@@ -129,7 +123,7 @@ class ReservedValue:
     def error(self) -> DataError:
         return DataError(
             f"data file {self.file}, column {self.column!r}, data row {self.row + 1} (1 = the first row after the "
-            f"header): the value {self.value!r} is the name of {_BUCKETS[self.value]}, and would share its one-hot "
+            f"header): the value {self.value!r} is the name of {BUCKETS[self.value]}, and would share its one-hot "
             f"feature ({self.column}={self.value}) so that neither the model nor the feature schema could tell them "
             f"apart; expected categories other than {MISSING!r} and {OTHER!r} (rename the value in the data, leave "
             "the cell empty if it means a missing value, or list the column in EXCLUDE_COLUMNS)"
@@ -144,7 +138,7 @@ def reserved_values(columns: Iterable[Column], rows_per_file: Mapping[str, int])
     for column in columns:
         if column.kind != "categorical":
             continue
-        for value in sorted(_BUCKETS):
+        for value in sorted(BUCKETS):
             code = int(pc.index(column.categories, value).as_py())
             row = _first_row(column, code) if code >= 0 else None
             if row is not None:

@@ -29,6 +29,11 @@ from ml8s.errors import InferenceError
 MAX_CATEGORIES = 32  # one-hot width cap per column; rarer categories share "__other__"
 OTHER = "__other__"
 MISSING = "__missing__"
+# The encoder's bucket names: a category spelled so would share its bucket's one-hot feature (refused as data).
+BUCKETS = {
+    MISSING: "the one-hot bucket of missing values",
+    OTHER: f"the one-hot bucket of the categories beyond a column's {MAX_CATEGORIES} most frequent",
+}
 
 FeatureKind = Literal["numeric", "boolean", "indicator", "onehot"]
 

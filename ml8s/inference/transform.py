@@ -15,13 +15,14 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
 from ml8s.data.dataset import Column, text_column
 from ml8s.errors import DataError, InferenceError, PredictionInputError
 from ml8s.inference.cells import Cells, Rows, row_cells, value_cells
-from ml8s.inference.rules import MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_each
+from ml8s.inference.rules import BUCKETS, MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_each
 
 SCHEMA_VERSIONS = (1, 2)  # 2: ``categories`` recorded (MAX_FEATURES hid some kept categories)
 InputKind = Literal["numeric", "boolean", "categorical", "any"]
@@ -206,13 +207,17 @@ class RawTransform(BaseModel):
     @staticmethod
     def typed_column(column: InputColumn, cells: pa.Array) -> Column:
         """The text ``cells`` of input column ``column`` typed as its kind (PredictionInputError where a present
-        cell cannot be: a boolean that is not one, a number that is not finite; text in a numeric column is
-        missing, as training reads it, and :func:`ml8s.inference.output.stray_numbers` counts it)."""
+        cell cannot be: a boolean that is not one, a number that is not finite, a category spelled like one of the
+        encoder's buckets (:data:`BUCKETS`); text in a numeric column is missing, as training reads it, and
+        :func:`ml8s.inference.output.stray_numbers` counts it)."""
         kind = "categorical" if column.kind == "any" else column.kind
         try:
-            return text_column(column.name, kind, cells)
+            typed = text_column(column.name, kind, cells)
         except DataError as exc:
             raise PredictionInputError(exc.message) from exc
+        if column.kind == "categorical":
+            _refuse_bucket_names(typed)
+        return typed
 
 
 def _check_rules(rules: Sequence[FeatureRule], where: str) -> None:
@@ -277,6 +282,24 @@ def _refuse_unknown(column: InputColumn, typed: Column) -> None:
                 f"MAX_FEATURES kept {OTHER!r} but not every kept category of this column; expected one of "
                 f"{list(column.categories)}"
             )
+
+
+def _refuse_bucket_names(typed: Column) -> None:
+    """Training refuses a category spelled like a bucket of the encoder (``features.column_names``): here it
+    would land silently in that bucket (``__missing__`` read as a missing value), so it is refused as there."""
+    first: int | None = None
+    for name in BUCKETS:
+        code = int(pc.index(typed.categories, name).as_py()) if len(typed.categories) else -1
+        hits = np.flatnonzero(typed.values == code) if code >= 0 else np.empty(0, dtype=np.intp)
+        if len(hits) and (first is None or int(hits[0]) < first):
+            first = int(hits[0])
+    if first is not None:
+        value = str(typed.categories[int(typed.values[first])].as_py())
+        raise PredictionInputError(
+            f"column {typed.name!r} has {value!r} in row {first + 1} (of {len(typed.values)}), the name of "
+            f"{BUCKETS[value]}: the model would read it as that bucket; expected a category other than {MISSING!r} "
+            f"and {OTHER!r}, as training expects (rename the value, or leave the cell empty for a missing value)"
+        )
 
 
 def canonical_rules(transform: RawTransform) -> str:
