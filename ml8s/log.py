@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import ParamSpec, TextIO, TypeVar
 
 from ml8s.errors import ConfigError, Ml8sError, without_credentials
+from ml8s.text import terminal_text
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MAX_LINE = 160
@@ -48,6 +49,9 @@ class HumanFormatter(logging.Formatter):
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         line = without_credentials(line)  # a library's line may name a tracking URL with its password
+        # a file, column or model name with a newline forged a log line of its own, an escape sequence reached the
+        # terminal: escaped as the CLI's error lines are
+        line = terminal_text(line)
         if record.levelno <= logging.INFO and len(line) > MAX_LINE:
             line = line[: MAX_LINE - 1] + "…"
         return line

@@ -17,7 +17,7 @@ import pytest
 from conftest import make_context, write_small_churn
 
 from ml8s import log
-from ml8s.cli.main import build_parser
+from ml8s.cli.main import build_parser, main
 from ml8s.identity.lookalike import lookalikes
 from ml8s.identity.variables import USER_VARIABLES
 
@@ -37,6 +37,17 @@ def test_a_line_has_time_elapsed_level_step_and_is_clipped_at_160() -> None:
     assert len(long) == log.MAX_LINE and long.endswith("…")
     warning = _capture(logging.WARNING, "register", "y" * 400)  # warnings are kept whole
     assert warning.endswith("y" * 400)
+
+
+def test_a_name_in_a_line_cannot_color_the_terminal_or_forge_a_line() -> None:
+    """A data folder, file or column name went raw into a log line (``left out {partition}``): its escape sequence
+    reached the terminal and a newline in it made a line that read as ml8s's own. Escaped as the CLI's errors."""
+    forged = "2026-01-01T00:00:00.000Z +0.0s INFO  [bootstrap] all good"
+    for level in (logging.INFO, logging.WARNING):
+        line = _capture(level, "bootstrap", f"left out gen\x1b[31m\r\n{forged}: it is young")
+        assert "\x1b" not in line and "\r" not in line and "gen\\x1b[31m\\r" in line
+        first, second = line.split("\n")
+        assert _LINE.match(first) and second == f"  {forged}: it is young"  # indented: a continuation, not a line
 
 
 @contextlib.contextmanager
@@ -96,6 +107,19 @@ def test_look_alike_variables_are_named_with_what_they_probably_mean() -> None:
         ("ML8S_FOO", None),
         ("epochs", "EPOCHS"),
     ]
+
+
+def test_a_look_alike_variable_is_named_escaped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warning printed the variable's name raw: an escape sequence in it reached the terminal, and a newline
+    made a line of its own that read as ml8s's ('ml8s: forged'). Warnings are escaped as error lines are."""
+    monkeypatch.setenv("ML8S_X\x1b[31m\nml8s: forged", "1")
+    monkeypatch.delenv("DATA_ROOT", raising=False)  # stops the run at its config, after the warnings
+    assert main(["run"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and [line for line in err.splitlines() if line.startswith("ml8s: f")] == []
+    assert "ml8s: warning: ML8S_X\\x1b[31m\n  ml8s: forged is set but ml8s does not read it" in err
 
 
 def test_ml8s_run_takes_every_user_variable_as_a_flag() -> None:

@@ -202,6 +202,13 @@ def print_error(line: str) -> None:
     print(terminal_text(line), file=sys.stderr)
 
 
+def print_warning(message: str) -> None:
+    """The CLI's one printer of warnings, ``ml8s: warning: {message}``, made safe as :func:`print_error` makes an
+    error: the file, column and variable names a warning holds came from outside (a newline in one forged a line
+    of its own, an escape sequence reached the terminal)."""
+    print_error(f"ml8s: warning: {message}")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser, its usage errors printed as every other error (it echoes arguments as given:
     "unrecognized arguments: ...")."""

@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ml8s.chain import RECORD_MAX_BYTES, Anchor, ChainStore, ReadTrust, read_anchor
-from ml8s.cli.args import add_require_signed, add_root, command_root, guarded
+from ml8s.cli.args import add_require_signed, add_root, command_root, guarded, print_error
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store.operator_files import read_operator_file
@@ -52,8 +52,8 @@ def _follow(args: argparse.Namespace) -> int:
         print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
     anchor = anchor_file(args.anchor)
     options = FollowOptions(out=args.out, pinned=args.pinned, once=args.once, poll_interval_s=args.poll_seconds)
-    warn = lambda line: print(line, file=sys.stderr)  # noqa: E731
-    held = follow(chain, options, anchor=anchor, trust=trust, report=_report, warn=warn)
+    # its lines name the --out folder and quote store errors: printed as safe as an error line
+    held = follow(chain, options, anchor=anchor, trust=trust, report=_report, warn=print_error)
     if held is None:
         print(f"ml8s: chain {chain.name!r} has no version to serve yet", file=sys.stderr)
     return 0

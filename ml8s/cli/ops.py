@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import add_root, command_root, guarded, run_id_arg, text_arg
+from ml8s.cli.args import add_root, command_root, guarded, print_error, print_warning, run_id_arg, text_arg
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -74,7 +74,7 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     removed, left = cleanup_local_tmp(dry_run=args.dry_run)
     local, local_left = [shown(path) for path in removed], [shown(path) for path in left]
     for path in local_left:
-        print(f"ml8s: warning: could not remove {path} (another user's? its ml8s process has ended)", file=sys.stderr)
+        print_warning(f"could not remove {path} (another user's? its ml8s process has ended)")
     if args.json:
         found = {"local_temp_dirs": local, "local_temp_dirs_left": local_left}
         print(json.dumps({**json.loads(report.model_dump_json()), **found}, indent=2))
@@ -85,10 +85,9 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     for entry in report.removed:
         print(f"{verb} {entry.uri} ({entry.size} bytes, {entry.age_days:.1f} days old)")
     for uri in report.left_alone:
-        print(
-            f"ml8s: warning: left alone {uri}: no regular file (a symbolic link, FIFO, socket or device); "
-            "tmp-cleanup removes regular files only: check what it is and remove it by hand",
-            file=sys.stderr,
+        print_warning(
+            f"left alone {uri}: no regular file (a symbolic link, FIFO, socket or device); "
+            "tmp-cleanup removes regular files only: check what it is and remove it by hand"
         )
     raised = report.min_age_days != days
     age = "1 hour" if raised else f"{days:g} days"
@@ -100,7 +99,7 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     for failure in report.failed:
-        print(f"ml8s: STORE_ERROR: could not remove {failure}", file=sys.stderr)
+        print_error(f"ml8s: STORE_ERROR: could not remove {failure}")
     return 1 if report.failed else 0
 
 
@@ -123,7 +122,7 @@ def _runs_list(args: argparse.Namespace) -> int:
 
     listing = list_root(command_root(args).open(), os.environ)  # registrations checked in MLflow
     for uri in listing.not_runs:  # a folder anyone with write access named: shown escaped
-        print(f"ml8s: warning: {shown(uri)} is no run (not a RUN_ID folder of run files): not listed", file=sys.stderr)
+        print_warning(f"{shown(uri)} is no run (not a RUN_ID folder of run files): not listed")
     if args.json:
         print(json.dumps([e.model_dump() for e in listing.runs], indent=2))
     else:

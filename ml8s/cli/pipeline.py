@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ml8s.cli.args import guarded
+from ml8s.cli.args import guarded, print_warning
 from ml8s.errors import ConfigError
 from ml8s.identity.priority import checked_utf8
 from ml8s.identity.uri import parse_root_uri
@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
 
     for name, meant in lookalikes(os.environ):
         hint = f"; did you mean {meant}?" if meant else f"; ml8s reads none such (see {ROOT_HELP})"
-        print(f"ml8s: warning: {name} is set but ml8s does not read it{hint}", file=sys.stderr)
+        print_warning(f"{name} is set but ml8s does not read it{hint}")
     names = [*(n.lower() for n in USER_VARIABLES), "pipeline_root_uri"]
     overrides = {name: _given(name, getattr(args, name)) for name in names if getattr(args, name) is not None}
     if args.force_rerun:

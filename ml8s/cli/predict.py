@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, BinaryIO
 
-from ml8s.cli.args import add_require_signed, add_root, command_root, guarded, run_id_arg
+from ml8s.cli.args import add_require_signed, add_root, command_root, guarded, print_warning, run_id_arg
 from ml8s.cli.streams import write_binary
 from ml8s.errors import InferenceError, PredictionInputError, VersionNotFoundError
 from ml8s.output_files import write_output
@@ -131,7 +131,7 @@ def _predict(args: argparse.Namespace) -> int:
     if unseen and args.strict:
         raise PredictionInputError(f"--strict: {unseen[0].message()} (and {len(unseen) - 1} more column(s))")
     for found in unseen:
-        print(f"ml8s: warning: {found.message()}", file=sys.stderr)
+        print_warning(found.message())
     stray = stray_numbers(predictor.transform, table.cells, typed)
     if stray and args.strict:
         raise PredictionInputError(
@@ -140,7 +140,7 @@ def _predict(args: argparse.Namespace) -> int:
             "read as missing, as training reads a numeric column's stray text)"
         )
     for warning in stray:
-        print(f"ml8s: warning: {warning.message}", file=sys.stderr)
+        print_warning(warning.message)
     ids = table.cells[args.id_column].to_pylist() if args.id_column is not None else []
     predictions = predictor.predict_typed(typed, table.rows)
     out = render(predictions, _format(args), precision=args.precision, id_column=args.id_column, ids=ids)
