@@ -329,6 +329,21 @@ def test_cli_promote_with_a_damaged_registry_keeps_the_decision_and_names_the_er
     assert "INTERNAL_ERROR" not in err and "Traceback" not in err
 
 
+def test_cli_promote_names_a_registry_it_could_not_move_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The alias warning printed its error raw: the registry's path (from MLFLOW_TRACKING_URI) colored the terminal
+    and a newline in it made a line of its own ('ml8s: forged ...'). Escaped as error lines are."""
+    folder = tmp_path / "db\x1b[31m\nml8s: forged"
+    folder.mkdir()
+    _cli_chain(tmp_path / "root", monkeypatch, f"sqlite:///{_damaged_sqlite(folder / 'mlflow.db')}")
+    assert main(["chain", "promote", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and [line for line in err.splitlines() if line.startswith("ml8s: f")] == []
+    assert "ml8s: warning: the MLflow alias 'promoted' was not moved: REGISTRY_ERROR: MLflow database " in err
+    assert "/db\\x1b[31m\n  ml8s: forged/mlflow.db" in err
+
+
 def test_cli_promote_creates_no_mlflow_database_where_there_is_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,6 +7,7 @@ import json
 import sys
 
 from ml8s.chain import ChainStore, PromotionLog, SignedDecision, load_policies
+from ml8s.cli.args import print_warning
 from ml8s.errors import ChainError, ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
 
@@ -70,7 +71,7 @@ def _move_alias(settings: PlatformSettings, full_config_hash: str) -> None:
     try:
         moved = move_promoted_alias(settings, full_config_hash)
     except (RegistryError, ConfigError) as exc:  # the decision stands; say why MLflow's view lags
-        print(f"ml8s: the MLflow alias {PROMOTED_ALIAS!r} was not moved: {exc}", file=sys.stderr)
+        print_warning(f"the MLflow alias {PROMOTED_ALIAS!r} was not moved: {exc}")  # names the tracking URI
         return
     if moved is not None:
         print(
