@@ -122,6 +122,33 @@ def test_a_look_alike_variable_is_named_escaped(
     assert "ml8s: warning: ML8S_X\\x1b[31m\n  ml8s: forged is set but ml8s does not read it" in err
 
 
+def test_a_reproduce_line_shows_its_reason_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ml8s chain reproduce`` printed a version's reason raw: the re-run's error names data files as they are, so
+    a file named with a newline forged the line of another version ('v9 ... MATCH') and an escape reached the
+    terminal. Shown escaped, as ``ml8s chain verify`` shows a finding's reason: one line per version."""
+    from ml8s.cli.reproduce import _line
+    from ml8s.ops.reproduce import Reproduction
+
+    reason = "DATA_ERROR: data file g\x1b[31m\nv9      run aaaaaaaaaaaa  content bbbbbbbbbbbb  MATCH.csv is empty"
+    _line(Reproduction(counter=3, run_id="0123456789ab", content_hash="c" * 64, reason=reason))
+    _line(
+        Reproduction(
+            counter=4,
+            run_id="0123456789ab",
+            content_hash="c" * 64,
+            reproduced_hash="d" * 64,
+            differing=("model\x1b[2J.onnx",),
+        )
+    )
+    out = capsys.readouterr().out
+    first, second = out.splitlines()
+    assert "\x1b" not in out and first.endswith(
+        "NOT REPRODUCED: DATA_ERROR: data file g\\x1b[31m\\nv9      run "
+        "aaaaaaaaaaaa  content bbbbbbbbbbbb  MATCH.csv is empty"
+    )
+    assert second.endswith("DIFFERS: re-trained dddddddddddd; files model\\x1b[2J.onnx")
+
+
 def test_ml8s_run_takes_every_user_variable_as_a_flag() -> None:
     flags = [word for name in USER_VARIABLES for word in (f"--{name.lower().replace('_', '-')}", f"v-{name}")]
     args = build_parser().parse_args(["run", *flags, "--pipeline-root-uri", "/r", "--force-rerun"])

@@ -8,6 +8,7 @@ import sys
 from ml8s.chain import Anchor, ReadTrust
 from ml8s.errors import ConfigError
 from ml8s.ops.reproduce import Reproduction, reproduce_chain
+from ml8s.text import shown
 
 
 def reproduce(
@@ -40,9 +41,12 @@ def _line(result: Reproduction) -> None:
     if result.matches:
         print(f"{head}  MATCH")
     elif result.reason:
-        print(f"{head}  NOT REPRODUCED: {result.reason}")
+        # a reason quotes the re-run's error, which names data files and store keys as they are: shown, so a
+        # newline cannot forge a version's line, nor an escape sequence reach the terminal
+        print(f"{head}  NOT REPRODUCED: {shown(result.reason)}")
     else:
-        print(f"{head}  DIFFERS: re-trained {result.reproduced_hash[:12]}; files {', '.join(result.differing)}")
+        files = ", ".join(shown(name) for name in result.differing)
+        print(f"{head}  DIFFERS: re-trained {result.reproduced_hash[:12]}; files {files}")
     sys.stdout.flush()
 
 
