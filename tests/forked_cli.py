@@ -159,7 +159,9 @@ while os.getppid() == parent:
 
 class _Server:
     def __init__(self, at_start: dict[str, str]) -> None:
-        self.directory = tempfile.mkdtemp(prefix="ml8s-forks-")
+        # the environment's temp folder, not tempfile.tempdir: a test that points that at its own (long) scratch
+        # folder before the first fork would put the socket past AF_UNIX's 108-byte path limit
+        self.directory = tempfile.mkdtemp(prefix="ml8s-forks-", dir=os.environ.get("TMPDIR") or "/tmp")
         self.address = os.path.join(self.directory, "socket")
         own = _read_at_start(os.environ)
         env = {k: v for k, v in os.environ.items() if k not in own} | at_start
