@@ -233,8 +233,48 @@ def test_a_running_follower_checks_decisions_against_its_pinned_root(tmp_path: P
     chain.store.put_if_absent(record_key(chain, 3), record.model_dump_json().encode())
     with pytest.raises(ChainCorruptionError, match="pinned root") as refused:
         client.refresh()
-    assert refused.value.check == "promotion" and _served(client) == 2
+    # the decision is checked against the follower's own policies, refused as the head would be (trust_root)
+    assert refused.value.check == "trust_root" and _served(client) == 2
     assert "promotion" in verify_chain(ChainStore(chain.store, "gate"), root=ROOT).checks
+
+
+def test_a_running_follower_holds_decisions_to_the_policies_it_saw(tmp_path: Path) -> None:
+    """No root pinned: the follower's state keeps the sha256 of the policy it saw. The head stays put (a poll then
+    checks no policy) while a store writer rewrites policy 1, self-signed, to add its own key beside KEY, and
+    appends a decision by that key promoting the rejected v3. The running follower refuses it as a restarted one
+    does (trust_policy_replaced), and keeps serving v2 (it served v3 before)."""
+    chain = _chain(tmp_path / "root", "gate", signed=True)
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(2), "manual", KEY)
+    log.decide("reject", chain.get(3), "accuracy fell", KEY)
+    client = InferenceClient(
+        ChainStore(chain.store, "gate"), ClientConfig(state_path=str(tmp_path / "state.json")), trust=ReadTrust()
+    )
+    client.refresh()
+    assert _served(client) == 2
+    policy = SignedPolicy.model_validate_json(chain.store.get(policy_key(chain, 1))).policy
+    keys = sorted({trusted_key(KEY.public_key), trusted_key(OTHER.public_key)}, key=lambda k: k.key_id)
+    rewritten = policy.model_copy(update={"keys": tuple(keys)})
+    signature = KeySignature(key_id=OTHER.key_id, signature=OTHER.sign(policy_bytes(rewritten)))
+    (tmp_path / "root" / policy_key(chain, 1)).chmod(0o644)
+    (tmp_path / "root" / policy_key(chain, 1)).write_bytes(
+        policy_file(SignedPolicy(policy=rewritten, signatures=(signature,)))
+    )
+    v3, previous = chain.get(3), hashlib.sha256(chain.store.get(record_key(chain, 2))).hexdigest()
+    forged = log.decisions()[-1].decision.model_copy(
+        update={
+            "sequence": 3,
+            "action": "promote",
+            "served_counter": 3,
+            "served_block_hash": v3.block_hash,
+            "previous_sha256": previous,
+        }
+    )
+    record = SignedDecision(decision=forged, signer_key_id=OTHER.key_id, signature=OTHER.sign(decision_bytes(forged)))
+    chain.store.put_if_absent(record_key(chain, 3), record.model_dump_json().encode())
+    with pytest.raises(ChainCorruptionError) as refused:
+        client.refresh()
+    assert refused.value.check == "trust_policy_replaced" and _served(client) == 2
 
 
 def test_the_promoted_block_is_the_one_served_when_the_head_flips(

@@ -144,13 +144,8 @@ class Follower:
             return None
         policies = self.reader.fresh_policies()
         last = self.last
-        if last is not None and len(policies) < last.policy_version:
-            raise UntrustedVersionError(
-                None,
-                f"chain {self.chain.name!r}: trust policy {last.policy_version} was seen before, the chain now has "
-                f"{len(policies)} valid: a deleted policy never undoes a rotation",
-                check="trust_policy_missing",
-            )
+        if last is not None:
+            self._check_missing(policies, last)
         if self.anchor is not None:
             self._check_anchor(self.anchor)  # first: what it finds is named as verify --anchor names it
         if last is not None:
@@ -165,6 +160,18 @@ class Follower:
         self.current = head
         self._remember(head, len(policies), self.reader.policy_sha256)
         return head if moved else None
+
+    def checked_policies(self) -> list[TrustPolicy]:
+        """The trust policies read again and held to what this follower saw (``trust_policy_missing``,
+        ``trust_policy_replaced``): what a promotion decision is checked against. A poll whose head did not move
+        checks no policy, yet a decision appended meanwhile can move what is served: checked against a
+        ``trust/`` rewritten since (without a root, a self-signed policy 1 adding a store writer's key), it
+        would serve that writer's choice, which a restarted follower refuses."""
+        policies = self.reader.fresh_policies()
+        if self.last is not None:
+            self._check_missing(policies, self.last)
+            self._check_replaced(policies, self.last)
+        return policies
 
     def fetch_payload(self, version: ChainVersion, name: str) -> bytes:
         """A payload file of ``version``, sha256-checked, once its signature checks (TrustedReader)."""
@@ -210,6 +217,15 @@ class Follower:
         problems = signature_problems(anchor, policies, self.reader.trust.root)
         for check, reason in problems + pinned_policy_problems(self.chain, anchor, len(policies)):
             raise UntrustedVersionError(point.counter, f"the anchor of {self.chain.name!r}: {reason}", check=check)
+
+    def _check_missing(self, policies: list[TrustPolicy], last: SeenHead) -> None:
+        if len(policies) < last.policy_version:
+            raise UntrustedVersionError(
+                None,
+                f"chain {self.chain.name!r}: trust policy {last.policy_version} was seen before, the chain now has "
+                f"{len(policies)} valid: a deleted policy never undoes a rotation",
+                check="trust_policy_missing",
+            )
 
     def _check_replaced(self, policies: list[TrustPolicy], last: SeenHead) -> None:
         """Every policy seen is still the file seen (verify's ``anchor_policy``, without an anchor)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -87,11 +88,20 @@ class PromotionLog:
     """The checked promotion log of one chain; verified records are cached (they are immutable). Signatures
     are checked against the policies that chain to ``root`` (default: the chain's own ``trust_root``)."""
 
-    def __init__(self, chain: ChainVersions, root: TrustRoot | None = None) -> None:
+    def __init__(
+        self,
+        chain: ChainVersions,
+        root: TrustRoot | None = None,
+        *,
+        policies: Callable[[], list[trust.TrustPolicy]] | None = None,
+    ) -> None:
+        """``policies``: where a follower's reader takes the policies from (``Follower.checked_policies``), so a
+        decision is checked against the very policies the follower holds to what it saw before."""
         self.chain = chain
         # A reader's pinned root, not only a committer's: without it a rewritten trust/ whose self-signed
         # policy 1 trusts a store writer's key passes as trust on first use, and that key's decisions with it
         self.root = root if root is not None else chain.trust_root
+        self._policies = policies
         self._records: list[SignedDecision] = []
         self._hashes: list[str] = []  # the sha256 of each record's bytes, as checked
         self._last_sha256 = ""
@@ -223,7 +233,10 @@ class PromotionLog:
         return signed
 
     def _check_signature(self, signed: SignedDecision, where: str) -> None:
-        policies, problems = trust.load_policies(self.chain, self.root)
+        if self._policies is not None:
+            policies, problems = self._policies(), list[tuple[str, str]]()
+        else:
+            policies, problems = trust.load_policies(self.chain, self.root)
         wanted = signed.decision.trust_policy_version
         if problems:
             raise _corrupt(problems[0][1])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,6 +23,7 @@ from ml8s.chain._util import save_state
 from ml8s.chain.models import ChainVersion, OptionalHex64
 from ml8s.chain.promotion import PromotionLog, read_record
 from ml8s.chain.root import TrustRoot
+from ml8s.chain.trust import TrustPolicy
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, ConfigError
 from ml8s.store.operator_files import read_operator_file
@@ -106,8 +108,16 @@ class SeenPromotion(BaseModel):
 class PromotionReader:
     """The promoted version of a chain for a follower (module docstring)."""
 
-    def __init__(self, chain: ChainVersions, *, state_path: str | None = None, root: TrustRoot | None = None) -> None:
-        self.log = PromotionLog(chain, root)
+    def __init__(
+        self,
+        chain: ChainVersions,
+        *,
+        state_path: str | None = None,
+        root: TrustRoot | None = None,
+        policies: Callable[[], list[TrustPolicy]] | None = None,
+    ) -> None:
+        """``policies``: the follower's ``checked_policies`` (PromotionLog), else the store's, checked to ``root``."""
+        self.log = PromotionLog(chain, root, policies=policies)
         self.chain = chain
         self._state = f"{state_path}.promotion.json" if state_path else None
         self._seen = self._load()

@@ -19,7 +19,7 @@ DEFAULT_PRECISION = 6
 _CHUNK = 1 << 20  # bytes of --input read at a time
 
 if TYPE_CHECKING:
-    from ml8s.chain import Anchor, ChainStore, ChainVersion, ReadTrust
+    from ml8s.chain import Anchor, ChainStore, ChainVersion, Follower
     from ml8s.cli.args import Subcommands
     from ml8s.inference import ModelFiles
     from ml8s.inference.output import OutputFormat
@@ -168,7 +168,7 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     anchor = anchor_file(args.anchor)
     follower = Follower(chain, anchor=anchor, trust=trust)
     follower.poll()
-    promoted = _promoted(chain, anchor, trust, required=args.version is None)  # with --version too: the pins hold
+    promoted = _promoted(chain, anchor, follower, required=args.version is None)  # with --version too: the pins hold
     if args.version is not None:
         version: ChainVersion | None = follower.version(args.version)
     elif promoted is not None:
@@ -181,13 +181,13 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     return read_chain_files(chain, version)
 
 
-def _promoted(chain: ChainStore, anchor: Anchor | None, trust: ReadTrust, *, required: bool) -> ChainVersion | None:
+def _promoted(chain: ChainStore, anchor: Anchor | None, follower: Follower, *, required: bool) -> ChainVersion | None:
     """What followers serve under a promotion gate: the promoted version; None without a gate (the head), or
     when not ``required`` (--version) and nothing is promoted yet. A log shorter than, or forked from, what
     ``anchor`` pins is refused either way (``promotion_rollback``/``_fork``)."""
     from ml8s.chain import PromotionReader
 
-    reader = PromotionReader(chain, root=trust.root)
+    reader = PromotionReader(chain, root=follower.reader.trust.root, policies=follower.checked_policies)
     if not reader.gated(anchor.checkpoint.promotion if anchor is not None else None):
         return None
     served = reader.served()

@@ -90,7 +90,9 @@ class InferenceClient:
             trust = ReadTrust.from_settings(PlatformSettings.load())
         self.chain, self.config = chain, config
         self.follower = Follower(chain, state_path=config.state_path, anchor=anchor, trust=trust)
-        self.promotions = PromotionReader(chain, state_path=config.state_path, root=trust.root)
+        self.promotions = PromotionReader(
+            chain, state_path=config.state_path, root=trust.root, policies=self.follower.checked_policies
+        )
         self.stats = SwapStats()
         self.last_error: Ml8sError | None = None
         self._served: Served | None = None
