@@ -127,6 +127,22 @@ def test_a_cut_or_rolled_back_log_is_refused(tmp_path: Path) -> None:
         restarted.refresh()  # a restarted follower remembers how far the log went
 
 
+def test_a_first_start_refuses_a_log_cut_in_the_middle_as_verify_does(tmp_path: Path) -> None:
+    """A store writer removes decision 2 (promote v2) and leaves 3 (reject v3): read alone, the log ends at 1
+    and a follower with no state or anchor served v1, the writer's choice, while verify FAILs the cut log."""
+    chain = _chain(tmp_path / "root", "gate", signed=True)
+    log = PromotionLog(chain)
+    log.decide("promote", chain.get(1), "manual", KEY)
+    log.decide("promote", chain.get(2), "manual", KEY)
+    log.decide("reject", chain.get(3), "accuracy fell", KEY)
+    (tmp_path / "root" / record_key(chain, 2)).unlink()
+    assert "promotion" in verify_chain(ChainStore(chain.store, "gate")).checks
+    client = InferenceClient(ChainStore(chain.store, "gate"), ClientConfig(), trust=ReadTrust())
+    with pytest.raises(ChainCorruptionError, match="decision 2 is missing but 3 exists") as refused:
+        client.refresh()
+    assert refused.value.check == "promotion" and client.version is None
+
+
 def _cli_chain(root: Path, monkeypatch: pytest.MonkeyPatch, tracking_uri: str = "") -> ChainStore:
     """An unsigned four-version chain 'cli' under ``root``, and the environment of an ``ml8s chain`` command on it
     (no signing key, MLflow at ``tracking_uri``)."""

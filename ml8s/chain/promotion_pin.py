@@ -122,6 +122,7 @@ class PromotionReader:
         self._state = f"{state_path}.promotion.json" if state_path else None
         self._seen = self._load()
         self._unsaved = False  # ``_seen`` is not in the state file yet: its save failed (a full disk)
+        self._uncut = False  # the log was listed for a record after a missing one (verify's cut log)
 
     def gated(self, anchor: PromotionPin | None = None) -> bool:
         """Whether the chain has a promotion gate (a decision exists, or this node or ``anchor``, an anchor's
@@ -130,11 +131,17 @@ class PromotionReader:
         Raises:
             ChainRollbackError: the log holds fewer decisions than this node saw or the anchor pins.
             ChainForkError: the log holds another decision where this node saw or the anchor pins one.
-            ChainCorruptionError: a decision does not verify.
+            ChainCorruptionError: a decision does not verify, or one is missing before a later one (``promotion``).
         """
         check_pin(self.log, self._seen, "this node saw")
         if anchor is not None:
             check_pin(self.log, anchor, "the anchor names")
+        if not self._uncut:
+            # Read alone, a log cut in the middle ends at the cut, and an older decision's version is served while
+            # verify FAILs it; once read whole, the pin (``_seen``) holds it, so it is listed once per reader
+            if (gap := self.log.gap()) is not None:
+                raise ChainCorruptionError(None, f"chain {self.chain.name!r}: {gap}", check="promotion")
+            self._uncut = True
         now = log_pin(self.log)
         if now != self._seen:  # grown (the pins above hold), or a state from before sha256s were kept
             self._seen, self._unsaved = now, True
