@@ -41,7 +41,8 @@ from ml8s.chain import (
     verify_chain,
 )
 from ml8s.chain.anchor import Anchor, _bytes
-from ml8s.chain.root import KeySignature, load_root, root_json
+from ml8s.chain.commit import _seal, payload_files
+from ml8s.chain.root import KeySignature, load_root, root_json, trusted_key
 from ml8s.chain.trust import SignedPolicy, TrustPolicy, policy_bytes, policy_file, policy_key
 from ml8s.errors import (
     ChainCorruptionError,
@@ -305,6 +306,51 @@ def test_follower_serves_what_it_checked(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(UntrustedVersionError) as caught:
         follower.poll()
     assert caught.value.check == "unsigned" and follower.current == checked != forged
+
+
+def test_policies_rewritten_between_a_poll_and_its_check_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No root pinned; the follower saw policy 1. A store writer puts a head signed by its own key C naming a
+    policy 2, and rewrites trust/ (policy 1 self-signed by C adding C, policy 2 by C) right after the poll read
+    the policies (checked against what the follower saw) and before the head's check reloaded them for the policy
+    2 it names: the reload was taken as is, and C's head accepted. It must only add to the policies read."""
+    chain = ChainStore(LocalStore(str(tmp_path)), CHAIN, signer=KEY_A)
+    chain.init()
+    adopt_policy(chain, KEY_A, [KEY_A.public_key])
+    chain.commit(payload("p1"), meta("p1"))
+    follower = Follower(fresh(chain), trust=ReadTrust())
+    follower.poll()
+    seen = follower.current
+    forged = _seal(chain.head(), meta("evil"), payload_files(payload("evil")), 2, KEY_C, chain_name=CHAIN)
+    chain.write_version(forged, payload("evil"), [])
+    set_head(tmp_path, forged)
+    policy = SignedPolicy.model_validate_json(chain.store.get(policy_key(chain, 1))).policy
+    first = policy.model_copy(
+        update={"keys": tuple(sorted({*policy.keys, trusted_key(KEY_C.public_key)}, key=lambda k: k.key_id))}
+    )
+    first_file = policy_file(SignedPolicy(policy=first, signatures=(_signed_by(KEY_C, first),)))
+    update = {"previous_sha256": hashlib.sha256(first_file).hexdigest(), "from_counter": forged.counter}
+    second = first.model_copy(update={"version": 2, "keys": (trusted_key(KEY_C.public_key),), **update})
+    real = TrustedReader.fresh_policies
+
+    def then_rewritten(reader: TrustedReader) -> list[TrustPolicy]:
+        policies = real(reader)
+        (tmp_path / policy_key(chain, 1)).chmod(0o644)
+        (tmp_path / policy_key(chain, 1)).write_bytes(first_file)
+        (tmp_path / policy_key(chain, 2)).write_bytes(
+            policy_file(SignedPolicy(policy=second, signatures=(_signed_by(KEY_C, second),)))
+        )
+        return policies
+
+    monkeypatch.setattr(TrustedReader, "fresh_policies", then_rewritten)
+    with pytest.raises(UntrustedVersionError) as caught:
+        follower.poll()
+    assert caught.value.check == "trust_policy_replaced" and follower.current == seen != forged
+
+
+def _signed_by(key: SigningKey, policy: TrustPolicy) -> KeySignature:
+    return KeySignature(key_id=key.key_id, signature=key.sign(policy_bytes(policy)))
 
 
 # -- class 3 through the CLI: ml8s follow and ml8s predict --chain honour the same settings -------------------

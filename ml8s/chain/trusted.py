@@ -78,8 +78,32 @@ class TrustedReader:
             policies, problems, newest = trust.load_policy_chain(self.chain, self.trust.root)
             if problems:
                 raise UntrustedVersionError(None, problems[0][1], check=problems[0][0])
+            if self._policies:
+                self._extends(self._policies, policies, newest)
             self._policies, self.policy_sha256 = policies, newest
         return self._policies
+
+    def _extends(self, held: list[TrustPolicy], policies: list[TrustPolicy], newest: str) -> None:
+        """A reload for a version naming a newer policy only adds policies to those held: a follower checked the
+        held ones against what it saw (fresh_policies), and a ``trust/`` rewritten in between (without a root,
+        a self-signed policy 1, then a policy 2 trusting a store writer's key) would otherwise be taken as is."""
+        seen, name = len(held), self.chain.name
+        if len(policies) < seen:
+            raise UntrustedVersionError(
+                None,
+                f"chain {name!r}: trust policy {seen} was read before, the chain now has {len(policies)} valid: a "
+                "deleted policy never undoes a rotation",
+                check="trust_policy_missing",
+            )
+        found = newest if len(policies) == seen else policies[seen].previous_sha256
+        if found != self.policy_sha256:
+            raise UntrustedVersionError(
+                None,
+                f"chain {name!r}: trust policy {seen} (or one before it) is not the file read before: sha256 "
+                f"{found}, expected {self.policy_sha256}; a policy replaced in the store, even by one that checks, "
+                "is refused",
+                check="trust_policy_replaced",
+            )
 
     def fresh_policies(self) -> list[TrustPolicy]:
         """The policies read again (a follower's poll: a rotation since, or a policy deleted)."""
