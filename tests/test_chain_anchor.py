@@ -136,6 +136,27 @@ def test_follower_state_survives_a_restart(signed: tuple[ChainStore, list[ChainV
         Follower(ChainStore(chain.store, CHAIN), state_path=state).poll()
 
 
+def test_a_running_follower_renewed_past_a_rolled_back_head_refuses_it(tmp_path: Path) -> None:
+    """The follower serves v2; v3 is committed and anchored; a store writer sets the head back to v2. A fresh
+    follower given the anchor refuses it, but the running one, renewed with that anchor, found the head it held
+    unchanged and served on (poll None) as if it were fresh."""
+    chain = ChainStore(LocalStore(str(tmp_path)), CHAIN, signer=KEY)
+    chain.init()
+    adopt_policy(chain, KEY, [KEY.public_key])
+    for i in (1, 2):
+        chain.commit(payload(f"v{i}"), meta(f"v{i}", step=i))
+    follower = Follower(ChainStore(chain.store, CHAIN), clock=lambda: NOW)
+    v2 = follower.poll()
+    assert v2 is not None
+    chain.commit(payload("v3"), meta("v3", step=3))
+    anchor = make_anchor(chain, KEY, DAY, NOW)
+    set_head(tmp_path, v2)
+    follower.renew(anchor)
+    with pytest.raises(ChainRollbackError, match="head at 2 after 3"):
+        follower.poll()
+    assert follower.current == v2
+
+
 def test_cli_anchor_and_verify(tmp_path: Path) -> None:
     root, key = tmp_path / "root", tmp_path / "k.pem"
     key.write_bytes(KEY.private_pem())

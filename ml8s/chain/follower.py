@@ -134,7 +134,10 @@ class Follower:
         ``current`` is then the head this poll read and checked. A poll that checked a head but could not
         save it (ConfigError: a full disk) raised: the next one that finds it unchanged saves it and returns it."""
         head = self.chain.head()  # the one head read: everything below checks this version
-        if self.current is not None and head.block_hash == self.current.block_hash:
+        # unchanged, unless ``renew`` took a newer anchor since: the head must then extend the anchored one
+        # (a store rolled back below it, unnoticed while it stays put, was served on as if fresh)
+        last_hash = self.last.block_hash if self.last is not None else head.block_hash
+        if self.current is not None and head.block_hash == self.current.block_hash == last_hash:
             if self.anchor is not None:
                 self._check_anchor(self.anchor)
             if self._unsaved:
