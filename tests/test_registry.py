@@ -7,6 +7,7 @@ runs trained once for the module.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -328,3 +329,36 @@ def test_a_link_planted_as_the_registration_lock_is_refused_not_followed(tmp_pat
     ):
         pass
     assert (elsewhere.read_bytes() == b"precious") if target == "a-file" else not elsewhere.exists()
+
+
+def test_an_alias_never_moves_to_a_head_a_follower_refuses(small_ctx: RunContext, tmp_path: Path) -> None:
+    """A store writer (no key) puts an unsigned head on a signed chain, naming the FULL_CONFIG_HASH of another
+    registered version: a run's alias convergence pointed ``@head`` (a pyfunc MLflow serves) at that version.
+    It reads the chain as a follower does, so the refused head moves no alias."""
+    from test_chain_signing import KEY_A, intruder
+    from test_chain_support import meta, payload, run_hash
+
+    from ml8s.chain import ChainStore, adopt_policy
+    from ml8s.registry.alias import converge_aliases
+    from ml8s.registry.schema import TEMPLATE_ENV
+
+    settings, store = small_ctx.settings, small_ctx.open_store()
+    uri, name = settings.mlflow_tracking_uri, settings.mlflow_model_name
+    assert uri.startswith("sqlite:///")
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    database.write_bytes(Path(os.environ[TEMPLATE_ENV]).read_bytes())
+    chain = ChainStore(store, settings.chain_name, signer=KEY_A)
+    chain.init()
+    adopt_policy(chain, KEY_A, [KEY_A.public_key])
+    ours = chain.commit(payload("ours"), meta("ours"))
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model(name)
+    good = client.create_model_version(
+        name, str(tmp_path / "a"), tags={"full_config_hash": ours.header.full_config_hash}
+    )
+    chosen = client.create_model_version(name, str(tmp_path / "b"), tags={"full_config_hash": run_hash("chosen")})
+    client.set_registered_model_alias(name, "head", good.version)
+    intruder(chain, "chosen", signer=None, policy=1)
+    assert converge_aliases(small_ctx, store) == []
+    assert client.get_registered_model(name).aliases == {"head": good.version} != {"head": chosen.version}

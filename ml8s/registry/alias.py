@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion, PromotionLog, ReadTrust, TrustedReader
+from ml8s.chain import ChainStore, ChainVersion, Follower, PromotionReader, ReadTrust
 from ml8s.context.run import RunContext
-from ml8s.errors import Ml8sError, RegistryError
+from ml8s.errors import ChainError, Ml8sError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
 from ml8s.registry.alias_view import open_view
@@ -121,14 +121,31 @@ def _converge(ctx: RunContext, store: Store, uri: str, deadline: float, done: li
     # Read as every chain reader reads (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED): a head a store writer appended
     # unsigned, which followers refuse, must not become MLflow's @head either
     trust = ReadTrust.from_settings(ctx.settings)
-    chain = ChainStore(store, ctx.settings.chain_name, trust_root=trust.root)
-    targets = {HEAD_ALIAS: TrustedReader(chain, trust=trust).head()}
-    served = PromotionLog(chain).served()
-    if served is not None:
-        targets[PROMOTED_ALIAS] = served
+    targets = _targets(ChainStore(store, ctx.settings.chain_name, trust_root=trust.root), trust)
     moves = _stale(ctx, uri, targets, deadline)
     if moves:
         _set(uri, ctx.settings.mlflow_model_name, moves, done, deadline)
+
+
+def _targets(chain: ChainStore, trust: ReadTrust) -> dict[str, ChainVersion]:
+    """The versions the aliases name, read as a follower serves them (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED,
+    signatures, evidence, the promotion log against the policies checked): MLflow serves ``@head`` and
+    ``@promoted`` too, and a head or decision a store writer forged (unsigned, or under a rewritten ``trust/``)
+    would otherwise point them at a registered version of its choice.
+
+    Raises:
+        ChainError: the chain or its promotion log does not check (nothing is moved).
+    """
+    follower = Follower(chain, trust=trust)
+    follower.poll()
+    head = follower.current
+    if head is None:  # poll() always sets it; a guard for the type checker
+        raise ChainError(f"chain {chain.name!r}: no head was read")
+    targets = {HEAD_ALIAS: head}
+    promotions = PromotionReader(chain, root=trust.root, policies=follower.checked_policies)
+    if promotions.gated() and (promoted := promotions.served()) is not None:
+        targets[PROMOTED_ALIAS] = follower.version(promoted.counter, promoted.block_hash)
+    return targets
 
 
 def _stale(ctx: RunContext, uri: str, targets: dict[str, ChainVersion], deadline: float) -> list[AliasMove]:
