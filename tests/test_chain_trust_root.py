@@ -495,3 +495,37 @@ def test_forged_genesis_head_with_a_payload_is_refused(pinned_env: Path, capsys:
     assert followed.value.check == read.value.check == "genesis"
     code, err = _cli(capsys, "predict", "--chain", CHAIN, "--input", str(pinned_env / "rows.csv"))
     assert code == 1 and err.startswith("ml8s: CHAIN_UNTRUSTED") and "genesis" in err, err
+
+
+def test_the_pipelines_decision_reads_the_log_against_the_pinned_root(
+    small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed between its commit and its decision; a store writer (no key of the root's) then rewrites
+    trust/ as a self-signed policy 1 of their own key and writes a decision on that version ("reject"). The re-run's
+    promote step read the log without the pinned root (CHAIN_TRUST_ROOT): the forged decision passed as trust on
+    first use and was taken as the decision already made, so the version was never decided. It is refused."""
+    from conftest import make_context
+
+    from ml8s.chain import PromotionLog
+    from ml8s.pipeline.chain_commit import ChainCommit
+    from ml8s.pipeline.promote import promote
+
+    monkeypatch.setenv("ML8S_SIGNING_KEY", KEY_A.private_pem().decode())
+    ctx = make_context(small_data, tmp_path / "root", chain_trust_root=root_json(ROOT).decode())
+    chain = rooted(tmp_path / "root", name=ctx.settings.chain_name, versions=1)
+    version = chain.head()
+    chain.store.delete(policy_key(chain, 1))
+    chain.store.put_if_absent(policy_key(chain, 1), self_signed(chain, 1, KEY_C))
+    forged = ChainStore(chain.store, chain.name, signer=KEY_C)  # unpinned, as the attacker's tools read it
+    PromotionLog(forged).decide("reject", forged.get(1), "forged: keep what is served", KEY_C)
+    commit = ChainCommit(
+        chain_name=chain.name,
+        counter=1,
+        semver=version.header.semver,
+        block_hash=version.block_hash,
+        content_hash=version.content_hash,
+        version_dir="",
+        global_step=0,
+    )
+    with pytest.raises(ChainError, match="root"):
+        promote(ctx, ctx.open_store(), commit)

@@ -23,7 +23,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ml8s.chain import ChainStore, ChainVersion, PromotionAction, PromotionLog, SignedDecision
+from ml8s.chain import ChainStore, ChainVersion, PromotionAction, PromotionLog, SignedDecision, load_root
 from ml8s.context.run import RunContext
 from ml8s.contract import layout
 from ml8s.errors import InferenceError, PredictionInputError
@@ -49,8 +49,10 @@ def promote(ctx: RunContext, store: Store, commit: ChainCommit) -> SignedDecisio
     MLflow's alias ``promoted`` is not moved here: every caller ends with :func:`ml8s.registry.alias.converge_aliases`,
     which moves it after the decision within ALIAS_DEADLINE_SECONDS (a move here waited on a hung MLflow unbounded).
     """
-    signer = require_signing_key(ctx.settings, os.environ)
-    chain = ChainStore(store, ctx.settings.chain_name, signer=signer)
+    # the pinned root, as the commit reads it: without it a rewritten trust/ passes as trust on first use, and a
+    # store writer's decisions (a served version of their choice, a forged "already decided") with it
+    signer, root = require_signing_key(ctx.settings, os.environ), load_root(ctx.settings.chain_trust_root)
+    chain = ChainStore(store, ctx.settings.chain_name, signer=signer, trust_root=root)
     log = PromotionLog(chain)
     decisions = log.decisions()
     candidate = chain.get(commit.counter)
