@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from serving_support import chain_at, meta, weights_series
-from test_chain_signing import KEY_A, ROOT, ROOT_KEY
+from test_chain_signing import KEY_A, ROOT, ROOT_KEY, intruder
 
 from ml8s.chain import ChainStore, ChainVersion, PromotionLog, ReadTrust, SigningKey, adopt_policy, verify_chain
 from ml8s.chain.commit import _seal, payload_files
@@ -410,3 +410,19 @@ def test_cli_promote_creates_no_mlflow_database_where_there_is_none(
     assert main(["chain", "promote", "3"]) == 0
     assert json.loads(capsys.readouterr().out)["decision"]["counter"] == 3
     assert not (root / "mlflow.db").exists()
+
+
+def test_cli_reject_on_a_gateless_chain_never_records_a_forged_head_as_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signed chain with no decision yet; a store writer (no key) appends an unsigned head. ``ml8s chain reject 1``
+    first records the head followers served as promoted: it took chain.head() unchecked, so the operator's key signed
+    a promotion of the forged version. The head is read as followers read it, and the command is refused."""
+    chain = _chain(tmp_path / "root", "cli", signed=True)
+    for key, value in {"PIPELINE_ROOT_URI": f"file://{tmp_path / 'root'}", "CHAIN_NAME": "cli"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ML8S_SIGNING_KEY", KEY.private_pem().decode())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    intruder(chain, "forged", signer=None, policy=1)
+    assert main(["chain", "reject", "1"]) == 1
+    assert PromotionLog(ChainStore(chain.store, "cli")).decisions() == []

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ml8s.chain import ChainStore, PromotionLog, SignedDecision, load_policies
+from ml8s.chain import ChainStore, PromotionLog, ReadTrust, SignedDecision, TrustedReader, load_policies
 from ml8s.cli.args import print_warning
 from ml8s.errors import ChainError, ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
@@ -30,7 +30,9 @@ def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: 
         raise ConfigError(f"chain {args.verb}: expected a version counter >= 1")
     version = chain.get(args.counter)
     latest = log.latest()
-    head = chain.head() if latest is None else None  # a chain with no decision: followers serve its head
+    # a chain with no decision: followers serve its head, read as they read it (a store writer's unsigned head
+    # would otherwise be recorded as served, signed by this operator's key)
+    head = TrustedReader(chain, trust=ReadTrust.from_settings(settings)).head() if latest is None else None
     served = latest.decision.served_counter if latest is not None else head.counter if head is not None else 0
     if args.verb == "reject" and served == version.counter:
         gateless = " (the chain has no promotion decision: they serve its head)" if latest is None else ""
