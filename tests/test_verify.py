@@ -591,3 +591,32 @@ def test_a_stray_file_named_with_a_newline_prints_no_report_line_of_its_own(tamp
     assert [line for line in text.splitlines() if line.startswith("RESULT")] == [
         "RESULT: FAIL (1 of 10 checks failed: unexpected_files)"
     ]
+
+
+def test_a_nan_version_committed_by_another_hand_is_a_note_of_a_runs_verify_not_its_fail(
+    verified_run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ml8s chain verify reports a version whose weights hold a NaN (weights_nan). A run's own verify checks its
+    whole chain, so one such version (committed before commits refused NaN, or by hand) failed the verify of every
+    run on that chain for good, though each passed its own steps: it is a note unless it is the run's version."""
+    import torch
+    from serving_support import meta
+
+    from ml8s.chain import ChainStore
+    from ml8s.store import LocalStore
+    from ml8s.weights import commit_weights
+
+    kept = verified_run.root / "ml8s_chain"
+    shutil.copytree(kept, tmp_path / "chain")  # the shared run's chain, put back after (a copied root is another case)
+    try:
+        chain = ChainStore(LocalStore(str(verified_run.root)), "ml8s-model")
+        monkeypatch.setattr("ml8s.weights.commit.first_nan", lambda tensors: None)  # as an older ml8s committed it
+        commit_weights(chain, {"w": torch.tensor([1.0, float("nan")])}, meta("nan"), interval=1)
+        report = verify(verified_run)
+    finally:
+        shutil.rmtree(kept)
+        shutil.copytree(tmp_path / "chain", kept)
+    chain_result = report.check("chain")
+    failed = [(c.name, c.reason, c.details) for c in report.checks if c.status is Status.FAIL]
+    assert report.status is Status.PASS, failed
+    assert any(d.startswith("weights_nan: v2 ") for d in chain_result.details), chain_result.details
