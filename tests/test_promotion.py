@@ -426,3 +426,25 @@ def test_cli_reject_on_a_gateless_chain_never_records_a_forged_head_as_served(
     intruder(chain, "forged", signer=None, policy=1)
     assert main(["chain", "reject", "1"]) == 1
     assert PromotionLog(ChainStore(chain.store, "cli")).decisions() == []
+
+
+def test_cli_promote_signs_no_forged_version_and_is_not_stopped_by_a_forged_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store writer (no key) appends an unsigned head to a signed chain. ``ml8s chain promote`` of that version
+    signed a promotion of it with the operator's key once the chain had a decision; and on a chain with none,
+    promoting a good version (the way back to serving it) failed on the forged head. The version promoted is read
+    as followers read it, and the head only tells whether that version is already served."""
+    chain = _chain(tmp_path / "root", "cli", signed=True)
+    for key, value in {"PIPELINE_ROOT_URI": f"file://{tmp_path / 'root'}", "CHAIN_NAME": "cli"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ML8S_SIGNING_KEY", KEY.private_pem().decode())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    good = chain.head().counter
+    forged = intruder(chain, "forged", signer=None, policy=1).counter
+    assert main(["chain", "promote", str(forged)]) == 1
+    assert "CHAIN_UNTRUSTED" in capsys.readouterr().err
+    assert main(["chain", "promote", str(good)]) == 0
+    assert main(["chain", "promote", str(forged)]) == 1  # now gated: the head is not read at all
+    decisions = PromotionLog(ChainStore(chain.store, "cli")).decisions()
+    assert [d.decision.counter for d in decisions] == [good]

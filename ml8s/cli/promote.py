@@ -29,10 +29,16 @@ def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: 
     if args.counter is None or args.counter < 1:
         raise ConfigError(f"chain {args.verb}: expected a version counter >= 1")
     version = chain.get(args.counter)
+    trusted = TrustedReader(chain, trust=ReadTrust.from_settings(settings))
+    if args.verb == "promote":  # as followers check it: this operator's key never signs a version they refuse
+        trusted.check(version)
     latest = log.latest()
-    # a chain with no decision: followers serve its head, read as they read it (a store writer's unsigned head
-    # would otherwise be recorded as served, signed by this operator's key)
-    head = TrustedReader(chain, trust=ReadTrust.from_settings(settings)).head() if latest is None else None
+    head = None
+    if latest is None:
+        # a chain with no decision: followers serve its head, read as they read it (a store writer's unsigned head
+        # would otherwise be recorded as served, signed by this operator's key). A promotion only asks whether the
+        # version just checked is that head: a forged head must not keep the operator from promoting another
+        head = trusted.head() if args.verb == "reject" else chain.head()
     served = latest.decision.served_counter if latest is not None else head.counter if head is not None else 0
     if args.verb == "reject" and served == version.counter:
         gateless = " (the chain has no promotion decision: they serve its head)" if latest is None else ""
