@@ -22,7 +22,7 @@ from ml8s.chain.trust import SignedPolicy, policy_bytes, policy_file, policy_key
 from ml8s.cli.main import main
 from ml8s.errors import ChainCorruptionError, ChainForkError, ChainRollbackError, SigningRequiredError
 from ml8s.serving import ClientConfig, FollowOptions, InferenceClient, follow
-from ml8s.store import open_store
+from ml8s.store import ObjectInfo, open_store
 from ml8s.weights import WEIGHTS_FULL, commit_weights
 
 KEY, OTHER = SigningKey.generate(), SigningKey.generate()
@@ -448,3 +448,26 @@ def test_cli_promote_signs_no_forged_version_and_is_not_stopped_by_a_forged_head
     assert main(["chain", "promote", str(forged)]) == 1  # now gated: the head is not read at all
     decisions = PromotionLog(ChainStore(chain.store, "cli")).decisions()
     assert [d.decision.counter for d in decisions] == [good]
+
+
+def test_a_first_start_takes_decisions_appended_while_it_reads_the_log_for_no_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first start reads the log, then lists it for a cut. Two decisions appended in between (two runs deciding,
+    or one run's first reject, written after the decision keeping the head served) were taken for a record after
+    a missing one: a legitimate log refused as cut (ChainCorruptionError), by followers and verify alike."""
+    chain = _chain(tmp_path / "root", "gate", signed=True)
+    PromotionLog(chain).decide("promote", chain.get(1), "manual", KEY)
+    reading = ChainStore(chain.store, "gate")
+    listing, appended = reading.objects, []
+
+    def appended_meanwhile(prefix: str) -> list[ObjectInfo]:
+        if prefix.endswith("promotions") and not appended:
+            appended.append(PromotionLog(chain).decide("promote", chain.get(2), "manual", KEY))
+            appended.append(PromotionLog(chain).decide("reject", chain.get(3), "accuracy fell", KEY))
+        return listing(prefix)
+
+    monkeypatch.setattr(reading, "objects", appended_meanwhile)
+    client = InferenceClient(reading, ClientConfig(), trust=ReadTrust())
+    client.refresh()
+    assert len(appended) == 2 and _served(client) == 2

@@ -270,11 +270,15 @@ class PromotionLog:
         """verify's check that the walk saw the whole log: a record after a missing one means a decision
         was deleted (the log is append-only). None when there is none."""
         missing = len(self.decisions()) + 1
-        later = [
+        listed = {
             int(m.group(1))
             for info in self.chain.objects(self.chain.key(PROMOTIONS))
-            if (m := _RECORD.fullmatch(info.key.rsplit("/", 1)[-1])) is not None and int(m.group(1)) > missing
-        ]
+            if (m := _RECORD.fullmatch(info.key.rsplit("/", 1)[-1])) is not None
+        }
+        # decisions appended between that read and the listing (each written after the one before it) are no gap
+        while missing in listed:
+            missing += 1
+        later = [number for number in listed if number > missing]
         if not later:
             return None
         return f"promotion decision {missing} is missing but {min(later)} exists: the log was cut"
