@@ -362,3 +362,45 @@ def test_an_alias_never_moves_to_a_head_a_follower_refuses(small_ctx: RunContext
     intruder(chain, "chosen", signer=None, policy=1)
     assert converge_aliases(small_ctx, store) == []
     assert client.get_registered_model(name).aliases == {"head": good.version} != {"head": chosen.version}
+
+
+def test_aliases_converge_when_a_version_is_committed_and_promoted_while_the_chain_is_read(
+    small_ctx: RunContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs on one chain: this run's alias step read the head (v1), then the other committed v2 and promoted
+    it before the promotion log was read. The promoted version lay above the head checked: 'chain has no
+    version 2 (head v1)', a warning, and neither alias moved. The head is read again, so both reach v2."""
+    from test_chain_support import meta, payload
+
+    from ml8s.chain import ChainStore, PromotionLog, PromotionReader
+    from ml8s.registry.alias import converge_aliases
+    from ml8s.registry.schema import TEMPLATE_ENV
+
+    settings, store = small_ctx.settings, small_ctx.open_store()
+    uri, name = settings.mlflow_tracking_uri, settings.mlflow_model_name
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    database.write_bytes(Path(os.environ[TEMPLATE_ENV]).read_bytes())
+    chain = ChainStore(store, settings.chain_name)
+    chain.init()
+    ours = chain.commit(payload("ours"), meta("ours"))
+    PromotionLog(chain).decide("promote", ours, "first", None)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model(name)
+    mine = client.create_model_version(
+        name, str(tmp_path / "a"), tags={"full_config_hash": ours.header.full_config_hash}
+    )
+    theirs_hash = meta("theirs").full_config_hash
+    theirs = client.create_model_version(name, str(tmp_path / "b"), tags={"full_config_hash": theirs_hash})
+    gated = PromotionReader.gated
+
+    def decided_meanwhile(reader: PromotionReader, *args: object, **kwargs: object) -> bool:
+        if chain.head().counter == 1:  # the other run, between this one's head read and its log read
+            PromotionLog(chain).decide("promote", chain.commit(payload("theirs"), meta("theirs")), "better", None)
+        return gated(reader)
+
+    monkeypatch.setattr(PromotionReader, "gated", decided_meanwhile)
+    moved = converge_aliases(small_ctx, store)
+    assert {(m.alias, m.version) for m in moved} == {("head", str(theirs.version)), ("promoted", str(theirs.version))}
+    assert client.get_registered_model(name).aliases == {"head": theirs.version, "promoted": theirs.version}
+    assert mine.version != theirs.version
