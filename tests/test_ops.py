@@ -128,6 +128,31 @@ def test_tmp_cleanup_reports_what_is_no_regular_file_and_leaves_it(planted: Path
     assert report["left_alone"] == sorted(expected)
 
 
+def test_a_link_to_a_file_is_judged_and_reported_by_its_own_age_and_size(
+    planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A link made now to a 30-day-old file is no old entry, and an old link to a new file is one: the listing
+    (stat, through the link) gave the target's age and size, so the first went at 7 days as '100 bytes, 30.0 days
+    old' and the second was kept. The link is judged, removed and reported by its own (lstat); targets stay."""
+    run_tmp = planted / f"ml8s_training_runs/{RUN}/.tmp"
+    old_target, new_target = tmp_path / "old-target.bin", tmp_path / "new-target.bin"
+    for target, age in ((old_target, 30), (new_target, 0)):
+        target.write_bytes(b"t" * 100)
+        os.utime(target, (time.time() - age * DAY,) * 2)
+    (run_tmp / "new-link").symlink_to(old_target)
+    (run_tmp / "old-link").symlink_to(new_target)
+    stamp = time.time() - 10 * DAY
+    os.utime(run_tmp / "old-link", (stamp, stamp), follow_symlinks=False)
+    store = LocalStore(str(planted))
+    code, out, err = cli(capsys, "tmp-cleanup", "--older-than-days", "7", "--root", str(planted))
+    assert code == 0, err
+    old_link = store.uri(f"ml8s_training_runs/{RUN}/.tmp/old-link")
+    assert f"removed {old_link} ({len(str(new_target))} bytes, 10.0 days old)" in out.splitlines()
+    assert "new-link" not in out and "kept 2 younger ones" in out  # export-w2.onnx (1 day) and the new link
+    assert {p.name for p in run_tmp.iterdir()} == {"export-w2.onnx", "new-link"}
+    assert old_target.read_bytes() == new_target.read_bytes() == b"t" * 100
+
+
 def test_tmp_cleanup_neither_writes_nor_lists_through_a_linked_directory_on_the_way(
     planted: Path, tmp_path: Path
 ) -> None:

@@ -11,7 +11,8 @@ write is always younger: every write creates its tmp object fresh, and no entry 
 the caller says no write is in flight (``allow_short_grace``, as chain GC's for its ``.tmp/``). The model chain's
 ``.tmp/`` is the chain GC's business.
 
-Only regular files are removed. What else a local store holds there (a symbolic link to a directory, a
+Only regular files, and symbolic links to regular files (the link alone, judged by its own age), are
+removed. What else a local store holds there (a symbolic link to a directory, a
 dangling link, a FIFO, a socket, a device; or the ``.tmp`` directory itself replaced by a link) is left alone
 and reported: removing it by rule could follow it, and it was not written by ml8s.
 """
@@ -120,7 +121,12 @@ def cleanup_tmp(
     failed: list[str] = []
     kept = 0
     entries = tmp_entries(store, odd)
-    for info in entries:
+    for listed in entries:
+        # a link to a regular file is listed with its target's size and times (stat follows it); the link is what
+        # goes, so it is judged and reported by its own (a link made now to a month-old file is no old entry)
+        info = store.link_info(listed.key) if listed.key in odd else listed
+        if info is None:  # gone or replaced since it was listed: the next cleanup judges what is there
+            continue
         age = (current - info.changed_at) / _DAY_S
         # 0 means every entry (docs/audits.md): a just-written one is 0 days old on a clock of whole seconds
         if min_age_days > 0 and age <= min_age_days:

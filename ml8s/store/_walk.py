@@ -56,6 +56,20 @@ def _scan(directory: str, under: str, skip: str, found: list[ObjectInfo], pendin
                 found.append(ObjectInfo(key=key, size=info.st_size, mtime=info.st_mtime, changed=changed(info)))
 
 
+def link(path: str, key: str, *, uri: Callable[[str], str]) -> ObjectInfo | None:
+    """The symbolic link at ``path`` (the key ``key``) itself, from ``lstat``: its own size and times, which a
+    listing (``stat``, through the link) gives as its target's; None when no link is there (gone, or replaced)."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        if _no_file(exc):
+            return None
+        raise StoreError(f"cannot read {uri(key)}: {exc.strerror or exc}") from exc
+    if not stat.S_ISLNK(info.st_mode):
+        return None
+    return ObjectInfo(key=key, size=info.st_size, mtime=info.st_mtime, changed=changed(info))
+
+
 def _no_file(exc: OSError) -> bool:
     """Whether a ``stat`` failed because there is no file: gone, under a file, or a link that loops (``ln -s x
     x``, which failed the listing of the whole root) or dangles; nothing to list, nothing under it."""

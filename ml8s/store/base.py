@@ -112,6 +112,12 @@ class Store(abc.ABC):
         del prefix
         return []
 
+    def link_info(self, key: str) -> ObjectInfo | None:
+        """The symbolic link at ``key`` itself (its own size and times; a listing gives its target's), None when
+        no link is there: always None in an object store, which holds no links; the local backend overrides it."""
+        del key
+        return None
+
     def clock(self, probe_key: str) -> float:
         """The store's own current time (epoch seconds): the modification time it gives an object written
         now at ``probe_key`` (deleted again). Ages compared with it are ordered by one clock, the store's,

@@ -42,7 +42,7 @@ from ml8s.store._files import (
     write_file,
 )
 from ml8s.store._safe import irregular, kind, open_regular, read_regular, unlink_nofollow
-from ml8s.store._walk import walk
+from ml8s.store._walk import link, walk
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 
 LOCK_DIR = ".ml8s-locks"
@@ -222,6 +222,10 @@ class LocalStore(Store):
         """Keys under ``prefix`` that are neither regular files nor directories (links, FIFOs, devices,
         sockets), or a component of ``prefix`` that is a link; nothing followed (_safe.irregular)."""
         return irregular(self.root, [p for p in self._path(prefix).removeprefix(self.root).split(os.sep) if p])
+
+    def link_info(self, key: str) -> ObjectInfo | None:
+        """The symbolic link at ``key`` itself, from ``lstat`` (_walk.link); None when no link is there."""
+        return link(self._path(key), key, uri=self.uri)
 
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
