@@ -303,7 +303,7 @@ def test_zero_days_removes_an_entry_written_in_the_same_second(tmp_path: Path) -
 
 
 def test_zero_days_keeps_an_entry_under_an_hour_old_unless_told_no_write_runs(
-    planted: Path, capsys: pytest.CaptureFixture[str]
+    planted: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``tmp-cleanup --older-than-days 0`` removed a live write's staging file (its rename then failed): as chain
     GC keeps its ``.tmp/``, an entry is now kept until an hour old, and said so; ``--allow-short-grace`` removes it."""
@@ -315,6 +315,12 @@ def test_zero_days_keeps_an_entry_under_an_hour_old_unless_told_no_write_runs(
         "ml8s: note: --older-than-days 0 raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
         "--allow-short-grace removes it too (no write may run)"
     ) in err
+    monkeypatch.setenv("TMP_RETENTION_DAYS", "0")  # no --older-than-days: the note named one the user never gave
+    code, out, err = cli(capsys, "tmp-cleanup", "--dry-run", "--root", str(planted))
+    assert code == 0 and "would remove 0 tmp entries older than 1 hour; kept 1 younger" in out, err
+    assert "ml8s: note: TMP_RETENTION_DAYS=0 raised to 1 hour: a younger .tmp/ entry" in err
+    assert "--older-than-days" not in err.split("--allow-short-grace")[0]
+    monkeypatch.delenv("TMP_RETENTION_DAYS")
     minutes = cleanup_tmp(LocalStore(str(planted)), 0.01, dry_run=True)  # 14 minutes: the hour still holds
     assert minutes.removed == () and minutes.kept == 1 and minutes.min_age_days == 1 / 24
     usage = " ".join(ml8s(clean_env(), "tmp-cleanup", "--help").stdout.split())

@@ -92,9 +92,10 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     raised = report.min_age_days != days
     age = "1 hour" if raised else f"{days:g} days"
     print(f"{verb} {len(report.removed)} tmp entries older than {age}; kept {report.kept} younger ones")
-    if raised:
+    if raised:  # named as the user gave it: an unset --older-than-days is TMP_RETENTION_DAYS's
+        given = f"TMP_RETENTION_DAYS={days:g}" if args.older_than_days is None else f"--older-than-days {days:g}"
         print(
-            f"ml8s: note: --older-than-days {days:g} raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
+            f"ml8s: note: {given} raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
             "--allow-short-grace removes it too (no write may run)",
             file=sys.stderr,
         )
