@@ -267,8 +267,7 @@ class PromotionLog:
         return version
 
     def gap(self) -> str | None:
-        """verify's check that the walk saw the whole log: a record after a missing one means a decision
-        was deleted (the log is append-only). None when there is none."""
+        """verify's check that the walk saw the whole log (append-only): a record after a missing one, or None."""
         missing = len(self.decisions()) + 1
         listed = {
             int(m.group(1))
