@@ -66,7 +66,13 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
     name = ctx.settings.mlflow_model_name
     done: list[AliasMove] = []
     try:
-        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, store, uri, deadline, done))
+        # Read as every chain reader reads (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED): a head a store writer appended
+        # unsigned, which followers refuse, must not become MLflow's @head either. Read before the deadline starts,
+        # bounded by the store's own timeouts as every chain read of the run: ALIAS_DEADLINE_SECONDS bounds the
+        # registry (a long chain on S3 is thousands of requests, and would miss a deadline on every run)
+        trust = ReadTrust.from_settings(ctx.settings)
+        targets = _targets(ChainStore(store, ctx.settings.chain_name, trust_root=trust.root), trust)
+        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, targets, deadline, done))
     except Ml8sError as exc:  # the chain's damage too: ml8s chain verify reports it, the run's work stands
         logging.getLogger("ml8s").warning(
             "MLflow aliases of %r not brought in line with chain %r: %s (the next run tries again)",
@@ -117,11 +123,9 @@ def _within(seconds: int, work: Callable[[float], None]) -> None:
         raise failed
 
 
-def _converge(ctx: RunContext, store: Store, uri: str, deadline: float, done: list[AliasMove]) -> None:
-    # Read as every chain reader reads (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED): a head a store writer appended
-    # unsigned, which followers refuse, must not become MLflow's @head either
-    trust = ReadTrust.from_settings(ctx.settings)
-    targets = _targets(ChainStore(store, ctx.settings.chain_name, trust_root=trust.root), trust)
+def _converge(
+    ctx: RunContext, uri: str, targets: dict[str, ChainVersion], deadline: float, done: list[AliasMove]
+) -> None:
     moves = _stale(ctx, uri, targets, deadline)
     if moves:
         _set(uri, ctx.settings.mlflow_model_name, moves, done, deadline)
