@@ -518,14 +518,6 @@ def test_the_pipelines_decision_reads_the_log_against_the_pinned_root(
     chain.store.put_if_absent(policy_key(chain, 1), self_signed(chain, 1, KEY_C))
     forged = ChainStore(chain.store, chain.name, signer=KEY_C)  # unpinned, as the attacker's tools read it
     PromotionLog(forged).decide("reject", forged.get(1), "forged: keep what is served", KEY_C)
-    commit = ChainCommit(
-        chain_name=chain.name,
-        counter=1,
-        semver=version.header.semver,
-        block_hash=version.block_hash,
-        content_hash=version.content_hash,
-        version_dir="",
-        global_step=0,
-    )
+    commit = ChainCommit.of(chain.name, version)
     with pytest.raises(ChainError, match="root"):
         promote(ctx, ctx.open_store(), commit)

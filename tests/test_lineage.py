@@ -396,15 +396,7 @@ def test_a_late_decision_never_serves_a_version_older_than_the_served_one(
     first, second = chain.get(1), chain.get(2)
     PromotionLog(chain).decide("promote", second, "manual: v2's run decided first", None)  # ... v2's did
     ctx = bootstrap(_env(data, root))
-    late = ChainCommit(
-        chain_name=CHAIN,
-        counter=1,
-        semver=first.header.semver,
-        block_hash=first.block_hash,
-        content_hash=first.content_hash,
-        version_dir="",
-        global_step=0,
-    )
+    late = ChainCommit.of(CHAIN, first)
     decided = promote(ctx, ctx.open_store(), late).decision
     assert (decided.action, decided.counter, decided.served_counter) == ("reject", 1, 2), decided.rule
     assert "v2, committed after it, is served" in decided.rule

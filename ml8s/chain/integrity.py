@@ -51,7 +51,7 @@ from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
 from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
 from ml8s.chain.models import ChainHead, ChainVersion
-from ml8s.chain.promotion import promotion_problems
+from ml8s.chain.promotion_gap import promotion_problems
 from ml8s.chain.root import TrustRoot
 from ml8s.chain.versions import ChainVersions
 from ml8s.chain.wire import decode_block

@@ -21,7 +21,6 @@ head, as before promotion existed.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable
 from typing import Literal
 
@@ -45,7 +44,6 @@ from ml8s.identity.hashing import canonical_bytes
 from ml8s.text import first_problem
 
 PROMOTIONS = "promotions"
-_RECORD = re.compile(r"^([0-9]{10})\.json$")
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 PromotionAction = Literal["promote", "reject"]
 
@@ -266,22 +264,6 @@ class PromotionLog:
             )
         return version
 
-    def gap(self) -> str | None:
-        """verify's check that the walk saw the whole log (append-only): a record after a missing one, or None."""
-        missing = len(self.decisions()) + 1
-        listed = {
-            int(m.group(1))
-            for info in self.chain.objects(self.chain.key(PROMOTIONS))
-            if (m := _RECORD.fullmatch(info.key.rsplit("/", 1)[-1])) is not None
-        }
-        # decisions appended between that read and the listing (each written after the one before it) are no gap
-        while missing in listed:
-            missing += 1
-        later = [number for number in listed if number > missing]
-        if not later:
-            return None
-        return f"promotion decision {missing} is missing but {min(later)} exists: the log was cut"
-
 
 def _check_not_retired(decision: Decision, named: list[ChainVersion], where: str) -> None:
     """A decision on a version committed under trust policy N is signed under N or newer: a key a rotation
@@ -308,14 +290,3 @@ def read_record(chain: ChainVersions, sequence: int) -> bytes | None:
 
 def _corrupt(reason: str) -> ChainCorruptionError:
     return ChainCorruptionError(None, reason, check="promotion")
-
-
-def promotion_problems(chain: ChainVersions, root: TrustRoot | None = None) -> list[tuple[str, str]]:
-    """verify's findings of the promotion log: a decision that does not check, or a cut log (check
-    ``promotion``); none for a chain without a gate."""
-    log = PromotionLog(chain, root)
-    try:
-        gap = log.gap()
-    except ChainError as exc:
-        return [("promotion", exc.message)]
-    return [("promotion", gap)] if gap is not None else []

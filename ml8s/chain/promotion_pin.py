@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ml8s.chain._util import save_state
 from ml8s.chain.models import ChainVersion, OptionalHex64
 from ml8s.chain.promotion import PromotionLog, read_record
+from ml8s.chain.promotion_gap import log_gap
 from ml8s.chain.root import TrustRoot
 from ml8s.chain.trust import TrustPolicy
 from ml8s.chain.versions import ChainVersions
@@ -139,7 +140,7 @@ class PromotionReader:
         if not self._uncut:
             # Read alone, a log cut in the middle ends at the cut, and an older decision's version is served while
             # verify FAILs it; once read whole, the pin (``_seen``) holds it, so it is listed once per reader
-            if (gap := self.log.gap()) is not None:
+            if (gap := log_gap(self.log)) is not None:
                 raise ChainCorruptionError(None, f"chain {self.chain.name!r}: {gap}", check="promotion")
             self._uncut = True
         now = log_pin(self.log)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from ml8s import log
-from ml8s.chain import ENV_KEY, ENV_KEY_FILE, ChainStore, CommitMeta, RetryPolicy, SigningKey, load_root
+from ml8s.chain import ENV_KEY, ENV_KEY_FILE, ChainStore, ChainVersion, CommitMeta, RetryPolicy, SigningKey, load_root
 from ml8s.context.run import RunContext
 from ml8s.contract import Manifest, TrainingMetadata, layout, load
 from ml8s.contract.layout import PAYLOAD_MANIFEST
@@ -38,6 +38,18 @@ class ChainCommit(BaseModel):
     content_hash: str
     version_dir: str
     global_step: int
+
+    @classmethod
+    def of(cls, chain_name: str, version: ChainVersion) -> ChainCommit:
+        return cls(
+            chain_name=chain_name,
+            counter=version.counter,
+            semver=version.semver,
+            block_hash=version.block_hash,
+            content_hash=version.content_hash,
+            version_dir=version.version_dir,
+            global_step=version.global_step,
+        )
 
 
 @log.timed("chain_commit")
@@ -92,15 +104,7 @@ def chain_commit(ctx: RunContext, store: Store, policy: RetryPolicy | None = Non
         "chain_commit",
         f"chain {chain.name!r} version {version.counter} ({version.semver}) block {version.block_hash[:12]}",
     )
-    return ChainCommit(
-        chain_name=chain.name,
-        counter=version.counter,
-        semver=version.semver,
-        block_hash=version.block_hash,
-        content_hash=version.content_hash,
-        version_dir=version.version_dir,
-        global_step=version.global_step,
-    )
+    return ChainCommit.of(chain.name, version)
 
 
 def require_signing_key(settings: PlatformSettings, env: Mapping[str, str]) -> SigningKey | None:
