@@ -25,6 +25,7 @@ from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_root, list_runs
 from ml8s.ops.tmp_cleanup import cleanup_tmp, is_tmp_key
 from ml8s.ops.tmp_local import cleanup_local_tmp
+from ml8s.ops.tmp_seen import SEEN_KEY
 from ml8s.store import LocalStore, _walk
 from ml8s.tempdirs import OWNER_FILE
 
@@ -83,7 +84,9 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def remaining(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ml8s-locks" not in p.parts}
+    """Files under ``root`` but the store's locks and tmp-cleanup's own record of first sightings."""
+    found = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ml8s-locks" not in p.parts}
+    return found - {SEEN_KEY}
 
 
 def test_tmp_cleanup_removes_only_old_tmp_entries(planted: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -341,7 +344,8 @@ def test_a_live_entry_backdated_with_touch_is_not_taken_for_an_old_one(tmp_path:
     report = cleanup_tmp(store, 7)
     assert report.removed == () and report.kept == 2 and live.exists() and ahead.exists()
     later = cleanup_tmp(store, 7, dry_run=True, now=time.time() + 8 * DAY)  # a week on, the backdated one is old
-    assert [e.uri.rsplit("/", 1)[1] for e in later.removed] == ["model-w9.bin"]
+    # and the one set ahead too: unchanged since this cleanup first saw it (tests/test_tmp_seen.py)
+    assert [e.uri.rsplit("/", 1)[1] for e in later.removed] == ["model-w8.bin", "model-w9.bin"]
 
 
 _MAINTENANCE_PROBE = """

@@ -303,7 +303,8 @@ def test_operator_listings_read_no_artifact(tmp_path: Path, monkeypatch: pytest.
     assert [
         e.uri for e in cleanup_tmp(store, 0, dry_run=True, now=time.time() + 1, allow_short_grace=True).removed
     ] == [store.uri(f"ml8s_training_runs/{run}/.tmp/x.bin")]
-    assert sorted(opened) == ["config_snapshot.json", "manifest.json"]
+    # and tmp-cleanup's own record of first sightings (ml8s/ops/tmp_seen.py), absent here
+    assert sorted(opened) == ["config_snapshot.json", "manifest.json", "ml8s-tmp-cleanup-seen.json"]
 
 
 def test_conditional_writes_stage_under_the_root_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,9 @@ are candidates, and only when their age exceeds the retention. The age is measur
 alone: the store's time now (Store.clock: the time it gives a probe object written under ``.tmp/`` and
 deleted again) minus the time it gave the entry (``ObjectInfo.changed_at``: locally the later of the file's mtime
 and ctime, which no writer can set back, so a live entry backdated by ``touch -d`` is not taken for an old one;
-``LastModified`` on S3), so a host whose clock runs days ahead removes nothing a correct one would keep. A live
+``LastModified`` on S3), or from the entry's first sighting with its current size and mtime if earlier
+(:mod:`ml8s.ops.tmp_seen`: a ``chmod -R`` moves ctime, a clock ahead sets a future mtime, neither writes a byte),
+so a host whose clock runs days ahead removes nothing a correct one would keep. A live
 write is always younger: every write creates its tmp object fresh, and no entry under an hour old is removed unless
 the caller says no write is in flight (``allow_short_grace``, as chain GC's for its ``.tmp/``). The model chain's
 ``.tmp/`` is the chain GC's business.
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, StoreError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.ops.tmp_seen import SEEN_KEY, Seen
 from ml8s.store import ObjectInfo, Store
 from ml8s.text import shown
 
@@ -120,14 +123,17 @@ def cleanup_tmp(
     removed: list[TmpEntry] = []
     failed: list[str] = []
     kept = 0
+    seen = Seen(store, current)
     entries = tmp_entries(store, odd)
     for listed in entries:
+        if listed.key == SEEN_KEY and listed.key not in odd:  # the cleanup's own record (tmp_seen.py), not a write
+            continue
         # a link to a regular file is listed with its target's size and times (stat follows it); the link is what
         # goes, so it is judged and reported by its own (a link made now to a month-old file is no old entry)
         info = store.link_info(listed.key) if listed.key in odd else listed
         if info is None:  # gone or replaced since it was listed: the next cleanup judges what is there
             continue
-        age = (current - info.changed_at) / _DAY_S
+        age = (current - seen.since(info)) / _DAY_S
         # 0 means every entry (docs/audits.md): a just-written one is 0 days old on a clock of whole seconds
         if min_age_days > 0 and age <= min_age_days:
             kept += 1
@@ -140,7 +146,10 @@ def cleanup_tmp(
             except StoreError as exc:  # one entry that will not go must not hide what was removed before it
                 failed.append(f"{shown(store.uri(info.key))}: {shown(exc.message)}")
                 continue
+            seen.forget(info.key)
         removed.append(TmpEntry(uri=shown(store.uri(info.key)), size=info.size, age_days=round(age, 3)))
+    if not dry_run:  # a dry run writes nothing but its clock probe
+        seen.save()
     return CleanupReport(
         root_uri=store.root_uri,
         older_than_days=older_than_days,
