@@ -11,8 +11,14 @@ from ml8s import log
 
 # Never cached: it deletes from the store, and its answer depends on the time.
 @task(cache=False)
-def cleanup_tmp_task(pipeline_root_uri: str, older_than_days: int, dry_run: bool) -> str:
+def cleanup_tmp_task(
+    pipeline_root_uri: str, older_than_days: int, dry_run: bool, allow_short_grace: bool = False
+) -> str:
     """Remove ``.tmp/`` entries older than ``older_than_days`` (< 0: TMP_RETENTION_DAYS) under every run.
+
+    ``allow_short_grace``: the CLI's ``--allow-short-grace``. Unset, an entry under an hour old is kept whatever
+    ``older_than_days`` says (it may be a write in flight: ``min_age_days`` in the report is the age applied);
+    set, ``older_than_days`` 0 removes every entry, so only when no write can run.
 
     Returns:
         The cleanup report as JSON (what was removed, how many younger entries were kept).
@@ -24,7 +30,15 @@ def cleanup_tmp_task(pipeline_root_uri: str, older_than_days: int, dry_run: bool
 
     settings = PlatformSettings.load(os.environ, {"pipeline_root_uri": pipeline_root_uri})
     days = float(settings.tmp_retention_days if older_than_days < 0 else older_than_days)
-    report = cleanup_tmp(open_store(settings.pipeline_root_uri), days, dry_run=dry_run)
+    store = open_store(settings.pipeline_root_uri)
+    report = cleanup_tmp(store, days, dry_run=dry_run, allow_short_grace=allow_short_grace)
+    if report.min_age_days != days:  # said as the CLI says it, naming where the short age came from
+        given = f"TMP_RETENTION_DAYS={days:g}" if older_than_days < 0 else f"older_than_days {days:g}"
+        log.step_info(
+            "tmp_cleanup",
+            f"{given} raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
+            "allow_short_grace=True removes it too (no write may run)",
+        )
     if report.failed:  # the task fails as the CLI exits 1, naming what stayed
         from ml8s.errors import StoreError
 

@@ -374,6 +374,37 @@ def test_cleanup_workflow_and_daily_launch_plan(planted: Path) -> None:
     assert remaining(planted) == set(KEPT)
 
 
+_SHORT_GRACE_PROBE = """
+import json, sys
+import workflows.maintenance as m
+allow = sys.argv[2] == "1"
+out = json.loads(m.tmp_cleanup_wf(pipeline_root_uri=sys.argv[1], older_than_days=0, allow_short_grace=allow))
+print(json.dumps({"removed": [e["uri"].rsplit("/", 1)[1] for e in out["removed"]], "kept": out["kept"],
+                  "min_age_days": out["min_age_days"]}))
+"""
+
+
+def test_the_cleanup_workflow_takes_allow_short_grace_as_the_cli_does(tmp_path: Path) -> None:
+    """The task had no way to say --allow-short-grace: older_than_days 0 kept a crash's minute-old leftover, and
+    nothing could remove it before an hour. Unset, it is still kept (a write may be in flight), as by the CLI."""
+    young = plant(tmp_path, f"ml8s_training_runs/{RUN}/.tmp/model-w9.bin", 0)
+
+    def probe(allow: str) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-c", _SHORT_GRACE_PROBE, str(tmp_path), allow],
+            cwd=REPO,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    assert probe("0") == {"removed": [], "kept": 1, "min_age_days": 1 / 24} and young.exists()
+    assert probe("1") == {"removed": ["model-w9.bin"], "kept": 0, "min_age_days": 0.0} and not young.exists()
+
+
 # --------------------------------------------------------------------------------- collisions
 
 
