@@ -9,11 +9,22 @@ import json
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 from serving_support import chain_at, follow_polls, meta, weights_series
 from test_verify import clean_env, ml8s
 
-from ml8s.chain import ChainStore, ChainVersion, PayloadBuilder, PayloadKind, RetryPolicy, WeightsFields
+from ml8s.audit.chain_check import weights_check
+from ml8s.chain import (
+    WEIGHTS_FULL,
+    ChainStore,
+    ChainVersion,
+    PayloadBuilder,
+    PayloadKind,
+    RetryPolicy,
+    WeightsFields,
+    verify_chain,
+)
 from ml8s.deltas import apply_delta_in_place, encode_delta, weights_hash
 from ml8s.errors import ConfigError, DeltaNanError, ServingError
 from ml8s.serving import ClientConfig, DeltaConsumer, DeltaProducer, FollowOptions, InferenceClient, follow
@@ -146,3 +157,35 @@ def test_refuse_nan_reads_each_dtype_s_nan_bits_and_lets_infinities_pass(dtype: 
     with pytest.raises(DeltaNanError, match=r"tensor 'w' \(element 3\)"):
         apply_delta_in_place(tensors, encode_delta(masked, poisoned), refuse_nan=True)
     assert torch.equal(tensors["w"], masked["w"])
+
+
+def _commit_unhashed_full(chain: ChainStore, data: bytes, tag: str) -> None:
+    """A FULL as an older ml8s committed it: its weights file, no weights hash in the block."""
+
+    def build(_: ChainVersion) -> tuple[dict[str, bytes], WeightsFields]:
+        return {WEIGHTS_FULL: data}, WeightsFields(payload_kind=PayloadKind.FULL)
+
+    builder: PayloadBuilder = build
+    chain.commit_with_retry(builder, meta(tag), RetryPolicy())
+
+
+def test_a_full_recorded_without_a_weights_hash_is_checked_for_nan_and_an_unreadable_one_said_unchecked(
+    tmp_path: Path,
+) -> None:
+    """verify rebuilt only versions recording a weights hash: an older ml8s's FULL (none recorded) holding a NaN
+    passed ``ml8s chain verify`` and ``ml8s verify`` silently, though a follower will not serve it. Its tensors are
+    read anyway (the block's sha256 proves the bytes); what cannot be read is said, under ``unchecked``."""
+    chain = chain_at(f"file://{tmp_path}/root")
+    good = weights_series(33, torch.float32, 1)[0]
+    _commit_unhashed_full(chain, safetensors.torch.save(good), "good")
+    _commit_unhashed_full(chain, safetensors.torch.save(_with_nan(good, "embed.weight", 7)), "nan")
+    _commit_unhashed_full(chain, b"not safetensors at all", "opaque")
+    assert [v.header.weights_hash for v in chain.list()] == ["", "", "", ""]
+    report = verify_chain(chain, weights=weights_check)
+    assert [(f.check, f.counter) for f in report.findings] == [("weights_nan", 2)], report.findings
+    assert "tensor 'embed.weight' holds NaN (element 7)" in report.findings[0].reason
+    (unreadable,) = [line for line in report.unchecked if "weights_nan not checked" in line]
+    assert unreadable.startswith("v3: weights_nan not checked: ") and "is not valid safetensors" in unreadable
+    command = ("chain", "verify", "--root", str(tmp_path / "root"), "--chain", "served")
+    done = ml8s(clean_env(), *command)
+    assert done.returncode == 1 and done.stdout.startswith("FAIL chain 'served' at version 2 "), done.stdout

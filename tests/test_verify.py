@@ -620,3 +620,37 @@ def test_a_nan_version_committed_by_another_hand_is_a_note_of_a_runs_verify_not_
     failed = [(c.name, c.reason, c.details) for c in report.checks if c.status is Status.FAIL]
     assert report.status is Status.PASS, failed
     assert any(d.startswith("weights_nan: v2 ") for d in chain_result.details), chain_result.details
+
+
+def test_an_older_full_without_a_weights_hash_is_checked_for_nan_and_what_cannot_be_is_said(
+    verified_run: Run, tmp_path: Path
+) -> None:
+    """A FULL committed by an older ml8s records no weights hash, so verify rebuilt nothing and a NaN in it went
+    unreported; its weights are read anyway, and a payload that is no safetensors is a 'not checked' note."""
+    import safetensors.torch
+    import torch
+    from serving_support import meta
+
+    from ml8s.chain import WEIGHTS_FULL, ChainStore, ChainVersion, PayloadBuilder, RetryPolicy, WeightsFields
+    from ml8s.store import LocalStore
+
+    def old_full(data: bytes) -> PayloadBuilder:
+        return lambda _v: ({WEIGHTS_FULL: data}, WeightsFields())
+
+    kept = verified_run.root / "ml8s_chain"
+    shutil.copytree(kept, tmp_path / "chain")  # the shared run's chain, put back after
+    try:
+        chain = ChainStore(LocalStore(str(verified_run.root)), "ml8s-model")
+        nan = safetensors.torch.save({"w": torch.tensor([1.0, float("nan")])})
+        chain.commit_with_retry(old_full(nan), meta("old-nan"), RetryPolicy())
+        chain.commit_with_retry(old_full(b"no safetensors"), meta("old-opaque"), RetryPolicy())
+        versions: list[ChainVersion] = chain.list()
+        report = verify(verified_run)
+    finally:
+        shutil.rmtree(kept)
+        shutil.copytree(tmp_path / "chain", kept)
+    assert [v.header.weights_hash for v in versions[-2:]] == ["", ""]
+    details = report.check("chain").details
+    assert report.status is Status.PASS, [(c.name, c.reason) for c in report.checks]  # not this run's version
+    assert any(d.startswith("weights_nan: v2 tensor 'w' holds NaN (element 1)") for d in details), details
+    assert any(d.startswith("not checked: v3: weights_nan not checked: ") for d in details), details

@@ -10,7 +10,16 @@ from ml8s.audit.offline import model_format
 from ml8s.audit.report import CheckResult, verdict
 from ml8s.audit.run_checks import maybe, use
 from ml8s.audit.state import RunState
-from ml8s.chain import ChainStore, ChainVersion, ChainVersions, ReadTrust, committed, verify_chain
+from ml8s.chain import (
+    WEIGHTS_FULL,
+    ChainStore,
+    ChainVersion,
+    ChainVersions,
+    PayloadKind,
+    ReadTrust,
+    committed,
+    verify_chain,
+)
 from ml8s.contract import layout
 from ml8s.contract.layout import PAYLOAD_MANIFEST, PAYLOAD_WEIGHTS
 from ml8s.identity.settings import PlatformSettings
@@ -70,6 +79,8 @@ def check_chain(state: RunState) -> CheckResult:
             notes.append(f"{line} (not this run's version v{version.counter}; followers refuse it)")
         else:
             problems.append(line)
+    # what the weights rebuild could not read (verify_chain's unchecked): said, so no silence passes for a check
+    notes += [f"not checked: {line}" for line in report.unchecked if "weights_nan not checked" in line]
     ok = (
         f"block v{version.counter} ({version.semver}, {version.block_hash[:12]}) of chain {chain.name!r} holds this "
         f"run's {', '.join(sorted(listed))}; the chain verifies from genesis to head v{report.head_counter}"
@@ -87,9 +98,14 @@ def _as_chained(state: RunState, rel: str) -> str:
 
 def weights_check(chain: ChainVersions, walked: list[ChainVersion]) -> list[tuple[str, str, ChainVersion]]:
     """``verify_chain``'s weights rebuild (``ml8s.weights``, which imports torch), for chains whose versions
-    record a weights hash; a chain of pipeline versions alone (no weights hash) needs no torch to verify."""
-    if not any(v.header.weights_hash for v in walked):
+    record a weights hash or hold FULL weights (an older ml8s's FULL has no hash, yet a NaN in it is one a
+    follower refuses); a chain of genesis and pipeline versions without weights needs no torch to verify."""
+    if not any(v.header.weights_hash or _holds_full_weights(v) for v in walked):
         return []
     from ml8s.weights import weights_problems
 
     return weights_problems(chain, walked)
+
+
+def _holds_full_weights(version: ChainVersion) -> bool:
+    return version.header.payload_kind is PayloadKind.FULL and WEIGHTS_FULL in {f.name for f in version.header.files}

@@ -19,7 +19,7 @@ from ml8s.chain.checkpoint import (
     nan_weight_error,
 )
 from ml8s.chain.evidence import named_versions
-from ml8s.chain.findings import Finding, VerifyReport
+from ml8s.chain.findings import WEIGHTS_UNCHECKED, Finding, VerifyReport
 from ml8s.chain.follower import Follower
 from ml8s.chain.gc import GcReport, collect_garbage
 from ml8s.chain.integrity import WeightsCheck, find_corruption, verify_chain
@@ -59,6 +59,7 @@ __all__ = [
     "RECORD_MAX_BYTES",
     "WEIGHTS_DELTA",
     "WEIGHTS_FULL",
+    "WEIGHTS_UNCHECKED",
     "Anchor",
     "Block",
     "BlockHeader",

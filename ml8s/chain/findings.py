@@ -57,6 +57,11 @@ class VerifyReport(BaseModel):
             raise ChainCorruptionError(first.counter, f"{first.reason}{more}", check=first.check)
 
 
+# The check name a WeightsCheck gives what it could not check (a version's weights that cannot be read as
+# tensors): verify_chain lists it under ``unchecked``, no finding, as it proves nothing wrong with the chain.
+WEIGHTS_UNCHECKED = "weights_unchecked"
+
+
 def unchecked_limits(signed_from: int | None, anchored: bool) -> tuple[str, ...]:
     """What a verification could not establish (docs/chain.md, "What verify detects"): ``signed_from`` is
     the first policy's (None: the chain has no trust policy); ``anchored``: a known head or anchor was given."""

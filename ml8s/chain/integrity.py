@@ -49,7 +49,14 @@ from collections.abc import Callable, Iterator
 from ml8s.chain import _checks, evidence, limits, paths, revocation, trust
 from ml8s.chain._util import utc_now
 from ml8s.chain.anchor import Anchor, anchor_problems
-from ml8s.chain.findings import Finding, VerifyReport, known_head_problems, normalize_known_head, unchecked_limits
+from ml8s.chain.findings import (
+    WEIGHTS_UNCHECKED,
+    Finding,
+    VerifyReport,
+    known_head_problems,
+    normalize_known_head,
+    unchecked_limits,
+)
 from ml8s.chain.models import ChainHead, ChainVersion
 from ml8s.chain.promotion_gap import promotion_problems
 from ml8s.chain.root import TrustRoot
@@ -152,8 +159,12 @@ class _Verifier:
                 _checks.files(self.chain.store, base, version, dirs[version.version_dir], self.payloads), version
             )
             self.add_all(revocation.block_problems(version, policies, self.chain.name, parent), version)
+        not_checked: list[str] = []
         for check, reason, version in self.weights(self.chain, walked) if self.payloads and self.weights else []:
-            self.add(check, reason, version)
+            if check == WEIGHTS_UNCHECKED:
+                not_checked.append(f"v{version.counter}: {reason}")
+            else:
+                self.add(check, reason, version)
         on_chain = {v.version_dir for v in walked}
         off = sorted(set(self.parsed) - on_chain)
         ahead = self._ahead(head) if head is not None else set()
@@ -189,7 +200,8 @@ class _Verifier:
             unchecked=unchecked_limits(
                 policies[0].signed_from if policies else None, known_head is not None or self.anchor is not None
             )
-            + (() if self.root is not None or not policies else (revocation.TOFU,)),
+            + (() if self.root is not None or not policies else (revocation.TOFU,))
+            + tuple(not_checked),
         )
         return report, self.parsed
 
