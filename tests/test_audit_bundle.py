@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -286,21 +287,58 @@ def test_an_edit_of_training_metadata_with_every_list_recomputed_fails_the_chain
     assert f"records another {layout.TRAINING_METADATA} than the bundle's" in report.check("chain").reason
 
 
-def test_a_bundle_relabelled_to_another_root_fails_the_chain_check(bundle: Path, run: Run, tmp_path: Path) -> None:
+def test_a_bundle_relabelled_to_another_root_cannot_hide_where_its_run_was_committed(
+    bundle: Path, run: Run, tmp_path: Path
+) -> None:
     """The chain holds the manifest without its artifact_root: a bundle whose records all say the run lives under
     another root (manifest, bundle.json, mlflow.json, verification.json rewritten, lists recomputed) PASSed, though
-    the run's block header records where it really lives."""
-    here, there = f"file://{run.root}/".encode(), b"file:///srv/prod/"
+    the run's block header records where it really lives. Where a run lives now no bundle proves offline (a copied
+    root's bundle says the same, truly: the next test), so the chain check names where the block was committed, as
+    ``ml8s verify``'s does; a location that is no RUN_ID folder under a root FAILs."""
+    here, committed_at = f"file://{run.root}/".encode(), f"file://{run.root}/{layout.run_prefix(run.run_id)}"
 
-    def relabel(data: dict[str, bytes]) -> None:
-        for rel in [rel for rel in data if rel != CHAIN_PROOF]:
-            data[rel] = data[rel].replace(here, there)
+    def relabel(there: bytes, what: bytes = here) -> Callable[[dict[str, bytes]], None]:
+        def change(data: dict[str, bytes]) -> None:
+            for rel in [rel for rel in data if rel != CHAIN_PROOF]:
+                data[rel] = data[rel].replace(what, there)
 
-    forge(bundle, tmp_path / "b.tar.gz", relabel)
+        return change
+
+    forge(bundle, tmp_path / "b.tar.gz", relabel(b"file:///srv/prod/"))
     report = verify_bundle(str(tmp_path / "b.tar.gz"))
-    assert report.failed() == ("chain",), [(c.name, c.reason) for c in report.checks]
-    assert "records artifact_root " in report.check("chain").reason
-    assert "the bundle says 'file:///srv/prod/" in report.check("chain").reason
+    assert report.failed() == (), [(c.name, c.reason) for c in report.checks]
+    assert report.check("chain").details == (
+        f"recorded at another root: the run's block v1 was committed from {committed_at}; the bundle says the run is "
+        f"at file:///srv/prod/{layout.run_prefix(run.run_id)} (the pipeline root was copied or moved from "
+        f"file://{run.root})",
+    )
+    forge(bundle, tmp_path / "c.tar.gz", relabel(f"file:///srv/prod/{run.run_id}".encode(), committed_at.encode()))
+    report = verify_bundle(str(tmp_path / "c.tar.gz"))
+    assert "chain" in report.failed(), [(c.name, c.reason) for c in report.checks]
+    assert f"records artifact_root {committed_at!r}; the bundle says 'file:///srv/prod/" in report.check("chain").reason
+
+
+def test_a_copied_root_audits_as_the_original(run: Run, tmp_path: Path) -> None:
+    """cp -a of a pipeline root, the run recorded again there (FORCE_RERUN, as docs/audits.md says), bundled there:
+    ``ml8s verify`` PASSed at the copy, but the bundle's offline chain check FAILed, the block recording the root
+    it was committed at and the bundle the copy's. It PASSes now, naming where the block was committed."""
+    copy = tmp_path / "copy"
+    shutil.copytree(run.root, copy, symlinks=True)
+    env = clean_env(DATA_ROOT=str(run.data), TARGET_COLUMN="churned", PIPELINE_ROOT_URI=str(copy), EPOCHS="2")
+    forced = ml8s(env, "run", "--force-rerun")
+    assert forced.returncode == 0, forced.stderr
+    out = tmp_path / "copy.tar.gz"
+    done = ml8s(clean_env(PIPELINE_ROOT_URI=str(copy)), "audit", "bundle", run.run_id, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    report = verify_bundle(str(out))
+    assert report.status is Status.PASS, [(c.name, c.reason) for c in report.checks]
+    assert report.check("chain").details == (
+        f"recorded at another root: the run's block v1 was committed from {run.root.as_uri()}/"
+        f"{layout.run_prefix(run.run_id)}; the bundle says the run is at {copy.as_uri()}/"
+        f"{layout.run_prefix(run.run_id)} (the pipeline root was copied or moved from {run.root.as_uri()})",
+    )
+    done = ml8s(clean_env(), "audit", "verify", str(out))
+    assert done.returncode == 0 and "RESULT: PASS (11 checks)" in done.stdout, done.stdout + done.stderr
 
 
 def test_model_files_larger_than_a_record_are_bundled(

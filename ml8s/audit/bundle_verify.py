@@ -188,6 +188,7 @@ def check_chain_proof(bundle: OpenedBundle) -> CheckResult:
         data = bundle.members.get(f"{b.RUN_DIR}/{rel}")
         payload_sha256[name] = hashlib.sha256(data).hexdigest() if data is not None else listed.get(rel)
     index = bundle.index()
+    notes: list[str] = []
     problems = proof_problems(
         bundle.read(CHAIN_PROOF),
         snapshot.full_config_hash,
@@ -195,11 +196,12 @@ def check_chain_proof(bundle: OpenedBundle) -> CheckResult:
         payload_sha256,
         run_id=index.run_id,
         artifact_root=index.artifact_root,
+        notes=notes,
     )
     problems += anchor_problems(bundle.members.get(ANCHOR), bundle.read(CHAIN_PROOF))
     anchored = " and agrees with the bundled anchor" if ANCHOR in bundle.members else ""
     return verdict(
-        "chain", problems, f"the run's block links to genesis and to the head{anchored}; it holds these files"
+        "chain", problems, f"the run's block links to genesis and to the head{anchored}; it holds these files", notes
     )
 
 

@@ -88,11 +88,13 @@ def proof_problems(
     *,
     run_id: str,
     artifact_root: str,
+    notes: list[str] | None = None,
 ) -> list[str]:
     """Everything wrong with a proof, offline. ``payload_sha256``: payload name -> the sha256 of the run file the
     bundle offers for it (bundled, else listed in artifacts.sha256; None when neither), for every payload file
     but the manifest, which is compared as the chain holds it. ``run_id`` and ``artifact_root``: what the bundle
-    says the run is and where it lives, which the run's block header must record."""
+    says the run is and where it lives, which the run's block header must record, or (the root copied or moved
+    since the commit, the chain with it) this RUN_ID's folder under another root: then a line for ``notes``."""
     try:
         proof = ChainProof.model_validate_json(data)
     except ValidationError as exc:
@@ -117,10 +119,26 @@ def proof_problems(
         return problems
     header = runs[0].header
     # The chain holds the manifest without its artifact_root (Manifest.chain_payload): only the header records
-    # where the run lives, so a bundle relabelled to another root (its records and lists rewritten) PASSed.
-    for field, got, want in (("run_id", header.run_id, run_id), ("artifact_root", header.artifact_root, artifact_root)):
-        if got != want:
-            problems.append(f"the run's block v{header.counter} records {field} {got!r}; the bundle says {want!r}")
+    # where the run was committed. Where it lives now no bundle can prove offline (a copy of the root, cp -a or a
+    # bucket sync, lives elsewhere with every byte intact), so, as `ml8s verify`'s chain check, a block committed
+    # from this RUN_ID's folder under another root is named in a note (a relabelled bundle cannot hide where its
+    # run was committed), and any other root is a FAIL.
+    if header.run_id != run_id:
+        problems.append(
+            f"the run's block v{header.counter} records run_id {header.run_id!r}; the bundle says {run_id!r}"
+        )
+    if other := _copied_from(header.artifact_root, artifact_root, run_id):
+        if notes is not None:
+            notes.append(
+                f"recorded at another root: the run's block v{header.counter} was committed from "
+                f"{header.artifact_root}; the bundle says the run is at {artifact_root} (the pipeline root was "
+                f"copied or moved from {other})"
+            )
+    elif header.artifact_root != artifact_root:
+        problems.append(
+            f"the run's block v{header.counter} records artifact_root {header.artifact_root!r}; "
+            f"the bundle says {artifact_root!r}"
+        )
     files = {f.name: f.sha256 for f in header.files}
     if files.get(PAYLOAD_MANIFEST) != sha256_hex(_as_chained(manifest)):
         problems.append(f"the run's block records another {PAYLOAD_MANIFEST} than the bundled {layout.MANIFEST}")
@@ -134,6 +152,13 @@ def proof_problems(
     if proof.blocks and proof.blocks[-1].header.counter != proof.head_counter:
         problems.append(f"the proof ends at v{proof.blocks[-1].header.counter}, not at its head v{proof.head_counter}")
     return problems
+
+
+def _copied_from(recorded: str, artifact_root: str, run_id: str) -> str:
+    """The root ``recorded`` (the block's) is RUN_ID's folder under, when ``artifact_root`` (the bundle's) is
+    RUN_ID's folder under another one; else ""."""
+    here = artifact_root.endswith(f"/{layout.run_prefix(run_id)}")
+    return layout.other_root(recorded, artifact_root, run_id) if here else ""
 
 
 def _shown_sha(sha: str | None) -> str:
