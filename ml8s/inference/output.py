@@ -64,13 +64,13 @@ def unseen_categories(transform: RawTransform, typed: Mapping[str, Column]) -> l
 
 
 def stray_numbers(transform: RawTransform, cells: Cells, typed: Mapping[str, Column]) -> list[DataWarning]:
-    """Per numeric input column (sorted), its cells of text that is no number, which the transform read as missing
-    (:meth:`RawTransform.typed_cells` of ``cells``: training's rule for a numeric column's stray text), with the
-    first few distinct ones in code point order."""
+    """Per numeric input column (sorted; an indicator-only one too), its cells of text that is no number, which
+    the transform read as missing (:meth:`RawTransform.typed_cells` of ``cells``: training's rule for a numeric
+    column's stray text), with the first few distinct ones in code point order."""
     found: list[DataWarning] = []
     for column in sorted(transform.inputs, key=lambda c: c.name):
         values = typed.get(column.name)
-        if column.kind != "numeric" or values is None or not values.missing().any():
+        if column.kind not in ("numeric", "any") or values is None or not values.missing().any():
             continue
         stray = stray_cells(cells[column.name], values)
         if len(stray):

@@ -20,8 +20,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ml8s.contract.feature_schema import DataWarningRecord, MissingValues
 from ml8s.data.dataset import Column, text_column
+from ml8s.data.missing import STRAY_TEXT_CODE
 from ml8s.errors import DataError, InferenceError, PredictionInputError
 from ml8s.inference.cells import Cells, Rows, row_cells, value_cells
+from ml8s.inference.presence import presence_column
 from ml8s.inference.rules import BUCKETS, MAX_CATEGORIES, MISSING, OTHER, FeatureRule, encode_each
 
 SCHEMA_VERSIONS = (1, 2)  # 2: ``categories`` recorded (MAX_FEATURES hid some kept categories)
@@ -33,7 +35,8 @@ class InputColumn(BaseModel):
     """A raw column the features are made from.
 
     ``kind`` ``any``: only its ``{column}__missing`` indicator was kept, so only whether a value is present
-    matters. ``categories``: the kept categories the one-hot features name. ``complete`` is False when
+    matters (:mod:`ml8s.inference.presence`; ``numeric``: the schema records stray text of it, so it was a
+    numeric column). ``categories``: the kept categories the one-hot features name. ``complete`` is False when
     MAX_FEATURES kept ``__other__`` but left out some kept categories: a value outside ``categories`` may then
     be either, and is refused rather than guessed.
     """
@@ -44,6 +47,7 @@ class InputColumn(BaseModel):
     kind: InputKind
     categories: tuple[str, ...] = ()
     complete: bool = True
+    numeric: bool = False
 
 
 class _Target(BaseModel):
@@ -209,10 +213,12 @@ class RawTransform(BaseModel):
         """The text ``cells`` of input column ``column`` typed as its kind (PredictionInputError where a present
         cell cannot be: a boolean that is not one, a number that is not finite, a category spelled like one of the
         encoder's buckets (:data:`BUCKETS`); text in a numeric column is missing, as training reads it, and
-        :func:`ml8s.inference.output.stray_numbers` counts it)."""
-        kind = "categorical" if column.kind == "any" else column.kind
+        :func:`ml8s.inference.output.stray_numbers` counts it; an indicator-only column's cells are present or
+        missing as :mod:`ml8s.inference.presence` says)."""
         try:
-            typed = text_column(column.name, kind, cells)
+            if column.kind == "any":
+                return presence_column(column.name, cells, numeric=column.numeric)
+            typed = text_column(column.name, column.kind, cells)
         except DataError as exc:
             raise PredictionInputError(exc.message) from exc
         if column.kind == "categorical":
@@ -245,6 +251,7 @@ def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
     for rule in schema.features:
         by_source.setdefault(rule.source, []).append(rule)
     inputs: list[InputColumn] = []
+    stray = {warning.column for warning in schema.warnings if warning.code == STRAY_TEXT_CODE}
     for source in sorted(by_source):
         kinds = {rule.kind for rule in by_source[source]}
         if kinds == {"onehot"}:
@@ -263,12 +270,12 @@ def _inputs(schema: _Schema, where: str) -> tuple[InputColumn, ...]:
         elif kinds <= {"numeric", "indicator"} or kinds <= {"boolean", "indicator"}:
             value = kinds - {"indicator"}
             kind: InputKind = "any" if not value else "numeric" if value == {"numeric"} else "boolean"
-            inputs.append(InputColumn(name=source, kind=kind))
+            inputs.append(InputColumn(name=source, kind=kind, numeric=kind == "any" and source in stray))
         else:
             raise InferenceError(f"{where} has features of kinds {sorted(kinds)} from column {source!r}; expected one")
-    stray = sorted(set(schema.categories) - {i.name for i in inputs if i.kind == "categorical"})
-    if stray:
-        raise InferenceError(f"{where} records categories of {stray}; expected only columns with one-hot features")
+    unplaced = sorted(set(schema.categories) - {i.name for i in inputs if i.kind == "categorical"})
+    if unplaced:
+        raise InferenceError(f"{where} records categories of {unplaced}; expected only columns with one-hot features")
     return tuple(inputs)
 
 
