@@ -16,13 +16,17 @@ from pydantic import ValidationError
 # The characters of a value an error message quotes (:func:`quoted`): a 100 KB variable, echoed whole, buried the
 # one line of a CONFIG_ERROR in terminals, logs and reports.
 EXCERPT_CHARS = 200
+# The marks that reorder the rest of a line (bidirectional embeddings, overrides, isolates and marks) or break it
+# where a terminal or log viewer honours them (U+2028, U+2029): a name ending in U+202E "txt.exe" reads "exe.txt".
+_REORDERING = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+# What :func:`shown` escapes: Unicode category Cc, and the marks above.
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_REORDERING}]")
 # A URL's userinfo in free text: up to the last "@" of its authority, which ends at "/", "?" or "#" (a password
 # may hold an "@").
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#]*)@")
 # What a terminal must not get raw from a message (:func:`terminal_text`): Cc but the line feed and the tab, and
-# the marks that reorder the rest of a line (bidirectional overrides, isolates) or break it (U+2028, U+2029).
-_UNSAFE_IN_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+# the reordering marks.
+_UNSAFE_IN_LINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_REORDERING}]")
 
 
 def without_credentials(text: str) -> str:
@@ -61,8 +65,9 @@ def is_digits(text: str) -> bool:
 
 def shown(text: str) -> str:
     """``text`` as a message or report can hold it: the bytes that were not UTF-8 as ``\\xff`` escapes, and the
-    control characters as ``repr`` escapes them (a file name with a newline forged a line of tmp-cleanup's output,
-    one with an escape sequence reached the terminal)."""
+    control characters and the marks that reorder or break a line (bidirectional controls, U+2028, U+2029) as
+    ``repr`` escapes them (a file name with a newline forged a line of tmp-cleanup's output, one with an escape
+    sequence reached the terminal, one with U+202E printed the rest of its line backwards)."""
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
 

@@ -246,6 +246,34 @@ def test_tmp_cleanup_prints_no_control_character_of_a_name(
     assert odd.exists()  # a dry run
 
 
+BIDI_AND_BREAKS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c\u2028\u2029"
+
+
+def test_tmp_cleanup_prints_no_bidirectional_mark_or_line_separator_of_a_name(
+    planted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bidirectional override, isolate or mark in a name reorders the rest of the printed line (a key ending
+    in U+202E 'txt.exe' reads as 'exe.txt'), and U+2028/U+2029 break it where a terminal or log viewer honours
+    them: ``ml8s tmp-cleanup`` printed them raw. Each is escaped, in the text output and in --json."""
+    scratch = tmp_path / "scratch"
+    odd = scratch / f"ml8s-x{BIDI_AND_BREAKS}y"
+    odd.mkdir(parents=True)
+    (odd / OWNER_FILE).write_text("1\n")
+    plant(planted, f"ml8s_training_runs/{RUN}/.tmp/a{BIDI_AND_BREAKS}b", 10)
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    escaped = "".join(f"\\u{ord(c):04x}" for c in BIDI_AND_BREAKS)
+    for json_flag in ([], ["--json"]):
+        capsys.readouterr()
+        args = ["tmp-cleanup", "--root", str(planted), "--older-than-days", "3", "--dry-run", *json_flag]
+        assert main(args) == 0
+        out, err = capsys.readouterr()
+        shown = json.dumps(json.loads(out), ensure_ascii=False) if json_flag else out + err  # the values, read
+        assert not set(BIDI_AND_BREAKS) & set(shown), shown
+        shown = shown.replace("\\\\", "\\") if json_flag else shown  # JSON's escape of the escape's backslash
+        assert f"ml8s-x{escaped}y" in shown and f".tmp/a{escaped}b" in shown, shown
+    assert odd.exists()  # a dry run
+
+
 def test_local_tmp_cleanup_reports_only_what_it_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """rmtree with ignore_errors says nothing of what it could not remove (another user's ``ml8s-*`` directory
     in a shared $TMPDIR, with an owner file no process holds): it was reported "removed" all the same."""

@@ -593,6 +593,15 @@ def test_a_stray_file_named_with_a_newline_prints_no_report_line_of_its_own(tamp
     ]
 
 
+def test_a_stray_file_named_with_a_line_separator_prints_no_report_line_of_its_own(tampered: Run) -> None:
+    # U+2028 and U+2029 break a line where a terminal or log viewer honours them; the report escaped category C
+    # only (they are Zl and Zp), so the name's 'RESULT: PASS' could read as a line of its own.
+    (tampered.directory / "x\u2028RESULT: PASS (10 checks)\u2029\u202eb").write_bytes(b"planted")
+    text = render_text(verify(tampered))
+    assert not {"\u2028", "\u2029", "\u202e"} & set(text), text
+    assert "x\\u2028RESULT: PASS (10 checks)\\u2029\\u202eb" in text, text
+
+
 def test_a_nan_version_committed_by_another_hand_is_a_note_of_a_runs_verify_not_its_fail(
     verified_run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

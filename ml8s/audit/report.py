@@ -131,8 +131,13 @@ def render_text(report: Report) -> str:
 def _one_line(text: str) -> str:
     """``text`` with its control characters escaped: a name from a bundle or a store (a member, a stray file) that
     held a newline printed lines of its own, such as a forged ``PASS`` line or ``RESULT: PASS``, and an escape
-    sequence reached the terminal."""
-    return "".join(c if unicodedata.category(c)[0] != "C" else c.encode("unicode_escape").decode("ascii") for c in text)
+    sequence reached the terminal. U+2028 and U+2029 (categories Zl, Zp) break a line as a newline does, where a
+    terminal or log viewer honours them."""
+    return "".join(c if not _breaks(c) else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _breaks(c: str) -> bool:
+    return unicodedata.category(c)[0] == "C" or c in "\u2028\u2029"
 
 
 _COLOURS = {Status.PASS: "#1a7f37", Status.FAIL: "#cf222e", Status.SKIP: "#9a6700"}
