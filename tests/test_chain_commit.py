@@ -199,6 +199,30 @@ def test_unknown_outcome_unresolved_keeps_the_upload(chain: ChainStore) -> None:
     assert chain.commit_with_retry(payload("me"), meta("me")).counter == 1  # the store is back: a retry lands
 
 
+def test_a_retry_notice_prints_a_store_message_escaped(
+    chain: ChainStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The notice of a retried store error went to stderr raw: a message (a store's, naming a key) holding an
+    escape sequence, a carriage return, a newline or a bidirectional override cleared the terminal or forged an
+    ``ml8s:`` line. It is escaped as the CLI's error lines are."""
+    chain.init()
+    real, calls = commit_module.commit, []
+
+    def flaky(*args: object, **kwargs: object) -> ChainVersion:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RetryableStoreError("key a\x1b[2J\rb\nml8s: chain 'x': committed v9\u202ecba\u2028done")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("ml8s.chain.retry.commit", flaky)
+    quick = RetryPolicy(base_delay_s=0.0, max_delay_s=0.0)
+    assert chain.commit_with_retry(payload("me"), meta("me"), quick).counter == 1
+    err = capsys.readouterr().err
+    assert not {"\x1b", "\r", "\u202e", "\u2028"} & set(err), err
+    assert [line for line in err.splitlines() if line.startswith("ml8s:")] == [err.splitlines()[0]], err
+    assert "key a\\x1b[2J\\rb\n  ml8s: chain 'x': committed v9\\u202ecba\\u2028done" in err, err
+
+
 def test_tensorboard_uploaded_after_the_win(chain: ChainStore, tmp_path: Path) -> None:
     logs = tmp_path / "tb"
     (logs / "train").mkdir(parents=True)

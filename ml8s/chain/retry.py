@@ -30,6 +30,7 @@ from ml8s.chain.payload import payload_files
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import CommitDeadlineError, ConflictError, RetryableStoreError
 from ml8s.store import Store
+from ml8s.text import terminal_text
 
 REPEAT_REPORT_S = 30.0  # after the first "still waiting" line, one more per this many seconds
 
@@ -60,7 +61,10 @@ def endpoint_of(store: Store) -> str:
 
 
 def to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """``line`` on stderr as the CLI prints its error lines (:func:`~ml8s.text.terminal_text`): a notice quotes a
+    store's message, which may name a key holding an escape sequence, a carriage return, a newline or a
+    bidirectional override (a cleared terminal, a forged ``ml8s:`` line)."""
+    print(terminal_text(line), file=sys.stderr, flush=True)
 
 
 def commit_with_retry(
