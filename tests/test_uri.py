@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from forked_cli import ML8S, forked_ml8s
 
+from ml8s.context.run import RunContext
 from ml8s.errors import ConfigError, RootUriError
 from ml8s.identity.params import validate_params
 from ml8s.identity.settings import PlatformSettings
@@ -141,6 +142,40 @@ def test_data_root_goes_through_the_parser() -> None:
     assert validate_params(config).data_root == "file:///d"
     with pytest.raises(ConfigError, match=r"DATA_ROOT='s3://bucket/a/\.\./b'"):
         validate_params({**config, "data_root": "s3://bucket/a/../b"})
+
+
+def test_every_spelling_of_one_folder_gives_one_run_id_and_one_set_of_paths(tmp_path: Path) -> None:
+    """POSIX lets exactly two leading slashes mean something else, so os.path.normpath keeps them: DATA_ROOT=//data
+    was file:////data, another config hash and RUN_ID than /data for the same files, and PIPELINE_ROOT_URI=//root
+    another spelling of every artifact's URI. Every spelling of a folder is now its one canonical path; the
+    canonical spelling's RUN_ID is the one it always had (the config hash of file:///...)."""
+    from conftest import write_small_churn
+
+    from ml8s.pipeline.bootstrap import bootstrap
+
+    def run(data_root: str, pipeline_root: str) -> RunContext:  # as given: a Path would fold the slashes
+        return bootstrap({"DATA_ROOT": data_root, "TARGET_COLUMN": "churned", "PIPELINE_ROOT_URI": pipeline_root})
+
+    data, root = write_small_churn(tmp_path / "data"), tmp_path / "root"
+    canonical = run(str(data), str(root))
+    assert canonical.spec.params.data_root == f"file://{data}" and canonical.settings.pipeline_root_uri == (
+        f"file://{root}"
+    )
+    for spelled_data, spelled_root in (
+        (f"/{data}", f"/{root}"),  # //tmp/...
+        (f"file:///{data}", f"file:///{root}"),  # file:////tmp/...
+        (f"file://localhost/{data}/", f"file://localhost/{root}/"),
+        (f"/{data}/./", f"/{root}//."),
+        (f"{data.parent}//{data.name}/", f"{root.parent}/./{root.name}"),
+        (f"///{data}", f"///{root}"),
+    ):
+        for text, canonical_uri in ((spelled_data, f"file://{data}"), (spelled_root, f"file://{root}")):
+            assert parse_root_uri(text, variable="DATA_ROOT").uri == canonical_uri, text
+        spelled = run(spelled_data, spelled_root)
+        assert spelled.run_id == canonical.run_id, spelled_data
+        assert spelled.spec == canonical.spec, spelled_data  # the hashes, the fingerprint's root: the cache key
+        assert spelled.settings.pipeline_root_uri == canonical.settings.pipeline_root_uri, spelled_root
+        assert spelled.key("x") == canonical.key("x")
 
 
 def test_cli_root_flag_is_a_config_error_naming_it(tmp_path: Path) -> None:

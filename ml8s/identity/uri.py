@@ -3,7 +3,10 @@
 Normalization (SPEC §2, step 1): a local path, bare or after ``file://``, becomes ``file://`` + its absolute,
 normalized path (``.`` and ``..`` folded, symlinks not resolved, no trailing slash); an ``s3://`` URI loses its
 trailing slashes. A valid input normalizes exactly as it always has, so no RUN_ID changes; only
-``file://localhost/PATH`` is now ``/PATH`` (it was read as ./localhost/PATH, which it never named).
+``file://localhost/PATH`` is now ``/PATH`` (it was read as ./localhost/PATH, which it never named), and a path
+starting with exactly two slashes (``//data``, ``file:////data``) is now ``/data``: ``os.path.normpath`` keeps two
+leading slashes (POSIX lets a system give them a meaning of their own; Linux and macOS read one), so the same
+folder had two spellings and two RUN_IDs. The canonical spelling's RUN_ID is unchanged.
 
 What is rejected, each with a :class:`~ml8s.errors.RootUriError` naming the variable: an empty value; a NUL
 character (a workflow input can carry one); another scheme (``gs://``, ``http://``, ``S3://``); ``s3:`` or
@@ -123,6 +126,8 @@ def _local(path: str, variable: str, text: str) -> RootUri:
     if path.startswith("~"):
         raise RootUriError(variable, text, "starts with ~", "an absolute or relative path; ~ is not expanded")
     absolute = os.path.normpath(os.path.abspath(path))
+    if absolute.startswith("//"):  # normpath keeps exactly two (POSIX leaves them to the system; Linux: one)
+        absolute = "/" + absolute.lstrip("/")
     return RootUri(scheme="file", bucket="", path=absolute, uri="file://" + absolute)
 
 
