@@ -97,9 +97,14 @@ def test_an_indicator_only_column_reads_each_cell_kind_as_training_would(tmp_pat
             transform.encode([{"amount": "1", "flag": "1"}, {"amount": "1", "flag": "1", column: "inf"}])
 
 
-def test_ml8s_predict_on_the_training_file_scores_the_training_matrix(
+def test_ml8s_predict_and_the_pyfunc_on_the_training_file_score_the_training_matrix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import mlflow.pyfunc
+    import pandas as pd
+
+    from ml8s.inference.pyfunc import save_model_dir
+
     path = _write(tmp_path / "data")
     ctx = make_context(path.parent, tmp_path / "root", MAX_FEATURES="2")
     train_run(ctx)
@@ -111,8 +116,11 @@ def test_ml8s_predict_on_the_training_file_scores_the_training_matrix(
     session = onnxruntime.InferenceSession(str(run / layout.model_export("onnx")), providers=["CPUExecutionProvider"])
     (logits,) = session.run(["logits"], {"features": matrix})
     expected = probabilities(np.asarray(logits, dtype=np.float32))
-    predictor = Predictor(read_run_files(f"file://{tmp_path / 'root'}", ctx.run_id))
-    np.testing.assert_array_equal(predictor.predict(_rows(path)).probabilities, expected)
+    files = read_run_files(f"file://{tmp_path / 'root'}", ctx.run_id)
+    np.testing.assert_array_equal(Predictor(files).predict(_rows(path)).probabilities, expected)  # serving's
+    save_model_dir(str(tmp_path / "model"), files)
+    frame = mlflow.pyfunc.load_model(str(tmp_path / "model")).predict(pd.read_csv(path))  # pandas' own typing
+    np.testing.assert_array_equal(frame[["probability_no", "probability_yes"]].to_numpy(), expected)
     capsys.readouterr()
     args = ["--run", ctx.run_id, "--root", str(tmp_path / "root"), "--precision", "full", "--input", str(path)]
     assert main(["predict", *args]) == 0
