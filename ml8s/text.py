@@ -19,6 +19,7 @@ EXCERPT_CHARS = 200
 # The marks that reorder the rest of a line (bidirectional embeddings, overrides, isolates and marks) or break it
 # where a terminal or log viewer honours them (U+2028, U+2029): a name ending in U+202E "txt.exe" reads "exe.txt".
 _REORDERING = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_REORDERING_MARK = re.compile(f"[{_REORDERING}]")
 # What :func:`shown` escapes: Unicode category Cc, and the marks above.
 _CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_REORDERING}]")
 # A URL's userinfo in free text: up to the last "@" of its authority, which ends at "/", "?" or "#" (a password
@@ -70,6 +71,13 @@ def shown(text: str) -> str:
     sequence reached the terminal, one with U+202E printed the rest of its line backwards)."""
     text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+def json_shown(document: str) -> str:
+    """JSON text (``json.dumps`` with ``ensure_ascii=False``) with the marks that reorder or break a line written as
+    ``\\uXXXX`` escapes: the same document to a JSON reader, but a name in it (a data root, a payload file) can no
+    longer reorder the printed line. JSON escapes control characters itself; these it writes raw."""
+    return _REORDERING_MARK.sub(lambda match: f"\\u{ord(match.group()):04x}", document)
 
 
 def terminal_text(message: str) -> str:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_small_churn
 from test_verify import clean_env, ml8s
 
 from ml8s.audit.offline import is_run_id
@@ -272,6 +273,24 @@ def test_tmp_cleanup_prints_no_bidirectional_mark_or_line_separator_of_a_name(
         shown = shown.replace("\\\\", "\\") if json_flag else shown  # JSON's escape of the escape's backslash
         assert f"ml8s-x{escaped}y" in shown and f".tmp/a{escaped}b" in shown, shown
     assert odd.exists()  # a dry run
+
+
+def test_json_results_print_no_bidirectional_mark_or_line_separator_raw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The JSON a command prints (``ml8s identity``, the chain and promote commands) is written with
+    ensure_ascii=False, which escapes control characters but writes these marks raw: a DATA_ROOT named with
+    them printed reordered. They are now JSON escapes: the printed text has none, the parsed values are the
+    same."""
+    data = write_small_churn(tmp_path / f"d{BIDI_AND_BREAKS}x")
+    monkeypatch.setenv("DATA_ROOT", str(data))
+    monkeypatch.setenv("TARGET_COLUMN", "churned")
+    monkeypatch.setenv("PIPELINE_ROOT_URI", str(tmp_path / "root"))
+    capsys.readouterr()
+    assert main(["identity"]) == 0
+    out, err = capsys.readouterr()
+    assert not set(BIDI_AND_BREAKS) & set(out + err), out + err
+    assert f"file://{data}" in json.dumps(json.loads(out), ensure_ascii=False)  # the same document, read
 
 
 def test_local_tmp_cleanup_reports_only_what_it_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

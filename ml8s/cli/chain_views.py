@@ -24,6 +24,7 @@ from ml8s.cli.args import print_error, text_arg
 from ml8s.errors import ConfigError
 from ml8s.interrupts import signals_deferred
 from ml8s.store import Store
+from ml8s.text import json_shown
 
 
 def add_tensorboard_flags(parser: argparse.ArgumentParser) -> None:
@@ -179,4 +180,4 @@ def _die_with_parent() -> None:
 
 
 def _print(obj: object) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
+    print(json_shown(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)))

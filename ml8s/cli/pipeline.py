@@ -16,7 +16,7 @@ from ml8s.identity.priority import checked_utf8
 from ml8s.identity.uri import parse_root_uri
 from ml8s.identity.variables import USER_VARIABLES
 from ml8s.pipeline.summary import summary_line
-from ml8s.text import quoted
+from ml8s.text import json_shown, quoted, terminal_text
 
 ROOT_HELP = "ml8s run --help"
 # Flags whose value is a root: checked here too, so that a bad one is named as the flag given, not its variable.
@@ -64,7 +64,7 @@ def identity_report(env: Mapping[str, str]) -> dict[str, object]:
 
 
 def _identity(args: argparse.Namespace) -> int:
-    print(json.dumps(identity_report(os.environ), indent=2, sort_keys=True, ensure_ascii=False))
+    print(json_shown(json.dumps(identity_report(os.environ), indent=2, sort_keys=True, ensure_ascii=False)))
     return 0
 
 
@@ -100,6 +100,6 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with log.stdout_to_stderr():  # stdout is the manifest only: MLflow prints "View run …" lines meanwhile
         manifest = run_pipeline(os.environ, overrides)
-    print(summary_line(manifest, time.monotonic() - started), file=sys.stderr)
+    print(terminal_text(summary_line(manifest, time.monotonic() - started)), file=sys.stderr)
     sys.stdout.write(manifest)
     return 0

@@ -10,6 +10,7 @@ from ml8s.chain import ChainStore, PromotionLog, ReadTrust, SignedDecision, Trus
 from ml8s.cli.args import print_warning
 from ml8s.errors import ChainError, ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.text import json_shown
 
 
 def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: ChainStore) -> int:
@@ -89,4 +90,4 @@ def _move_alias(settings: PlatformSettings, full_config_hash: str) -> None:
 
 
 def _print(obj: object) -> None:
-    print(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
+    print(json_shown(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)))
