@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         elif report.ok:
             print(f"PASS chain {chain.name!r}: {len(report.chain)} versions, head v{report.head_counter}")
             for line in report.unchecked:
-                print(f"  not checked: {line}", file=sys.stderr)
+                print(f"  not checked: {shown(line)}", file=sys.stderr)
         else:
             first = min(report.findings, key=lambda f: (f.counter is None, f.counter or 0))
             where = f" at version {first.counter} ({first.version_dir})" if first.counter is not None else ""

@@ -24,7 +24,7 @@ from ml8s.cli.args import print_error, text_arg
 from ml8s.errors import ConfigError
 from ml8s.interrupts import signals_deferred
 from ml8s.store import Store
-from ml8s.text import json_shown
+from ml8s.text import json_shown, shown
 
 
 def add_tensorboard_flags(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +79,7 @@ def log_versions(chain: ChainStore, *, as_json: bool, summary: dict[int, dict[st
             f"{decision_of(decisions, v.block_hash) if v.counter else ''}".rstrip()
         )
         for line in drift_lines(chain, v) or []:
-            print(f"         drift: {line}")
+            print(f"         drift: {shown(line)}")
     return 0
 
 
@@ -106,7 +106,7 @@ def tensorboard(args: argparse.Namespace, chain: ChainStore) -> int:
         )
         return 0
     for name, uri in logdirs.items():
-        print(f"{name}:{uri}")
+        print(f"{name}:{shown(uri)}")  # a root named with an escape or a bidi mark
     return 0
 
 

@@ -13,6 +13,7 @@ from ml8s.cli.args import add_require_signed, add_root, command_root, guarded, p
 from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.store.operator_files import read_operator_file
+from ml8s.text import shown
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -49,7 +50,7 @@ def _follow(args: argparse.Namespace) -> int:
     chain = ChainStore(root.open(), settings.chain_name)
     trust = ReadTrust.from_settings(settings, args.require_signed)
     for note in trust.notes(chain):
-        print(f"ml8s: chain {chain.name!r}: {note}", file=sys.stderr)
+        print(f"ml8s: chain {chain.name!r}: {shown(note)}", file=sys.stderr)
     anchor = anchor_file(args.anchor)
     options = FollowOptions(out=args.out, pinned=args.pinned, once=args.once, poll_interval_s=args.poll_seconds)
     # its lines name the --out folder and quote store errors: printed as safe as an error line
