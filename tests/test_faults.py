@@ -8,6 +8,7 @@ module-scoped lineage (a cold v1, a warm v2) is copied by each test that changes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -204,19 +205,44 @@ def test_rows_of_an_uncommitted_generation_name_the_history_to_delete_and_a_rebu
     assert "no version" not in kept.value.message
 
 
+@contextlib.contextmanager
+def _producer_keeping_times(path: Path, stamp: float) -> Iterator[None]:
+    """A producer still writing ``path`` that keeps its source's times (``cp -p``, ``rsync -a``): its mtime is
+    ``stamp``, hours old, all along, while the kernel sets its ctime at each of the producer's writes."""
+    done = threading.Event()
+
+    def keep_stamping() -> None:
+        while not done.is_set():
+            os.utime(path, (stamp, stamp))
+            done.wait(0.05)
+
+    producer = threading.Thread(target=keep_stamping, name="producer", daemon=True)
+    producer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        producer.join()
+
+
 def test_a_partition_still_being_written_is_left_for_the_next_cycle(lineage: Lineage, tmp_path: Path) -> None:
     """A cycle ran while the producer was writing gen-003.csv: it trained on the half written, recorded the file,
     and once the write finished every later cycle stopped with LINEAGE_DATA_CHANGED (the file had changed under a
     committed version). With DATA_QUIET_SECONDS a partition with a file modified within that period is left out:
-    the cycle trains on what settled, and the next one, after the write, takes the whole file."""
+    the cycle trains on what settled, and the next one, after the write, takes the whole file. The producer keeps
+    its source's times (``rsync -a``): gen-003.csv's mtime says two hours old while it is written, and the cycle
+    took it half written when only the mtime was read."""
+    quiet = 3  # real seconds: a file's ctime cannot be set back, so settling takes the time itself
     data, root = lineage.copy(tmp_path)  # its generations 0 and 1 were written a moment ago: held, so taken
-    settled_at = time.time() - 7200
-    os.utime(add_generation(data, 2), (settled_at, settled_at))
+    stamp = time.time() - 7200
+    os.utime(add_generation(data, 2), (stamp, stamp))
     writing = add_generation(data, 3)
     full = writing.read_bytes()
     writing.write_bytes(full[: full.index(b"\n", len(full) // 2) + 1])  # the producer's first half, being written
-    env = _env(data, root, WARM_START="head", DATA_QUIET_SECONDS="3600")
-    during = _ok(env, "run")
+    env = _env(data, root, WARM_START="head", DATA_QUIET_SECONDS=str(quiet))
+    with _producer_keeping_times(writing, stamp):
+        time.sleep(quiet + 0.5)  # gen-002.csv settles; gen-003.csv is written to all along
+        during = _ok(env, "run")
     assert "left out gen-003.csv" in during.stderr, during.stderr[-3000:]
     chain = ChainStore(LocalStore(str(root)), CHAIN)
 
@@ -226,10 +252,25 @@ def test_a_partition_still_being_written_is_left_for_the_next_cycle(lineage: Lin
 
     assert _head(root) == 3 and [p for p, _ in partitions(3)][-1] == "gen-002.csv"
     writing.write_bytes(full)  # the write finished, and nobody touched the file since
-    os.utime(writing, (settled_at, settled_at))
+    os.utime(writing, (stamp, stamp))
+    time.sleep(quiet + 0.5)
     _ok(env, "run")
     assert _head(root) == 4 and partitions(4)[:-1] == partitions(3)
     assert partitions(4)[-1] == ("gen-003.csv", 96)  # every row of the whole file but the held-out 24
+
+
+def test_a_file_with_an_old_mtime_is_young_by_its_ctime(tmp_path: Path) -> None:
+    """``cp -p``, ``rsync -a`` and ``touch -d`` give a file being written its source's (old) mtime: the partition
+    looked settled and a run took it half written. Its ctime, which the kernel sets and no user can, says it is new."""
+    (tmp_path / "gen-000.csv").write_text("x,y\n1,a\n")
+    os.utime(tmp_path / "gen-000.csv", (1000.0, 1000.0))  # 1970: as old as a time gets
+    fingerprint = fingerprint_local(str(tmp_path))
+    now = time.time()
+    young = young_partitions(fingerprint, 3600, now=now)
+    assert list(young) == ["gen-000.csv"] and 0 <= young["gen-000.csv"] < 3600, young
+    assert young_partitions(fingerprint, 3600, now=now + 3600 + 60) == {}  # settled once quiet that long
+    single = fingerprint_local(str(tmp_path / "gen-000.csv"))  # DATA_ROOT a single file: the same rule
+    assert list(young_partitions(single, 3600, now=now)) == ["gen-000.csv"]
 
 
 def test_a_partition_holding_a_young_file_is_left_out_whole(tmp_path: Path) -> None:
@@ -239,16 +280,17 @@ def test_a_partition_holding_a_young_file_is_left_out_whole(tmp_path: Path) -> N
     folder.mkdir()
     for name in ("part-0.csv", "part-1.csv"):
         (folder / name).write_text("x,y\n2,b\n")
+    base = float(int(time.time()) + 100)  # after every ctime here: an mtime before it counts as this time
     for path in (tmp_path / "gen-000.csv", folder / "part-0.csv"):
         os.utime(path, (1000.0, 1000.0))
-    os.utime(folder / "part-1.csv", (4500.0, 4500.0))
+    os.utime(folder / "part-1.csv", (base + 3500.0, base + 3500.0))
     fingerprint = fingerprint_local(str(tmp_path))
-    young = young_partitions(fingerprint, 3600, now=6000.0)
+    young = young_partitions(fingerprint, 3600, now=base + 5000.0)
     assert young == {"2026-11-24": 1500.0}  # its newest file's age
     assert leave_out(fingerprint, young, 3600) == restrict(fingerprint, ["gen-000.csv"])
-    assert young_partitions(fingerprint, 0, now=6000.0) == {}
-    assert young_partitions(fingerprint, 3600, now=8200.0) == {}  # settled since
-    everything = young_partitions(fingerprint, 3600, now=4500.0)
+    assert young_partitions(fingerprint, 0, now=base + 5000.0) == {}
+    assert young_partitions(fingerprint, 3600, now=base + 7200.0) == {}  # settled since
+    everything = young_partitions(fingerprint, 3600, now=base + 3500.0)
     with pytest.raises(DataError) as caught:
         leave_out(fingerprint, everything, 3600)
     assert "DATA_QUIET_SECONDS=3600 s ago (2026-11-24, gen-000.csv): still being written" in caught.value.message
@@ -259,9 +301,10 @@ def test_a_file_modified_ahead_of_this_machine_s_clock_is_said_to_be_so(tmp_path
     after its time, as a file being written; the run log and the error said 'modified less than 3600 s ago (still
     being written)' and 'run again later' for a file stamped a year ahead, which no later run for a year takes."""
     (tmp_path / "gen-000.csv").write_text("x,y\n1,a\n")
-    os.utime(tmp_path / "gen-000.csv", (6000.0 + 365 * 86400, 6000.0 + 365 * 86400))
+    now = float(int(time.time()) + 100)  # after its ctime
+    os.utime(tmp_path / "gen-000.csv", (now + 365 * 86400, now + 365 * 86400))
     fingerprint = fingerprint_local(str(tmp_path))
-    young = young_partitions(fingerprint, 3600, now=6000.0)
+    young = young_partitions(fingerprint, 3600, now=now)
     assert young == {"gen-000.csv": -365 * 86400.0}
     assert why_young(young["gen-000.csv"], 3600) == (
         "holds a file modified 31536000 s after this machine's time (a clock ahead, the producer's or this "

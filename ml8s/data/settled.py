@@ -21,8 +21,8 @@ from ml8s.store import open_store
 
 
 def young_partitions(fingerprint: Fingerprint, quiet_seconds: int, now: float) -> dict[str, float]:
-    """The partitions holding a file modified less than ``quiet_seconds`` before ``now`` (its listing's
-    modification time: mtime on a disk, LastModified on S3), each with the age of its newest file in seconds:
+    """The partitions holding a file modified less than ``quiet_seconds`` before ``now`` (:func:`_modified`: the
+    later of mtime and ctime on a disk, LastModified on S3), each with the age of its newest file in seconds:
     negative where that time is after ``now`` (a clock ahead, the producer's or this machine's; such a file
     counts as being written until ``quiet_seconds`` after its time). Called after the fingerprint was taken: a
     file written to since its bytes were hashed is young here."""
@@ -103,7 +103,12 @@ def partition(relative_path: str) -> str:
 
 
 def _modified(fingerprint: Fingerprint) -> dict[str, float] | None:
-    """Each file's modification time by relative path (None: a single S3 object, written whole by its PUT)."""
+    """Each file's modification time by relative path (None: a single S3 object, written whole by its PUT).
+
+    On a disk, the later of its mtime and ctime: a producer that keeps times (``cp -p``, ``rsync -a``, ``touch
+    -d``) sets the mtime of a file it is still writing to the source's, hours old, and the partition was taken half
+    written; the ctime is the kernel's, set at each write and at that ``utime`` itself, and no user can set it. On
+    S3, LastModified is the server's, set when the upload completes."""
     root = fingerprint.data_root
     if root.startswith("file://"):
         path = root[len("file://") :]
@@ -111,9 +116,8 @@ def _modified(fingerprint: Fingerprint) -> dict[str, float] | None:
         times: dict[str, float] = {}
         for entry in fingerprint.entries:
             try:
-                times[entry.relative_path] = os.stat(
-                    path if single else os.path.join(path, entry.relative_path)
-                ).st_mtime
+                found = os.stat(path if single else os.path.join(path, entry.relative_path))
+                times[entry.relative_path] = max(found.st_mtime, found.st_ctime)
             except OSError:
                 continue  # gone since it was hashed: young
         return times
