@@ -279,6 +279,7 @@ def test_shard_from_another_checkpoint(store: LocalStore, tmp_path: Path) -> Non
         WrongCheckpointError, match=f"checkpoint id {OTHER_CID} in the header, the metadata expects {CID}"
     ):
         _load(store)
+    other = LocalStore(str(tmp_path / "other-3"))  # a fresh prefix: its shards under their plain names
     save_state_dict(other, PREFIX, make_state(), world_size=3, checkpoint_id=CID, config=SMALL)
     rewrite(store, SHARD1, other.get(SHARD1))
     with pytest.raises(WrongCheckpointError, match="world size 3 in the header, the metadata expects 2"):

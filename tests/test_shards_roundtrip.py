@@ -287,13 +287,11 @@ def test_resaving_with_fewer_ranks_removes_the_old_ranks_shards_after_the_metada
 
     monkeypatch.setattr(store, "delete", delete)
     save_state_dict(store, PREFIX, make_state(1), world_size=2, checkpoint_id=OTHER_CID, config=SMALL)
-    assert seen_at_delete == [(f"{PREFIX}_shard_2.shard", 2), (f"{PREFIX}_shard_3.shard", 2)]
+    # saved over the old set: the new shards under their generation names, the old four deleted after the commit
+    assert seen_at_delete == [(f"{PREFIX}_shard_{rank}.shard", 2) for rank in range(4)]
     directory = PREFIX.rsplit("/", 1)[0]
-    assert [i.key for i in store.list(directory)] == [
-        f"{PREFIX}.metadata.json",
-        f"{PREFIX}_shard_0.shard",
-        f"{PREFIX}_shard_1.shard",
-    ]
+    generations = [f"{PREFIX}_shard_{s.rank}.shard.{s.header_sha256[:16]}" for s in read_metadata(store, PREFIX).shards]
+    assert [i.key for i in store.list(directory)] == [f"{PREFIX}.metadata.json", *generations]
     report = verify_checkpoint(store, PREFIX)
     assert report.ok and report.world_size == 2 and report.checkpoint_id == OTHER_CID, report.findings
     state, loaded = make_state(1), load_state_dict(store, PREFIX)
@@ -338,8 +336,9 @@ def test_a_stray_shard_that_cannot_be_deleted_says_the_checkpoint_is_saved(
         raise StoreError(f"cannot delete {key}: Permission denied")
 
     monkeypatch.setattr(store, "delete", refuse)
-    with pytest.raises(StoreError, match=r"is written \(the checkpoint of 2 ranks is saved\), but .*_shard_2\.shard"):
+    with pytest.raises(StoreError, match=r"is written \(the checkpoint of 2 ranks is saved\), but .*_shard_0\.shard"):
         save_state_dict(store, PREFIX, make_state(1), world_size=2, checkpoint_id=OTHER_CID, config=SMALL)
     monkeypatch.undo()
     assert read_metadata(store, PREFIX).world_size == 2
-    assert [f.check for f in verify_checkpoint(store, PREFIX).findings] == ["stray_shard"]
+    # the old set's three shards: the new one lies under its generation names beside them
+    assert [f.check for f in verify_checkpoint(store, PREFIX).findings] == ["stray_shard"] * 3

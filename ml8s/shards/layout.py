@@ -1,5 +1,10 @@
 """Where a sharded checkpoint lives: ``{prefix}_shard_{rank}.shard`` per rank, ``{prefix}.metadata.json``.
 
+A save over a checkpoint already there names each shard by its generation, ``{prefix}_shard_{rank}.shard.{h}``
+(``h``: the first 16 hex digits of its header's sha256), unless the old metadata lists that very shard under its
+plain name, and the metadata lists the names it holds: the old set stays whole until the new metadata replaces
+the old one (the commit), so a save cut short anywhere leaves the old set or the new one, never a mix of both.
+
 ``prefix`` is a store key without its suffix, e.g. ``runs/abc/ckpt/step_100/model``: the shards and the
 metadata sit in its directory (``runs/abc/ckpt/step_100``), temporary uploads in that directory's ``.tmp``.
 """
@@ -17,6 +22,7 @@ from ml8s.errors import ShardInputError
 METADATA_MAX_BYTES = 64 * 1024 * 1024
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SHARD_NAME = re.compile(r"(?P<base>.+)_shard_(?P<rank>[^/]*)\.shard")
+_GENERATION_NAME = re.compile(r"(?P<base>.+)_shard_(?P<rank>[0-9]+)\.shard\.[0-9a-f]{16}")
 
 
 def split_prefix(prefix: str) -> tuple[str, str]:
@@ -34,6 +40,30 @@ def shard_name(prefix: str, rank: int) -> str:
 def shard_key(prefix: str, rank: int) -> str:
     split_prefix(prefix)
     return f"{prefix}_shard_{rank}.shard"
+
+
+def generation_name(prefix: str, rank: int, header_sha256: str) -> str:
+    """Rank ``rank``'s shard written over an existing checkpoint, named by its header (module docstring)."""
+    return f"{shard_name(prefix, rank)}.{header_sha256[:16]}"
+
+
+def shard_names(prefix: str, rank: int, header_sha256: str) -> tuple[str, str]:
+    """The names a metadata may list for rank ``rank``'s shard: the plain one, or its generation's."""
+    return shard_name(prefix, rank), generation_name(prefix, rank, header_sha256)
+
+
+def file_key(prefix: str, name: str) -> str:
+    """The store key of a file the metadata lists by ``name`` (a name checked by ``shard_names``)."""
+    directory, _ = split_prefix(prefix)
+    return f"{directory}/{name}" if directory else name
+
+
+def is_generation(prefix: str, key: str) -> bool:
+    """Whether ``key`` is named like a generation of one of this prefix's shards."""
+    directory, base = split_prefix(prefix)
+    rel = key.removeprefix(f"{directory}/") if directory else key
+    match = _GENERATION_NAME.fullmatch(rel)
+    return match is not None and match["base"] == base
 
 
 def metadata_key(prefix: str) -> str:

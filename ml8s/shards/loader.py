@@ -141,7 +141,13 @@ class _Shards:
     def get(self, rank: int) -> ShardFile:
         if (shard := self._open.get(rank)) is not None:
             return shard
-        key = layout.shard_key(self.prefix, rank)
+        listed = [s.file for s in self.meta.shards if s.rank == rank]
+        if len(listed) != 1:  # metadata the caller passed in, not read_metadata's checked one
+            where = self.store.uri(layout.metadata_key(self.prefix))
+            raise ShardFormatError(
+                f"{where}: lists {len(listed)} shards of rank {rank}, expected 1", check="metadata_ranks"
+            )
+        key = layout.file_key(self.prefix, listed[0])
         where = self.store.uri(key)
         if isinstance(self.store, LocalStore):
             path, _ = self._stack.enter_context(local_shard(self.store, key, self._scratch))

@@ -11,11 +11,12 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError
 
-from ml8s.errors import ShardFormatError, ShardInputError, ShardVersionError
+from ml8s.errors import NotFoundError, ObjectTooLargeError, ShardFormatError, ShardInputError, ShardVersionError
 from ml8s.identity.hashing import json_loads
 from ml8s.shards import dtypes, layout
 from ml8s.shards.format import FORMAT_VERSION, ShardHeader, TensorEntry
 from ml8s.shards.plan import PlanConfig
+from ml8s.store import Store
 from ml8s.text import first_problem
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -117,8 +118,15 @@ def metadata_problems(meta: CheckpointMetadata, prefix: str) -> list[tuple[str, 
     if meta.world_size < 1 or len(meta.ranks) != meta.world_size or meta.ranks != tuple(range(len(meta.ranks))):
         problems.append(("metadata_ranks", f"ranks {list(meta.ranks)[:20]} for world size {meta.world_size}"))
     found = [(s.rank, s.file) for s in meta.shards]
-    if len(found) != meta.world_size or found != [(r, layout.shard_name(prefix, r)) for r in range(len(found))]:
-        problems.append(("metadata_ranks", f"shards {found[:20]}, expected one per rank named {prefix}_shard_<rank>"))
+    named = all(s.file in layout.shard_names(prefix, r, s.header_sha256) for r, s in enumerate(meta.shards))
+    if len(found) != meta.world_size or [r for r, _ in found] != list(range(len(found))) or not named:
+        problems.append(
+            (
+                "metadata_ranks",
+                f"shards {found[:20]}, expected one per rank named {prefix}_shard_<rank>.shard (or a generation of "
+                "it, .shard.<its header sha256's first 16 hex digits>)",
+            )
+        )
     files = {s.rank: s for s in meta.shards}
     counts = dict.fromkeys(files, 0)
     for name, record in sorted(meta.tensors.items()):
@@ -241,3 +249,22 @@ def header_disagreements(header: ShardHeader, meta: CheckpointMetadata, rank: in
     if info is not None and header.header_sha256 != info.header_sha256:
         found.append(("header_metadata", f"header sha256 {header.header_sha256}, metadata lists {info.header_sha256}"))
     return found
+
+
+def plain_name_free(store: Store, prefix: str, rank: int, header_sha256: str) -> bool:
+    """Whether rank ``rank``'s shard, of header sha256 ``header_sha256``, may be written under its plain name:
+    no metadata is there, or the one there lists that very shard under it (the same header, so the same
+    bytes). Otherwise it goes under its generation name (:mod:`ml8s.shards.layout`): written over, a rank at a
+    time, a save cut short left the old metadata listing new shards its header hashes refuse."""
+    key = layout.metadata_key(prefix)
+    try:
+        old = decode_metadata(store.get(key, max_bytes=layout.METADATA_MAX_BYTES), store.uri(key))
+    except NotFoundError:
+        return True
+    except (ShardFormatError, ObjectTooLargeError):  # no reader loads it either; its files are left alone all the same
+        return False
+    plain = layout.shard_name(prefix, rank)
+    # listed under its generation name, or not at all: a plain-named file left here by a save cut short would be
+    # the old set's stray until the new one commits
+    listed = [s.header_sha256 for s in old.shards if s.file == plain]
+    return bool(listed) and all(sha == header_sha256 for sha in listed)

@@ -99,11 +99,15 @@ def verify_checkpoint(store: Store, prefix: str, *, read_data: bool = True) -> S
     listing = {info.key: info.size for info in store.list(directory)}
     mkey = layout.metadata_key(prefix)
     # a link, FIFO or device where a shard or the metadata belongs: named as such, not as an absent file
-    odd = {k for k in store.irregular(directory) if k == mkey or layout.shard_rank_of(prefix, k) is not None}
+    odd = {
+        k
+        for k in store.irregular(directory)
+        if k == mkey or layout.shard_rank_of(prefix, k) is not None or layout.is_generation(prefix, k)
+    }
     findings = [ShardFinding(check="unsafe_object", reason=_UNSAFE, file=key) for key in sorted(odd)]
     meta = _metadata(store, prefix, mkey in listing, findings) if mkey not in odd else None
     found = sorted(key for key in listing if layout.shard_rank_of(prefix, key) is not None)
-    listed = {layout.shard_key(prefix, s.rank): s for s in meta.shards} if meta else {}
+    listed = {layout.file_key(prefix, s.file): s for s in meta.shards} if meta else {}
     for key in (k for k in found if meta is not None and k not in listed):
         findings.append(
             ShardFinding(check="stray_shard", reason="a shard of a rank the metadata does not list", file=key)

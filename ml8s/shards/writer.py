@@ -4,7 +4,9 @@ A shard is streamed: its header's size is known from the pieces' names and shape
 written first, then each tensor's bytes straight from the tensor's memory in chunks (hashed on the way),
 then the real header over the zeros. Only one chunk of one tensor is in flight: never the whole shard.
 The finished local file goes to the store through ``Store.put_file_atomic`` (tmp key, fsynced, then moved),
-so a reader never sees half a shard.
+so a reader never sees half a shard. A save over an existing checkpoint writes each shard under its generation
+name (:mod:`ml8s.shards.layout`), never over another shard the old metadata lists: the new metadata is the
+commit, and the old set's files are deleted after it.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from ml8s.shards.format import (
     size_problem,
 )
 from ml8s.shards.hashing import DataHasher
-from ml8s.shards.metadata import CheckpointMetadata, ShardFileInfo, ShardReceipt, build_metadata, encode_metadata
+from ml8s.shards.metadata import (
+    CheckpointMetadata,
+    ShardFileInfo,
+    ShardReceipt,
+    build_metadata,
+    encode_metadata,
+    plain_name_free,
+)
 from ml8s.shards.plan import PlanConfig, TensorPiece, check_world, split_state_dict
 from ml8s.store import Store
 from ml8s.text import is_utf8
@@ -75,7 +84,7 @@ def write_shard(
     config = config or WriterConfig()
     check_world(rank, world_size)
     layout.check_checkpoint_id(checkpoint_id)
-    key, name = layout.shard_key(prefix, rank), layout.shard_name(prefix, rank)
+    name = layout.shard_name(prefix, rank)
     if sys.byteorder != "little":
         raise ShardInputError(f"{name}: shards hold little-endian bytes; this machine is {sys.byteorder}-endian")
     pieces = _pieces(tensors, where=name)
@@ -121,13 +130,17 @@ def write_shard(
         handle.seek(0)
         handle.write(encoded)
         handle.close()
+        header_sha = encoded[header.header_length - 32 : header.header_length].hex()
+        if not plain_name_free(store, prefix, rank, header_sha):  # the old set stays whole until the commit
+            name = layout.generation_name(prefix, rank, header_sha)
+        key = layout.file_key(prefix, name)
         written = store.put_file_atomic(key, path, tmp_key=layout.tmp_key(prefix, name))
     info = ShardFileInfo(
         rank=rank,
         file=name,
         size=written.size,
         sha256=written.sha256,
-        header_sha256=encoded[header.header_length - 32 : header.header_length].hex(),
+        header_sha256=header_sha,
         data_sha256=data_sha,
         tensor_count=len(entries),
     )
@@ -148,7 +161,7 @@ def write_metadata(
     meta = build_metadata(prefix, receipts, plan or PlanConfig())
     # existence only: each receipt's size and sha256 were validated by put_file_atomic, and listing would
     # make a LocalStore hash every shard again
-    if missing := [key for s in meta.shards if not store.exists(key := layout.shard_key(prefix, s.rank))]:
+    if missing := [key for s in meta.shards if not store.exists(key := layout.file_key(prefix, s.file))]:
         raise ShardVerificationError(f"{store.uri(missing[0])}: expected in the store before the metadata, absent")
     mkey = layout.metadata_key(prefix)
     if (size := len(encoded := encode_metadata(meta))) > layout.METADATA_MAX_BYTES:  # every reader refuses it unread
@@ -163,7 +176,8 @@ def write_metadata(
 
 def _remove_strays(store: Store, prefix: str, meta: CheckpointMetadata) -> None:
     """Delete the shard-named files the new metadata does not list (ranks 2-3 of an earlier save by 4 ranks,
-    re-saved here by 2): left, they made the set look like a 4-rank one and verify call it damaged.
+    re-saved here by 2; the old set a save over it replaced; generations a save cut short left): left, they made
+    the set look like a 4-rank one and verify call it damaged.
 
     Only after the metadata is committed: a reader of the old metadata until then found every shard it
     lists (or one replaced, refused by its header's hash), a reader of the new one never opens these.
@@ -171,15 +185,16 @@ def _remove_strays(store: Store, prefix: str, meta: CheckpointMetadata) -> None:
     fails is a StoreError saying the checkpoint is saved all the same (the error alone read as a failed save).
     """
     directory, _ = layout.split_prefix(prefix)
-    kept = {layout.shard_key(prefix, s.rank) for s in meta.shards}
+    kept = {layout.file_key(prefix, s.file) for s in meta.shards}
     for info in store.list(directory):
-        if info.key not in kept and layout.shard_rank_of(prefix, info.key) is not None:
+        named = layout.shard_rank_of(prefix, info.key) is not None or layout.is_generation(prefix, info.key)
+        if info.key not in kept and named:
             try:
                 store.delete(info.key)
             except StoreError as exc:
                 raise StoreError(
                     f"{store.uri(layout.metadata_key(prefix))} is written (the checkpoint of {meta.world_size} "
-                    f"ranks is saved), but {store.uri(info.key)}, a shard of a rank it does not list, could not be "
+                    f"ranks is saved), but {store.uri(info.key)}, a shard file it does not list, could not be "
                     f"deleted: {exc.message}; expected it gone (verify names it stray_shard until a save removes it)"
                 ) from exc
 
