@@ -9,17 +9,16 @@ import os
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from ml8s.errors import IntegrityError, PreconditionFailedError, StoreError, StoreUnavailableError
+from ml8s.errors import IntegrityError, NotFoundError, PreconditionFailedError, StoreError, StoreUnavailableError
 from ml8s.store.base import WriteResult
-from ml8s.store.s3.client import MiB, S3Base, encrypted, unquote
+from ml8s.store.s3.client import MiB, S3Base, encrypted, log, unquote
 from ml8s.store.s3.digest import Digest
 
 if TYPE_CHECKING:
     from typing import TypedDict
 
     from mypy_boto3_s3.type_defs import (
+        AbortMultipartUploadOutputTypeDef,
         CompletedMultipartUploadTypeDef,
         CompletedPartTypeDef,
         PutObjectRequestTypeDef,
@@ -67,7 +66,7 @@ class S3Writes(S3Base):
             with self._errors("PUT", tmp_key):
                 self._bounded("PUT", tmp_key, lambda: self._client.put_object(**request), sent=size)
         else:
-            with self._multipart(tmp_key, size) as (upload, parts):
+            with self._multipart(tmp_key, size, own_key=True) as (upload, parts):
                 while chunk := source.read(max(self.part_size, -(-size // 10_000))):
                     sha, md5 = digest.add(chunk)
                     number = len(parts) + 1
@@ -136,9 +135,15 @@ class S3Writes(S3Base):
                 parts.append(_part(len(parts) + 1, out.get("ETag", ""), out.get("ChecksumSHA256")))
 
     @contextlib.contextmanager
-    def _multipart(self, key: str, size: int) -> Iterator[tuple[_Upload, list[CompletedPartTypeDef]]]:
+    def _multipart(
+        self, key: str, size: int, *, own_key: bool = False
+    ) -> Iterator[tuple[_Upload, list[CompletedPartTypeDef]]]:
         """A multipart upload of ``size`` bytes to ``key``: completed with the parts the caller appends, aborted on
-        any failure (completing takes the server a time that grows with the size, so the deadline does too)."""
+        any failure (completing takes the server a time that grows with the size, so the deadline does too).
+
+        ``own_key``: ``key`` is this writer's alone (a tmp key): every other upload to it is one this writer
+        started and never learned of (a create whose answer was lost, tried again), aborted too, done or failed.
+        """
         parts: list[CompletedPartTypeDef] = []
         op = "multipart PUT"
         with self._errors(op, key):
@@ -157,9 +162,54 @@ class S3Writes(S3Base):
                     op, key, lambda: self._client.complete_multipart_upload(**upload, MultipartUpload=done), sent=size
                 )
             except BaseException:
-                with contextlib.suppress(ClientError, BotoCoreError, StoreUnavailableError):
-                    self._bounded(op, key, lambda: self._client.abort_multipart_upload(**upload), tries=1)
+                self._abort_uploads(key, upload["UploadId"], others=own_key)
                 raise
+            if own_key:
+                self._abort_uploads(key, None, others=True)
+
+    def _abort_uploads(self, key: str, upload_id: str | None, *, others: bool) -> None:
+        """Abort upload ``upload_id`` of ``key`` and (``others``) every other upload to it the server lists; a
+        warning for one that could not be. An upload never aborted keeps its parts, billed, for ever: it was tried
+        once, its failure silenced, so the endpoint failing the upload (a 5xx, a dropped connection) lost it too.
+        Tried AWS_MAX_ATTEMPTS times: an abort is idempotent (one that landed answers NoSuchUpload after)."""
+        full = self._key(key)
+        if upload_id is not None and not self._aborted(key, full, upload_id):
+            return  # the endpoint does not answer: listing it would wait as long again, for nothing
+        if not others:
+            return
+        try:
+            with self._errors("LIST uploads", key):
+                listed = self._bounded(
+                    "LIST uploads", key, lambda: self._client.list_multipart_uploads(Bucket=self.bucket, Prefix=full)
+                )
+        except StoreError as exc:
+            log.warning("could not list the multipart uploads of %s to abort them: %s", self.uri(key), exc)
+            return
+        found = sorted({u.get("UploadId", "") for u in listed.get("Uploads", []) if u.get("Key") == full})
+        for other in (i for i in found if i and i != upload_id):
+            if not self._aborted(key, full, other):
+                return
+
+    def _aborted(self, key: str, full: str, upload_id: str) -> bool:
+        """Abort one upload (gone already counts); False, with a warning, when the endpoint did not answer."""
+        try:
+            with self._errors("multipart abort", key):
+                self._bounded("multipart abort", key, functools.partial(self._abort_upload, full, upload_id))
+        except NotFoundError:
+            return True  # NoSuchUpload: aborted already (a try whose answer was lost) or completed
+        except StoreError as exc:
+            log.warning(
+                "could not abort multipart upload %s of %s: %s; its parts stay billed until it is aborted (a bucket "
+                "lifecycle rule AbortIncompleteMultipartUpload does it)",
+                upload_id,
+                self.uri(key),
+                exc,
+            )
+            return not isinstance(exc, StoreUnavailableError)
+        return True
+
+    def _abort_upload(self, full_key: str, upload_id: str) -> AbortMultipartUploadOutputTypeDef:
+        return self._client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
 
     def _validate(self, key: str, digest: Digest) -> str:
         """HeadObject ``key`` and check it against ``digest``; returns its ETag."""
