@@ -113,7 +113,7 @@ def test_an_upload_whose_create_answer_was_lost_leaves_none_behind(
     import ml8s.store.s3.writes as writes
 
     monkeypatch.setattr(writes, "open", lambda path, mode="r": FailsAfterAPart(path), raising=False)
-    with pytest.raises(OSError, match="Input/output error"):
+    with pytest.raises(StoreError, match=rf"cannot read {source} while uploading it to .*big\.bin: Input/output error"):
         store.put_file_atomic("big.bin", str(source), tmp_key=".tmp/big-w.bin")
     assert len(creates) == 2 and _uploads(moto_server, store) == []
     monkeypatch.undo()

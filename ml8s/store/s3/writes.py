@@ -56,7 +56,13 @@ class S3Writes(S3Base):
         except OSError as exc:
             raise StoreError(f"cannot read {path} to upload it to {self.uri(key)}: {exc.strerror or exc}") from exc
         with handle:
-            return self._put_validated(key, tmp_key, handle, size)
+            try:
+                return self._put_validated(key, tmp_key, handle, size)
+            except OSError as exc:  # reading the source (boto's own failures are BotoCoreErrors, mapped)
+                raise StoreError(
+                    f"cannot read {path} while uploading it to {self.uri(key)}: {exc.strerror or exc}; expected a "
+                    f"readable file ({self.uri(key)} not written)"
+                ) from exc
 
     def _put_validated(self, key: str, tmp_key: str, source: IO[bytes], size: int) -> WriteResult:
         """Upload to ``tmp_key`` hashing as it reads, check what the server stored, copy to ``key``, delete tmp."""
