@@ -6,7 +6,8 @@ Checks (``ShardFinding.check``):
 ``format_version``      a shard or the metadata has a format version this ml8s does not know
 ``metadata_ranks`` / ``metadata_tensors``  the metadata contradicts itself (ranks, shard names, tensor map)
 ``shard_missing``       a shard the metadata lists is not in the store
-``stray_shard``         a ``{prefix}_shard_*.shard`` file of a rank the metadata does not list
+``stray_shard``         a ``{prefix}_shard_*.shard`` file the metadata does not list (a rank it does not list, or
+                        an old set's shard left by a save cut short after its commit; the next save removes it)
 ``unsafe_object``       a shard's or the metadata's name holds no regular file but a symbolic link, FIFO or device
                         (local stores; not read: it would block, never end, or lead outside the store)
 ``shard_size``          a shard's size differs from the metadata's, and the shard is damaged (or is larger
@@ -109,9 +110,7 @@ def verify_checkpoint(store: Store, prefix: str, *, read_data: bool = True) -> S
     found = sorted(key for key in listing if layout.shard_rank_of(prefix, key) is not None)
     listed = {layout.file_key(prefix, s.file): s for s in meta.shards} if meta else {}
     for key in (k for k in found if meta is not None and k not in listed):
-        findings.append(
-            ShardFinding(check="stray_shard", reason="a shard of a rank the metadata does not list", file=key)
-        )
+        findings.append(ShardFinding(check="stray_shard", reason="a shard file the metadata does not list", file=key))
     with owned_tempdir("ml8s-verify-") as scratch:
         for key in listed or dict.fromkeys(found):
             info = listed.get(key)
