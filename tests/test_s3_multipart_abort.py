@@ -7,6 +7,7 @@ made an upload the writer never learned of, and botocore tried again)."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from botocore.exceptions import ConnectionClosedError
 from s3_servers import S3Endpoint
 
 from ml8s.errors import StoreError
+from ml8s.interrupts import Interrupted
 from ml8s.store import S3Store
 
 MiB = 1024 * 1024
@@ -48,28 +50,34 @@ def _dropped_once(calls: list[str], before: Callable[[Any], None] = lambda reque
     return drop
 
 
-def _fail_second_part(store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fail_second_part(store: S3Store, monkeypatch: pytest.MonkeyPatch, failure: BaseException) -> None:
     real, parts = store._upload_part, []
 
     def second_fails(request: Any) -> Any:
         parts.append(request["PartNumber"])
         if len(parts) == 2:
-            raise StoreError("part PUT: the endpoint refused part 2 (injected)")
+            raise failure
         return real(request)
 
     monkeypatch.setattr(store, "_upload_part", second_fails)
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [StoreError("part PUT: the endpoint refused part 2 (injected)"), Interrupted(signal.SIGTERM)],
+    ids=["refused", "sigterm"],
+)
 def test_a_failed_upload_is_aborted_though_the_abort_s_first_try_is_dropped(
-    moto_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+    moto_server: S3Endpoint, monkeypatch: pytest.MonkeyPatch, failure: BaseException
 ) -> None:
     """The abort was tried once and its failure silenced: the endpoint that failed the upload (a dropped
-    connection, a 5xx) failed its abort too, and the upload stayed, its parts billed, for ever."""
+    connection, a 5xx) failed its abort too, and the upload stayed, its parts billed, for ever. The same for
+    an upload a signal stops between its parts (SIGTERM unwinds as Interrupted)."""
     store = _store(moto_server)
-    _fail_second_part(store, monkeypatch)
+    _fail_second_part(store, monkeypatch, failure)
     aborts: list[str] = []
     _on_send(store, "AbortMultipartUpload", _dropped_once(aborts))
-    with pytest.raises(StoreError, match="refused part 2"):
+    with pytest.raises(type(failure)):
         store.put_atomic("big.bin", os.urandom(12 * MiB), tmp_key=".tmp/big-w.bin")
     assert _uploads(moto_server, store) == []
     assert len(aborts) == 2  # the dropped try and the one after it
