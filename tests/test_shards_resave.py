@@ -134,3 +134,16 @@ def test_a_resave_killed_midway_leaves_the_old_set_or_the_new_one(tmp_path: Path
     save_state_dict(store, PREFIX, make_state(1), world_size=3, checkpoint_id=OTHER_CID, config=SMALL)
     _holds(store, OTHER_CID, 1)
     assert len(_shard_files(store)) == 3
+
+
+def test_a_link_where_the_metadata_belongs_does_not_stop_a_save(tmp_path: Path) -> None:
+    """A symbolic link in the metadata's place (planted, or left by a clumsy copy) is no checkpoint: the save
+    reads nothing through it, writes its shards beside it, and its metadata replaces the link itself."""
+    store = LocalStore(str(tmp_path / "root"))
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (tmp_path / "root" / DIRECTORY).mkdir(parents=True)
+    (tmp_path / "root" / f"{PREFIX}.metadata.json").symlink_to(outside)
+    save_state_dict(store, PREFIX, make_state(0), world_size=2, checkpoint_id=CID, config=SMALL)
+    _holds(store, CID, 0)
+    assert outside.read_text() == "{}" and not (tmp_path / "root" / f"{PREFIX}.metadata.json").is_symlink()

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError
 
-from ml8s.errors import NotFoundError, ObjectTooLargeError, ShardFormatError, ShardInputError, ShardVersionError
+from ml8s.errors import (
+    NotFoundError,
+    ObjectTooLargeError,
+    ShardFormatError,
+    ShardInputError,
+    ShardVersionError,
+    UnsafeObjectError,
+)
 from ml8s.identity.hashing import json_loads
 from ml8s.shards import dtypes, layout
 from ml8s.shards.format import FORMAT_VERSION, ShardHeader, TensorEntry
@@ -261,7 +268,7 @@ def plain_name_free(store: Store, prefix: str, rank: int, header_sha256: str) ->
         old = decode_metadata(store.get(key, max_bytes=layout.METADATA_MAX_BYTES), store.uri(key))
     except NotFoundError:
         return True
-    except (ShardFormatError, ObjectTooLargeError):  # no reader loads it either; its files are left alone all the same
+    except (ShardFormatError, ObjectTooLargeError, UnsafeObjectError):  # no reader loads it: its files are left alone
         return False
     plain = layout.shard_name(prefix, rank)
     # listed under its generation name, or not at all: a plain-named file left here by a save cut short would be
