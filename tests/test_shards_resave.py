@@ -15,8 +15,17 @@ import torch
 from s3_servers import S3Endpoint
 from shards_support import CID, OTHER_CID, PREFIX, SMALL, make_state
 
-from ml8s.errors import StoreError
-from ml8s.shards import load_state_dict, read_metadata, save_state_dict, verify_checkpoint
+from ml8s.errors import StoreError, WrongCheckpointError
+from ml8s.shards import (
+    collect_receipts,
+    load_state_dict,
+    read_metadata,
+    save_state_dict,
+    split_state_dict,
+    verify_checkpoint,
+    write_metadata,
+    write_shard,
+)
 from ml8s.store import LocalStore, S3Store, Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,3 +156,25 @@ def test_a_link_where_the_metadata_belongs_does_not_stop_a_save(tmp_path: Path) 
     save_state_dict(store, PREFIX, make_state(0), world_size=2, checkpoint_id=CID, config=SMALL)
     _holds(store, CID, 0)
     assert outside.read_text() == "{}" and not (tmp_path / "root" / f"{PREFIX}.metadata.json").is_symlink()
+
+
+def test_receipts_of_a_resave_are_recovered_from_its_own_shards(store: Store) -> None:
+    """A rank 0 that could not gather its ranks' receipts recovers them from the store: after a save over a
+    checkpoint, the new shards lie under their generation names beside the old set's, and the recovered receipts
+    (so the metadata written from them) were the old set's, committing the old tensors for the new save."""
+    save_state_dict(store, PREFIX, make_state(0), world_size=2, checkpoint_id=CID, config=SMALL)
+    for rank, pieces in enumerate(split_state_dict(make_state(1), 2, SMALL.plan)):
+        write_shard(store, PREFIX, rank, 2, pieces, checkpoint_id=CID, config=SMALL)  # no metadata yet
+    write_metadata(store, PREFIX, collect_receipts(store, PREFIX, 2, CID), plan=SMALL.plan)
+    _holds(store, CID, 1)
+    assert all(".shard." in name for name in _shard_files(store))  # the old set removed by the commit
+
+
+def test_two_unlisted_generations_of_a_rank_are_named_not_guessed(store: Store) -> None:
+    save_state_dict(store, PREFIX, make_state(0), world_size=2, checkpoint_id=CID, config=SMALL)
+    for seed in (1, 2):  # two saves cut short before their metadata: which is the newer cannot be told
+        for rank, pieces in enumerate(split_state_dict(make_state(seed), 2, SMALL.plan)):
+            write_shard(store, PREFIX, rank, 2, pieces, checkpoint_id=CID, config=SMALL)
+    with pytest.raises(WrongCheckpointError, match=r"rank 0 has 2 shards the metadata .* does not list"):
+        collect_receipts(store, PREFIX, 2, CID)
+    _holds(store, CID, 0)  # the committed set is untouched

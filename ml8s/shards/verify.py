@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import (
     NotFoundError,
+    ObjectTooLargeError,
     ShardFormatError,
     ShardVerificationError,
     UnsafeObjectError,
@@ -230,9 +231,10 @@ def collect_receipts(store: Store, prefix: str, world_size: int, checkpoint_id: 
     directory = layout.split_prefix(prefix)[0]
     odd = set(store.irregular(directory))  # a link is listed with its target's size: local_shard refuses it
     sizes = {info.key: info.size for info in store.list(directory) if info.key not in odd}
+    listed = _listed(store, prefix)
     with owned_tempdir("ml8s-receipts-") as scratch:
         for rank in range(world_size):
-            key = layout.shard_key(prefix, rank)
+            key = _fresh_shard(store, prefix, rank, sorted(sizes), listed)
             # no metadata bounds its size: the header's must match before it is read (or downloaded) whole;
             # one not in ``sizes`` is refused by local_shard (absent, a link, a FIFO)
             if key in sizes and (problem := _header_size_problem(store, key, sizes[key])):
@@ -250,7 +252,7 @@ def collect_receipts(store: Store, prefix: str, world_size: int, checkpoint_id: 
                 )
             shard = ShardFileInfo(
                 rank=rank,
-                file=layout.shard_name(prefix, rank),
+                file=key.rsplit("/", 1)[-1],
                 size=scan.size,
                 sha256=scan.sha256,
                 header_sha256=h.header_sha256,
@@ -261,3 +263,39 @@ def collect_receipts(store: Store, prefix: str, world_size: int, checkpoint_id: 
                 ShardReceipt(checkpoint_id=checkpoint_id, world_size=world_size, shard=shard, entries=h.entries)
             )
     return receipts
+
+
+def _listed(store: Store, prefix: str) -> set[str]:
+    """The keys of the shards the checkpoint's metadata lists now (none where it has none, or none that reads)."""
+    key = layout.metadata_key(prefix)
+    try:
+        meta = decode_metadata(store.get(key, max_bytes=layout.METADATA_MAX_BYTES), store.uri(key))
+    except (NotFoundError, ShardFormatError, UnsafeObjectError, ObjectTooLargeError):
+        return set()
+    return {layout.file_key(prefix, s.file) for s in meta.shards}
+
+
+def _fresh_shard(store: Store, prefix: str, rank: int, keys: list[str], listed: set[str]) -> str:
+    """Rank ``rank``'s shard of the save being recovered: a save over a checkpoint writes a shard under its
+    generation name unless the metadata there lists that very shard (:mod:`ml8s.shards.layout`), so the one
+    the metadata does not list is the new save's; else the plain name (a first save, or this shard unchanged).
+
+    Raises:
+        WrongCheckpointError: several generations of this rank that the metadata does not list (a save cut short
+            before this one left its own): which is this save's cannot be told.
+    """
+    plain = layout.shard_key(prefix, rank)
+    generations = [k for k in keys if layout.is_generation(prefix, k) and _rank_of(k) == rank]
+    fresh = [k for k in (plain, *generations) if k in keys and k not in listed]
+    if len(fresh) > 1:
+        shown = ", ".join(store.uri(k) for k in fresh[:5])
+        raise WrongCheckpointError(
+            f"rank {rank} has {len(fresh)} shards the metadata at {store.uri(layout.metadata_key(prefix))} does not "
+            f"list ({shown}): expected one, this save's; remove the ones a save cut short left, or save again"
+        )
+    return fresh[0] if fresh else plain
+
+
+def _rank_of(key: str) -> int:
+    """The rank in a generation name (``..._shard_{rank}.shard.{h}``, matched by ``layout.is_generation``)."""
+    return int(key.rsplit("_shard_", 1)[1].split(".", 1)[0])
