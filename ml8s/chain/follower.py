@@ -199,6 +199,15 @@ class Follower:
                 break
         raise VersionNotFoundError(f"chain {self.chain.name!r} has no version {counter} (head v{self.current.counter})")
 
+    def fresh_version(self, counter: int, block_hash: str = "") -> ChainVersion:
+        """:meth:`version`, after one more poll when ``counter`` is above ``current``: a version committed (and
+        promoted) since the poll read the head is then found, where the walk from the older head said "has no
+        version". The head read again passes every check of a poll (it extends ``current``, signed and backed as
+        required), so this reads nothing around them; a counter above that head too is VersionNotFoundError."""
+        if self.current is not None and counter > self.current.counter:
+            self.poll()
+        return self.version(counter, block_hash)
+
     def _check_anchor(self, anchor: Anchor) -> None:
         point = anchor.checkpoint
         if issued_in_future(anchor, self.clock()):

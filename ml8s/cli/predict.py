@@ -170,10 +170,11 @@ def _chain_files(args: argparse.Namespace) -> ModelFiles:
     follower.poll()
     promoted = _promoted(chain, anchor, follower, required=args.version is None)  # with --version too: the pins hold
     if args.version is not None:
-        version: ChainVersion | None = follower.version(args.version)
+        version: ChainVersion | None = follower.fresh_version(args.version)
     elif promoted is not None:
-        # checked like the head: the promoted block, reached from it by hash links
-        version = follower.version(promoted.counter, promoted.block_hash)
+        # checked like the head: the promoted block, reached from it by hash links (from a head read again when
+        # it was committed and promoted after the poll)
+        version = follower.fresh_version(promoted.counter, promoted.block_hash)
     else:
         version = follower.current
     if version is None:  # poll() always sets it; a guard for the type checker

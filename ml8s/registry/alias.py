@@ -148,10 +148,9 @@ def _targets(chain: ChainStore, trust: ReadTrust) -> dict[str, ChainVersion]:
     targets = {HEAD_ALIAS: head}
     promotions = PromotionReader(chain, root=trust.root, policies=follower.checked_policies)
     if promotions.gated() and (promoted := promotions.served()) is not None:
-        if promoted.counter > head.counter:  # committed and decided since the head was read (a run meanwhile)
-            follower.poll()  # the head read now must extend the one checked
-            targets[HEAD_ALIAS] = follower.current or head
-        targets[PROMOTED_ALIAS] = follower.version(promoted.counter, promoted.block_hash)
+        # committed and decided since the head was read (a run meanwhile): the head is read again, and moves too
+        targets[PROMOTED_ALIAS] = follower.fresh_version(promoted.counter, promoted.block_hash)
+        targets[HEAD_ALIAS] = follower.current or head
     return targets
 
 

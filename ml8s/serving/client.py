@@ -139,8 +139,11 @@ class InferenceClient:
         # the chain has a promotion gate: serve what it promoted, never a candidate (nor a cut log's older choice)
         if self.promotions.gated(anchor.checkpoint.promotion if anchor is not None else None):
             promoted = self.promotions.served()
-            # checked like the head: the promoted block must be reached from the checked head by hash links
-            self._pending = None if promoted is None else self.follower.version(promoted.counter, promoted.block_hash)
+            # checked like the head: the promoted block must be reached from the checked head by hash links (a
+            # head read again when the decision names a version committed since the poll)
+            self._pending = (
+                None if promoted is None else self.follower.fresh_version(promoted.counter, promoted.block_hash)
+            )
         target, served = self._pending, self._served
         same = served is not None and target is not None and served.info.block_hash == target.block_hash
         if target is None or target.counter == 0 or same:
@@ -154,7 +157,7 @@ class InferenceClient:
         if self._served is not None:
             return False  # pinned: never changes
         self.follower.poll()  # the head extends what this node saw, and new versions are signed as required
-        self._swap(self.follower.version(counter))
+        self._swap(self.follower.fresh_version(counter))
         return True
 
     def _swap(self, target: ChainVersion) -> None:
