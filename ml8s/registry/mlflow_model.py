@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -72,16 +73,31 @@ def ensure_logged_model(
     return model_id
 
 
+# logger name -> (uses inside now, the level before the first): the alias step's thread, left running past its
+# deadline, can still be inside when a registration enters; each use saving and restoring the level it found
+# left the logger at CRITICAL for good (the second use saved the first one's CRITICAL, and restored it last)
+_SILENCED: dict[str, tuple[int, int]] = {}
+_SILENCED_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def silenced(name: str) -> Iterator[None]:
-    """No record below CRITICAL from logger ``name`` and its children that inherit its level, while inside."""
+    """No record below CRITICAL from logger ``name`` and its children that inherit its level, while inside (on any
+    thread: a level is the logger's); the level it had is restored when the last use inside ends, in any order."""
     logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    with _SILENCED_LOCK:
+        count, level = _SILENCED.get(name, (0, logger.level))
+        _SILENCED[name] = (count + 1, level)
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        with _SILENCED_LOCK:
+            count, level = _SILENCED.pop(name)
+            if count > 1:
+                _SILENCED[name] = (count - 1, level)
+            else:
+                logger.setLevel(level)
 
 
 def experiment_location(settings: PlatformSettings) -> str | None:
