@@ -54,6 +54,9 @@ def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: 
     if args.verb == "promote" and served == version.counter and not rotated:  # after a rotation: re-signed
         print(f"ml8s: chain {chain.name!r} v{version.counter} is already the promoted version", file=sys.stderr)
         if latest is not None:  # stdout still carries the decision in force, as after a promotion
+            # and MLflow's alias is moved again: the first promote's move may have been refused (a lock held past
+            # ALIAS_DEADLINE_SECONDS), and this command again is what its warning offers
+            _move_alias(settings, version.header.full_config_hash)
             _print(latest.model_dump(mode="json"))
         return 0
     rule = f"manual: ml8s chain {args.verb}" + (f" ({args.reason})" if args.reason else "")

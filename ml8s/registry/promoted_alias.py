@@ -14,7 +14,7 @@ from ml8s.mlflow_probe import require_answer
 from ml8s.registry.confirm import missing_database
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.query import versions_of_hash
-from ml8s.registry.registration import DEFAULT_TIMEOUT_S, _sqlite_lock
+from ml8s.registry.registration import _sqlite_lock
 from ml8s.registry.schema import check_schema, first_line
 
 PROMOTED_ALIAS = "promoted"
@@ -35,9 +35,13 @@ def move_promoted_alias(settings: PlatformSettings, full_config_hash: str) -> st
     uri = settings.mlflow_tracking_uri_for_registry()
     if missing_database(uri) is not None:  # MlflowClient would create a whole registry to find nothing in it
         return None
-    require_answer(uri)
-    try:  # under registration's sqlite lock, as the head alias: a run registering meanwhile holds the database
-        with _sqlite_lock(uri, time.monotonic() + DEFAULT_TIMEOUT_S), silenced("mlflow.store.db.utils"):
+    seconds = settings.alias_deadline_seconds
+    require_answer(uri, seconds)
+    # under registration's sqlite lock, as the head alias: a run registering meanwhile holds the database. Waited
+    # for as the run's alias step waits (registration's 300 s kept an operator's promote waiting, its decision made)
+    bound = f"ALIAS_DEADLINE_SECONDS={seconds} s"
+    try:
+        with _sqlite_lock(uri, time.monotonic() + seconds, bound), silenced("mlflow.store.db.utils"):
             check_schema(uri)  # MLflow's client would upgrade an older database in place
             client = MlflowClient(tracking_uri=uri, registry_uri=uri)
             found = versions_of_hash(client, settings.mlflow_model_name, full_config_hash)

@@ -265,8 +265,9 @@ def _unless_exists() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _sqlite_lock(uri: str, deadline: float) -> Iterator[None]:
-    """Serialize registrations on one sqlite file: MLflow's first schema migration races otherwise."""
+def _sqlite_lock(uri: str, deadline: float, bound: str = "") -> Iterator[None]:
+    """Serialize registrations on one sqlite file: MLflow's first schema migration races otherwise. ``bound``: the
+    setting the deadline comes from, named when it passes."""
     path = sqlite_path(uri)
     if not path:
         yield
@@ -275,7 +276,13 @@ def _sqlite_lock(uri: str, deadline: float) -> Iterator[None]:
     try:
         lock.acquire(timeout=max(0.0, deadline - time.monotonic()), poll_interval=POLL_S)
     except Timeout:
-        raise RegistryError(f"timed out waiting for the registration lock {lock.lock_file} of {uri}") from None
+        within = (
+            f": the MLflow database {path} is held by another registration or alias move past {bound}; expected it "
+            "free within that (the command again, or the next pipeline run, moves the alias)"
+            if bound
+            else ""
+        )
+        raise RegistryError(f"timed out waiting for the registration lock {lock.lock_file} of {uri}{within}") from None
     except OSError as exc:  # a symbolic link planted there (ELOOP) is refused, never followed
         raise RegistryError(
             f"cannot take the registration lock {lock.lock_file} of {uri}: {exc.strerror or exc}; expected a "
