@@ -251,6 +251,13 @@ def test_a_rerun_moves_aliases_a_kill_left_on_another_version_back_once(
         older = client.create_model_version(name, source=ours.source, run_id=ours.run_id, model_id=ours.model_id)
     for alias in ("head", "promoted"):
         client.set_registered_model_alias(name, alias, older.version)
+    # ml8s verify reports them (notes: they follow the chain, not the run), as after an alias write that landed late
+    stale = [line for line in _mlflow_details(root, completed.run_id) if line.startswith("stale MLflow alias")]
+    assert stale == [
+        f"stale MLflow alias {alias!r}: version {older.version} -> version {ours.version} (chain v1) (a late alias "
+        "write, or a failed alias step; the next run moves it)"
+        for alias in ("head", "promoted")
+    ]
     env = {"DATA_ROOT": str(completed.root.parent / "data"), "TARGET_COLUMN": "churned", "EPOCHS": "3"}
     env["PIPELINE_ROOT_URI"] = str(root)
 
@@ -272,6 +279,13 @@ def test_a_rerun_moves_aliases_a_kill_left_on_another_version_back_once(
         run_pipeline(env)
     assert (db.read_bytes(), db.stat().st_mtime_ns) == before  # nothing written to MLflow
     assert not [r.getMessage() for r in caplog.records if getattr(r, "step", "") == "aliases"]
+    assert not [line for line in _mlflow_details(root, completed.run_id) if line.startswith(("stale", "aliases"))]
+
+
+def _mlflow_details(root: Path, run_id: str) -> tuple[str, ...]:
+    report = verify_run(str(root), run_id, {})
+    assert report.passed, report.model_dump_json(indent=2)
+    return report.check("mlflow").details
 
 
 def test_an_early_exit_points_head_at_the_version_of_the_chain_head_not_its_own(

@@ -24,9 +24,10 @@ from ml8s.audit.run_checks import (
 )
 from ml8s.audit.shard_check import check_shards
 from ml8s.audit.state import RunState
-from ml8s.chain import Anchor
+from ml8s.chain import Anchor, ChainStore, ReadTrust
 from ml8s.contract import layout
-from ml8s.errors import ConfigError, RegistryError
+from ml8s.errors import ConfigError, Ml8sError, RegistryError
+from ml8s.identity.settings import PlatformSettings
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.text import quoted
 
@@ -65,7 +66,23 @@ def check_mlflow(state: RunState) -> CheckResult:
             f"registered from this RUN_ID's folder under another pipeline root sharing this MLflow: {other} "
             "(one version per full_config_hash)"
         )
+    notes.extend(_stale_aliases(state, choice.uri, view.model_name))
     return verdict("mlflow", mlflow_refs.view_problems(view, ref, snapshot, here), ok, notes)
+
+
+def _stale_aliases(state: RunState, uri: str, model_name: str) -> list[str]:
+    """Notes, never problems: the aliases follow the chain, not this run, and lag it after any failed alias step."""
+    from ml8s.registry.alias import stale_aliases
+
+    try:
+        settings = PlatformSettings.load(state.env)
+        chain = ChainStore(state.store, settings.chain_name)
+        stale = stale_aliases(uri, model_name, chain, ReadTrust.from_settings(settings))
+    except Ml8sError as exc:  # the chain check reports a chain that does not check; the registry was just read
+        return [f"aliases not compared with the chain: {exc}"]
+    return [
+        f"stale MLflow {move} (a late alias write, or a failed alias step; the next run moves it)" for move in stale
+    ]
 
 
 # The store checks (also recorded in an audit bundle's verification.json), then the registry.

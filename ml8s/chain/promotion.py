@@ -127,6 +127,11 @@ class PromotionLog:
         self.decisions()
         return list(self._hashes)
 
+    def appended_after(self, count: int) -> bool:
+        """Whether a decision exists after the first ``count``: one read, nothing checked (a writer's cue that what
+        it read is no longer the newest, never a reason to trust anything)."""
+        return read_record(self.chain, count + 1) is not None
+
     def latest(self) -> SignedDecision | None:
         """The newest decision (None: the chain has no promotion gate)."""
         found = self.decisions()

@@ -6,9 +6,12 @@ killed between the two (after its commit or its decision, before the alias moved
 version, and its re-run, an early exit, moved nothing: the alias stayed stale for good. So every run, trained
 or returned early, ends by converging both aliases to the records (:func:`converge_aliases`): a read when they
 agree (:mod:`ml8s.registry.alias_view`, no MLflow import for a ``sqlite:///`` registry), a write only for an
-alias that differs, never a new version or database. With two runs committing at once, the later commit's
-alias may land first; the next run of either puts it right. The chain, not MLflow, stays the record. A run whose
-work is done returns promptly whatever MLflow does: the whole of it is bounded by ALIAS_DEADLINE_SECONDS.
+alias that differs, never a new version or database. Each write first asks whether the chain moved since it was
+read (:func:`_moved`), and leaves the aliases to the run that moved it; under a ``sqlite:///`` registry's lock that
+rules out a write pointing an alias back. A write to an MLflow server sent before, landing after another run's
+(MLflow has no conditional alias write), is stale until the next run; ``ml8s verify`` names it
+(:func:`stale_aliases`). The chain, not MLflow, stays the record. A run whose work is done returns promptly
+whatever MLflow does: the whole of it is bounded by ALIAS_DEADLINE_SECONDS.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from ml8s.chain import ChainStore, ChainVersion, Follower, PromotionReader, ReadTrust
+from ml8s.chain import ChainStore, ChainVersion, Follower, PromotionLog, PromotionReader, ReadTrust
 from ml8s.context.run import RunContext
 from ml8s.errors import ChainError, Ml8sError, RegistryError
 from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
-from ml8s.registry.alias_view import open_view
+from ml8s.registry.alias_view import AliasView, open_view
 from ml8s.registry.confirm import registry_errors
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.promoted_alias import PROMOTED_ALIAS
@@ -71,8 +74,9 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
         # bounded by the store's own timeouts as every chain read of the run: ALIAS_DEADLINE_SECONDS bounds the
         # registry (a long chain on S3 is thousands of requests, and would miss a deadline on every run)
         trust = ReadTrust.from_settings(ctx.settings)
-        targets = _targets(ChainStore(store, ctx.settings.chain_name, trust_root=trust.root), trust)
-        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, targets, deadline, done))
+        chain = ChainStore(store, ctx.settings.chain_name, trust_root=trust.root)
+        read = _targets(chain, trust)
+        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, chain, read, deadline, done))
     except Ml8sError as exc:  # the chain's damage too: ml8s chain verify reports it, the run's work stands
         logging.getLogger("ml8s").warning(
             "MLflow aliases of %r not brought in line with chain %r: %s (the next run tries again)",
@@ -123,15 +127,41 @@ def _within(seconds: int, work: Callable[[float], None]) -> None:
         raise failed
 
 
+class _ReadAt(BaseModel):
+    """The chain the targets were read from: its head's block and how many promotion decisions it held by then."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    head_hash: str
+    decisions: int
+
+
+def _moved(chain: ChainStore, read: _ReadAt) -> str | None:
+    """Why the chain is no longer the one the targets were read from (None: it still is). Two store reads, so it
+    is asked right before each alias write: a run that committed or decided meanwhile moves the aliases itself, at
+    its end, and this run's older targets written after its move would point them back."""
+    pointer = chain.read_head()
+    if pointer is None or pointer[0].block_hash != read.head_hash:
+        return f"its head is {'gone' if pointer is None else f'v{pointer[0].counter}'} now"
+    if PromotionLog(chain).appended_after(read.decisions):
+        return f"promotion decision {read.decisions + 1} was made"
+    return None
+
+
 def _converge(
-    ctx: RunContext, uri: str, targets: dict[str, ChainVersion], deadline: float, done: list[AliasMove]
+    ctx: RunContext,
+    uri: str,
+    chain: ChainStore,
+    read: tuple[dict[str, ChainVersion], _ReadAt],
+    deadline: float,
+    done: list[AliasMove],
 ) -> None:
-    moves = _stale(ctx, uri, targets, deadline)
+    moves = _stale(ctx, uri, read[0], deadline)
     if moves:
-        _set(uri, ctx.settings.mlflow_model_name, moves, done, deadline)
+        _set(uri, ctx.settings.mlflow_model_name, moves, done, deadline, lambda: _moved(chain, read[1]))
 
 
-def _targets(chain: ChainStore, trust: ReadTrust) -> dict[str, ChainVersion]:
+def _targets(chain: ChainStore, trust: ReadTrust) -> tuple[dict[str, ChainVersion], _ReadAt]:
     """The versions the aliases name, read as a follower serves them (CHAIN_TRUST_ROOT, CHAIN_REQUIRE_SIGNED,
     signatures, evidence, the promotion log against the policies checked): MLflow serves ``@head`` and
     ``@promoted`` too, and a head or decision a store writer forged (unsigned, or under a rewritten ``trust/``)
@@ -147,17 +177,38 @@ def _targets(chain: ChainStore, trust: ReadTrust) -> dict[str, ChainVersion]:
         raise ChainError(f"chain {chain.name!r}: no head was read")
     targets = {HEAD_ALIAS: head}
     promotions = PromotionReader(chain, root=trust.root, policies=follower.checked_policies)
-    if promotions.gated() and (promoted := promotions.served()) is not None:
-        # committed and decided since the head was read (a run meanwhile): the head is read again, and moves too
-        targets[PROMOTED_ALIAS] = follower.fresh_version(promoted.counter, promoted.block_hash)
-        targets[HEAD_ALIAS] = follower.current or head
-    return targets
+    decisions = 0
+    if promotions.gated():
+        # counted before the decision served is read: one appended in between reads as a chain moved (no write)
+        decisions = len(promotions.log.decisions())
+        if (promoted := promotions.served()) is not None:
+            # committed and decided since the head was read (a run meanwhile): the head is read again, moves too
+            targets[PROMOTED_ALIAS] = follower.fresh_version(promoted.counter, promoted.block_hash)
+            targets[HEAD_ALIAS] = follower.current or head
+    return targets, _ReadAt(head_hash=targets[HEAD_ALIAS].block_hash, decisions=decisions)
+
+
+def stale_aliases(uri: str, model_name: str, chain: ChainStore, trust: ReadTrust) -> list[AliasMove]:
+    """The aliases that point elsewhere than the chain, read as a follower reads it, says: what the next run's
+    alias step moves (``ml8s verify`` reports them). Reads only. One cause no writer can rule out: an HTTP alias
+    write sent before another run moved the chain and its aliases, landing after them (MLflow's alias API has no
+    condition to write on, and a server applies a request it got whether or not its sender still waits).
+
+    Raises:
+        ChainError: the chain or its promotion log does not check. RegistryError: the registry cannot be read.
+    """
+    view = open_view(uri, model_name)
+    return [] if view is None else _moves(view, _targets(chain, trust)[0])
 
 
 def _stale(ctx: RunContext, uri: str, targets: dict[str, ChainVersion], deadline: float) -> list[AliasMove]:
     view = open_view(uri, ctx.settings.mlflow_model_name, deadline)
     if view is None:  # a sqlite:/// registry that does not exist: nothing to point, nothing created
         return []
+    return _moves(view, targets)
+
+
+def _moves(view: AliasView, targets: dict[str, ChainVersion]) -> list[AliasMove]:
     current = view.aliases()
     moves = []
     for alias, version in sorted(targets.items()):
@@ -169,9 +220,12 @@ def _stale(ctx: RunContext, uri: str, targets: dict[str, ChainVersion], deadline
     return moves
 
 
-def _set(uri: str, name: str, moves: list[AliasMove], done: list[AliasMove], deadline: float) -> None:
+def _set(
+    uri: str, name: str, moves: list[AliasMove], done: list[AliasMove], deadline: float, moved: Callable[[], str | None]
+) -> None:
     """Make ``moves``, appending each to ``done`` once MLflow took it (a refusal halfway claims only those);
-    none past ``deadline``, when the run has gone on without them."""
+    none past ``deadline``, when the run has gone on without them, nor once ``moved`` says why the chain is no
+    longer the one they were read from (its mover moves them)."""
     require_answer(uri, deadline - time.monotonic())
     try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
         with _sqlite_lock(uri, deadline), silenced("mlflow.store.db.utils"):
@@ -181,10 +235,25 @@ def _set(uri: str, name: str, moves: list[AliasMove], done: list[AliasMove], dea
 
                 client = MlflowClient(tracking_uri=uri, registry_uri=uri)
                 for move in moves:
-                    if time.monotonic() >= deadline:
+                    # asked under the sqlite lock: a run that moved the chain before this write is seen here, and
+                    # one that moves it after writes its own aliases after this write (they wait for the lock)
+                    if (why := moved()) is not None:
+                        _left(name, moves[len(done) :], why)
+                        return
+                    if time.monotonic() >= deadline:  # after the chain's reads, which take time too
                         raise RegistryError(f"ALIAS_DEADLINE_SECONDS passed before {move.alias!r} was written")
                     client.set_registered_model_alias(name, move.alias, move.version)
                     done.append(move)
     except RegistryError as exc:
         left = ", ".join(str(m) for m in moves[len(done) :])
         raise RegistryError(f"{name!r}: {left} not made: {exc.message}") from exc
+
+
+def _left(name: str, moves: list[AliasMove], why: str) -> None:
+    logging.getLogger("ml8s").info(
+        "MLflow aliases of %r left to the run or command that moved the chain (%s) since they were read: %s not made",
+        name,
+        why,
+        ", ".join(str(m) for m in moves),
+        extra={"step": "aliases"},
+    )
