@@ -4,11 +4,13 @@ escaped: an escape sequence or a bidirectional mark in them cannot clear the scr
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from ml8s.cli import chain_views
+from ml8s.cli import chain_views, reproduce
+from ml8s.errors import Ml8sError
 
 ODD = "file:///data/a\x1b[2Jb\u202ec\u2028d"
 
@@ -35,3 +37,12 @@ def test_tensorboard_listing_prints_an_odd_root_escaped(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert out == "v0000000001:file:///data/a\\x1b[2Jb\\u202ec\\u2028d/ml8s_chain/m/tb\n"
     assert not any(ch in out for ch in "\x1b\u202e\u2028")
+
+
+def test_reproduce_names_an_odd_root_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "r\x1b[2J\u202e"
+    root.mkdir()
+    with pytest.raises(Ml8sError):  # no chain there: what matters is the line printed before
+        reproduce.reproduce(f"file://{root}", "m", 0, as_json=False)
+    err = capsys.readouterr().err
+    assert "r\\x1b[2J\\u202e" in err and not any(ch in err for ch in "\x1b\u202e")

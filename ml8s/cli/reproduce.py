@@ -8,7 +8,7 @@ import sys
 from ml8s.chain import Anchor, ReadTrust
 from ml8s.errors import ConfigError
 from ml8s.ops.reproduce import Reproduction, reproduce_chain
-from ml8s.text import shown
+from ml8s.text import shown, terminal_text
 
 
 def reproduce(
@@ -23,7 +23,7 @@ def reproduce(
     if start < 0:
         raise ConfigError(f"--from {start}: expected a version counter >= 0 (0: from the genesis block)")
     print(
-        f"re-training chain {chain_name!r} from v{start} in scratch roots (the chain and the runs at {root_uri} "
+        f"re-training chain {chain_name!r} from v{start} in scratch roots (the chain and the runs at {shown(root_uri)} "
         "are not written)",
         file=sys.stderr,
     )
@@ -51,4 +51,4 @@ def _line(result: Reproduction) -> None:
 
 
 def _progress(line: str) -> None:
-    print(f"ml8s: reproduce: {line}", file=sys.stderr, flush=True)
+    print(f"ml8s: reproduce: {terminal_text(line)}", file=sys.stderr, flush=True)
