@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ml8s.errors import ConfigError
 from ml8s.store._files import StagedWriter, fsync_dir
 from ml8s.store._safe import open_regular, read_regular
-from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
+from ml8s.store.base import ObjectInfo, Store, Upload, Versioned, WriteResult
 from ml8s.store.local import LocalStore
 from ml8s.text import quoted
 
@@ -21,6 +21,7 @@ __all__ = [
     "S3Store",
     "StagedWriter",
     "Store",
+    "Upload",
     "Versioned",
     "WriteResult",
     "fsync_dir",

@@ -43,6 +43,17 @@ class ObjectInfo(BaseModel):
         return self.mtime if self.changed is None else self.changed
 
 
+class Upload(BaseModel):
+    """A multipart upload begun and neither completed nor aborted: ``key`` relative to the store root, the server's
+    ``upload_id``, and ``initiated`` (epoch seconds by the store's clock; None where the listing gave no time)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    upload_id: str
+    initiated: float | None
+
+
 class Versioned(BaseModel):
     """An object's bytes with the token that ``put_if_match`` compares (ETag, or sha256 locally)."""
 
@@ -117,6 +128,18 @@ class Store(abc.ABC):
         no link is there: always None in an object store, which holds no links; the local backend overrides it."""
         del key
         return None
+
+    def uploads(self, prefix: str) -> list[Upload]:
+        """The multipart uploads in progress to keys under ``prefix`` (``prefix`` ending in "/": inside that folder),
+        sorted by key and upload id: none in a store without them (a local one); the S3 backend overrides this."""
+        del prefix
+        return []
+
+    def abort_upload(self, key: str, upload_id: str) -> bool:
+        """Abort upload ``upload_id`` of ``key`` (its parts freed); False when the server has no such upload (completed
+        or aborted since it was listed). This default refuses (StoreError): only a store that lists uploads has any."""
+        del upload_id
+        raise StoreError(f"{self.uri(key)}: this store has no multipart uploads to abort; expected an S3 store")
 
     def clock(self, probe_key: str) -> float:
         """The store's own current time (epoch seconds): the modification time it gives an object written

@@ -6,15 +6,17 @@ its size, and its ETag against our md5 (the server computes it from the bytes it
 md5 (SSE-KMS, SSE-C), the sha256 the server verified. Every sha256 the server reports must match too.
 
 Modules along the seams: ``client`` (settings, the boto3 clients, error mapping), ``digest`` (what we sent),
-``reads``, ``writes`` (atomic and multipart), ``conditional`` (If-Match / If-None-Match).
+``reads``, ``writes`` (atomic and multipart), ``conditional`` (If-Match / If-None-Match), ``uploads`` (multipart
+uploads in progress, listed and aborted).
 """
 
 from __future__ import annotations
 
 from ml8s.store.s3.conditional import S3ConditionalWrites
+from ml8s.store.s3.uploads import S3Uploads
 
 
-class S3Store(S3ConditionalWrites):
+class S3Store(S3ConditionalWrites, S3Uploads):
     """A store rooted at ``s3://bucket/prefix``; keys are relative to the prefix.
 
     Read once from ``env`` (default ``os.environ``): ``AWS_ENDPOINT_URL`` (else ``FLYTE_AWS_ENDPOINT``; when
