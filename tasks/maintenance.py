@@ -14,14 +14,15 @@ from ml8s import log
 def cleanup_tmp_task(
     pipeline_root_uri: str, older_than_days: int, dry_run: bool, allow_short_grace: bool = False
 ) -> str:
-    """Remove ``.tmp/`` entries older than ``older_than_days`` (< 0: TMP_RETENTION_DAYS) under every run.
+    """Remove ``.tmp/`` entries older than ``older_than_days`` (< 0: TMP_RETENTION_DAYS) under every run, and abort
+    the S3 multipart uploads to them initiated that long ago.
 
     ``allow_short_grace``: the CLI's ``--allow-short-grace``. Unset, an entry under an hour old is kept whatever
     ``older_than_days`` says (it may be a write in flight: ``min_age_days`` in the report is the age applied);
     set, ``older_than_days`` 0 removes every entry, so only when no write can run.
 
     Returns:
-        The cleanup report as JSON (what was removed, how many younger entries were kept).
+        The cleanup report as JSON (what was removed and aborted, how many younger entries and uploads were kept).
     """
     log.configure()
     from ml8s.identity.settings import PlatformSettings
@@ -39,11 +40,13 @@ def cleanup_tmp_task(
             f"{given} raised to 1 hour: a younger .tmp/ entry may be a write in flight; "
             "allow_short_grace=True removes it too (no write may run)",
         )
-    if report.failed:  # the task fails as the CLI exits 1, naming what stayed
+    if not report.complete:  # the task fails as the CLI exits 1, naming what stayed
         from ml8s.errors import StoreError
 
+        first = f"remove {report.failed[0]}" if report.failed else report.failed_uploads[0]
         raise StoreError(
-            f"tmp-cleanup removed {len(report.removed)} entries but could not remove {len(report.failed)}: "
-            f"{report.failed[0]}; expected every stale entry removable"
+            f"tmp-cleanup removed {len(report.removed)} entries and aborted {len(report.aborted_uploads)} multipart "
+            f"uploads but could not do {len(report.failed) + len(report.failed_uploads)} more, first: could not "
+            f"{first}; expected every stale entry removable and every stale upload abortable"
         )
     return report.model_dump_json(indent=2)

@@ -28,7 +28,9 @@ def _days(text: str) -> float:
 def register(commands: Subcommands) -> None:
     """Add the operator tools to the ``ml8s`` parser."""
     cleanup = commands.add_parser(
-        "tmp-cleanup", help="remove stale .tmp/ entries (never an artifact), and $TMPDIR directories of ended runs"
+        "tmp-cleanup",
+        help="remove stale .tmp/ entries (never an artifact) and abort S3 uploads to them, and $TMPDIR directories of "
+        "ended runs",
     )
     cleanup.add_argument(
         "--older-than-days", type=_days, default=None, metavar="N", help="age to remove (default TMP_RETENTION_DAYS, 7)"
@@ -78,8 +80,9 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
     if args.json:
         found = {"local_temp_dirs": local, "local_temp_dirs_left": local_left}
         print(json.dumps({**json.loads(report.model_dump_json()), **found}, indent=2))
-        return 1 if report.failed else 0
+        return 0 if report.complete else 1
     verb = "would remove" if report.dry_run else "removed"
+    averb = "would abort" if report.dry_run else "aborted"
     for path in local:
         print(f"{verb} {path} (its ml8s process has ended)")
     for entry in report.removed:
@@ -99,9 +102,18 @@ def _tmp_cleanup(args: argparse.Namespace) -> int:
             "--allow-short-grace removes it too (no write may run)",
             file=sys.stderr,
         )
+    for upload in report.aborted_uploads:
+        print(f"{averb} multipart upload {upload.upload_id} to {upload.uri} ({upload.age_days:.1f} days old)")
+    if report.aborted_uploads or report.kept_uploads:  # S3 only: a local store has none, and says nothing of them
+        print(
+            f"{averb} {len(report.aborted_uploads)} multipart uploads to tmp keys older than {age}; "
+            f"kept {report.kept_uploads} younger ones"
+        )
     for failure in report.failed:
         print_error(f"ml8s: STORE_ERROR: could not remove {failure}")
-    return 1 if report.failed else 0
+    for failure in report.failed_uploads:
+        print_error(f"ml8s: STORE_ERROR: could not {failure}")
+    return 0 if report.complete else 1
 
 
 def _resolve(args: argparse.Namespace) -> int:

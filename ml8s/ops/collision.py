@@ -28,7 +28,7 @@ from ml8s.errors import (
 )
 from ml8s.identity.hashing import json_loads
 from ml8s.identity.settings import worker_id
-from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
+from ml8s.ops.tmp_keys import QUARANTINE_DIR
 from ml8s.store import Store
 from ml8s.tempdirs import owned_tempdir
 

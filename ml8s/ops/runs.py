@@ -19,7 +19,7 @@ from ml8s.contract import layout
 from ml8s.errors import NotFoundError, ObjectTooLargeError, UnsafeObjectError
 from ml8s.identity.hashing import json_loads
 from ml8s.ops.collision import collision_incidents
-from ml8s.ops.tmp_cleanup import QUARANTINE_DIR
+from ml8s.ops.tmp_keys import QUARANTINE_DIR
 from ml8s.store import Store
 
 _RUN_ID = re.compile(r"^[0-9a-f]{12}$")

@@ -11,7 +11,9 @@ and ctime, which no writer can set back, so a live entry backdated by ``touch -d
 so a host whose clock runs days ahead removes nothing a correct one would keep. A live
 write is always younger: every write creates its tmp object fresh, and no entry under an hour old is removed unless
 the caller says no write is in flight (``allow_short_grace``, as chain GC's for its ``.tmp/``). The model chain's
-``.tmp/`` is the chain GC's business.
+``.tmp/`` is the chain GC's business. On S3, the multipart uploads to those keys that a killed writer left open
+(billed, never listed as objects) are aborted by the same rule, aged from their initiation
+(:mod:`ml8s.ops.tmp_uploads`).
 
 Only regular files, and symbolic links to regular files (the link alone, judged by its own age), are
 removed. What else a local store holds there (a symbolic link to a directory, a
@@ -22,7 +24,6 @@ and reported: removing it by rule could follow it, and it was not written by ml8
 from __future__ import annotations
 
 import math
-import re
 import uuid
 from collections.abc import Mapping
 
@@ -31,12 +32,12 @@ from pydantic import BaseModel, ConfigDict
 from ml8s.contract import layout
 from ml8s.errors import ConfigError, StoreError
 from ml8s.identity.settings import PlatformSettings
+from ml8s.ops.tmp_keys import LISTED, QUARANTINE_DIR, is_tmp_key, through
 from ml8s.ops.tmp_seen import SEEN_KEY, Seen
+from ml8s.ops.tmp_uploads import TmpUpload, cleanup_uploads
 from ml8s.store import ObjectInfo, Store
 from ml8s.text import shown
 
-QUARANTINE_DIR = "ml8s_quarantine"
-_RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 _DAY_S = 86400.0
 # Nothing but age tells a live write's staging entry from a crash's leftover, and removing it fails that write
 # (STORE_RETRYABLE, "vanished"). A retention of 0 (or minutes) would take it: like chain GC's TMP_GRACE_MIN_S,
@@ -65,6 +66,15 @@ class CleanupReport(BaseModel):
     kept: int
     left_alone: tuple[str, ...] = ()  # URIs of tmp entries that are no regular file: not removed, see above
     failed: tuple[str, ...] = ()  # "URI: why" of the entries whose removal failed (the others were still removed)
+    # S3 multipart uploads to tmp keys older than min_age_days, aborted (to abort, in a dry run): tmp_uploads.py
+    aborted_uploads: tuple[TmpUpload, ...] = ()
+    kept_uploads: int = 0
+    failed_uploads: tuple[str, ...] = ()  # "abort upload ID of URI: why", "list the multipart uploads under URI/: why"
+
+    @property
+    def complete(self) -> bool:
+        """Whether every stale entry was removed and every stale upload aborted (or, in a dry run, could be listed)."""
+        return not self.failed and not self.failed_uploads
 
 
 def retention_days(env: Mapping[str, str]) -> float:
@@ -72,35 +82,11 @@ def retention_days(env: Mapping[str, str]) -> float:
     return float(PlatformSettings.load(env).tmp_retention_days)
 
 
-def is_tmp_key(key: str) -> bool:
-    """True only for keys inside a run's, the incident log's, the quarantine's or the root's ``.tmp/`` directory."""
-    parts = key.split("/")
-    if len(parts) >= 2 and parts[0] == layout.TMP_DIR:
-        return True
-    in_run = len(parts) >= 4 and parts[0] == layout.RUNS_DIR and bool(_RUN_ID.fullmatch(parts[1]))
-    if in_run:
-        return parts[2] == layout.TMP_DIR
-    return len(parts) >= 3 and parts[0] in (layout.INCIDENTS_DIR, QUARANTINE_DIR) and parts[1] == layout.TMP_DIR
-
-
-_LISTED = (
-    layout.RUNS_DIR,
-    f"{layout.INCIDENTS_DIR}/{layout.TMP_DIR}",
-    f"{QUARANTINE_DIR}/{layout.TMP_DIR}",
-    layout.TMP_DIR,
-)
-
-
 def tmp_entries(store: Store, skip: frozenset[str] = frozenset()) -> list[ObjectInfo]:
     """Every tmp entry under the pipeline root, sorted by key; a listed prefix with a component in ``skip``
     (a symbolic link: listing it would walk wherever it points) is not listed."""
-    listed = [info for prefix in _LISTED if not _through(prefix, skip) for info in store.list(f"{prefix}/")]
+    listed = [info for prefix in LISTED if not through(prefix, skip) for info in store.list(f"{prefix}/")]
     return sorted((info for info in listed if is_tmp_key(info.key)), key=lambda info: info.key)
-
-
-def _through(prefix: str, keys: frozenset[str]) -> bool:
-    parts = prefix.split("/")
-    return any("/".join(parts[: n + 1]) in keys for n in range(len(parts)))
 
 
 def cleanup_tmp(
@@ -111,7 +97,8 @@ def cleanup_tmp(
     now: float | None = None,
     allow_short_grace: bool = False,
 ) -> CleanupReport:
-    """Delete the tmp entries older than ``older_than_days`` (strictly; 0: every one), unless ``dry_run``. ``now``: the
+    """Delete the tmp entries older than ``older_than_days`` (strictly; 0: every one), and abort the multipart uploads
+    to tmp keys initiated that long ago (:mod:`ml8s.ops.tmp_uploads`), unless ``dry_run``. ``now``: the
     store's current time (default: Store.clock, measured with a probe object under the root's ``.tmp/``).
     ``allow_short_grace``: apply an ``older_than_days`` under MIN_AGE_S too (no write is in flight)."""
     if not 0 <= older_than_days < math.inf:  # NaN compares false with every age: each entry, in-flight too, "old"
@@ -150,6 +137,7 @@ def cleanup_tmp(
         removed.append(TmpEntry(uri=shown(store.uri(info.key)), size=info.size, age_days=round(age, 3)))
     if not dry_run:  # a dry run writes nothing but its clock probe
         seen.save()
+    uploads = cleanup_uploads(store, current, min_age_days, dry_run=dry_run)
     return CleanupReport(
         root_uri=store.root_uri,
         older_than_days=older_than_days,
@@ -159,6 +147,9 @@ def cleanup_tmp(
         kept=kept,
         left_alone=tuple(shown(store.uri(key)) for key in sorted(odd - {info.key for info in entries})),
         failed=tuple(failed),
+        aborted_uploads=uploads.aborted,
+        kept_uploads=uploads.kept,
+        failed_uploads=uploads.failed,
     )
 
 
@@ -169,6 +160,6 @@ def _irregular(store: Store) -> list[str]:
         key
         for prefix in (layout.RUNS_DIR, layout.INCIDENTS_DIR, QUARANTINE_DIR, layout.TMP_DIR)
         for key in store.irregular(prefix)
-        if is_tmp_key(key) or is_tmp_key(f"{key}/entry") or any(_through(p, frozenset([key])) for p in _LISTED)
+        if is_tmp_key(key) or is_tmp_key(f"{key}/entry") or any(through(p, frozenset([key])) for p in LISTED)
     }
     return sorted(found)
