@@ -24,9 +24,8 @@ from ml8s.contract import layout
 from ml8s.errors import ConfigError, IntegrityError, ResolutionRefusedError, StoreError, UnsafeObjectError
 from ml8s.ops.collision import resolve_collision
 from ml8s.ops.runs import list_root, list_runs
-from ml8s.ops.tmp_cleanup import cleanup_tmp, is_tmp_key
+from ml8s.ops.tmp_cleanup import SEEN_KEY, cleanup_tmp, is_tmp_key
 from ml8s.ops.tmp_local import cleanup_local_tmp
-from ml8s.ops.tmp_seen import SEEN_KEY
 from ml8s.store import LocalStore, _walk
 from ml8s.tempdirs import OWNER_FILE
 

@@ -303,7 +303,7 @@ def test_operator_listings_read_no_artifact(tmp_path: Path, monkeypatch: pytest.
     assert [
         e.uri for e in cleanup_tmp(store, 0, dry_run=True, now=time.time() + 1, allow_short_grace=True).removed
     ] == [store.uri(f"ml8s_training_runs/{run}/.tmp/x.bin")]
-    # and tmp-cleanup's own record of first sightings (ml8s/ops/tmp_seen.py), absent here
+    # and tmp-cleanup's own record of first sightings (ml8s/store/sightings.py), absent here
     assert sorted(opened) == ["config_snapshot.json", "manifest.json", "ml8s-tmp-cleanup-seen.json"]
 
 

@@ -1,4 +1,4 @@
-"""tmp-cleanup's first sightings (ml8s/ops/tmp_seen.py): a leftover whose ctime a recurring ``chmod -R`` (or
+"""tmp-cleanup's first sightings (ml8s/store/sightings.py): a leftover whose ctime a recurring ``chmod -R`` (or
 ``chown -R``, a hard link) keeps moving, or whose mtime a clock ahead set in the future, was never old; a live
 write still never is."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ml8s.ops.tmp_cleanup import TmpEntry, cleanup_tmp
-from ml8s.ops.tmp_seen import SEEN_KEY, Seen
+from ml8s.ops.tmp_cleanup import SEEN_KEY, TmpEntry, cleanup_tmp
 from ml8s.store import LocalStore, ObjectInfo, _walk
+from ml8s.store.sightings import Seen
 
 RUN = "abcdef012345"
 DAY = 86400.0
@@ -143,7 +143,7 @@ def test_two_cleanups_at_once_keep_the_earlier_true_sighting(tmp_path: Path) -> 
     plant(tmp_path, other, 0)
     store = LocalStore(str(tmp_path))
     infos = {i.key: i for i in store.list(f"ml8s_training_runs/{RUN}/.tmp/")}
-    early, late = Seen(store, 1000.0), Seen(store, 2000.0)
+    early, late = Seen(store, SEEN_KEY, 1000.0), Seen(store, SEEN_KEY, 2000.0)
     early.since(infos[LEFTOVER])
     early.since(infos[other])
     late.since(infos[LEFTOVER])

@@ -95,7 +95,7 @@ def test_s3_tmp_cleanup_removes_tmp_objects_only(s3_run: S3Run) -> None:
         for key in (f"{s3_run.prefix}/.tmp/features-w.parquet", "root/ml8s_incidents/.tmp/incident-w.json")
     )
     keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]}
-    # but tmp-cleanup's own record of the entries it kept (ml8s/ops/tmp_seen.py), none now
+    # but tmp-cleanup's own record of the entries it kept (ml8s/store/sightings.py), none now
     assert [k for k in keys if "/.tmp/" in k] == ["root/.tmp/ml8s-tmp-cleanup-seen.json"]
     record = json.loads(client.get_object(Bucket=bucket, Key="root/.tmp/ml8s-tmp-cleanup-seen.json")["Body"].read())
     assert record == {"sightings": []}

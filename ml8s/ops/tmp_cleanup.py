@@ -7,7 +7,7 @@ alone: the store's time now (Store.clock: the time it gives a probe object writt
 deleted again) minus the time it gave the entry (``ObjectInfo.changed_at``: locally the later of the file's mtime
 and ctime, which no writer can set back, so a live entry backdated by ``touch -d`` is not taken for an old one;
 ``LastModified`` on S3), or from the entry's first sighting with its current size and mtime if earlier
-(:mod:`ml8s.ops.tmp_seen`: a ``chmod -R`` moves ctime, a clock ahead sets a future mtime, neither writes a byte),
+(:mod:`ml8s.store.sightings`: a ``chmod -R`` moves ctime, a clock ahead sets a future mtime, neither writes a byte),
 so a host whose clock runs days ahead removes nothing a correct one would keep. A live
 write is always younger: every write creates its tmp object fresh, and no entry under an hour old is removed unless
 the caller says no write is in flight (``allow_short_grace``, as chain GC's for its ``.tmp/``). The model chain's
@@ -33,9 +33,9 @@ from ml8s.contract import layout
 from ml8s.errors import ConfigError, StoreError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.ops.tmp_keys import LISTED, QUARANTINE_DIR, is_tmp_key, through
-from ml8s.ops.tmp_seen import SEEN_KEY, Seen
 from ml8s.ops.tmp_uploads import TmpUpload, cleanup_uploads
 from ml8s.store import ObjectInfo, Store
+from ml8s.store.sightings import Seen
 from ml8s.text import shown
 
 _DAY_S = 86400.0
@@ -43,6 +43,8 @@ _DAY_S = 86400.0
 # (STORE_RETRYABLE, "vanished"). A retention of 0 (or minutes) would take it: like chain GC's TMP_GRACE_MIN_S,
 # an entry is kept until an hour old unless allow_short_grace says no write is in flight.
 MIN_AGE_S = 3600.0
+# where the cleanup records its first sightings (ml8s/store/sightings.py): never a candidate itself
+SEEN_KEY = f"{layout.TMP_DIR}/ml8s-tmp-cleanup-seen.json"
 
 
 class TmpEntry(BaseModel):
@@ -110,10 +112,10 @@ def cleanup_tmp(
     removed: list[TmpEntry] = []
     failed: list[str] = []
     kept = 0
-    seen = Seen(store, current)
+    seen = Seen(store, SEEN_KEY, current)
     entries = tmp_entries(store, odd)
     for listed in entries:
-        if listed.key == SEEN_KEY and listed.key not in odd:  # the cleanup's own record (tmp_seen.py), not a write
+        if listed.key == SEEN_KEY and listed.key not in odd:  # the cleanup's own record (sightings.py), not a write
             continue
         # a link to a regular file is listed with its target's size and times (stat follows it); the link is what
         # goes, so it is judged and reported by its own (a link made now to a month-old file is no old entry)

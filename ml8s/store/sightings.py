@@ -1,5 +1,7 @@
-"""What ``ml8s tmp-cleanup`` saw last time: each tmp entry's size and mtime, and when (by the store's clock) it
-first saw the entry with exactly those, kept in one small file, ``.tmp/ml8s-tmp-cleanup-seen.json``.
+"""What a sweep saw last time: each entry's size and mtime, and when (by the store's clock) it first saw the entry
+with exactly those, kept in one small file of the sweep's own: ``ml8s tmp-cleanup``'s
+``.tmp/ml8s-tmp-cleanup-seen.json``, chain GC's ``ml8s_chain/{chain}/.tmp/ml8s-chain-gc-seen.json``. Both age
+entries by this one rule (a store-level module: ml8s.ops and ml8s.chain may both import it).
 
 Why: an entry's age is measured from the later of its mtime and ctime (a writer cannot set ctime back, so a live
 write backdated with ``touch -d`` does not look old). But ``chmod -R``, ``chown -R`` or a hard link move ctime to
@@ -8,9 +10,9 @@ whose mtime a clock ahead set in the future was kept until that date. Every writ
 mtime; a sighting of the same size and mtime again later proves no write came between. So an entry is aged from
 the earlier of its changed time and its first sighting with its current size and mtime: metadata changes no
 longer rejuvenate it, and a future time counts as "now" once, at its first sighting, then ages. A first sighting
-is never older than the cleanup that made it, so a lost, stale or damaged file only makes entries look younger.
+is never older than the sweep that made it, so a lost, stale or damaged file only makes entries look younger.
 
-Two cleanups at once each save with compare-and-swap (``put_if_match``); the loser reads the file again and
+Two sweeps at once each save with compare-and-swap (``put_if_match``); the loser reads the file again and
 merges: for an entry both saw with the same size and mtime, the earlier sighting (each is a true observation).
 """
 
@@ -20,17 +22,15 @@ import json
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ml8s.contract import layout
 from ml8s.errors import NotFoundError, ObjectTooLargeError, PreconditionFailedError, StoreError, UnsafeObjectError
-from ml8s.store import ObjectInfo, Store
+from ml8s.store.base import ObjectInfo, Store
 
-SEEN_KEY = f"{layout.TMP_DIR}/ml8s-tmp-cleanup-seen.json"
 SEEN_MAX_BYTES = 64 << 20  # ~100 bytes per entry: half a million tmp entries
 _SAVE_TRIES = 3
 
 
 class Sighting(BaseModel):
-    """A tmp entry as a cleanup saw it: its size and mtime, and the store's time when first seen with those."""
+    """An entry as a sweep saw it: its size and mtime, and the store's time when first seen with those."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -50,12 +50,12 @@ class SeenFile(BaseModel):
 
 
 class Seen:
-    """The sightings read at the start of a cleanup (none when absent, unreadable or damaged), and the ones it
-    makes; ``saved`` writes the latter back."""
+    """The sightings read from ``key`` at the start of a sweep (none when absent, unreadable or damaged), and the
+    ones it makes; ``save`` writes the latter back."""
 
-    def __init__(self, store: Store, now: float) -> None:
-        self.store, self.now = store, now
-        self.before, self.token, self.writable = _read(store)
+    def __init__(self, store: Store, key: str, now: float) -> None:
+        self.store, self.key, self.now = store, key, now
+        self.before, self.token, self.writable = _read(store, key)
         self.after: dict[str, Sighting] = {}
 
     def since(self, info: ObjectInfo) -> float:
@@ -71,17 +71,20 @@ class Seen:
         self.after.pop(key, None)
 
     def save(self) -> bool:
-        """Write the sightings made (compare-and-swap, merged with a concurrent cleanup's); False when the file
-        could not be written (a link there, a store error, or still contended): the next cleanup sees less."""
+        """Write the sightings made (compare-and-swap, merged with a concurrent sweep's); False when the file
+        could not be written (a link there, a store error, or still contended): the next sweep sees less. Nothing
+        seen and no file yet: nothing is written (an empty chain or root gains no file)."""
         if not self.writable:
             return False
+        if not self.after and self.token is None:
+            return True
         mine, token = self.after, self.token
         for _ in range(_SAVE_TRIES):
             try:
-                self.store.put_if_match(SEEN_KEY, _encode(mine), token)
+                self.store.put_if_match(self.key, _encode(mine), token)
                 return True
             except PreconditionFailedError:
-                theirs, token, writable = _read(self.store)
+                theirs, token, writable = _read(self.store, self.key)
                 if not writable:
                     return False
                 mine = {key: _earlier(s, theirs.get(key)) for key, s in mine.items()}
@@ -100,16 +103,16 @@ def _encode(sightings: dict[str, Sighting]) -> bytes:
     return json.dumps(listed.model_dump(mode="json"), sort_keys=True, indent=1).encode() + b"\n"
 
 
-def _read(store: Store) -> tuple[dict[str, Sighting], str | None, bool]:
+def _read(store: Store, key: str) -> tuple[dict[str, Sighting], str | None, bool]:
     """The sightings saved, the token to replace them with, and whether the file may be replaced at all."""
     try:
-        found = store.get_versioned(SEEN_KEY, max_bytes=SEEN_MAX_BYTES)
+        found = store.get_versioned(key, max_bytes=SEEN_MAX_BYTES)
     except NotFoundError:
         return {}, None, True
     except UnsafeObjectError:  # a link or FIFO planted there: never written through, left to the operator
         return {}, None, False
     except ObjectTooLargeError:  # not ours as written: replaced, its token read without holding its bytes
-        return _unread(store)
+        return _unread(store, key)
     except StoreError:  # unreadable now: nothing learnt from it, nothing written over it
         return {}, None, False
     try:
@@ -119,8 +122,8 @@ def _read(store: Store) -> tuple[dict[str, Sighting], str | None, bool]:
     return {s.key: s for s in parsed.sightings}, found.token, True
 
 
-def _unread(store: Store) -> tuple[dict[str, Sighting], str | None, bool]:
+def _unread(store: Store, key: str) -> tuple[dict[str, Sighting], str | None, bool]:
     try:
-        return {}, store.checksum(SEEN_KEY), True
+        return {}, store.checksum(key), True
     except StoreError:
         return {}, None, False
