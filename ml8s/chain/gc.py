@@ -25,6 +25,9 @@ the store cannot steer it into deleting anything else. Safety, in order:
   directory's newest object as the *store's* clock says (Store.clock: the time the store gives an object it
   writes now, compared with the times it gave the candidates; locally ``max(mtime, ctime)``, which
   backdating cannot age), so a GC host whose clock is days ahead judges exactly as one whose clock is right;
+  each object aged from the earlier of that and GC's first sighting of it with its current size and mtime
+  (ml8s.store.sightings, kept in ``.tmp/`` SEEN_NAME, never a candidate): a ``chmod -R`` moving ctime daily, or
+  an mtime a clock ahead set in the future, no longer keeps a leftover young; every write is a new sighting;
 - the head is re-read before each deletion, and a version that is (or is above) the head then is kept;
 - every deletion is audit-logged *before* it happens (a failed audit write deletes nothing);
 - block.pb is deleted first, so an interrupted deletion leaves an incomplete directory, never a
@@ -48,6 +51,7 @@ from ml8s.chain.trusted import ReadTrust
 from ml8s.chain.versions import ChainVersions
 from ml8s.errors import ChainError, ConfigError, GcRefusedError
 from ml8s.store import ObjectInfo
+from ml8s.store.sightings import Seen
 from ml8s.text import is_utf8
 from ml8s.text import shown as text_shown
 
@@ -60,6 +64,7 @@ DEFAULT_GRACE_S = 24 * 3600.0
 TMP_GRACE_MIN_S = 3600.0
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 _SHOWN = 5  # irregular entries named in GcRefusedError
+SEEN_NAME = "ml8s-chain-gc-seen.json"  # under the chain's .tmp/: GC's first sightings (ml8s.store.sightings)
 
 
 class GcItem(BaseModel):
@@ -123,6 +128,8 @@ def collect_garbage(
     before.raise_for_findings()
     store_now = chain.store.clock(chain.tmp_key()) if now is None else now
     kept = protected(chain, before)
+    seen_key = chain.key(paths.TMP, SEEN_NAME)
+    seen = Seen(chain.store, seen_key, store_now)
     items: list[GcItem] = []
     recent: list[str] = []
     versions_key = chain.key(paths.VERSIONS)
@@ -133,20 +140,27 @@ def collect_garbage(
         if name in kept:
             continue
         kind = "orphan" if any(o.key == chain.version_key(name, paths.BLOCK) for o in objects) else "incomplete"
-        age = store_now - max(o.changed_at for o in objects)
+        age = store_now - max([seen.since(o) for o in objects])  # a list: every object gets its sighting
         if age < grace_s:
             recent.append(name)
             continue
         deleted = not dry_run and _delete_version(chain, name, kind, objects)
         items.append(_item(name, kind, age, objects, deleted))
+        for o in objects if deleted else ():
+            seen.forget(o.key)
     for info in chain.objects(chain.key(paths.TMP)):
-        age = store_now - info.changed_at
+        if info.key == seen_key:  # GC's own record, not a write (a link there refused GC above)
+            continue
+        age = store_now - seen.since(info)
         if age < tmp_grace_s:
             recent.append(info.key)
             continue
         deleted = not dry_run and _delete_tmp(chain, info)
         items.append(_item(info.key, "stale_tmp", age, [info], deleted))
-    if not dry_run:
+        if deleted:
+            seen.forget(info.key)
+    if not dry_run:  # a dry run writes nothing but its clock probe
+        seen.save()
         verify_chain(chain, payloads=verify_payloads, root=trust.root).raise_for_findings()
     return GcReport(
         chain_name=chain.name,
