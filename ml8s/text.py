@@ -9,6 +9,7 @@ cut short and escaped (:func:`quoted`), and loses a URL's credentials (:func:`wi
 
 from __future__ import annotations
 
+import json
 import re
 
 from pydantic import ValidationError
@@ -19,7 +20,6 @@ EXCERPT_CHARS = 200
 # The marks that reorder the rest of a line (bidirectional embeddings, overrides, isolates and marks) or break it
 # where a terminal or log viewer honours them (U+2028, U+2029): a name ending in U+202E "txt.exe" reads "exe.txt".
 _REORDERING = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
-_REORDERING_MARK = re.compile(f"[{_REORDERING}]")
 # What :func:`shown` escapes: Unicode category Cc, and the marks above.
 _CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_REORDERING}]")
 # A URL's userinfo in free text: up to the last "@" of its authority, which ends at "/", "?" or "#" (a password
@@ -73,13 +73,6 @@ def shown(text: str) -> str:
     return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
 
 
-def json_shown(document: str) -> str:
-    """JSON text (``json.dumps`` with ``ensure_ascii=False``) with the marks that reorder or break a line written as
-    ``\\uXXXX`` escapes: the same document to a JSON reader, but a name in it (a data root, a payload file) can no
-    longer reorder the printed line. JSON escapes control characters itself; these it writes raw."""
-    return _REORDERING_MARK.sub(lambda match: f"\\u{ord(match.group()):04x}", document)
-
-
 def terminal_text(message: str) -> str:
     """``message`` as the CLI prints it (its error lines): the control characters (an escape sequence that clears
     the screen, a carriage return that writes over the line) and bytes that were not UTF-8 escaped as :func:`shown`
@@ -93,6 +86,16 @@ def terminal_text(message: str) -> str:
     """
     text = message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace").rstrip("\n")
     return _UNSAFE_IN_LINES.sub(lambda match: repr(match.group())[1:-1], text).replace("\n", "\n  ")
+
+
+def terminal_json(obj: object) -> str:
+    """``obj`` as the CLI prints a JSON report: readable (indented, keys sorted, non-ASCII kept), but the characters
+    :func:`terminal_text` escapes that JSON leaves raw (C1 controls such as U+009B, which a terminal takes as CSI,
+    DEL, bidirectional overrides, line separators) written as ``\\uXXXX``: a store key holding one steered the
+    operator's terminal. JSON itself escapes C0 controls, so these appear only inside strings, where the escape
+    parses back to the same text."""
+    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)
+    return _UNSAFE_IN_LINES.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def clipped(text: str) -> str:

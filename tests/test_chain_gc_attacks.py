@@ -150,6 +150,20 @@ def test_a_name_that_is_no_utf8_refuses_not_crashes(root: Path, where: str) -> N
     assert os.path.exists(path)
 
 
+def test_a_name_that_steers_the_terminal_is_printed_escaped(root: Path) -> None:
+    """A UTF-8 name holding a C1 control (U+009B, CSI: what ESC [ starts) or a bidirectional override reached the
+    operator's terminal raw in ``ml8s chain gc``'s report (JSON escapes only C0): now a JSON ``\\u`` escape, the
+    report parsing to the same key."""
+    name = "upload-\u009b2J\u0085\u202egnp.exe\u007f"
+    (chain_dir(root) / paths.TMP).mkdir(exist_ok=True)
+    (chain_dir(root) / paths.TMP / name).write_bytes(b"x")
+    done = gc_cli(root)
+    assert done.returncode == 0, done.stderr
+    assert not any(ch in done.stdout for ch in "\u009b\u0085\u202e\u007f"), done.stdout
+    assert json.loads(done.stdout)["kept_recent"] == [f"{paths.ROOT}/{CHAIN}/{paths.TMP}/{name}"]
+    assert "\\u009b2J" in done.stdout
+
+
 @pytest.mark.parametrize("grace", ["nan", "-1", "1e308"])
 def test_a_grace_period_that_is_nan_or_negative_deletes_nothing(root: Path, grace: str) -> None:
     """NaN compares false with every age: ``--grace-hours nan --execute`` deleted a commit's upload written a

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -40,7 +39,7 @@ from ml8s.errors import ConfigError
 from ml8s.identity.settings import PlatformSettings
 from ml8s.output_files import write_new
 from ml8s.store.operator_files import read_operator_file
-from ml8s.text import json_shown, shown
+from ml8s.text import shown, terminal_json
 
 if TYPE_CHECKING:
     from ml8s.cli.args import Subcommands
@@ -280,4 +279,4 @@ def _summary(version: ChainVersion) -> dict[str, object]:
 
 
 def _print(obj: object) -> None:
-    print(json_shown(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)))
+    print(terminal_json(obj))

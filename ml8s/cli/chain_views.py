@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -24,7 +23,7 @@ from ml8s.cli.args import print_error, text_arg
 from ml8s.errors import ConfigError
 from ml8s.interrupts import signals_deferred
 from ml8s.store import Store
-from ml8s.text import json_shown, shown
+from ml8s.text import shown, terminal_json
 
 
 def add_tensorboard_flags(parser: argparse.ArgumentParser) -> None:
@@ -180,4 +179,4 @@ def _die_with_parent() -> None:
 
 
 def _print(obj: object) -> None:
-    print(json_shown(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)))
+    print(terminal_json(obj))

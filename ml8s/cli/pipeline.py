@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ from ml8s.identity.priority import checked_utf8
 from ml8s.identity.uri import parse_root_uri
 from ml8s.identity.variables import USER_VARIABLES
 from ml8s.pipeline.summary import summary_line
-from ml8s.text import json_shown, quoted, terminal_text
+from ml8s.text import quoted, terminal_json, terminal_text
 
 ROOT_HELP = "ml8s run --help"
 # Flags whose value is a root: checked here too, so that a bad one is named as the flag given, not its variable.
@@ -64,7 +63,7 @@ def identity_report(env: Mapping[str, str]) -> dict[str, object]:
 
 
 def _identity(args: argparse.Namespace) -> int:
-    print(json_shown(json.dumps(identity_report(os.environ), indent=2, sort_keys=True, ensure_ascii=False)))
+    print(terminal_json(identity_report(os.environ)))
     return 0
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ml8s.chain import ChainStore, PromotionLog, ReadTrust, SignedDecision, TrustedReader, load_policies
 from ml8s.cli.args import print_warning
 from ml8s.errors import ChainError, ConfigError, RegistryError
 from ml8s.identity.settings import PlatformSettings
-from ml8s.text import json_shown
+from ml8s.text import terminal_json
 
 
 def promotion_verb(args: argparse.Namespace, settings: PlatformSettings, chain: ChainStore) -> int:
@@ -93,4 +92,4 @@ def _move_alias(settings: PlatformSettings, full_config_hash: str) -> None:
 
 
 def _print(obj: object) -> None:
-    print(json_shown(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)))
+    print(terminal_json(obj))
