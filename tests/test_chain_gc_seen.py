@@ -171,3 +171,26 @@ def test_two_gcs_at_once_keep_the_earlier_true_sighting(
     assert report.items == () and [i.items for i in inner] == [()]
     (sighting,) = json.loads(record(chain, local_root).read_text())["sightings"]
     assert sighting["key"] == chain.key(paths.TMP, LEFTOVER) and sighting["first_seen"] == start
+
+
+def test_an_empty_directory_a_daily_chmod_keeps_young_is_removed_after_the_grace(
+    chain: ChainStore, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loser's rollback leaves ``payload/`` behind; its ctime, moved daily, kept it (an ``empty_dir``) forever.
+    One whose mtime a clock ahead set a month on was kept that month."""
+    build(chain, 2)
+    left = version_path(local_root, "v0000000001_1.0.0_abcdefabcdef") / "payload"
+    left.mkdir(parents=True)
+    ahead = version_path(local_root, "v0000000001_1.0.0_fedcbafedcba")
+    ahead.mkdir()
+    os.utime(ahead, (time.time() + 30 * DAY,) * 2)
+    ctime = Ctime(monkeypatch)
+    start = time.time()
+    for day in range(7):
+        report = collect_garbage(chain, grace_s=WEEK, dry_run=False, now=ctime.chmod_at(start + day * DAY))
+        assert report.items == () and left.is_dir() and ahead.is_dir(), day
+    report = collect_garbage(chain, grace_s=WEEK, dry_run=False, now=ctime.chmod_at(start + 8 * DAY))
+    assert [(i.kind, i.deleted) for i in report.items] == [("empty_dir", True)] * 2
+    assert not left.exists() and not ahead.exists()
+    saved = json.loads(record(chain, local_root).read_text())["sightings"]
+    assert [s["key"] for s in saved] == [chain.version_key(left.parent.name) + "/"]  # its parent: emptied now

@@ -6,11 +6,11 @@ import datetime as dt
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ml8s.errors import ConfigError
 from ml8s.output_files import replace_file
-from ml8s.store import LocalStore, ObjectInfo, Store
+from ml8s.store import LocalStore, ObjectInfo, Store, _walk
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -64,7 +64,13 @@ def list_objects(store: Store, prefix: str, attempts: int = 20) -> list[ObjectIn
 
 
 def prune_empty_dirs(
-    store: Store, prefix: str, *, older_than: float | None = None, include_base: bool = False, dry_run: bool = False
+    store: Store,
+    prefix: str,
+    *,
+    older_than: float | None = None,
+    include_base: bool = False,
+    dry_run: bool = False,
+    since: Callable[[ObjectInfo], float] | None = None,
 ) -> list[str]:
     """Remove empty directories under ``prefix`` of a local store (deepest first); the keys removed.
 
@@ -73,6 +79,8 @@ def prune_empty_dirs(
     ``older_than``: only directories last changed before this time by the filesystem's clock (mtime or
     ctime, whichever is later: a commit may be creating files), never through a symbolic link.
     ``dry_run``: remove nothing, return the keys a real run would remove now (GC's dry run reports them).
+    ``since``: when a directory (listed as ``{key}/``, size 0, its mtime) is aged from, instead of that time
+    (GC's first sightings, ml8s.store.sightings: a ``chmod -R`` moves ctime, a clock ahead sets a future mtime).
     """
     if not isinstance(store, LocalStore) or store.irregular(prefix):
         return []  # a link on the way (or under it) could lead the walk elsewhere: tidy nothing
@@ -82,19 +90,26 @@ def prune_empty_dirs(
         if directory == base and not include_base:
             continue
         # a dry run takes no directory that holds one: a real run's rmdir of it would stamp this one with the
-        # filesystem's time now (no local clock: it may be set back), which ``older_than`` never reaches
-        if dry_run and (files or subdirs):
+        # filesystem's time now (no local clock: it may be set back), which ``older_than`` never reaches. One
+        # that holds a file is never emptied here (only directories go): no sighting of it is needed
+        if files or (dry_run and subdirs):
             continue
+        key = os.path.relpath(directory, store.root).replace(os.sep, "/")
         try:
             info = os.lstat(directory)
-            if older_than is not None and max(info.st_mtime, info.st_ctime) >= older_than:
+            if older_than is not None and _aged_from(key, info, since) >= older_than:
                 continue
             if not dry_run:
                 os.rmdir(directory)  # fails unless empty: a concurrent writer's file keeps it
         except OSError:
             continue
-        removed.append(os.path.relpath(directory, store.root).replace(os.sep, "/"))
+        removed.append(key)
     return removed
+
+
+def _aged_from(key: str, info: os.stat_result, since: Callable[[ObjectInfo], float] | None) -> float:
+    listed = ObjectInfo(key=f"{key}/", size=0, mtime=info.st_mtime, changed=_walk.changed(info))
+    return listed.changed_at if since is None else since(listed)
 
 
 def save_state(path: str, data: bytes, what: str) -> None:

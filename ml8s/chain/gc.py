@@ -133,9 +133,12 @@ def collect_garbage(
     items: list[GcItem] = []
     recent: list[str] = []
     versions_key = chain.key(paths.VERSIONS)
-    pruned = prune_empty_dirs(chain.store, versions_key, older_than=store_now - grace_s, dry_run=dry_run)
+    pruned = prune_empty_dirs(
+        chain.store, versions_key, older_than=store_now - grace_s, dry_run=dry_run, since=seen.since
+    )
     for key in pruned:
         items.append(GcItem(path=key, kind="empty_dir", age_s=grace_s, objects=0, size=0, deleted=not dry_run))
+        seen.forget(f"{key}/")
     for name, objects in sorted(chain.version_dirs().items()):
         if name in kept:
             continue
