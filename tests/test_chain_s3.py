@@ -6,6 +6,7 @@ here moto checks the request-level behaviour: keys, preconditions, lost response
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from test_chain_support import (  # noqa: F401  (fixtures)
 )
 
 import ml8s.chain.commit as commit_module
-from ml8s.chain import ChainStore, collect_garbage, verify_chain
+from ml8s.chain import ChainStore, collect_garbage, gc, paths, verify_chain
 from ml8s.errors import ConflictError, StoreError
 from ml8s.store import S3Store
 
@@ -39,6 +40,23 @@ def test_chain_on_s3(moto_spec: StoreSpec) -> None:
     assert verify_chain(chain, strict_orphans=True).ok
     assert collect_garbage(chain, grace_s=0, dry_run=False).items == ()
     assert chain.commit(payload("s1"), meta("s1", step=1)) == versions[1]  # the run index, on S3
+
+
+def test_gc_records_its_sightings_on_s3_and_never_collects_them(moto_spec: StoreSpec) -> None:
+    """On S3 the record is saved with an ETag compare-and-swap; it is neither collected nor reported."""
+    chain = ChainStore(open_spec(moto_spec), CHAIN)
+    chain.init()
+    leftover, record = chain.key(paths.TMP, "w-crashed"), chain.key(paths.TMP, gc.SEEN_NAME)
+    chain.store.put_if_absent(leftover, b"partial")
+    first = collect_garbage(chain, dry_run=False)
+    assert first.items == () and first.kept_recent == (leftover,)
+    (seen,) = json.loads(chain.store.get(record))["sightings"]
+    assert seen["key"] == leftover
+    later = collect_garbage(chain, dry_run=False, now=seen["first_seen"] + gc.TMP_GRACE_MIN_S + gc.DEFAULT_GRACE_S)
+    assert [(i.path, i.deleted) for i in later.items] == [(leftover, True)] and later.kept_recent == ()
+    assert [i.key for i in chain.store.list(chain.key(paths.TMP))] == [record]
+    assert json.loads(chain.store.get(record)) == {"sightings": []}
+    assert verify_chain(chain, strict_orphans=True).ok
 
 
 def test_lost_swap_is_a_conflict_and_rolled_back(moto_spec: StoreSpec) -> None:
