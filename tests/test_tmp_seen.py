@@ -154,3 +154,33 @@ def test_two_cleanups_at_once_keep_the_earlier_true_sighting(tmp_path: Path) -> 
     assert saved[LEFTOVER]["first_seen"] == 1000.0  # the earlier sighting of the same size and mtime
     assert (saved[other]["size"], saved[other]["first_seen"]) == (9, 2000.0)  # not early's of other bytes
     assert list(saved) == sorted(saved)
+
+
+def test_a_name_that_is_no_utf8_does_not_void_the_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leftover named with a byte that is no UTF-8 was written into the record as a lone surrogate escape, which
+    the record's reader refuses: the whole record read as damaged at every cleanup, so under a daily chmod no
+    leftover, that one or any other, ever aged."""
+    plant(tmp_path, LEFTOVER, 30)
+    odd = os.fsencode(tmp_path / f"ml8s_training_runs/{RUN}/.tmp") + b"/upload-\xff"
+    with open(odd, "wb") as out:
+        out.write(b"x")
+    ctime = Ctime(monkeypatch)
+    store = LocalStore(str(tmp_path))
+    start = time.time()
+    for day in range(8):
+        assert cleanup_tmp(store, 7, now=ctime.chmod_at(start + day * DAY)).kept == 2, day
+    report = cleanup_tmp(store, 7, now=ctime.chmod_at(start + 8 * DAY))
+    assert names(report.removed) == ["features-w1.parquet", "upload-\\xff"] and report.kept == 0
+    assert not os.path.exists(odd) and json.loads((tmp_path / SEEN_KEY).read_text()) == {"sightings": []}
+
+
+@pytest.mark.parametrize("damage", [b"[" * 100_000, b'{"sightings": [{"key": "k", "size": 1, "mtime": NaN}]}'])
+def test_a_record_nested_too_deep_or_holding_nan_is_replaced(tmp_path: Path, damage: bytes) -> None:
+    plant(tmp_path, LEFTOVER, -30)
+    record = tmp_path / SEEN_KEY
+    record.parent.mkdir(exist_ok=True)
+    record.write_bytes(damage)
+    now = time.time()
+    assert cleanup_tmp(store := LocalStore(str(tmp_path)), 7, now=now).kept == 1
+    assert json.loads(record.read_text())["sightings"][0]["first_seen"] == now
+    assert names(cleanup_tmp(store, 7, now=now + 8 * DAY).removed) == ["features-w1.parquet"]

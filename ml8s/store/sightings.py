@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from ml8s.errors import NotFoundError, ObjectTooLargeError, PreconditionFailedError, StoreError, UnsafeObjectError
 from ml8s.store.base import ObjectInfo, Store
@@ -116,10 +116,16 @@ def _read(store: Store, key: str) -> tuple[dict[str, Sighting], str | None, bool
     except StoreError:  # unreadable now: nothing learnt from it, nothing written over it
         return {}, None, False
     try:
-        parsed = SeenFile.model_validate_json(found.data)
-    except ValidationError:  # damaged: replaced; no sighting from it, so entries only look younger
+        # json.loads, not pydantic's JSON parser: a key whose name is no UTF-8 is saved as a lone surrogate escape
+        # ("\udcff"), which that parser refuses, and one such entry voided the whole record at every sweep
+        parsed = SeenFile.model_validate(json.loads(found.data, parse_constant=_no_constant))
+    except (ValueError, RecursionError):  # damaged: replaced; no sighting from it, so entries only look younger
         return {}, found.token, True
     return {s.key: s for s in parsed.sightings}, found.token, True
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name}: expected a finite number")
 
 
 def _unread(store: Store, key: str) -> tuple[dict[str, Sighting], str | None, bool]:
