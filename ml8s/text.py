@@ -28,6 +28,9 @@ _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#]*)@")
 # What a terminal must not get raw from a message (:func:`terminal_text`): Cc but the line feed and the tab, and
 # the reordering marks.
 _UNSAFE_IN_LINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_REORDERING}]")
+# What :func:`terminal_json` writes as ``\\uXXXX``: those, and the lone surrogates that stand for bytes that were
+# no UTF-8 (raw, they made the report no UTF-8; escaped, a JSON reader takes them back as the same text)
+_UNSAFE_IN_JSON = re.compile(_UNSAFE_IN_LINES.pattern[:-1] + "\ud800-\udfff]")
 
 
 def without_credentials(text: str) -> str:
@@ -93,9 +96,9 @@ def terminal_json(obj: object) -> str:
     :func:`terminal_text` escapes that JSON leaves raw (C1 controls such as U+009B, which a terminal takes as CSI,
     DEL, bidirectional overrides, line separators) written as ``\\uXXXX``: a store key holding one steered the
     operator's terminal. JSON itself escapes C0 controls, so these appear only inside strings, where the escape
-    parses back to the same text."""
+    parses back to the same text; so do names that were no UTF-8 (lone surrogates), which left the output no UTF-8."""
     text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)
-    return _UNSAFE_IN_LINES.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def clipped(text: str) -> str:

@@ -164,6 +164,23 @@ def test_a_name_that_steers_the_terminal_is_printed_escaped(root: Path) -> None:
     assert "\\u009b2J" in done.stdout
 
 
+def test_an_empty_directory_named_in_no_utf8_is_reported_in_valid_json(root: Path) -> None:
+    """GC refuses a file whose name is no UTF-8, but an empty directory so named is collected (nothing in it to
+    audit): its byte reached stdout raw, so the report was no UTF-8 and no JSON reader took it."""
+    empty = os.fsencode(chain_dir(root) / paths.VERSIONS) + b"/backup-\xff"
+    os.mkdir(empty)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ml8s")), "chain", "gc", "--json", "--chain", CHAIN, "--grace-hours", "0"],
+        env={k: v for k, v in os.environ.items() if k != "CHAIN_NAME"} | {"PIPELINE_ROOT_URI": str(root)},
+        capture_output=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.decode("utf-8"))
+    assert [i["path"] for i in report["items"]] == [f"{paths.ROOT}/{CHAIN}/{paths.VERSIONS}/backup-\udcff"]
+
+
 @pytest.mark.parametrize("grace", ["nan", "-1", "1e308"])
 def test_a_grace_period_that_is_nan_or_negative_deletes_nothing(root: Path, grace: str) -> None:
     """NaN compares false with every age: ``--grace-hours nan --execute`` deleted a commit's upload written a
