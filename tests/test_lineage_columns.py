@@ -129,16 +129,19 @@ def test_columns_read_as_the_rows_would_be(tmp_path: Path) -> None:
     [
         # a later file lacks 'active' while an earlier one holds a value no cell can be ('amount', sorted after)
         {
-            "g2.parquet": {"amount": pa.array([datetime.date(2026, 1, 1)] * 4)},
+            "g2.parquet": {"amount": pa.array([datetime.datetime(2026, 1, 1)] * 4)},
             "g5.csv": "amount,colour,kind,y\n1,red,m00,no\n",
         },
         # one column: its bad value comes before the file that lacks it
         {
-            "g2.parquet": {"active": pa.array([datetime.date(2026, 1, 1)] * 4)},
+            "g2.parquet": {"active": pa.array([datetime.datetime(2026, 1, 1)] * 4)},
             "g5.csv": "amount,colour,kind,y\n1,red,m00,no\n",
         },
         # a kind mismatch in a text column, then a value no cell can be in a later column
-        {"g1.csv": "amount,active,colour,kind,y\n1,maybe,red,m00,yes\n", "g2.parquet": {"kind": pa.array([b"x"] * 4)}},
+        {
+            "g1.csv": "amount,active,colour,kind,y\n1,maybe,red,m00,yes\n",
+            "g2.parquet": {"kind": pa.array([datetime.time(12)] * 4)},
+        },
     ],
 )
 def test_errors_are_the_rows_first_error(tmp_path: Path, change: dict[str, object]) -> None:

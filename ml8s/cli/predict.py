@@ -1,4 +1,4 @@
-"""CLI subcommand ``ml8s predict``: a run's model applied to raw rows from a CSV file."""
+"""CLI subcommand ``ml8s predict``: a run's model applied to raw rows from a CSV or Parquet file."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ from ml8s.text import is_digits
 FORMATS = ("csv", "json", "parquet")
 DEFAULT_PRECISION = 6
 _CHUNK = 1 << 20  # bytes of --input read at a time
+PARQUET_SUFFIXES = (".parquet", ".pq")  # as training names its Parquet files (ml8s.data.dataset)
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ml8s.chain import Anchor, ChainStore, ChainVersion, Follower
     from ml8s.cli.args import Subcommands
     from ml8s.inference import ModelFiles
+    from ml8s.inference.csv_rows import CsvColumns
     from ml8s.inference.output import OutputFormat
 
 
@@ -29,10 +33,10 @@ def register(commands: Subcommands) -> None:
     """Add ``ml8s predict`` to the ``ml8s`` parser."""
     predict = commands.add_parser(
         "predict",
-        help="predict on raw rows (CSV) with a complete run's model, or a chain version's",
-        description="Reads raw rows (a CSV file with a header, as the training data), applies the model's own "
-        "feature rules and exported model, and writes CSV (or JSON, Parquet): the --id-column if given, "
-        "predicted_class, then probability_{class} for each class in class order, rounded to --precision "
+        help="predict on raw rows (CSV or Parquet) with a complete run's model, or a chain version's",
+        description="Reads raw rows (a CSV file with a header, or a .parquet file, as the training data), applies "
+        "the model's own feature rules and exported model, and writes CSV (or JSON, Parquet): the --id-column if "
+        "given, predicted_class, then probability_{class} for each class in class order, rounded to --precision "
         "decimals. The model is a complete run's (--run) or a chain version's (--chain, read from "
         "the version's payload alone, each file checked against its block).",
     )
@@ -47,7 +51,12 @@ def register(commands: Subcommands) -> None:
     )
     predict.add_argument("--anchor", default=None, help="with --chain: an anchor file the head must extend")
     add_require_signed(predict)
-    predict.add_argument("--input", required=True, metavar="FILE", help="CSV of raw rows with a header ('-': stdin)")
+    predict.add_argument(
+        "--input",
+        required=True,
+        metavar="FILE",
+        help="raw rows: CSV with a header, or Parquet when named .parquet or .pq ('-': CSV from stdin)",
+    )
     predict.add_argument("--output", default="-", metavar="FILE", help="where the predictions go (default: stdout)")
     predict.add_argument(
         "--format",
@@ -94,7 +103,10 @@ def _counter(text: str) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
     from ml8s.inference import Predictor, read_run_files
+    from ml8s.inference.cells import parquet_table
     from ml8s.inference.csv_rows import read_csv_columns
     from ml8s.inference.output import render, stray_numbers, unseen_categories
 
@@ -107,26 +119,29 @@ def _predict(args: argparse.Namespace) -> int:
             "their predictions)"
         )
     where = "standard input" if args.input == "-" else str(args.input)
+    parquet = args.input != "-" and str(args.input).lower().endswith(PARQUET_SUFFIXES)
     try:
-        data = _read(sys.stdin.buffer, where) if args.input == "-" else _read_file(args.input, where)
+        data = _read(sys.stdin.buffer, where) if args.input == "-" else _read_file(args.input, where, text=not parquet)
     except OSError as exc:
         raise PredictionInputError(f"cannot read --input {where}: {exc.strerror or exc}") from exc
-    table = read_csv_columns(data, where)  # text columns: no Python object per cell
+    source = parquet_table(data, where) if parquet else read_csv_columns(data, where)  # CSV: text columns already
     del data
-    if args.id_column is not None and args.id_column not in table.columns:
+    columns = tuple(source.column_names) if isinstance(source, pa.Table) else source.columns
+    if args.id_column is not None and args.id_column not in columns:
         raise PredictionInputError(
             f"--id-column {args.id_column!r} is not a column of {where}; expected one of its header"
         )
     files = read_run_files(command_root(args).uri, args.run) if args.run is not None else _chain_files(args)
     predictor = Predictor(files)
     _check_id_column(args.id_column, predictor.classes)
-    absent = sorted({column.name for column in predictor.transform.inputs} - set(table.columns))
+    absent = sorted({column.name for column in predictor.transform.inputs} - set(columns))
     if absent:  # a file without rows too: its header is what the next file with rows will have
         raise PredictionInputError(
-            f"{where} has no column(s) {absent} in its header {list(table.columns)}; expected every column the "
-            f"model's features use{_spacing_hint(absent, table.columns)}"
+            f"{where} has no column(s) {absent} in its header {list(columns)}; expected every column the "
+            f"model's features use{_spacing_hint(absent, columns)}"
         )
-    typed = predictor.transform.typed_cells(table.cells)  # a cell no value of its column's kind can be is refused
+    table, failed = _cells(source, {column.name for column in predictor.transform.inputs}, args.id_column)
+    typed = predictor.transform.typed_cells(table.cells, failed)  # a cell no value of its kind can be is refused
     unseen = unseen_categories(predictor.transform, typed)
     if unseen and args.strict:
         raise PredictionInputError(f"--strict: {unseen[0].message()} (and {len(unseen) - 1} more column(s))")
@@ -141,6 +156,8 @@ def _predict(args: argparse.Namespace) -> int:
         )
     for warning in stray:
         print_warning(warning.message)
+    if args.id_column is not None and args.id_column in failed:
+        raise failed[args.id_column]
     ids = table.cells[args.id_column].to_pylist() if args.id_column is not None else []
     predictions = predictor.predict_typed(typed, table.rows)
     out = render(predictions, _format(args), precision=args.precision, id_column=args.id_column, ids=ids)
@@ -207,14 +224,28 @@ def _same_file(first: str, second: str) -> bool:
         return False
 
 
-def _read_file(path: str, where: str) -> bytes:
+def _cells(
+    source: CsvColumns | pa.Table, names: set[str], id_column: str | None
+) -> tuple[CsvColumns, dict[str, PredictionInputError]]:
+    """The text cells of the columns the model reads (and the id column), and the error of each Parquet column
+    whose cells cannot be read, raised when that column is typed (:func:`ml8s.inference.cells.read_cells`)."""
+    from ml8s.inference.cells import read_cells
+    from ml8s.inference.csv_rows import CsvColumns
+
+    if isinstance(source, CsvColumns):
+        return source, {}
+    read = read_cells([source], sorted(names | ({id_column} if id_column is not None else set())))
+    return CsvColumns(columns=tuple(source.column_names), cells=read.cells, rows=read.rows), read.failed
+
+
+def _read_file(path: str, where: str, *, text: bool = True) -> bytes:
     with open(path, "rb") as handle:
-        return _read(handle, where)
+        return _read(handle, where, text=text)
 
 
-def _read(stream: BinaryIO, where: str) -> bytes:
-    """The whole input, refused early when its first HEADER_MAX bytes hold no line end: a header that long
-    is no CSV header (``/dev/zero``, a binary file), and reading on would only fill the memory."""
+def _read(stream: BinaryIO, where: str, *, text: bool = True) -> bytes:
+    """The whole input; CSV (``text``) refused early when its first HEADER_MAX bytes hold no line end: a header
+    that long is no CSV header (``/dev/zero``, a binary file), and reading on would only fill the memory."""
     from ml8s.data.csv_text import HEADER_MAX  # pyarrow: only for the command that reads CSV
 
     chunks: list[bytes] = []
@@ -223,7 +254,7 @@ def _read(stream: BinaryIO, where: str) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
         lines = lines or b"\n" in chunk or b"\r" in chunk
-        if not lines and size > HEADER_MAX:
+        if text and not lines and size > HEADER_MAX:
             raise PredictionInputError(
                 f"{where} has no line end in its first {HEADER_MAX} bytes; expected CSV text: a header line of "
                 "column names, then rows"

@@ -4,17 +4,23 @@ Rows come as mappings (``ml8s.inference`` callers, the serving client), by colum
 MLflow model) or as Arrow columns (a data file: ``ml8s predict``, a warm start's drift report). Whichever way,
 a cell becomes the text a CSV file would hold, so that a value is typed by the training rules alone: text as
 it is, a boolean ``true``/``false``, an integer in decimal, a float as its shortest exact text (NaN missing).
-Anything else is refused, naming the row (1 = the first) and the column.
+The other values a Parquet column training reads can hold (:func:`ml8s.data.table_columns.readable`) become the
+text training made of that column: a decimal as Arrow spells it (``1.50``), a date as its ISO day, bytes as
+their UTF-8 text. Anything else (a datetime, whose text in training depended on the file's unit) is refused,
+naming the row (1 = the first) and the column.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ml8s.data.columns import convert, decoded, is_text
 from ml8s.errors import PredictionInputError
@@ -62,6 +68,20 @@ def read_cells(tables: Iterable[pa.Table], names: Sequence[str]) -> ReadCells:
     return ReadCells(cells=cells, failed=failed, rows=rows)
 
 
+def parquet_table(data: bytes, where: str) -> pa.Table:
+    """A Parquet file's rows (``ml8s predict --input FILE.parquet``), read as training reads its Parquet files;
+    ``where`` names the file in errors.
+
+    Raises:
+        PredictionInputError: bytes that are no Parquet file (a column name twice included, as training says).
+    """
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except pa.ArrowException as exc:
+        raise PredictionInputError(f"{where} cannot be read as Parquet: {exc}; expected a Parquet file") from exc
+    return table
+
+
 def row_cells(rows: Rows, name: str) -> pa.Array:
     """The text cells of column ``name`` of ``rows``."""
     return pa.array([_cell_text(_cell(row, name, i), name, i) for i, row in enumerate(rows)], type=pa.string())
@@ -82,11 +102,26 @@ def arrow_cells(values: pa.Array | pa.ChunkedArray, name: str, first_row: int) -
     column as it is (no Python object per cell), any other cell by cell, as :func:`row_cells` reads the same
     values (``to_pylist`` rows)."""
     column = decoded(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
-    if is_text(column.type):
-        text: pa.Array = convert(column, pa.string())
-        return text
+    if is_text(column.type) or _spelled_by_arrow(column.type):
+        try:  # the cast training made of the column (ml8s.data.table_columns.type_column)
+            text: pa.Array = convert(column, pa.string())
+            return text
+        except pa.ArrowInvalid:  # bytes that are not UTF-8: named cell by cell below, as training refuses them
+            pass
     return pa.array(
         [_cell_text(value, name, first_row + i) for i, value in enumerate(column.to_pylist())], type=pa.string()
+    )
+
+
+def _spelled_by_arrow(kind: pa.DataType) -> bool:
+    """Types whose cells training reads as Arrow's text of them; a Python value of each is spelled so too."""
+    return bool(
+        pa.types.is_decimal(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_binary_view(kind)
     )
 
 
@@ -116,6 +151,30 @@ def _cell_text(value: object, name: str, index: int) -> str | None:
         return str(value)
     if isinstance(value, float):
         return None if math.isnan(value) else repr(value)
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return _decimal_text(value, name, index)
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value.isoformat()  # Arrow's text of a date column: 2024-01-31
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PredictionInputError(
+                f"row {index + 1} column {name!r} holds bytes that are not UTF-8; expected UTF-8 text, as training "
+                "reads a binary column"
+            ) from None
     raise PredictionInputError(
         f"row {index + 1} column {name!r} holds a {type(value).__name__}; expected text, a number, a boolean or None"
     )
+
+
+def _decimal_text(value: decimal.Decimal, name: str, index: int) -> str:
+    """A decimal as Arrow spells a decimal column's cell (its sign of zero dropped: ``0.00``, as Arrow stores it)."""
+    try:
+        text: str = pa.array([value]).cast(pa.string())[0].as_py()
+    except pa.ArrowException as exc:
+        raise PredictionInputError(
+            f"row {index + 1} column {name!r} holds the decimal {value}, beyond a Parquet decimal's 76 digits; "
+            "expected a number"
+        ) from exc
+    return text
