@@ -304,7 +304,9 @@ CASES: dict[str, Case] = {
         DataError, ("TARGET_COLUMN='churned'", "only 1 row(s)", "expected at least 2"), mutate=_one_labelled_row
     ),
     "unreadable_parquet_type": Case(
-        DataError, ("column 'tags'", "list<", "expected numbers, booleans or text"), mutate=_incompatible_parquet_column
+        DataError,
+        ("data file part-000.parquet", "column 'tags' is of type list<", "expected numbers, booleans, decimals, dates"),
+        mutate=_incompatible_parquet_column,
     ),
     "broken_symlink": Case(DataError, ("broken symlink", "part-002.csv"), mutate=_broken_symlink),
     "unreadable_file": Case(DataError, ("part-001.csv", "cannot read"), mutate=_unreadable_file),

@@ -22,7 +22,9 @@ from mlflow_support import artifact_dir, train_run
 
 from ml8s.cli.main import main
 from ml8s.contract import layout
-from ml8s.errors import PredictionInputError
+from ml8s.data.dataset import load_dataset
+from ml8s.data.sources import fingerprint_data
+from ml8s.errors import DataError, PredictionInputError
 from ml8s.inference import Predictor, RawTransform, read_run_files
 from ml8s.inference.cells import read_cells
 from ml8s.inference.predictor import probabilities
@@ -137,10 +139,13 @@ def test_parquet_rows_at_predict_read_as_the_cells_training_read(tmp_path: Path)
     # a Decimal spelled with any exponent reads as its number; a date as its ISO day; bytes as their UTF-8 text
     same = [
         {**base, "price": decimal.Decimal("1.5")},
+        {**base, "price": decimal.Decimal("15E-1")},
         {**base, "price": "1.50", "day": "2024-01-01", "raw": "red", "fixed": "ab"},
     ]
     encoded = transform.encode([base, *same])
-    np.testing.assert_array_equal(encoded[1:], np.repeat(encoded[:1], 2, axis=0))
+    np.testing.assert_array_equal(encoded[1:], np.repeat(encoded[:1], 3, axis=0))
+    huge = transform.encode([{**base, "price": decimal.Decimal("1E-100")}, {**base, "price": 1e-100}])
+    np.testing.assert_array_equal(huge[0], huge[1])  # beyond a Parquet decimal: the same number still
     with pytest.raises(PredictionInputError, match=r"row 1 column 'raw' holds bytes that are not UTF-8"):
         transform.encode([{**base, "raw": b"\xff"}])
     with pytest.raises(PredictionInputError, match=r"row 2 column 'day' holds a datetime"):
@@ -148,6 +153,43 @@ def test_parquet_rows_at_predict_read_as_the_cells_training_read(tmp_path: Path)
     bad = pa.table({"raw": pa.array([b"red", b"\xff"], pa.binary())})
     read = read_cells([bad], ["raw"])
     assert read.failed["raw"].message.startswith("row 2 column 'raw' holds bytes that are not UTF-8")
+
+
+REFUSED = {  # name: (a column of 4 rows, its type as the file reads back, a word of the advice)
+    "timestamp": (pa.array([datetime.datetime(2024, 1, 1)] * 4, pa.timestamp("us")), "timestamp[us]", "a number"),
+    "timestamp_tz": (
+        pa.array([datetime.datetime(2024, 1, 1)] * 4, pa.timestamp("ms", tz="UTC")),
+        "timestamp[ms, tz=UTC]",
+        "text",
+    ),
+    "time64": (pa.array([datetime.time(12)] * 4, pa.time64("us")), "time64[us]", "text"),
+    "time32": (pa.array([datetime.time(12)] * 4, pa.time32("ms")), "time32[ms]", "text"),
+    "duration": (pa.array([datetime.timedelta(1)] * 4, pa.duration("ms")), "duration[ms]", "a number"),
+    "list": (pa.array([[1], [], None, [2, 3]], pa.list_(pa.int64())), "list<element: int64>", "flatten"),
+    "struct": (pa.array([{"a": 1}] * 4, pa.struct([("a", pa.int64())])), "struct<a: int64>", "flatten"),
+    "map": (pa.array([[("k", 1)]] * 4, pa.map_(pa.string(), pa.int64())), "map<string, int64", "flatten"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED))
+def test_a_column_of_a_type_predict_cannot_read_alike_is_refused_before_the_run_writes(
+    tmp_path: Path, kind: str
+) -> None:
+    column, spelled, advice = REFUSED[kind]
+    table = pa.table({"churned": ["yes", "no", "yes", "no"], "n": [1, 2, 3, 4], "when": column})
+    data = tmp_path / "data"
+    _write(data, table.slice(0, 2))
+    pq.write_table(table.slice(2), data / "zz.parquet")
+    ctx = make_context(data, tmp_path / "root")
+    with pytest.raises(DataError) as caught:
+        train_run(ctx)
+    message = caught.value.message
+    where = f"data file part.parquet (under file://{data})"
+    assert message.startswith(f"{where} column 'when' is of type {spelled}"), message
+    assert advice in message and "name it in EXCLUDE_COLUMNS" in message
+    assert not [p for p in (tmp_path / "root").rglob("*") if p.is_file()]  # nothing written
+    dataset = load_dataset(fingerprint_data(f"file://{data}"))  # typed; refused once EXCLUDE_COLUMNS is known
+    assert dataset.refused == {"when": message} and dataset.column("when").all_missing()
 
 
 def test_ml8s_predict_on_a_parquet_input_reads_only_the_columns_the_model_uses(
@@ -200,3 +242,25 @@ def test_a_parquet_input_with_a_column_name_twice_is_refused_by_name(tmp_path: P
     pq.write_table(table, tmp_path / "twice.parquet")
     with pytest.raises(PredictionInputError, match=r"^PREDICTION_INPUT_INVALID: rows cannot be read as Parquet: .*x"):
         parquet_table((tmp_path / "twice.parquet").read_bytes(), "rows")
+
+
+def test_a_column_of_a_refused_type_trains_when_excluded_and_a_refused_target_is_named(tmp_path: Path) -> None:
+    table = _table().select(["churned", "i8", "large"])
+    table = table.append_column("when", pa.array([datetime.datetime(2024, 1, 1)] * ROWS, pa.timestamp("us")))
+    table = table.append_column("tags", pa.array([[1, 2]] * ROWS, pa.list_(pa.int64())))
+    data = tmp_path / "data"
+    _write(data, table)
+    ctx = make_context(data, tmp_path / "root", EXCLUDE_COLUMNS="tags,when", EPOCHS="1")
+    train_run(ctx)
+    run = artifact_dir(tmp_path / "root", ctx.run_id)
+    transform = RawTransform.from_schema((run / layout.FEATURE_SCHEMA).read_bytes(), "schema")
+    assert sorted(column.name for column in transform.inputs) == ["i8", "large"]
+    encoded = transform.encode(table.to_pylist())  # the excluded columns' values are never read
+    assert encoded.shape[0] == ROWS
+    only_one = make_context(data, tmp_path / "other", EXCLUDE_COLUMNS="when", EPOCHS="1")
+    with pytest.raises(DataError, match=r"column 'tags' is of type list<element: int64>; .*EXCLUDE_COLUMNS"):
+        train_run(only_one)
+    stamped = make_context(data, tmp_path / "third", TARGET_COLUMN="when", EXCLUDE_COLUMNS="tags", EPOCHS="1")
+    with pytest.raises(DataError, match=r"column 'when' is of type timestamp\[us\]; "):
+        train_run(stamped)
+    assert not (tmp_path / "other").exists() or not [p for p in (tmp_path / "other").rglob("*") if p.is_file()]

@@ -30,7 +30,7 @@ from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import DataWarning
 from ml8s.data.slices import first_infinite as _first_infinite
 from ml8s.data.sources import read_checking, read_verified, restrict
-from ml8s.data.table_columns import type_column
+from ml8s.data.table_columns import missing_column, type_column, unreadable
 from ml8s.errors import DataError
 from ml8s.memory import give_back, return_freed_memory
 from ml8s.threads import COLUMN_THREADS, in_order
@@ -50,12 +50,20 @@ class Dataset(BaseModel):
     rows: int
     rows_per_file: dict[str, int]
     warnings: tuple[DataWarning, ...] = ()
+    # column -> the DataError message refusing its Parquet type (all missing here): refused unless excluded
+    refused: dict[str, str] = {}
 
     def column(self, name: str) -> Column:
         for column in self.columns:
             if column.name == name:
                 return column
         raise KeyError(name)
+
+    def refuse_unread(self, excluded: tuple[str, ...]) -> None:
+        """Raise the first column's refusal (``refused``, by name) that ``excluded`` (EXCLUDE_COLUMNS) lacks."""
+        for name, message in sorted(self.refused.items()):
+            if name not in excluded:
+                raise DataError(message)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -89,8 +97,10 @@ def load_dataset(fingerprint: Fingerprint, *, lead: Lead | None = None) -> Datas
     rows_per_file: dict[str, int] = {}
     names: tuple[str, ...] | None = None
     first = ""
+    refused: dict[str, str] = {}
     for entry, data in read_verified(fingerprint):
         table = _parse(entry, data, fingerprint.data_root)
+        refused = unreadable(table, _where(fingerprint, entry)) | refused  # the first file's words for a column
         these = tuple(sorted(table.column_names))
         if names is None:
             names, first = these, entry.relative_path
@@ -104,7 +114,10 @@ def load_dataset(fingerprint: Fingerprint, *, lead: Lead | None = None) -> Datas
     total = sum(rows_per_file.values())
     if names is None or total == 0:
         raise DataError(f"DATA_ROOT {fingerprint.data_root} holds no data rows; expected at least 2 rows")
-    typed = [type_column(name, [t.column(name) for t in tables]) for name in names]
+    typed = [
+        (missing_column(name, total), None) if name in refused else type_column(name, [t.column(name) for t in tables])
+        for name in names
+    ]
     for column, _ in typed:
         _check_finite(column, tables, list(rows_per_file), fingerprint.data_root)
     if lead is not None and (picked := lead.pick(names)) is not None:
@@ -114,6 +127,7 @@ def load_dataset(fingerprint: Fingerprint, *, lead: Lead | None = None) -> Datas
         rows=total,
         rows_per_file=rows_per_file,
         warnings=tuple(warning for _, warning in typed if warning is not None),
+        refused=dict(sorted(refused.items())),
     )
 
 

@@ -4,10 +4,18 @@ all its files' cells, whatever types the files gave it.
 Text is typed by the rules of :mod:`ml8s.data.missing`, as the CSV path types it a block at a time
 (:mod:`ml8s.data.csv_columns`): booleans spelled ``true``/``false`` in any case, a mostly-numeric column's stray
 text read as missing and reported, anything else categorical.
+
+A Parquet column is read only if predicting can read its cells as training does (:func:`refuse_unreadable`):
+numbers (decimals too), booleans, text (binary as UTF-8), dates (their ISO day) and nulls. A timestamp's or a
+time's text depends on the unit the file stores (``2024-01-01 00:00:00.000000`` at microseconds), a duration's
+number too, and rows sent to predict (JSON, a pandas frame, Python values) do not carry that unit; nested values
+are no cell at all. Those are refused by name before the run writes anything, unless EXCLUDE_COLUMNS names them
+(:func:`ml8s.features.prepared.prepare` decides, once the excluded columns are known).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,7 +25,7 @@ from ml8s.data.columns import floats as _floats
 from ml8s.data.missing import DataWarning, is_mostly_numeric, stray_text_warning
 from ml8s.errors import DataError
 
-__all__ = ["type_column"]
+__all__ = ["missing_column", "readable", "type_column", "unreadable"]
 
 
 def type_column(name: str, chunks: list[pa.ChunkedArray]) -> tuple[Column, DataWarning | None]:
@@ -40,6 +48,64 @@ def type_column(name: str, chunks: list[pa.ChunkedArray]) -> tuple[Column, DataW
     if pa.types.is_boolean(array.type):
         return Column(name=name, kind="boolean", values=_floats(_convert(array, pa.float64()))), None
     return Column(name=name, kind="numeric", values=_floats(_convert(array, pa.float64()))), None
+
+
+def unreadable(table: pa.Table, where: str) -> dict[str, str]:
+    """The columns of a Parquet file's ``table`` whose type predicting cannot read as training does (module
+    doc), each with the DataError message that refuses it unless EXCLUDE_COLUMNS names it; ``where`` names the
+    file."""
+    refused: dict[str, str] = {}
+    for name in sorted(table.column_names):
+        kind = table.schema.field(name).type
+        if not readable(kind):
+            refused[name] = (
+                f"{where} column {name!r} is of type {kind}; expected numbers, booleans, decimals, dates or text, "
+                f"whose cells predicting reads as training does: {_advice(kind)}"
+            )
+    return refused
+
+
+def missing_column(name: str, rows: int) -> Column:
+    """A column of ``rows`` missing values: what a refused column is until EXCLUDE_COLUMNS is known."""
+    return Column(name=name, kind="categorical", values=np.full(rows, -1, dtype=np.int32))
+
+
+def readable(kind: pa.DataType) -> bool:
+    """Whether a column of Arrow type ``kind`` is read in training (module doc)."""
+    if pa.types.is_dictionary(kind):
+        return readable(kind.value_type)
+    return bool(
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_string_view(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_binary_view(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_null(kind)
+    )
+
+
+def _advice(kind: pa.DataType) -> str:
+    if pa.types.is_dictionary(kind):
+        return _advice(kind.value_type)
+    unit = "its text depends on the unit the file stores, which rows sent to predict do not carry"
+    if pa.types.is_timestamp(kind) or pa.types.is_time(kind):
+        return (
+            "name it in EXCLUDE_COLUMNS, or write it as text (the value you mean, e.g. the day 2024-01-31 or "
+            f"the hour 09) or as a number (e.g. seconds since 1970) before training ({unit})"
+        )
+    if pa.types.is_duration(kind) or pa.types.is_interval(kind):
+        return (
+            "name it in EXCLUDE_COLUMNS, or write it as a number in a unit you choose (e.g. seconds) before "
+            f"training ({unit})"
+        )
+    return "name it in EXCLUDE_COLUMNS, or flatten it into columns of those types before training"
 
 
 def _common_type(name: str, chunks: list[pa.ChunkedArray]) -> pa.DataType:

@@ -127,6 +127,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     excluded = resolve_excluded(data.names, params.exclude_columns)
     if target_name in excluded:
         raise DataError(f"EXCLUDE_COLUMNS contains the target {target_name!r}; expected feature columns only")
+    data.refuse_unread(excluded)  # a Parquet column of a type predicting cannot read as training does
     target_col = data.column(target_name)
     keep = ~target_col.missing()
     labels, classes = _encode_target(target_col, keep)
@@ -145,10 +146,8 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
             if sampled
             else f"TARGET_COLUMN={params.target_column!r} has a value in only {count} row(s); expected at least 2"
         )
-    if rows is None:
-        target = labels  # already every kept row's, as int32
-    else:
-        target = taken_into(labels, rows, np.empty(count, dtype=np.int32))
+    # every kept row's class, as int32 (``labels`` already is, when every row is kept)
+    target = labels if rows is None else taken_into(labels, rows, np.empty(count, dtype=np.int32))
     del labels  # a column of every row (80 MiB at 20M rows): not held longer than it is needed
     # class indices, >= 0, counted a slice at a time: np.bincount of every row made an int64 copy of it (0.28 s at
     # 20M rows, with nothing beside it)

@@ -152,7 +152,7 @@ def _cell_text(value: object, name: str, index: int) -> str | None:
     if isinstance(value, float):
         return None if math.isnan(value) else repr(value)
     if isinstance(value, decimal.Decimal) and value.is_finite():
-        return _decimal_text(value, name, index)
+        return _decimal_text(value)
     if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
         return value.isoformat()  # Arrow's text of a date column: 2024-01-31
     if isinstance(value, bytes):
@@ -168,13 +168,11 @@ def _cell_text(value: object, name: str, index: int) -> str | None:
     )
 
 
-def _decimal_text(value: decimal.Decimal, name: str, index: int) -> str:
-    """A decimal as Arrow spells a decimal column's cell (its sign of zero dropped: ``0.00``, as Arrow stores it)."""
+def _decimal_text(value: decimal.Decimal) -> str:
+    """A decimal as Arrow spells a decimal column's cell (``0.00``: Arrow stores no sign of zero); one no Parquet
+    decimal can hold (more than 76 digits) as Python spells it, the same number."""
     try:
         text: str = pa.array([value]).cast(pa.string())[0].as_py()
-    except pa.ArrowException as exc:
-        raise PredictionInputError(
-            f"row {index + 1} column {name!r} holds the decimal {value}, beyond a Parquet decimal's 76 digits; "
-            "expected a number"
-        ) from exc
+    except pa.ArrowException:
+        return str(value)
     return text
