@@ -189,7 +189,28 @@ def test_a_column_of_a_type_predict_cannot_read_alike_is_refused_before_the_run_
     assert advice in message and "name it in EXCLUDE_COLUMNS" in message
     assert not [p for p in (tmp_path / "root").rglob("*") if p.is_file()]  # nothing written
     dataset = load_dataset(fingerprint_data(f"file://{data}"))  # typed; refused once EXCLUDE_COLUMNS is known
-    assert dataset.refused == {"when": message} and dataset.column("when").all_missing()
+    assert dataset.refused == {"when": message}
+    # a nested column cannot be typed (all missing, refused unless excluded); a timed one is typed as it always was,
+    # and refused only where it is kept as a feature or is the target
+    assert dataset.column("when").all_missing() == (advice == "flatten")
+    assert dataset.unread == (("when",) if advice == "flatten" else ())
+
+
+def test_a_timestamp_column_dropped_as_an_identifier_trains_as_before(tmp_path: Path) -> None:
+    """An event-time column (every value distinct) was always dropped as an identifier, never a feature, so nothing
+    reads it at predict: refusing it would stop runs that trained, for no skew."""
+    table = _table().select(["churned", "i8"])
+    start = datetime.datetime(2024, 1, 1)
+    stamps = [start + datetime.timedelta(seconds=n) for n in range(ROWS)]
+    table = table.append_column("when", pa.array(stamps, pa.timestamp("us")))
+    data = tmp_path / "data"
+    _write(data, table)
+    ctx = make_context(data, tmp_path / "root", EPOCHS="1")
+    train_run(ctx)
+    run = artifact_dir(tmp_path / "root", ctx.run_id)
+    transform = RawTransform.from_schema((run / layout.FEATURE_SCHEMA).read_bytes(), "schema")
+    assert [column.name for column in transform.inputs] == ["i8"]
+    assert b"identifier" in (run / layout.FEATURE_SCHEMA).read_bytes()  # dropped, and why, as before
 
 
 def test_ml8s_predict_on_a_parquet_input_reads_only_the_columns_the_model_uses(

@@ -30,7 +30,7 @@ from ml8s.data.fingerprint import FileEntry, Fingerprint
 from ml8s.data.missing import DataWarning
 from ml8s.data.slices import first_infinite as _first_infinite
 from ml8s.data.sources import read_checking, read_verified, restrict
-from ml8s.data.table_columns import missing_column, type_column, unreadable
+from ml8s.data.table_columns import missing_column, timed, type_column, unreadable
 from ml8s.errors import DataError
 from ml8s.memory import give_back, return_freed_memory
 from ml8s.threads import COLUMN_THREADS, in_order
@@ -50,8 +50,12 @@ class Dataset(BaseModel):
     rows: int
     rows_per_file: dict[str, int]
     warnings: tuple[DataWarning, ...] = ()
-    # column -> the DataError message refusing its Parquet type (all missing here): refused unless excluded
+    # column -> the DataError message refusing its Parquet type: a column of it is refused where it would be a feature
+    # or the target (unless EXCLUDE_COLUMNS names it); one dropped anyway (an identifier, every value missing) never
+    # reaches predicting, so it trains as before. ``unread``: those of them that could not be typed at all (nested
+    # types: all missing here), refused unless excluded.
     refused: dict[str, str] = {}
+    unread: tuple[str, ...] = ()
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -59,10 +63,11 @@ class Dataset(BaseModel):
                 return column
         raise KeyError(name)
 
-    def refuse_unread(self, excluded: tuple[str, ...]) -> None:
-        """Raise the first column's refusal (``refused``, by name) that ``excluded`` (EXCLUDE_COLUMNS) lacks."""
+    def refuse_unread(self, excluded: tuple[str, ...], kept: tuple[str, ...]) -> None:
+        """Raise the first refusal (``refused``, by name) of a column that ``excluded`` (EXCLUDE_COLUMNS) lacks and
+        that was not typed (``unread``) or is ``kept`` (a feature, or the target)."""
         for name, message in sorted(self.refused.items()):
-            if name not in excluded:
+            if name not in excluded and (name in self.unread or name in kept):
                 raise DataError(message)
 
     @property
@@ -114,8 +119,9 @@ def load_dataset(fingerprint: Fingerprint, *, lead: Lead | None = None) -> Datas
     total = sum(rows_per_file.values())
     if names is None or total == 0:
         raise DataError(f"DATA_ROOT {fingerprint.data_root} holds no data rows; expected at least 2 rows")
+    unread = tuple(name for name in names if name in refused and not timed(tables[0].schema.field(name).type))
     typed = [
-        (missing_column(name, total), None) if name in refused else type_column(name, [t.column(name) for t in tables])
+        (missing_column(name, total), None) if name in unread else type_column(name, [t.column(name) for t in tables])
         for name in names
     ]
     for column, _ in typed:
@@ -128,6 +134,7 @@ def load_dataset(fingerprint: Fingerprint, *, lead: Lead | None = None) -> Datas
         rows_per_file=rows_per_file,
         warnings=tuple(warning for _, warning in typed if warning is not None),
         refused=dict(sorted(refused.items())),
+        unread=unread,
     )
 
 

@@ -70,6 +70,14 @@ def missing_column(name: str, rows: int) -> Column:
     return Column(name=name, kind="categorical", values=np.full(rows, -1, dtype=np.int32))
 
 
+def timed(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is a timestamp, time or duration: typed in training as before (the text or number of its
+    cells), refused only where the column is kept (:meth:`ml8s.data.dataset.Dataset.refuse_unread`)."""
+    if pa.types.is_dictionary(kind):
+        return timed(kind.value_type)
+    return bool(pa.types.is_timestamp(kind) or pa.types.is_time(kind) or pa.types.is_duration(kind))
+
+
 def readable(kind: pa.DataType) -> bool:
     """Whether a column of Arrow type ``kind`` is read in training (module doc)."""
     if pa.types.is_dictionary(kind):

@@ -127,7 +127,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
     excluded = resolve_excluded(data.names, params.exclude_columns)
     if target_name in excluded:
         raise DataError(f"EXCLUDE_COLUMNS contains the target {target_name!r}; expected feature columns only")
-    data.refuse_unread(excluded)  # a Parquet column of a type predicting cannot read as training does
+    data.refuse_unread(excluded, (target_name,))  # a Parquet type predicting cannot read alike, as the target
     target_col = data.column(target_name)
     keep = ~target_col.missing()
     labels, classes = _encode_target(target_col, keep)
@@ -179,6 +179,7 @@ def prepare(data: Dataset, params: RunParams, *, consume: bool = False, ahead: S
             column_names.refuse_reserved(reserved, kept)
             columns.append(kept)
     del results
+    data.refuse_unread(excluded, tuple(column.name for column in columns))  # ... or as a feature
     if not columns:
         raise _nothing_left(dropped)
     names = in_order(feature_names, columns, threads=COLUMN_THREADS, name="names")
