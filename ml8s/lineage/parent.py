@@ -80,9 +80,11 @@ def find_parent(
         return (head if head is not None and head.counter > 0 else None), head
     if isinstance(request, int) and counter:
         try:
-            return follower.version(request), head
+            # committed since the poll read the head (a run meanwhile): the head is read again, with every check
+            version = follower.fresh_version(request)
         except VersionNotFoundError as exc:
             raise WarmStartNotFoundError(f"WARM_START={request}: {exc}") from exc
+        return version, follower.current  # the head it was found from: a stale-parent check compares with it
     wanted = text.lower()
     found = [
         v

@@ -63,9 +63,11 @@ class DeltaConsumer:
         return await self._run(functools.partial(self.discover_latest_sync, before))
 
     def _version(self, counter: int) -> ChainVersion:
-        """Version ``counter`` below the head this call polled and checked (VersionNotFoundError: none)."""
+        """Version ``counter`` below the head this call polled and checked (VersionNotFoundError: none). A counter
+        above that head (committed since the poll read it: a producer's notice can outrun the read) reads the head
+        once more, with every check of a poll, rather than calling a committed version missing."""
         self.follower.poll()
-        return self.follower.version(counter)
+        return self.follower.fresh_version(counter)
 
     def discover_latest_sync(self, before: int | None = None) -> ChainVersion | None:
         self.follower.poll()
