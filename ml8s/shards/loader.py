@@ -11,11 +11,13 @@ is downloaded whole.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from types import TracebackType
+from typing import TypeVar
 
 import torch
 
-from ml8s.errors import NotFoundError, ShardChecksumError, ShardFormatError, WrongCheckpointError
+from ml8s.errors import Ml8sError, NotFoundError, ShardChecksumError, ShardFormatError, WrongCheckpointError
 from ml8s.shards import dtypes, layout
 from ml8s.shards.metadata import (
     CheckpointMetadata,
@@ -30,6 +32,7 @@ from ml8s.store import LocalStore, Store
 from ml8s.tempdirs import owned_tempdir
 
 _WRONG_CHECKPOINT = {"header_rank", "header_world_size", "header_checkpoint_id"}
+T = TypeVar("T")
 
 
 def read_metadata(store: Store, prefix: str) -> CheckpointMetadata:
@@ -46,7 +49,10 @@ def load_shard(
     store: Store, prefix: str, rank: int, *, metadata: CheckpointMetadata | None = None
 ) -> list[TensorPiece]:
     """The pieces rank ``rank`` wrote, as written (sorted by name), every byte verified."""
-    meta = metadata or read_metadata(store, prefix)
+    return _loaded(store, prefix, metadata, lambda meta: _shard(store, prefix, rank, meta))
+
+
+def _shard(store: Store, prefix: str, rank: int, meta: CheckpointMetadata) -> list[TensorPiece]:
     check_world(rank, meta.world_size)
     with _Shards(store, prefix, meta) as shards:
         shard = shards.get(rank)
@@ -65,7 +71,10 @@ def load_state_dict(
     store: Store, prefix: str, *, metadata: CheckpointMetadata | None = None
 ) -> dict[str, torch.Tensor]:
     """Every tensor whole, assembled from all shards, keyed by name in sorted order."""
-    meta = metadata or read_metadata(store, prefix)
+    return _loaded(store, prefix, metadata, lambda meta: _state_dict(store, prefix, meta))
+
+
+def _state_dict(store: Store, prefix: str, meta: CheckpointMetadata) -> dict[str, torch.Tensor]:
     with _Shards(store, prefix, meta) as shards:
         return {
             name: _assemble(shards, name, record, 0, dtypes.row_count(record.shape))
@@ -90,7 +99,12 @@ def load_resharded(
     Returns:
         The rank's pieces, sorted by name: whole tensors (``global_rows`` None) and dim-0 row slices.
     """
-    meta = metadata or read_metadata(store, prefix)
+    return _loaded(store, prefix, metadata, lambda meta: _resharded(store, prefix, world_size, rank, plan, meta))
+
+
+def _resharded(
+    store: Store, prefix: str, world_size: int, rank: int, plan: PlanConfig | None, meta: CheckpointMetadata
+) -> list[TensorPiece]:
     check_world(rank, world_size)
     specs = [TensorSpec(name=n, dtype=r.dtype, shape=r.shape) for n, r in meta.tensors.items()]
     target = plan_shards(specs, world_size, plan or meta.plan).ranks[rank]
@@ -103,6 +117,35 @@ def load_resharded(
             global_rows = None if whole else rows
             pieces.append(TensorPiece(name=s.name, tensor=tensor, row_start=s.row_start, global_rows=global_rows))
     return pieces
+
+
+def _loaded(
+    store: Store, prefix: str, metadata: CheckpointMetadata | None, load: Callable[[CheckpointMetadata], T]
+) -> T:
+    """``load`` under the metadata, once more under the metadata read again when a shard it lists vanished.
+
+    A save over the checkpoint deletes the old set's shards right after committing its metadata, so a load that
+    read the old metadata just before finds one gone: the new set is then loaded whole, from the start (nothing
+    of the old one kept). A shard gone under metadata that did not change is damage: its NotFoundError stands.
+    Metadata the caller passed describes the old set: it is told so, never handed another checkpoint's tensors.
+    """
+    meta = metadata or read_metadata(store, prefix)
+    try:
+        return load(meta)
+    except NotFoundError as exc:
+        try:
+            fresh = read_metadata(store, prefix)
+        except Ml8sError:
+            raise exc from None  # the checkpoint itself gone or unreadable: the shard that vanished is the news
+        if fresh == meta:
+            raise
+        if metadata is not None:
+            raise NotFoundError(
+                f"{exc.message}: {store.uri(layout.metadata_key(prefix))} was replaced since the metadata given was "
+                f"read (checkpoint {meta.checkpoint_id}, now {fresh.checkpoint_id}); expected the metadata read "
+                "again (read_metadata) for the set saved now"
+            ) from exc
+    return load(fresh)
 
 
 def _assemble(shards: _Shards, name: str, record: TensorRecord, start: int, stop: int) -> torch.Tensor:
