@@ -138,8 +138,8 @@ class PlatformSettings(BaseSettings):
         30,
         description="the most seconds a run, the gate's early exit included, spends at its end bringing MLflow's "
         "aliases head and promoted in line with the chain: past it (a registry down or hung, a sqlite registry's "
-        "lock held), a warning, and the next run tries again; also the most `ml8s chain promote` waits for that lock "
-        "(1 to 86400)",
+        "lock held), a warning, and the next run tries again; also the most `ml8s chain promote` spends moving the "
+        "alias promoted (1 to 86400)",
     )
 
     @classmethod

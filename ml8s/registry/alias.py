@@ -17,7 +17,6 @@ whatever MLflow does: the whole of it is bounded by ALIAS_DEADLINE_SECONDS.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -30,6 +29,7 @@ from ml8s.identity.uri import public_tracking_uri
 from ml8s.mlflow_probe import require_answer
 from ml8s.registry.alias_view import AliasView, open_view
 from ml8s.registry.confirm import registry_errors
+from ml8s.registry.deadline import within_deadline
 from ml8s.registry.mlflow_model import silenced
 from ml8s.registry.promoted_alias import PROMOTED_ALIAS
 from ml8s.registry.registration import _sqlite_lock
@@ -76,7 +76,9 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
         trust = ReadTrust.from_settings(ctx.settings)
         chain = ChainStore(store, ctx.settings.chain_name, trust_root=trust.root)
         read = _targets(chain, trust)
-        _within(ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, chain, read, deadline, done))
+        within_deadline(
+            ctx.settings.alias_deadline_seconds, lambda deadline: _converge(ctx, uri, chain, read, deadline, done)
+        )
     except Ml8sError as exc:  # the chain's damage too: ml8s chain verify reports it, the run's work stands
         logging.getLogger("ml8s").warning(
             "MLflow aliases of %r not brought in line with chain %r: %s (the next run tries again)",
@@ -89,42 +91,6 @@ def converge_aliases(ctx: RunContext, store: Store) -> list[AliasMove]:
     for move in made:
         ctx.log("aliases", f"MLflow {name!r} {move}")
     return made
-
-
-def _within(seconds: int, work: Callable[[float], None]) -> None:
-    """``work(deadline)`` on a thread of its own, waited for ``seconds`` at most.
-
-    The early exit of a run whose work is done must return promptly, and MLflow's client waits minutes on a hung
-    server (MLFLOW_HTTP_REQUEST_TIMEOUT per request, then retries) with no bound to hand it: so the work runs on a
-    daemon thread, left to end with its connection, and is told the deadline, past which it writes nothing.
-
-    Raises:
-        RegistryError: ``work`` was not done within ``seconds``; or what ``work`` raised.
-    """
-    deadline = time.monotonic() + seconds
-    outcome: list[Exception | None] = []
-
-    def run() -> None:
-        try:
-            work(deadline)
-            outcome.append(None)
-        except Exception as exc:  # handed to the caller's thread, which warns of it or raises it
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, name="ml8s-aliases", daemon=True)
-    thread.start()
-    thread.join(max(deadline - time.monotonic(), 0.0))
-    late = f"not done within ALIAS_DEADLINE_SECONDS={seconds} s"
-    if not outcome:
-        raise RegistryError(
-            f"{late} (by then the registry had not answered, or MLflow was still retrying the errors it answered, "
-            "or the lock beside a sqlite:/// registry was still held); expected the registry to answer within it"
-        )
-    failed = outcome[0]
-    if isinstance(failed, Ml8sError) and time.monotonic() >= deadline:  # cut short by the deadline: say so
-        raise RegistryError(f"{late}: {failed.message}") from failed
-    if failed is not None:
-        raise failed
 
 
 class _ReadAt(BaseModel):
@@ -229,7 +195,7 @@ def _set(
     require_answer(uri, deadline - time.monotonic())
     try:  # under registration's sqlite lock: concurrent runs of one sqlite file would hit "database is locked"
         with _sqlite_lock(uri, deadline), silenced("mlflow.store.db.utils"):
-            check_schema(uri)  # MLflow's client would upgrade an older database in place
+            check_schema(uri, max(deadline - time.monotonic(), 0.0))  # MLflow's client would upgrade it in place
             with registry_errors(f"MLflow at {public_tracking_uri(uri)}"):
                 from mlflow import MlflowClient
 

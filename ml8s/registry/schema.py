@@ -73,12 +73,12 @@ def ensure_schema(uri: str) -> None:
         _create(path, uri)
 
 
-def check_schema(uri: str) -> None:
+def check_schema(uri: str, busy_s: float = 5.0) -> None:
     """Check the existing database of a ``sqlite:///`` URI complete and at this MLflow's schema; never create it.
-
-    For a client about to write into a database that registration did not just check: MLflow's client adds the
-    tables it misses and runs its migrations in place on opening, so an older MLflow's database would be
-    upgraded silently (and left half-upgraded by a kill), the repair :func:`ensure_schema` refuses to make.
+    ``busy_s``: the wait for another process's lock on it (sqlite's 5 s by default). For a client about to write
+    into a database that registration did not just check: MLflow's client adds the tables it misses and runs its
+    migrations in place on opening, so an older MLflow's database would be upgraded silently (and left
+    half-upgraded by a kill), the repair :func:`ensure_schema` refuses to make.
 
     Raises:
         RegistrySchemaError: the file holds an incomplete, older or newer schema.
@@ -89,7 +89,7 @@ def check_schema(uri: str) -> None:
         return
     if not os.path.isfile(path):
         raise RegistryError(f"MLflow database {path} ({uri}) does not exist; expected the database to write into")
-    _check_complete(path, uri)
+    _check_complete(path, uri, busy_s)
 
 
 def create_template(path: str) -> None:
@@ -144,7 +144,7 @@ def _remove_dead_attempts(path: str) -> None:
             os.unlink(stale)
 
 
-def _read_only(path: str) -> sqlalchemy.Engine:
+def _read_only(path: str, busy_s: float = 5.0) -> sqlalchemy.Engine:
     """An engine that cannot create the file, for checks that write nothing.
 
     Opened read-write (``mode=rw``), not read-only: a writer killed mid-transaction leaves a hot journal
@@ -155,7 +155,8 @@ def _read_only(path: str) -> sqlalchemy.Engine:
     import sqlalchemy
 
     return sqlalchemy.create_engine(
-        "sqlite://", creator=lambda: sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=rw", uri=True)
+        "sqlite://",
+        creator=lambda: sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=rw", uri=True, timeout=busy_s),
     )
 
 
@@ -223,10 +224,10 @@ def _alembic_config(url: str) -> Config:
     return config
 
 
-def _check_complete(path: str, uri: str) -> None:
+def _check_complete(path: str, uri: str, busy_s: float = 5.0) -> None:
     import sqlalchemy
 
-    engine = _read_only(path)
+    engine = _read_only(path, busy_s)
     try:
         problems = _problems(engine)
         if not problems:
