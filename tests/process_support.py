@@ -7,17 +7,23 @@ interpreter's imports. A test that proves bytes do not depend on the process sta
 instead (``spawn``): forks of one server share its hash seed.
 
 The server is started once per worker, with the first use's preload: the list is one constant so that
-whichever test starts it, every later one finds its modules imported.
+whichever test starts it, every later one finds its modules imported. Python 3.11's server is handed the
+parent's sys.path but never sets it (forkserver.main drops it), and it ignores a preload that does not import:
+it is started with this folder on its PYTHONPATH, else under pytest (run from the repository root) it found
+none of them and every fork imported them itself (0.55 CPU s each, torch more) as it unpickled its target.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
+import os
 from collections.abc import Iterable
 from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 
 PRELOAD = ("test_chain_support", "serving_support")
+TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def process_context(*, fresh: bool = False) -> ForkServerContext | SpawnContext:
@@ -26,7 +32,21 @@ def process_context(*, fresh: bool = False) -> ForkServerContext | SpawnContext:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
+    _ensure_server()
     return context
+
+
+def _ensure_server() -> None:
+    """Start the fork server (if it is not running) with this folder on its PYTHONPATH, then restore ours."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, before) if p)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def reap(processes: Iterable[BaseProcess], timeout: float) -> None:

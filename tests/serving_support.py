@@ -21,6 +21,7 @@ from ml8s.serving import DeltaConsumer, DeltaProducer, FollowOptions, follow
 from ml8s.store import open_store
 
 REPO = Path(__file__).resolve().parent.parent
+IMPORTED_IN = os.getpid()  # a fork of the warm server finds the server's pid here (test_process_support.py)
 STORM_POLICY = RetryPolicy(max_attempts=200, base_delay_s=0.02, max_delay_s=0.5, deadline_s=300)
 
 

@@ -6,13 +6,15 @@ Worker functions live here, at module level, so spawned processes can import the
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from process_support import process_context, reap
+from process_support import PRELOAD, process_context, reap
 from s3_servers import RadosGW, S3Endpoint
 
 from ml8s.chain import ChainStore, ChainVersion, CommitMeta, RetryPolicy, paths
@@ -22,6 +24,7 @@ from ml8s.chain.wire import content_hash_txt, encode_block, head_json, make_bloc
 from ml8s.store import LocalStore, ObjectInfo, S3Store, Store, Versioned, WriteResult
 
 CHAIN = "line"
+IMPORTED_IN = os.getpid()  # a fork of the warm server finds the server's pid here (test_process_support.py)
 FAST = RetryPolicy(max_attempts=400, base_delay_s=0.02, max_delay_s=0.5)
 
 # A store named by plain data, so it can be handed to a spawned process: ("local", root) or ("s3", uri, env).
@@ -252,3 +255,11 @@ def spawn_all(
             yield results.get(timeout=timeout)
     finally:
         reap(procs, timeout=30)
+
+
+def preload_worker(barrier: Any, results: Any) -> None:
+    """Report, per module the fork server preloads, the pid of the process that imported it (None: not imported)."""
+    barrier.wait()
+    results.put(
+        (os.getpid(), os.getppid(), {name: getattr(sys.modules.get(name), "IMPORTED_IN", None) for name in PRELOAD})
+    )
