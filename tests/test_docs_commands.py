@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import pytest
 from cli_support import ml8s_many
-from forked_cli import forked_ml8s
+from forked_cli import forked_ml8s, forked_pyflyte
 
 from ml8s.cli import build_parser
 
@@ -194,7 +194,6 @@ def test_version_flag() -> None:
 # a ``sh`` block) has the structure of what its command prints: the same JSON keys, the same CSV header, the
 # same leading words of each line (check names, table headers), ids and numbers aside.
 
-_PYFLYTE = Path(sys.executable).with_name("pyflyte")
 _SAMPLE_IDS = ("RUN_ID", "da6dc9ed8d94", "a17d99f43cb1", "a3f9b7b28946")
 # Commands that would run for ever, train, or need what a test root has none of (keys, a second version, a
 # collision); each is still checked against the parser above.
@@ -228,8 +227,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("FLYTE")}
     env.update(HOME=str(base), TMPDIR=str(base / "tmp"), PIPELINE_ROOT_URI=str(root), COLUMNS="200")
     env.update(DATA_ROOT=str(data), TARGET_COLUMN="churned", EPOCHS="2", HIDDEN_UNITS="8", BATCH_SIZE="64")
-    cmd = [str(_PYFLYTE), "run", "workflows/training.py", "training_pipeline"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    # A fork of the warm server (forked_cli) runs pyflyte's console script as `pyflyte run` does, without
+    # another interpreter start and its imports of torch and MLflow.
+    done = forked_pyflyte(["run", "workflows/training.py", "training_pipeline"], env, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     run_id = json.loads(done.stdout)["run_id"]
     (base / "rows.csv").write_text(
