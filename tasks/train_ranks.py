@@ -32,8 +32,9 @@ def _ranks(world: int, gpu: bool) -> dict[str, Any]:
     """The task settings of a ``world``-rank training: torch elastic on one node, a core (and a GPU) per rank."""
     gpus = {"gpu": str(world)} if gpu else {}
     return dict(
-        # NCCL between the GPUs of one pod uses /dev/shm; gloo on CPUs does not need it
-        task_config=Elastic(nnodes=1, nproc_per_node=world, increase_shared_mem=False),
+        # NCCL between the GPUs of one pod uses /dev/shm; gloo on CPUs does not need it. The agent sleeps
+        # monitor_interval between looks at its ranks: flytekit's 5 s kept each run up to 5 s after they ended.
+        task_config=Elastic(nnodes=1, nproc_per_node=world, increase_shared_mem=False, monitor_interval=1),
         shared_memory=gpu,
         container_image="{{.image.train}}",
         cache=COMPUTE_CACHE,

@@ -279,3 +279,11 @@ def test_a_rank_variable_that_is_no_ascii_number_is_a_rank_error(value: str) -> 
     env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": value}
     with pytest.raises(RankError, match=r"WORLD_SIZE=.* expected a non-negative integer"):
         RankEnv.from_env(env)
+
+
+def test_the_elastic_agent_looks_at_its_ranks_every_second() -> None:
+    """flytekit's Elastic default (monitor_interval=5) kept the agent asleep up to 5 s after the ranks ended."""
+    from tasks import train_ranks
+
+    tasks = [getattr(train_ranks, f"train_{d}_ranks_{n}") for d in ("cpu", "gpu") for n in (2, 4, 8)]
+    assert {t.task_config.monitor_interval for t in tasks} == {1}
