@@ -18,7 +18,8 @@ from conftest import write_small_churn
 REPO = Path(__file__).resolve().parent.parent
 
 # One process: the compute tasks' inputs as flytekit's type engine turns them into literals, and the local
-# cache key flytekit derives from them (the cluster's catalog hashes the same deterministic literal bytes).
+# cache key flytekit derives from them (the cluster's catalog hashes the same deterministic literal bytes), for
+# each of the environments it is given (a process per environment started flytekit and ml8s again each time).
 _KEY_PROBE = """
 import hashlib, json, sys
 from flytekit import FlyteContextManager
@@ -31,30 +32,33 @@ from ml8s.context.run import RunSpec
 from ml8s.training.summary import TrainSummary
 
 ctx = FlyteContextManager.current_context()
-spec = bootstrap(json.loads(sys.argv[1])).spec
-summary = TrainSummary(
-    spec=ModelSpec(model_type="mlp", n_features=7, n_classes=2, hidden_units=64, hidden_layers=2),
-    architecture="mlp[7-64-64-2]", parameter_count=4802, classes=("no", "yes"),
-    feature_names=tuple(f"f{i}" for i in range(7)), epoch_losses=(0.6931471805599453, 0.1, 1e-07),
-    train_rows=480, test_rows=120,
-)
-out = {}
-for name, value, kind in (("spec", spec, RunSpec), ("summary", summary, TrainSummary)):
-    literal = TypeEngine.to_literal(ctx, value, kind, TypeEngine.to_literal_type(kind))
-    assert TypeEngine.to_python_value(ctx, literal, kind) == value, name  # the task gets back what was sent
-    data = literal.to_flyte_idl().SerializeToString(deterministic=True)
-    out[name] = hashlib.sha256(data).hexdigest()
-    out[name + "_key"] = _calculate_cache_key(f"tasks.{name}", "v1", LiteralMap({name: literal}))
-print(json.dumps(out))
+outs = []
+for env in json.loads(sys.argv[1]):
+  spec = bootstrap(env).spec
+  summary = TrainSummary(
+      spec=ModelSpec(model_type="mlp", n_features=7, n_classes=2, hidden_units=64, hidden_layers=2),
+      architecture="mlp[7-64-64-2]", parameter_count=4802, classes=("no", "yes"),
+      feature_names=tuple(f"f{i}" for i in range(7)), epoch_losses=(0.6931471805599453, 0.1, 1e-07),
+      train_rows=480, test_rows=120,
+  )
+  out = {}
+  for name, value, kind in (("spec", spec, RunSpec), ("summary", summary, TrainSummary)):
+      literal = TypeEngine.to_literal(ctx, value, kind, TypeEngine.to_literal_type(kind))
+      assert TypeEngine.to_python_value(ctx, literal, kind) == value, name  # the task gets back what was sent
+      data = literal.to_flyte_idl().SerializeToString(deterministic=True)
+      out[name] = hashlib.sha256(data).hexdigest()
+      out[name + "_key"] = _calculate_cache_key(f"tasks.{name}", "v1", LiteralMap({name: literal}))
+  outs.append(out)
+print(json.dumps(outs))
 """
 
 
-def _keys(env: dict[str, str], hash_seed: str) -> dict[str, str]:
-    """The literal digests and cache keys computed in a fresh process (its own hash seed)."""
+def _keys(hash_seed: str, *envs: dict[str, str]) -> list[dict[str, str]]:
+    """The literal digests and cache keys of each environment, computed in one fresh process (its own hash seed)."""
     run_env = {k: v for k, v in os.environ.items() if k not in ("FORCE_RERUN", "STRICT_DATA_IDENTITY")}
-    run_env.update(PYTHONHASHSEED=hash_seed, HOME=env["HOME"])
+    run_env.update(PYTHONHASHSEED=hash_seed, HOME=envs[0]["HOME"])
     done = subprocess.run(
-        [sys.executable, "-c", _KEY_PROBE, json.dumps(env)],
+        [sys.executable, "-c", _KEY_PROBE, json.dumps(envs)],
         cwd=REPO,
         env=run_env,
         capture_output=True,
@@ -62,7 +66,8 @@ def _keys(env: dict[str, str], hash_seed: str) -> dict[str, str]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    keys: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    keys: list[dict[str, str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(keys) == len(envs), keys
     return keys
 
 
@@ -71,15 +76,20 @@ def test_compute_task_inputs_have_one_cache_key_in_every_process(tmp_path: Path)
     processes with different hash seeds, and under another pipeline root (no platform setting is in the key)."""
     data = write_small_churn(tmp_path / "data", rows=60)
     env = {"DATA_ROOT": str(data), "TARGET_COLUMN": "churned", "EPOCHS": "2", "HOME": str(tmp_path)}
-    first = _keys({**env, "PIPELINE_ROOT_URI": str(tmp_path / "a")}, "1")
-    second = _keys({**env, "PIPELINE_ROOT_URI": str(tmp_path / "a")}, "2")
-    other_root = _keys({**env, "PIPELINE_ROOT_URI": str(tmp_path / "b"), "MLFLOW_MODEL_NAME": "other"}, "3")
+    # the configurations compared with the first are computed in its process: three processes, not six
+    first, epochs_3, *forced = _keys(
+        "1",
+        {**env, "PIPELINE_ROOT_URI": str(tmp_path / "a")},
+        {**env, "EPOCHS": "3"},
+        *[{**env, "FORCE_RERUN": "true"}] * 2,
+    )
+    (second,) = _keys("2", {**env, "PIPELINE_ROOT_URI": str(tmp_path / "a")})
+    (other_root,) = _keys("3", {**env, "PIPELINE_ROOT_URI": str(tmp_path / "b"), "MLFLOW_MODEL_NAME": "other"})
     assert first == second == other_root
     # The key does depend on the configuration.
-    assert _keys({**env, "EPOCHS": "3"}, "1")["spec_key"] != first["spec_key"]
+    assert epochs_3["spec_key"] != first["spec_key"]
     # A forced run's key matches no other run's, forced or not: no cache can answer for it.
-    forced = [_keys({**env, "FORCE_RERUN": "true"}, "1")["spec_key"] for _ in range(2)]
-    assert len({first["spec_key"], *forced}) == 3
+    assert len({first["spec_key"], *(f["spec_key"] for f in forced)}) == 3
 
 
 # Text, exactly as the environment holds it: paths, names, comma lists, a version number or a block hash.
