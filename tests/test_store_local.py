@@ -92,9 +92,9 @@ def test_tmp_file_changed_before_the_rename_is_caught(tmp_path: Path, monkeypatc
     ]
 
     def then_damage(real: Callable[[str, Any], tuple[str, int]]) -> Callable[[str, Any], tuple[str, int]]:
-        def write(path: str, source: Any) -> tuple[str, int]:
-            result = real(path, source)
-            damage[0](path)
+        def write(target: Any, source: Any) -> tuple[str, int]:
+            result = real(target, source)
+            damage[0](target.path)
             return result
 
         return write
@@ -313,10 +313,11 @@ def test_conditional_writes_stage_under_the_root_tmp(tmp_path: Path, monkeypatch
     moves: list[tuple[str, list[str]]] = []
     real_link, real_replace = os.link, os.replace
 
-    def watch(real: Callable[[str, str], None]) -> Callable[[str, str], None]:
-        def move(src: str, dst: str) -> None:
-            moves.append((os.path.dirname(src), sorted(os.listdir(os.path.dirname(dst)))))
-            real(src, dst)
+    def watch(real: Callable[..., None]) -> Callable[..., None]:
+        def move(src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int, **kwargs: bool) -> None:
+            # relative to the directories walked (ml8s/store/_tree.py): where the source is, what the target's holds
+            moves.append((os.readlink(f"/proc/self/fd/{src_dir_fd}"), sorted(os.listdir(dst_dir_fd))))
+            real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, **kwargs)
 
         return move
 

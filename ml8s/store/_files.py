@@ -8,17 +8,17 @@ import functools
 import hashlib
 import io
 import os
+import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO
 
-from ml8s.errors import NotFoundError, StoreError
-from ml8s.store._safe import open_regular
+from ml8s.errors import NotFoundError, StoreError, UnsafeObjectError
+from ml8s.store._safe import kind, open_regular
+from ml8s.store._tree import Slot
 
 _CHUNK = 1024 * 1024  # fits the L2 cache: read, write and hash touch it there (4 MiB measured slower)
 _WRITEBACK = 32 * 1024 * 1024  # bytes written between two starts of their writeback (start_writeback)
-_DIR_ATTEMPTS = 20  # a directory removed under a writer by concurrent deletes is recreated this often
-_T = TypeVar("_T")
 
 
 def open_source(path: str, what: str) -> io.FileIO:
@@ -28,22 +28,21 @@ def open_source(path: str, what: str) -> io.FileIO:
         raise StoreError(f"cannot read {what}: {exc.strerror or exc}") from exc
 
 
-def write_file(path: str, data: bytes) -> tuple[str, int]:
-    """Write ``data`` to ``path`` (created fresh) and fsync it.
+def write_file(target: Slot, data: bytes) -> tuple[str, int]:
+    """Write ``data`` to ``target`` (created fresh, :func:`create`) and fsync it.
 
     Returns (sha256, size) of the bytes written, hashed once, from the same buffers that were written.
     """
-    with _writing(path):
-        handle = in_fresh_dir(path, lambda: open(path, "wb"))
-        with handle:
+    with _writing(target):
+        with open(create(target, 0o666), "wb", closefd=True) as handle:
             digest, size = _write_hashed(handle, data)
             handle.flush()
             os.fsync(handle.fileno())  # durable before a link or rename names it: no named, empty file after a crash
     return digest, size
 
 
-def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
-    """Copy ``source`` (an open file, read to its end) to ``path`` (created fresh), fsync it; (sha256, size)
+def copy_hashed(target: Slot | str, source: io.FileIO) -> tuple[str, int]:
+    """Copy ``source`` (an open file, read to its end) to ``target`` (created fresh), fsync it; (sha256, size)
     of the bytes written, hashed from the very buffers written.
 
     Two buffers take turns: a second thread hashes one (hashlib releases the GIL) while the next is read
@@ -54,8 +53,8 @@ def copy_hashed(path: str, source: io.FileIO) -> tuple[str, int]:
     buffers = [memoryview(bytearray(_CHUNK)) for _ in range(2)]
     hashed: list[Future[None] | None] = [None, None]
     size = turn = started = 0
-    with _writing(path):
-        handle = in_fresh_dir(path, lambda: open(path, "wb", buffering=0))
+    with _writing(target):
+        handle = open(create(target, 0o666), "wb", buffering=0, closefd=True)
         with handle, ThreadPoolExecutor(1, thread_name_prefix="ml8s-hash") as pool:
             while True:
                 if (previous := hashed[turn]) is not None:
@@ -91,14 +90,14 @@ class StagedWriter:
     caller's source.
     """
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        with _writing(path):
-            self.fd = in_fresh_dir(path, lambda: os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+    def __init__(self, target: Slot) -> None:
+        self.target, self.path = target, target.path
+        with _writing(target):
+            self.fd = create(target, 0o644, os.O_RDWR)
         self.size = self._started = 0
 
     def write(self, chunk: memoryview) -> None:
-        with _writing(self.path, remove=False):
+        with _writing(self.target, remove=False):
             done = 0
             while done < len(chunk):  # a write may be short (a signal): go on from there
                 done += os.write(self.fd, chunk[done:])
@@ -132,16 +131,18 @@ _SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h> SYNC_FILE_RANGE_WRITE: start writeback o
 
 
 @contextlib.contextmanager
-def _writing(path: str, *, remove: bool = True) -> Iterator[None]:
-    """An OSError while writing ``path`` removes the partial file (unless its owner does) and becomes a
-    StoreError (ENOSPC named)."""
+def _writing(target: Slot | str, *, remove: bool = True) -> Iterator[None]:
+    """An OSError while writing ``target`` removes the partial file (unless its owner does) and becomes a
+    StoreError (ENOSPC named); a refused directory (UnsafeObjectError) is one already."""
     try:
         yield
+    except StoreError:
+        raise
     except OSError as exc:
         if remove:
             with contextlib.suppress(OSError):
-                os.unlink(path)
-        raise write_error(path, exc) from exc
+                target.unlink() if isinstance(target, Slot) else os.unlink(target)
+        raise write_error(target if isinstance(target, str) else target.path, exc) from exc
 
 
 def write_error(path: str, exc: OSError) -> StoreError:
@@ -161,52 +162,46 @@ def _write_hashed(out: BinaryIO, data: bytes) -> tuple[str, int]:
     return digest.hexdigest(), len(view)
 
 
-def in_fresh_dir(path: str, action: Callable[[], _T], source: str | None = None) -> _T:
-    """``action`` (which creates ``path``, from ``source`` if given) after creating its directory; again if a
-    concurrent delete pruned the directory in between (ENOENT while ``source``, if any, still exists)."""
-    directory = os.path.dirname(path)
-    for attempt in range(1, _DIR_ATTEMPTS + 1):
+def create(target: Slot | str, mode: int, flags: int = os.O_WRONLY) -> int:
+    """A descriptor of a new file at ``target``. In the store (a Slot) always a fresh file, created ``O_EXCL``
+    relative to its walked directory: what a crashed writer left at that tmp name, or anything planted there (a
+    link, a FIFO), is unlinked first, never opened. A plain path (a download's) is truncated, its directory made."""
+    if isinstance(target, str):
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        return os.open(target, flags | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    fresh = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+    def make(dir_fd: int) -> int:
         try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            # EEXIST/ENOENT: a concurrent delete removed a directory of the path while it was being created
-            if attempt < _DIR_ATTEMPTS and isinstance(exc, (FileExistsError, FileNotFoundError)):
-                continue
-            raise StoreError(f"cannot create directory {directory}: {exc.strerror or exc}") from exc
-        try:
-            return action()
-        except FileNotFoundError:
-            if attempt == _DIR_ATTEMPTS or (source is not None and not os.path.exists(source)):
-                raise
-    raise AssertionError("unreachable")
+            return os.open(target.name, fresh, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            os.unlink(target.name, dir_fd=dir_fd)
+            return os.open(target.name, fresh, mode, dir_fd=dir_fd)
+
+    return target.retry(make)
 
 
-def into_dir(source: str, final: str, move: Callable[[str, str], None]) -> None:
-    """Link or rename the staged ``source`` to ``final``; OS failures but an existing target become StoreError."""
+def sha256_or_none(target: Slot) -> str | None:
+    """sha256 of the regular file at ``target``, None when absent; a link, FIFO or device there (or a link on the
+    way) is UnsafeObjectError (never followed, never waited on: the compare-and-swap holds a lock meanwhile)."""
     try:
-        in_fresh_dir(final, lambda: move(source, final), source)
-    except FileExistsError:
-        raise
-    except OSError as exc:
-        raise StoreError(f"cannot move {source} to {final}: {exc.strerror or exc}") from exc
-
-
-def sha256_or_none(path: str) -> str | None:
-    """sha256 of the regular file ``path``, None when absent; a link, FIFO or device there is
-    UnsafeObjectError (never followed, never waited on: the compare-and-swap holds a lock meanwhile)."""
-    try:
-        fd = open_regular(path, path, nofollow=True)
-    except NotFoundError:
+        fd = open_regular(target.name, target.path, nofollow=True, dir_fd=target.dir_fd(create=False))
+    except (NotFoundError, FileNotFoundError):
         return None
     with os.fdopen(fd, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def size_or_none(path: str) -> int | None:
+def size_or_none(target: Slot) -> int | None:
+    """The size of the regular file at ``target`` (nothing followed), None when absent; UnsafeObjectError when it
+    is no regular file."""
     try:
-        return os.stat(path).st_size
+        info = os.stat(target.name, dir_fd=target.dir_fd(create=False), follow_symlinks=False)
     except FileNotFoundError:
         return None
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeObjectError(f"{target.path}: {kind(info.st_mode)}; expected the regular file written (not used)")
+    return info.st_size
 
 
 def fsync_dir(directory: str) -> None:

@@ -45,10 +45,11 @@ def kind(mode: int) -> str:
     return "no regular file"
 
 
-def open_regular(path: str, uri: str, *, nofollow: bool) -> int:
-    """A descriptor of the regular file at ``path``; NotFoundError, UnsafeObjectError or StoreError otherwise."""
+def open_regular(path: str, uri: str, *, nofollow: bool, dir_fd: int | None = None) -> int:
+    """A descriptor of the regular file at ``path`` (relative to ``dir_fd`` if given); NotFoundError,
+    UnsafeObjectError or StoreError otherwise."""
     try:
-        fd = os.open(path, _READ_FLAGS | (os.O_NOFOLLOW if nofollow else 0))
+        fd = os.open(path, _READ_FLAGS | (os.O_NOFOLLOW if nofollow else 0), dir_fd=dir_fd)
     except FileNotFoundError as exc:
         raise NotFoundError(f"{uri} does not exist") from exc
     except OSError as exc:

@@ -10,7 +10,9 @@ and checks that hash against the caller's (the source may have changed since).
 Conditional writes stage their bytes under the root's ``.tmp/`` (never beside the target, where a listing
 would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the store root must be one
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
-directory that a concurrent delete removed under them.
+directory that a concurrent delete removed under them. Every write (tmp file, lock, link, rename, fsync) works
+relative to directories opened from the root one at a time without following a link (``_tree``): a directory a
+store writer replaced by a link is refused, UnsafeObjectError and nothing written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import contextlib
 import hashlib
 import os
 import secrets
-import stat
 from collections.abc import Iterator
 
 from ml8s.errors import (
@@ -28,20 +29,11 @@ from ml8s.errors import (
     PreconditionFailedError,
     RetryableStoreError,
     StoreError,
-    UnsafeObjectError,
 )
-from ml8s.locks import path_lock
-from ml8s.store._files import (
-    StagedWriter,
-    copy_hashed,
-    fsync_dir,
-    into_dir,
-    open_source,
-    sha256_or_none,
-    size_or_none,
-    write_file,
-)
-from ml8s.store._safe import irregular, kind, open_regular, read_regular, unlink_nofollow
+from ml8s.locks import lock_at
+from ml8s.store._files import StagedWriter, copy_hashed, open_source, sha256_or_none, size_or_none, write_file
+from ml8s.store._safe import irregular, open_regular, read_regular, unlink_nofollow
+from ml8s.store._tree import Slot, Tree, hard_link, move
 from ml8s.store._walk import link, walk
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 
@@ -56,17 +48,18 @@ class LocalStore(Store):
         self.root = os.path.normpath(os.path.abspath(root))
         self.root_uri = "file://" + self.root
 
-    # -- writes ---------------------------------------------------------------------------------
+    # -- writes (each walks its directories from the root, never through a link: _tree) ------------
     def put_atomic(self, key: str, data: bytes, *, tmp_key: str) -> WriteResult:
-        tmp = self._path(tmp_key)
-        digest, size = write_file(tmp, data)
-        return self._move(key, tmp, tmp_key, digest, size)
+        with self._tree() as tree:
+            tmp = self._slot(tree, tmp_key)
+            digest, size = write_file(tmp, data)
+            return self._move(tree, key, tmp, tmp_key, digest, size)
 
     def put_file_atomic(self, key: str, path: str, *, tmp_key: str) -> WriteResult:
-        tmp = self._path(tmp_key)
-        with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
+        with self._tree() as tree, open_source(path, f"{path} to store it at {self.uri(key)}") as source:
+            tmp = self._slot(tree, tmp_key)
             digest, size = copy_hashed(tmp, source)
-        return self._move(key, tmp, tmp_key, digest, size)
+            return self._move(tree, key, tmp, tmp_key, digest, size)
 
     def put_file_expecting(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
         """A copy of ``path`` hashed from the buffers written (``copy_hashed``: one pass, the hash in a second
@@ -77,82 +70,92 @@ class LocalStore(Store):
         nothing at ``key``. The tmp file is not read back (module docstring): that re-read would come from
         the page cache and prove only what hashing the written buffers proves.
         """
-        tmp = self._path(tmp_key)
-        with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
-            digest, copied = copy_hashed(tmp, source)
-        if (digest, copied) != (sha256, size):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise IntegrityError(
-                f"{self.uri(key)}: copied {copied} bytes sha256 {digest} from {path}, expected {size} bytes sha256 "
-                f"{sha256}: the file changed since it was hashed"
-            )
-        return self._move(key, tmp, tmp_key, digest, copied)
+        with self._tree() as tree:
+            tmp = self._slot(tree, tmp_key)
+            with open_source(path, f"{path} to store it at {self.uri(key)}") as source:
+                digest, copied = copy_hashed(tmp, source)
+            if (digest, copied) != (sha256, size):
+                tmp.unlink()
+                raise IntegrityError(
+                    f"{self.uri(key)}: copied {copied} bytes sha256 {digest} from {path}, expected {size} bytes "
+                    f"sha256 {sha256}: the file changed since it was hashed"
+                )
+            return self._move(tree, key, tmp, tmp_key, digest, copied)
 
     @contextlib.contextmanager
     def stage(self, tmp_key: str) -> Iterator[StagedWriter]:
         """A fresh file at ``tmp_key`` for a caller to write and hash buffer by buffer (``StagedWriter``), then
         hand to :meth:`put_staged`; removed if the block raises, kept otherwise (its owner deletes it)."""
-        writer = StagedWriter(self._path(tmp_key))
-        try:
-            yield writer
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(writer.path)
-            raise
-        finally:
-            os.close(writer.fd)
+        with self._tree() as tree:
+            writer = StagedWriter(self._slot(tree, tmp_key))
+            try:
+                yield writer
+            except BaseException:
+                writer.target.unlink()
+                raise
+            finally:
+                os.close(writer.fd)
 
     def put_staged(self, key: str, path: str, *, tmp_key: str, sha256: str, size: int) -> WriteResult:
         """A file :meth:`stage` wrote (hashed from the buffers written) into place without a copy: fsync, a
         hard link at ``tmp_key`` renamed over ``key``, then the directory fsynced (a crash leaves the old
         ``key`` or the whole new file). The staged file stays, for a retry or a restore to link
         again. Its size is checked first (truncated since: IntegrityError); a path outside the root is copied."""
-        if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
+        rel = os.path.relpath(os.path.abspath(path), self.root)
+        if rel == os.curdir or rel.split(os.sep)[0] == os.pardir:
             return self.put_file_expecting(key, path, tmp_key=tmp_key, sha256=sha256, size=size)
-        found = size_or_none(path)
-        if found is None:
-            raise StoreError(f"{path} vanished: staged for {self.uri(key)}, then deleted by someone else (a cleanup?)")
-        if found != size:
-            raise IntegrityError(f"{path}: staged {size} bytes sha256 {sha256} for {self.uri(key)}, found {found}")
-        try:  # the staged bytes are durable before any name of them is (an fsync on any descriptor does)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StoreError(f"cannot fsync {path} (staged for {self.uri(key)}): {exc.strerror or exc}") from exc
-        tmp = self._path(tmp_key)
-        into_dir(path, tmp, os.link)
-        return self._into_place(key, tmp, size, sha256)
+        with self._tree() as tree:
+            staged = self._slot(tree, rel.replace(os.sep, "/"))
+            found = size_or_none(staged)
+            if found is None:
+                raise StoreError(
+                    f"{path} vanished: staged for {self.uri(key)}, then deleted by someone else (a cleanup?)"
+                )
+            if found != size:
+                raise IntegrityError(f"{path}: staged {size} bytes sha256 {sha256} for {self.uri(key)}, found {found}")
+            try:  # the staged bytes are durable before any name of them is (an fsync on any descriptor does)
+                fd = open_regular(staged.name, path, nofollow=True, dir_fd=staged.dir_fd(create=False))
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise StoreError(f"cannot fsync {path} (staged for {self.uri(key)}): {exc.strerror or exc}") from exc
+            tmp = self._slot(tree, tmp_key)
+            tmp.unlink()  # a crashed writer's link of that name: replaced, as a tmp file written there would be
+            move(staged, tmp, hard_link)
+            return self._into_place(tree, key, tmp, size, sha256)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        final = self._path(key)
-        tmp = self._scratch(final)
-        write_file(tmp, data)
-        try:
-            into_dir(tmp, final, os.link)  # atomic create-if-absent, unlike rename
-        except FileExistsError:
-            return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        fsync_dir(os.path.dirname(final))  # the new name survives a crash before the caller goes on
+        with self._tree() as tree:
+            final = self._slot(tree, key)
+            tmp = self._scratch(tree, key, final)
+            write_file(tmp, data)
+            try:
+                move(tmp, final, hard_link)  # atomic create-if-absent, unlike rename
+            except FileExistsError:
+                return False
+            finally:
+                tmp.unlink()
+            os.fsync(final.dir_fd())  # the new name survives a crash before the caller goes on
         return True
 
     def put_if_match(self, key: str, data: bytes, token: str | None) -> str:
-        final = self._path(key)
-        with self._lock(key):
+        with self._tree() as tree, self._lock(tree, key):
+            final = self._slot(tree, key)
             current = sha256_or_none(final)
             if current != token:
                 raise PreconditionFailedError(
                     f"{self.uri(key)} changed: expected version {token or '<absent>'}, found {current or '<absent>'}"
                 )
-            tmp = self._scratch(final)
+            tmp = self._scratch(tree, key, final)
             digest, _ = write_file(tmp, data)
-            into_dir(tmp, final, os.replace)
-            fsync_dir(os.path.dirname(final))  # the swap is durable before the caller reports it
+            try:
+                move(tmp, final, os.replace)
+            except BaseException:
+                tmp.unlink()
+                raise
+            os.fsync(final.dir_fd())  # the swap is durable before the caller reports it
         return digest
 
     def delete(self, key: str) -> None:
@@ -242,38 +245,34 @@ class LocalStore(Store):
             raise StoreError(f"invalid key {key!r}: '.' and '..' are not allowed")
         return os.path.join(self.root, *parts)
 
-    def _scratch(self, final: str) -> str:
-        """A fresh file name under the root's ``.tmp/`` for staging a conditional write to ``final``; UnsafeObjectError
-        when ``.tmp`` is a link (a write staged through it would land, and be left on a crash, wherever it points)."""
-        directory = self._own_directory(TMP_DIR, f"stage a write to {final}", "staging directory")
-        name = f"{os.path.basename(final)[:64]}.{os.getpid()}.{secrets.token_hex(8)}.new"
-        return os.path.join(directory, name)
+    def _tree(self) -> Tree:
+        return Tree(self.root, self.uri)
 
-    def _own_directory(self, name: str, doing: str, what: str) -> str:
-        """The path of the root's directory ``name`` (``.tmp``, ``.ml8s-locks``); UnsafeObjectError when it is a link
-        or not a directory: files made through a link land, and stay, wherever it points."""
-        directory = os.path.join(self.root, name)
-        with contextlib.suppress(FileNotFoundError):
-            if not stat.S_ISDIR(mode := os.lstat(directory).st_mode):
-                found = "a regular file" if stat.S_ISREG(mode) else kind(mode)
-                raise UnsafeObjectError(
-                    f"cannot {doing} under {self.uri(name)}: {found}; expected the store's {what} (nothing "
-                    "written): check what it is and remove it by hand"
-                )
-        return directory
+    def _slot(self, tree: Tree, key: str) -> Slot:
+        path = self._path(key)
+        parts = tuple(path.removeprefix(self.root).split(os.sep)[1:])
+        if not parts:
+            raise StoreError(f"cannot write {self.uri(key)}: the store's root; expected a key under it")
+        return Slot(tree, parts[:-1], parts[-1], path, f"write {self.uri(key)}", "a directory")
 
-    def _move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
+    def _scratch(self, tree: Tree, key: str, final: Slot) -> Slot:
+        """A fresh file under the root's ``.tmp/`` for staging a conditional write to ``final`` (a link there is
+        refused: a write staged through it would land, and be left on a crash, wherever it points)."""
+        name = f"{final.name[:64]}.{os.getpid()}.{secrets.token_hex(8)}.new"
+        path, doing = os.path.join(self.root, TMP_DIR, name), f"stage a write to {self.uri(key)}"
+        return Slot(tree, (TMP_DIR,), name, path, doing, "the store's staging directory")
+
+    def _move(self, tree: Tree, key: str, tmp: Slot, tmp_key: str, digest: str, size: int) -> WriteResult:
         """Move the fsynced tmp file, hashed while written, to ``key`` if it still has the size written."""
         found = size_or_none(tmp)
         if found is None:  # nobody but a cleanup deletes a staged file: say so, not "the file changed"
             raise self._vanished(key, tmp_key)
         if found != size:  # truncated or replaced by someone else since we wrote it
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            tmp.unlink()
             raise IntegrityError(
                 f"{self.uri(tmp_key)}: wrote {size} bytes sha256 {digest}, found {found} bytes before the rename"
             )
-        return self._into_place(key, tmp, size, digest)
+        return self._into_place(tree, key, tmp, size, digest)
 
     def _vanished(self, key: str, tmp_key: str) -> RetryableStoreError:
         return RetryableStoreError(
@@ -281,25 +280,26 @@ class LocalStore(Store):
             "someone else (a tmp-cleanup or GC judging age by a clock ahead of the store's?); retrying is safe"
         )
 
-    def _into_place(self, key: str, tmp: str, size: int, digest: str) -> WriteResult:
-        final = self._path(key)
-        into_dir(tmp, final, os.replace)
-        fsync_dir(os.path.dirname(final))  # the rename survives a crash before anything names it
+    def _into_place(self, tree: Tree, key: str, tmp: Slot, size: int, digest: str) -> WriteResult:
+        final = self._slot(tree, key)
+        try:
+            move(tmp, final, os.replace)
+        except BaseException:
+            tmp.unlink()  # refused or failed: nothing of this write is left, in the store or out of it
+            raise
+        os.fsync(final.dir_fd())  # the rename survives a crash before anything names it
         return WriteResult(key=key, size=size, sha256=digest)
 
     @contextlib.contextmanager
-    def _lock(self, key: str) -> Iterator[None]:
+    def _lock(self, tree: Tree, key: str) -> Iterator[None]:
         name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock"
-        path = os.path.join(self._own_directory(LOCK_DIR, f"lock {self.uri(key)}", "lock directory"), name)
-        lock = path_lock(path)
-        try:
-            lock.acquire()
-        except OSError as exc:  # a symbolic link planted there (ELOOP) is refused, never followed
-            raise StoreError(
-                f"cannot lock {self.uri(key)}: {path}: {exc.strerror or exc}; expected a writable store root "
-                f"whose {LOCK_DIR}/ holds regular files"
-            ) from exc
-        try:
+        locks = tree.directory((LOCK_DIR,), f"lock {self.uri(key)}", "the store's lock directory")
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(lock_at(locks, name))
+            except OSError as exc:  # a symbolic link planted there (ELOOP) is refused, never followed
+                raise StoreError(
+                    f"cannot lock {self.uri(key)}: {os.path.join(self.root, LOCK_DIR, name)}: {exc.strerror or exc}; "
+                    f"expected a writable store root whose {LOCK_DIR}/ holds regular files"
+                ) from exc
             yield
-        finally:
-            lock.release()
