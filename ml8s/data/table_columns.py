@@ -86,16 +86,24 @@ def readable(kind: pa.DataType) -> bool:
         pa.types.is_integer(kind)
         or pa.types.is_floating(kind)
         or pa.types.is_boolean(kind)
-        or pa.types.is_decimal(kind)
         or pa.types.is_string(kind)
         or pa.types.is_large_string(kind)
         or pa.types.is_string_view(kind)
+        or pa.types.is_null(kind)
+        or spelled_by_arrow(kind)
+    )
+
+
+def spelled_by_arrow(kind: pa.DataType) -> bool:
+    """Types whose cells training reads as Arrow's text of them (decimals, dates, binary): predicting spells a
+    value of each so too (:mod:`ml8s.inference.cells`), so the two read one rule."""
+    return bool(
+        pa.types.is_decimal(kind)
+        or pa.types.is_date(kind)
         or pa.types.is_binary(kind)
         or pa.types.is_large_binary(kind)
         or pa.types.is_fixed_size_binary(kind)
         or pa.types.is_binary_view(kind)
-        or pa.types.is_date(kind)
-        or pa.types.is_null(kind)
     )
 
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ml8s.data.columns import convert, decoded, is_text
+from ml8s.data.table_columns import spelled_by_arrow
 from ml8s.errors import PredictionInputError
 
 Rows = Sequence[Mapping[str, object]]
@@ -102,7 +103,7 @@ def arrow_cells(values: pa.Array | pa.ChunkedArray, name: str, first_row: int) -
     column as it is (no Python object per cell), any other cell by cell, as :func:`row_cells` reads the same
     values (``to_pylist`` rows)."""
     column = decoded(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
-    if is_text(column.type) or _spelled_by_arrow(column.type):
+    if is_text(column.type) or spelled_by_arrow(column.type):
         try:  # the cast training made of the column (ml8s.data.table_columns.type_column)
             text: pa.Array = convert(column, pa.string())
             return text
@@ -110,18 +111,6 @@ def arrow_cells(values: pa.Array | pa.ChunkedArray, name: str, first_row: int) -
             pass
     return pa.array(
         [_cell_text(value, name, first_row + i) for i, value in enumerate(column.to_pylist())], type=pa.string()
-    )
-
-
-def _spelled_by_arrow(kind: pa.DataType) -> bool:
-    """Types whose cells training reads as Arrow's text of them; a Python value of each is spelled so too."""
-    return bool(
-        pa.types.is_decimal(kind)
-        or pa.types.is_date(kind)
-        or pa.types.is_binary(kind)
-        or pa.types.is_large_binary(kind)
-        or pa.types.is_fixed_size_binary(kind)
-        or pa.types.is_binary_view(kind)
     )
 
 
