@@ -21,6 +21,7 @@ from ml8s.chain.anchor import ISSUE_TOLERANCE
 from ml8s.errors import ChainFrozenError, CommitDamagedError, RetryableStoreError, StoreError
 from ml8s.ops.tmp_cleanup import cleanup_tmp
 from ml8s.store import LocalStore, WriteResult
+from ml8s.store._tree import Slot, Tree
 
 RUN = "abcdef012345"
 
@@ -106,9 +107,9 @@ def test_a_staging_file_deleted_under_a_writer_is_named(tmp_path: Path) -> None:
 
     class Vanishing(LocalStore):
         # the check before the rename (a size check) that put_file_atomic and put_file_expecting both make
-        def _move(self, key: str, tmp: str, tmp_key: str, digest: str, size: int) -> WriteResult:
-            os.unlink(tmp)
-            return super()._move(key, tmp, tmp_key, digest, size)
+        def _move(self, tree: Tree, key: str, tmp: Slot, tmp_key: str, digest: str, size: int) -> WriteResult:
+            tmp.unlink()
+            return super()._move(tree, key, tmp, tmp_key, digest, size)
 
     source = tmp_path / "f.bin"
     source.write_bytes(b"x" * 100)
