@@ -293,9 +293,11 @@ def test_operator_listings_read_no_artifact(tmp_path: Path, monkeypatch: pytest.
     opened: list[str] = []
     real_read = local_module.read_regular
 
-    def only_records(path: str, uri: str, *, max_bytes: int | None) -> bytes:
+    def only_records(path: str, uri: str, *, max_bytes: int | None, dir_fd: int | None = None) -> bytes:
         opened.append(os.path.basename(path))
-        return real_read(path, uri, max_bytes=max_bytes) if path.endswith(".json") else bytes(_refuse(path))
+        if not path.endswith(".json"):
+            return bytes(_refuse(path))
+        return real_read(path, uri, max_bytes=max_bytes, dir_fd=dir_fd)
 
     monkeypatch.setattr("builtins.open", _refuse)
     monkeypatch.setattr(local_module, "read_regular", only_records)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ml8s.errors import UnsafeObjectError
+from ml8s.errors import NotFoundError, UnsafeObjectError
 from ml8s.store import LocalStore, _tree
+from ml8s.store.base import Versioned, WriteResult
 
 DATA = b"payload bytes"
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -212,3 +213,97 @@ def test_each_directory_is_opened_once_per_write(tmp_path: Path, monkeypatch: py
     root = f"open {tmp_path.name}"
     assert calls == [root, "open run", "open .tmp", "open k", "stat k", "open a", "open b"]
     assert store.get("run/a/b/k") == b"1"
+
+
+# -- reads: a parent swapped for a link out of the store is refused, the outside file never read ---------------
+SECRET = b"outside bytes, never to be served"
+
+
+def _reads(store: LocalStore, tmp_path: Path) -> dict[str, Callable[[], object]]:
+    return {
+        "get": lambda: store.get(KEY),
+        "get strict": lambda: store.get(KEY, max_bytes=1 << 20),
+        "get if_match": lambda: store.get(KEY, if_match=hashlib.sha256(SECRET).hexdigest()),
+        "get_range": lambda: store.get_range(KEY, 0, 1 << 20),
+        "get_versioned": lambda: store.get_versioned(KEY),
+        "digest": lambda: store.digest(KEY),
+        "checksum": lambda: store.checksum(KEY),
+        "download": lambda: store.download(KEY, str(tmp_path / "downloaded.bin")),
+    }
+
+
+READS = ["get", "get strict", "get if_match", "get_range", "get_versioned", "digest", "checksum", "download"]
+
+
+@pytest.mark.parametrize("read", READS)
+@pytest.mark.parametrize("component", ["ml8s_training_runs", "ml8s_training_runs/RUN", "ml8s_training_runs/RUN/model"])
+def test_a_read_through_a_parent_linked_out_of_the_store_is_refused(
+    places: tuple[LocalStore, Path, Path], tmp_path: Path, read: str, component: str
+) -> None:
+    store, root, outside = places
+    store.put_atomic(KEY, DATA, tmp_key=TMP)  # the real file, then its parent swapped for a link outside
+    real = root / component
+    real.rename(tmp_path / "moved-away")
+    below = KEY.removeprefix(component + "/")
+    (outside / below).parent.mkdir(parents=True, exist_ok=True)
+    (outside / below).write_bytes(SECRET)
+    real.symlink_to(outside, target_is_directory=True)
+    assert (root / KEY).read_bytes() == SECRET  # by path, the key now reaches outside
+    with pytest.raises(UnsafeObjectError, match=rf"under file://{root}/{component}: a symbolic link; .*nothing read"):
+        _reads(store, tmp_path)[read]()
+    assert not (tmp_path / "downloaded.bin").exists()
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_read_under_a_missing_directory_is_not_found(
+    places: tuple[LocalStore, Path, Path], tmp_path: Path, read: str
+) -> None:
+    store, root, _ = places
+    (root / "ml8s_training_runs").mkdir(parents=True)
+    with pytest.raises(NotFoundError, match=rf"file://{root}/{KEY} does not exist"):
+        _reads(store, tmp_path)[read]()
+    with pytest.raises(NotFoundError, match="does not exist"):
+        LocalStore(str(tmp_path / "no-root")).get(KEY)
+
+
+def test_a_read_walked_in_the_store_returns_its_bytes(places: tuple[LocalStore, Path, Path], tmp_path: Path) -> None:
+    store, _, _ = places
+    store.put_atomic(KEY, DATA, tmp_key=TMP)
+    found = {name: read() for name, read in _reads(store, tmp_path).items() if name != "get if_match"}
+    written = WriteResult(key=KEY, size=len(DATA), sha256=DIGEST)
+    assert found == {
+        "get": DATA,
+        "get strict": DATA,
+        "get_range": DATA,
+        "get_versioned": Versioned(data=DATA, token=DIGEST),
+        "digest": written,
+        "checksum": DIGEST,
+        "download": written,
+    }
+    assert store.get(KEY, if_match=DIGEST) == DATA and store.get_range(KEY, 2, 5) == DATA[2:7]
+    assert (tmp_path / "downloaded.bin").read_bytes() == DATA
+
+
+def test_a_link_at_the_key_itself_is_refused_by_strict_reads_as_before(
+    places: tuple[LocalStore, Path, Path], tmp_path: Path
+) -> None:
+    store, root, outside = places
+    (root / "ml8s_training_runs/RUN/model").mkdir(parents=True)
+    (root / KEY).symlink_to(outside / "kept")
+    for read in ("get strict", "get_range", "digest", "checksum"):
+        with pytest.raises(UnsafeObjectError, match=r"a symbolic link; expected a regular file \(not followed\)"):
+            _reads(store, tmp_path)[read]()
+    assert store.get(KEY) == b"precious"  # a lenient read follows the key's own link, as it always did
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_read_under_a_regular_file_where_a_directory_belongs_is_refused(
+    places: tuple[LocalStore, Path, Path], tmp_path: Path, read: str
+) -> None:
+    store, root, _ = places
+    (root / "ml8s_training_runs").mkdir(parents=True)
+    (root / "ml8s_training_runs" / "RUN").write_bytes(b"")
+    with pytest.raises(
+        UnsafeObjectError, match=r"under file://.*/RUN: a regular file; expected a directory.*nothing read"
+    ):
+        _reads(store, tmp_path)[read]()

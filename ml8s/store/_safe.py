@@ -65,9 +65,10 @@ def open_regular(path: str, uri: str, *, nofollow: bool, dir_fd: int | None = No
     return fd
 
 
-def read_regular(path: str, uri: str, *, max_bytes: int | None) -> bytes:
-    """The bytes of the regular file at ``path`` (module docstring); a strict read when ``max_bytes`` is given."""
-    fd = open_regular(path, uri, nofollow=max_bytes is not None)
+def read_regular(path: str, uri: str, *, max_bytes: int | None, dir_fd: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path`` (relative to ``dir_fd`` if given; module docstring); a strict read
+    when ``max_bytes`` is given."""
+    fd = open_regular(path, uri, nofollow=max_bytes is not None, dir_fd=dir_fd)
     try:
         size = os.fstat(fd).st_size
         if max_bytes is not None and size > max_bytes:

@@ -10,17 +10,21 @@ names the directory walked. One write's directories are opened once (a :class:`T
 a tmp file and its key under one run share the run's descriptors, so a component costs one ``open`` and one
 ``close``. A concurrent ``delete`` may remove a directory we hold (it prunes empty ones): the step then fails with
 ENOENT and the directories are walked again, as often as ``ATTEMPTS``.
+
+Reads walk the same way (:func:`reading`, never creating a directory): a key's parent swapped for a link would
+otherwise make ml8s read, hash, verify and serve a file from outside the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple, TypeVar
 
-from ml8s.errors import StoreError, UnsafeObjectError
+from ml8s.errors import NotFoundError, StoreError, UnsafeObjectError
 from ml8s.store._safe import kind
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -31,8 +35,8 @@ _T = TypeVar("_T")
 class Tree:
     """Directories of the store at ``root`` opened for one write; close it (``with``) to close them."""
 
-    def __init__(self, root: str, uri: Callable[[str], str]) -> None:
-        self.root, self.uri = root, uri
+    def __init__(self, root: str, uri: Callable[[str], str], *, done: str = "written") -> None:
+        self.root, self.uri, self.done = root, uri, done  # done: what a refusal says never happened
         self._fds: dict[tuple[str, ...], int] = {}
 
     def __enter__(self) -> Tree:
@@ -134,7 +138,7 @@ class Tree:
         except OSError:
             found = "no directory"
         return UnsafeObjectError(
-            f"cannot {doing} under {where}: {found}; expected {what}, never followed (nothing written): check what "
+            f"cannot {doing} under {where}: {found}; expected {what}, never followed (nothing {self.done}): check what "
             "it is and remove it by hand"
         )
 
@@ -196,3 +200,21 @@ def move(source: Slot, target: Slot, op: Callable[..., None]) -> None:
 def hard_link(src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
     """A hard link of the entry ``src`` itself (a link planted there is linked, never followed)."""
     os.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=False)
+
+
+@contextlib.contextmanager
+def reading(
+    root: str, parts: tuple[str, ...], uri: Callable[[str], str], key_uri: str
+) -> Iterator[tuple[int | None, str]]:
+    """(directory descriptor, name) to open the key ``parts`` relative to, its directories walked from the root
+    without following a link (UnsafeObjectError naming the key and the component, nothing read); a directory
+    missing on the way is NotFoundError. The root's own key (no parts) is its path, as given."""
+    if not parts:
+        yield None, root
+        return
+    with Tree(root, uri, done="read") as tree:
+        try:
+            fd = tree.directory(parts[:-1], f"read {key_uri}", "a directory", create=False)
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"{key_uri} does not exist") from exc
+        yield fd, parts[-1]

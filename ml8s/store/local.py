@@ -12,7 +12,7 @@ would show them; ``ml8s tmp-cleanup`` removes what a crash leaves there), so the
 filesystem. ``delete`` removes the directories it leaves empty, up to the root; writers recreate a
 directory that a concurrent delete removed under them. Every write (tmp file, lock, link, rename, fsync) works
 relative to directories opened from the root one at a time without following a link (``_tree``): a directory a
-store writer replaced by a link is refused, UnsafeObjectError and nothing written.
+store writer replaced by a link is refused, UnsafeObjectError and nothing written; reads walk alike, nothing read.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 
 from ml8s.errors import (
@@ -33,7 +34,7 @@ from ml8s.errors import (
 from ml8s.locks import lock_at
 from ml8s.store._files import StagedWriter, copy_hashed, open_source, sha256_or_none, size_or_none, write_file
 from ml8s.store._safe import irregular, open_regular, read_regular, unlink_nofollow
-from ml8s.store._tree import Slot, Tree, hard_link, move
+from ml8s.store._tree import Slot, Tree, hard_link, move, reading
 from ml8s.store._walk import link, walk
 from ml8s.store.base import ObjectInfo, Store, Versioned, WriteResult
 
@@ -172,7 +173,8 @@ class LocalStore(Store):
     def get(self, key: str, *, if_match: str | None = None, max_bytes: int | None = None) -> bytes:
         """A regular file only (a FIFO or device is refused, never waited on: _safe.read_regular); with
         ``max_bytes``, no symbolic link either, and at most that many bytes."""
-        data = read_regular(self._path(key), self.uri(key), max_bytes=max_bytes)
+        with self._reading(key) as (dir_fd, name):
+            data = read_regular(name, self.uri(key), max_bytes=max_bytes, dir_fd=dir_fd)
         if if_match is not None and (found := hashlib.sha256(data).hexdigest()) != if_match:
             raise PreconditionFailedError(f"{self.uri(key)} changed: expected version {if_match}, found {found}")
         return data
@@ -181,7 +183,8 @@ class LocalStore(Store):
         """A regular file's bytes [start, start + length), never through a symbolic link (Store.get_range)."""
         if start < 0 or length < 0:
             raise StoreError(f"{self.uri(key)}: byte range {start}+{length}; expected a start and length >= 0")
-        fd = open_regular(self._path(key), self.uri(key), nofollow=True)
+        with self._reading(key) as (dir_fd, name):
+            fd = open_regular(name, self.uri(key), nofollow=True, dir_fd=dir_fd)
         try:
             chunks, got = [], 0
             while got < length and (chunk := os.pread(fd, min(length - got, 1 << 24), start + got)):
@@ -205,7 +208,8 @@ class LocalStore(Store):
 
     def digest(self, key: str) -> WriteResult:
         """The file's size and sha256, streamed; a regular file only, never through a symbolic link."""
-        fd = open_regular(self._path(key), self.uri(key), nofollow=True)
+        with self._reading(key) as (dir_fd, name):
+            fd = open_regular(name, self.uri(key), nofollow=True, dir_fd=dir_fd)
         try:
             with os.fdopen(fd, "rb") as handle:
                 digest = hashlib.file_digest(handle, "sha256").hexdigest()
@@ -214,10 +218,15 @@ class LocalStore(Store):
             raise StoreError(f"cannot read {self.uri(key)}: {exc.strerror or exc}") from exc
 
     def download(self, key: str, path: str) -> WriteResult:
-        source = self._path(key)
-        if not os.path.isfile(source):
-            raise NotFoundError(f"{self.uri(key)} does not exist")
-        with open_source(source, self.uri(key)) as handle:
+        with self._reading(key) as (dir_fd, name):  # the file itself followed, as ever: only its parents are not
+            try:
+                regular = stat.S_ISREG(os.stat(name, dir_fd=dir_fd).st_mode)
+            except OSError:
+                regular = False
+            if not regular:
+                raise NotFoundError(f"{self.uri(key)} does not exist")
+            fd = open_regular(name, self.uri(key), nofollow=False, dir_fd=dir_fd)
+        with open(fd, "rb", buffering=0) as handle:
             digest, size = copy_hashed(path, handle)
         return WriteResult(key=key, size=size, sha256=digest)
 
@@ -244,6 +253,11 @@ class LocalStore(Store):
         if any(p in (".", "..") for p in parts):
             raise StoreError(f"invalid key {key!r}: '.' and '..' are not allowed")
         return os.path.join(self.root, *parts)
+
+    def _reading(self, key: str) -> contextlib.AbstractContextManager[tuple[int | None, str]]:
+        """Where to open ``key`` for a read, its directories walked without following a link (_tree.reading)."""
+        self._path(key)  # refuses '.' and '..'
+        return reading(self.root, tuple(p for p in key.split("/") if p), self.uri, self.uri(key))
 
     def _tree(self) -> Tree:
         return Tree(self.root, self.uri)
