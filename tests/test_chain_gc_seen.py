@@ -21,27 +21,15 @@ from test_chain_support import (  # noqa: F401  (fixtures)
     payload,
     version_path,
 )
+from test_tmp_seen import Ctime  # a chmod -R before each GC, as before each cleanup
 
 from ml8s.chain import ChainStore, ChainVersion, collect_garbage, gc, paths, verify_chain
 from ml8s.chain.commit import _seal, payload_files
-from ml8s.store import _walk
 from ml8s.store.sightings import Seen
 
 DAY = 86400.0
 WEEK = 7 * DAY
 LEFTOVER = "w-crashed-0123"
-
-
-class Ctime:
-    """The ctime every listed file shows: what a ``chmod -R`` over the root run just before each GC gives."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.at = time.time()
-        monkeypatch.setattr(_walk, "changed", lambda info: max(info.st_mtime, self.at))
-
-    def chmod_at(self, when: float) -> float:
-        self.at = when
-        return when
 
 
 def plant(chain: ChainStore, local_root: Path, age_days: float, data: bytes = b"partial") -> Path:

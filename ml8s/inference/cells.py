@@ -161,7 +161,7 @@ def _decimal_text(value: decimal.Decimal) -> str:
     """A decimal as Arrow spells a decimal column's cell (``0.00``: Arrow stores no sign of zero); one no Parquet
     decimal can hold (more than 76 digits) as Python spells it, the same number."""
     try:
-        text: str = pa.array([value]).cast(pa.string())[0].as_py()
+        spelled = convert(pa.array([value]), pa.string())  # the cast training's typing makes of the column
     except pa.ArrowException:
         return str(value)
-    return text
+    return str(spelled[0])
